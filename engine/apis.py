@@ -1,0 +1,187 @@
+"""The three streaming APIs redline speaks: request bodies and per-event decoding.
+
+- chat:        POST /v1/chat/completions  (OpenAI; choices[0].delta.content)
+- completions: POST /v1/completions       (OpenAI; choices[0].text)
+- generate:    POST /generate             (SGLang native; cumulative text, meta_info counts)
+
+Each decoder turns one SSE payload into an `Event`: how many output tokens it carries (a
+provisional 1 per content chunk for OpenAI APIs, exact deltas for SGLang), whether it had
+content (TTFT ends at the first such event, not at a role-only chunk), usage counts when the
+server reports them, and an error text if the server put an error object in the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+GENERATE = "generate"
+APIS = (CHAT, COMPLETIONS, GENERATE)
+
+PATHS = {
+    CHAT: "/v1/chat/completions",
+    COMPLETIONS: "/v1/completions",
+    GENERATE: "/generate",
+}
+
+
+class MalformedEvent(ValueError):
+    """An SSE payload that is not the JSON object the API promises."""
+
+
+@dataclass(slots=True)
+class Event:
+    tokens: int = 0  # output tokens this event adds (provisional for OpenAI APIs)
+    content: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None  # server's exact total, when it says
+    error: str | None = None
+    sim_t: float | None = None  # the sim's send time (ground truth for lag)
+
+
+def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """A streaming request that generates exactly `max_tokens` (ignore_eos)."""
+    if api == CHAT:
+        return {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    if api == COMPLETIONS:
+        return {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    if api == GENERATE:
+        return {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0},
+            "stream": True,
+        }
+    raise ValueError(f"unknown api {api!r} (expected one of: {', '.join(APIS)})")
+
+
+def _loads(payload: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(payload)
+    except ValueError as exc:
+        raise MalformedEvent(f"not JSON: {payload[:80]!r}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedEvent(f"not a JSON object: {payload[:80]!r}")
+    return obj
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is None:
+        return None
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)[:200]
+    return str(err)[:200]
+
+
+def _usage(ev: Event, obj: dict[str, Any]) -> None:
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if isinstance(pt, int):
+            ev.prompt_tokens = pt
+        if isinstance(ct, int):
+            ev.completion_tokens = ct
+
+
+def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
+    t = obj.get("sim_t")
+    if isinstance(t, (int, float)):
+        ev.sim_t = float(t)
+
+
+class OpenAIDecoder:
+    """chat and completions: one content chunk = one provisional token; usage is exact."""
+
+    __slots__ = ("_field",)
+
+    def __init__(self, api: str) -> None:
+        self._field = api
+
+    def decode(self, payload: bytes) -> Event:
+        obj = _loads(payload)
+        ev = Event()
+        _sim_t(ev, obj)
+        err = _error_text(obj)
+        if err is not None:
+            ev.error = err
+            return ev
+        choices = obj.get("choices")
+        if choices:
+            if not isinstance(choices, list) or not isinstance(choices[0], dict):
+                raise MalformedEvent(f"bad choices: {payload[:80]!r}")
+            c0 = choices[0]
+            if self._field == CHAT:
+                delta = c0.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else None
+                if not text and isinstance(delta, dict):
+                    # reasoning models stream thinking tokens first: they are output tokens
+                    text = delta.get("reasoning_content") or delta.get("reasoning")
+            else:
+                text = c0.get("text")
+            if text:
+                ev.content = True
+                ev.tokens = 1
+        _usage(ev, obj)
+        return ev
+
+
+class GenerateDecoder:
+    """SGLang /generate: cumulative text, exact completion_tokens in meta_info."""
+
+    __slots__ = ("_tokens", "_text_len")
+
+    def __init__(self) -> None:
+        self._tokens = 0
+        self._text_len = 0
+
+    def decode(self, payload: bytes) -> Event:
+        obj = _loads(payload)
+        ev = Event()
+        _sim_t(ev, obj)
+        err = _error_text(obj)
+        if err is not None:
+            ev.error = err
+            return ev
+        meta = obj.get("meta_info")
+        text = obj.get("text")
+        n_text = len(text) if isinstance(text, str) else self._text_len
+        if isinstance(meta, dict):
+            ct, pt = meta.get("completion_tokens"), meta.get("prompt_tokens")
+            if isinstance(pt, int):
+                ev.prompt_tokens = pt
+            if isinstance(ct, int):
+                ev.completion_tokens = ct
+                ev.tokens = max(0, ct - self._tokens)
+                self._tokens = max(self._tokens, ct)
+        elif n_text > self._text_len:
+            ev.tokens = 1
+        ev.content = ev.tokens > 0 or n_text > self._text_len
+        self._text_len = max(self._text_len, n_text)
+        return ev
+
+
+def make_decoder(api: str) -> Callable[[bytes], Event]:
+    if api == GENERATE:
+        return GenerateDecoder().decode
+    if api in (CHAT, COMPLETIONS):
+        return OpenAIDecoder(api).decode
+    raise ValueError(f"unknown api {api!r} (expected one of: {', '.join(APIS)})")

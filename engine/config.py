@@ -1,0 +1,39 @@
+"""Engine configuration: one dataclass, filled by the CLI, presets, tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .constants import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_REQUEST_TIMEOUT_S,
+)
+from .http import DEFAULT_TRANSPORT
+from .workload import WorkloadConfig
+
+
+@dataclass
+class EngineConfig:
+    url: str
+    api: str | None = None  # None = detect (chat when /v1/models answers, else generate)
+    model: str | None = None  # None = first model of /v1/models
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+    api_key: str | None = field(default=None, repr=False)  # never printed or logged
+    insecure: bool = False
+    transport: str = DEFAULT_TRANSPORT
+    out_dir: Path | None = None  # session directory; None = no session log
+    label: str | None = None
+    server_metrics_url: str | None = None  # None = the target's /metrics
+    gpu_metrics_url: str | None = None  # dcgm-exporter; None = the sim's /dcgm/metrics if any
+    use_nvml: bool = True
+    telemetry: bool = True
+    calibrate: bool = True
+    live_steps: bool = True  # TUI: each period at one C is a step (presets manage their own)
+    start_paused: bool = False
+    command_line: list[str] = field(default_factory=list)
+    seed: int = 0

@@ -1,0 +1,38 @@
+"""Every tunable number of the engine, in one place."""
+
+# Live view
+SNAPSHOT_INTERVAL_S = 0.25  # engine publishes a snapshot this often (UI reads the latest)
+RATE_WINDOW_S = 3.0  # live tok/s, req/s, errors/s: tokens that arrived in this window
+LATENCY_WINDOW_S = 10.0  # live TTFT/ITL/E2E percentiles: requests that ended in this window
+TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
+HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
+
+# Steps
+MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not a step
+STEADY_TOLERANCE = 0.10  # halves of a step within 10 % of each other = steady state
+
+# Concurrency
+DEFAULT_MAX_CONCURRENCY = 1024
+DEFAULT_CONCURRENCY = 8
+DEFAULT_STEP = 8
+
+# Requests
+DEFAULT_REQUEST_TIMEOUT_S = 600.0  # a stream silent this long is a stalled stream
+CONNECT_TIMEOUT_S = 10.0
+ABORT_WAIT_S = 2.0  # how long abort() waits for cancelled requests to unwind
+ERROR_BODY_BYTES = 2000  # how much of an error response body is read for its text
+ERROR_TEXT_CHARS = 200
+
+# Workload
+DEFAULT_INPUT_LEN = 32
+DEFAULT_OUTPUT_LEN = 128
+CALIBRATION_WORDS = (64, 512)  # two prompt sizes to fit tokens = a + b * words
+
+# Server health while running
+GONE_AFTER_CONNECT_ERRORS = 3  # consecutive connection failures = server gone
+RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between retries while the server is gone
+
+# ITL histogram resolution: bins grow by this ratio (percentiles exact to +-0.5 %)
+HIST_RATIO = 1.01
+HIST_MIN_S = 1e-5
+HIST_MAX_S = 1e4

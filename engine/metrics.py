@@ -1,0 +1,170 @@
+"""Live metrics over sliding windows, fed as tokens arrive and as requests end.
+
+- Rates (output tok/s, input tok/s, req/s, errors/s) over RATE_WINDOW_S, from 100 ms
+  buckets filled when tokens arrive (not when requests end), so sparklines are smooth.
+- Percentiles (TTFT, ITL, TPOT, E2E: p50/p90/p99/max) over LATENCY_WINDOW_S, of requests
+  that ended OK in the window; failed requests are counted apart and kept out of them.
+- One row of exact per-second counts for the session timeline.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from . import records as R
+from .constants import LATENCY_WINDOW_S, RATE_WINDOW_S
+from .histogram import LogHistogram, quantile
+from .records import RequestRecord
+
+BUCKET_S = 0.1
+
+
+class RateWindow:
+    """Sum of values added in the last `window_s`, kept as 100 ms buckets."""
+
+    __slots__ = ("window_s", "_buckets", "_idx", "_val", "total")
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._buckets: deque[tuple[int, float]] = deque()
+        self._idx = -1
+        self._val = 0.0
+        self.total = 0.0
+
+    def add(self, t: float, v: float) -> None:
+        idx = int(t / BUCKET_S)
+        if idx != self._idx:
+            if self._val:
+                self._buckets.append((self._idx, self._val))
+            self._idx, self._val = idx, 0.0
+        self._val += v
+        self.total += v
+
+    def rate(self, now: float) -> float:
+        """Per-second rate over the buckets newer than now - window_s."""
+        lo = int((now - self.window_s) / BUCKET_S)
+        b = self._buckets
+        while b and b[0][0] <= lo:
+            b.popleft()
+        s = sum(v for _, v in b)
+        if self._idx > lo:
+            s += self._val
+        return s / self.window_s
+
+
+@dataclass
+class Percentiles:
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    n: int = 0
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Percentiles":
+        if not values:
+            return cls()
+        s = sorted(values)
+        return cls(quantile(s, 0.5), quantile(s, 0.9), quantile(s, 0.99), s[-1], len(s))
+
+    def ms(self) -> dict[str, float | None]:
+        f = lambda v: None if v is None else v * 1000.0  # noqa: E731
+        return {"p50": f(self.p50), "p90": f(self.p90), "p99": f(self.p99), "max": f(self.max)}
+
+
+@dataclass
+class LiveStats:
+    output_tok_s: float = 0.0
+    input_tok_s: float = 0.0
+    req_s: float = 0.0
+    errors_s: float = 0.0
+    ttft: Percentiles = field(default_factory=Percentiles)
+    itl: Percentiles = field(default_factory=Percentiles)
+    tpot: Percentiles = field(default_factory=Percentiles)
+    e2e: Percentiles = field(default_factory=Percentiles)
+
+
+class LiveMetrics:
+    def __init__(self) -> None:
+        self.out_tokens = RateWindow()
+        self.in_tokens = RateWindow()
+        self.requests = RateWindow()
+        self.errors = RateWindow()
+        self._ended: deque[tuple[float, float | None, float | None, float | None]] = deque()
+        self._itl: deque[tuple[int, array]] = deque()  # (second, ITLs of requests ended then)
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.errors_by_kind: Counter[str] = Counter()
+        self.output_tokens_total = 0
+        self.input_tokens_total = 0
+        self.lag = LogHistogram()  # receive time - server's send stamp (sim only)
+        self.percentiles = LiveStats()  # recomputed once per tick
+        # per-second exact counts for the timeline (reset by take_second)
+        self._sec = Counter()
+
+    # -- feeding ---------------------------------------------------------------------
+    def on_tokens(self, t: float, n: int) -> None:
+        self.out_tokens.add(t, n)
+        self.output_tokens_total += n
+        self._sec["out"] += n
+
+    def on_lag(self, lag: float) -> None:
+        self.lag.add(lag if lag > 0 else 0.0)
+
+    def on_request_end(self, rec: RequestRecord) -> None:
+        t = rec.t_end if rec.t_end is not None else rec.t_send
+        if rec.status == R.CANCELLED:
+            self.cancelled += 1
+            return
+        if rec.status == R.FAILED:
+            self.failed += 1
+            self.errors_by_kind[rec.error_kind] += 1
+            self.errors.add(t, 1)
+            self._sec["errors"] += 1
+            return
+        self.completed += 1
+        self.requests.add(t, 1)
+        self.in_tokens.add(t, rec.input_tokens)
+        self.input_tokens_total += rec.input_tokens
+        self._sec["req"] += 1
+        self._sec["in"] += rec.input_tokens
+        self._ended.append((t, rec.ttft, rec.e2e, rec.tpot))
+        sec = int(t)
+        if not self._itl or self._itl[-1][0] != sec:
+            self._itl.append((sec, array("d")))
+        self._itl[-1][1].extend(rec.itls())
+
+    # -- reading ---------------------------------------------------------------------
+    def rates(self, now: float) -> tuple[float, float, float, float]:
+        return (
+            self.out_tokens.rate(now),
+            self.in_tokens.rate(now),
+            self.requests.rate(now),
+            self.errors.rate(now),
+        )
+
+    def recompute_percentiles(self, now: float) -> LiveStats:
+        """Sort the window once (called once per second, not per frame)."""
+        lo = now - LATENCY_WINDOW_S
+        ended = self._ended
+        while ended and ended[0][0] < lo:
+            ended.popleft()
+        while self._itl and self._itl[0][0] < int(lo):
+            self._itl.popleft()
+        itl: list[float] = []
+        for _, a in self._itl:
+            itl.extend(a)
+        stats = self.percentiles
+        stats.ttft = Percentiles.of([e[1] for e in ended if e[1] is not None])
+        stats.e2e = Percentiles.of([e[2] for e in ended if e[2] is not None])
+        stats.tpot = Percentiles.of([e[3] for e in ended if e[3] is not None])
+        stats.itl = Percentiles.of(itl)
+        return stats
+
+    def take_second(self) -> Counter:
+        """Exact counts since the last call (one timeline row)."""
+        sec, self._sec = self._sec, Counter()
+        return sec

@@ -1,0 +1,127 @@
+"""Per-request records: what one request did, measured where its bytes arrived.
+
+Times are `time.perf_counter()` seconds (CLOCK_MONOTONIC on Linux, shared by every
+process on the host). `Clock` converts them to wall-clock epoch seconds for files.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import dataclass, field
+
+# Outcome of a request (RequestRecord.status).
+OK = "ok"
+FAILED = "failed"
+CANCELLED = "cancelled"  # aborted by the operator, a step change or redline exiting
+
+# Error kinds (RequestRecord.error_kind). One place for every kind the engine reports.
+ERR_HTTP_429 = "http_429"
+ERR_HTTP_4XX = "http_4xx"
+ERR_HTTP_500 = "http_500"
+ERR_HTTP_503 = "http_503"
+ERR_HTTP_5XX = "http_5xx"
+ERR_CONNECT = "connect"  # connection refused / DNS / TLS before any byte
+ERR_DISCONNECT = "disconnect"  # the stream ended before its end marker
+ERR_MALFORMED = "malformed"  # an SSE event that is not the JSON the API promises
+ERR_TIMEOUT = "timeout"  # --request-timeout passed (a stalled stream)
+ERR_SERVER = "server_error"  # an error object inside a 200 stream
+ERR_OTHER = "other"
+
+ERROR_KINDS = (
+    ERR_HTTP_429,
+    ERR_HTTP_4XX,
+    ERR_HTTP_500,
+    ERR_HTTP_503,
+    ERR_HTTP_5XX,
+    ERR_CONNECT,
+    ERR_DISCONNECT,
+    ERR_MALFORMED,
+    ERR_TIMEOUT,
+    ERR_SERVER,
+    ERR_OTHER,
+)
+
+
+def http_error_kind(status: int) -> str:
+    """Map an HTTP status to an error kind."""
+    if status == 429:
+        return ERR_HTTP_429
+    if status == 500:
+        return ERR_HTTP_500
+    if status == 503:
+        return ERR_HTTP_503
+    if 500 <= status < 600:
+        return ERR_HTTP_5XX
+    return ERR_HTTP_4XX
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Anchors perf_counter() to the wall clock once, so files carry epoch seconds."""
+
+    wall0: float
+    perf0: float
+
+    @classmethod
+    def now(cls) -> "Clock":
+        return cls(wall0=time.time(), perf0=time.perf_counter())
+
+    def wall(self, perf_t: float) -> float:
+        return self.wall0 + (perf_t - self.perf0)
+
+    def perf(self, wall_t: float) -> float:
+        return self.perf0 + (wall_t - self.wall0)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request, from send to its end in any way.
+
+    `chunk_times`/`chunk_tokens` hold one entry per content chunk (a socket read may carry
+    several chunks; they share that read's timestamp). They live only until the record is
+    summarised and spooled, so memory does not grow with session length.
+    """
+
+    rid: int
+    phase: str  # "calibration" | "warmup" | "measure" | "live" | "probe"
+    step: int  # index of the step (period at one concurrency) it was sent in
+    concurrency: int  # target concurrency when it was sent
+    t_send: float
+    expected_input_tokens: int = 0
+    max_tokens: int = 0
+    t_first: float | None = None  # first chunk with non-empty content
+    t_end: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_reported: bool = False  # token counts came from the server's usage / meta_info
+    status: str = OK
+    http_status: int = 0
+    error_kind: str = ""
+    error_text: str = ""
+    chunk_times: array = field(default_factory=lambda: array("d"))
+    chunk_tokens: array = field(default_factory=lambda: array("l"))
+    max_lag_s: float | None = None  # worst (receive time - server's sim_t), sim only
+
+    # -- derived figures (DESIGN.md "Metric definitions") --------------------------------
+    @property
+    def ttft(self) -> float | None:
+        """Request sent -> first content token received."""
+        return None if self.t_first is None else self.t_first - self.t_send
+
+    @property
+    def e2e(self) -> float | None:
+        """Request sent -> last byte."""
+        return None if self.t_end is None else self.t_end - self.t_send
+
+    def itls(self) -> list[float]:
+        """Gaps between consecutive content chunks (a k-token chunk is one gap)."""
+        ts = self.chunk_times
+        return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
+
+    @property
+    def tpot(self) -> float | None:
+        """(E2E - TTFT) / (output_tokens - 1)."""
+        if self.t_first is None or self.t_end is None or self.output_tokens < 2:
+            return None
+        return (self.t_end - self.t_first) / (self.output_tokens - 1)

@@ -1,0 +1,194 @@
+"""Text report of a session: one line per step, the final step table, the break and probe.
+
+The headless runner and `redline report` both format through here, so they print the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from typing import Any
+
+from ..stepresult import BreakResult, StepResult
+from .paths import META, SUMMARY, SessionError, check_session_dir
+
+
+def load_summary(session_dir: str | os.PathLike) -> dict[str, Any]:
+    """summary.json as a dict. A session that ended before its first summary gives
+    {"target": meta's target, "label": meta's label, "steps": [], "break": None, "probe": None}."""
+    d = check_session_dir(session_dir)
+    p = d / SUMMARY
+    if not p.exists():
+        meta = _load_json(d / META)
+        return {
+            "target": meta.get("target") or {},
+            "label": meta.get("label") or "",
+            "steps": [],
+            "break": None,
+            "probe": None,
+        }
+    s = _load_json(p)
+    s.setdefault("steps", [])
+    s.setdefault("break", None)
+    s.setdefault("probe", None)
+    return s
+
+
+def _load_json(p) -> dict[str, Any]:
+    try:
+        with open(p, encoding="utf-8") as f:
+            obj = json.load(f)
+    except OSError as e:
+        raise SessionError(f"cannot read {p}: {e.strerror}") from None
+    except ValueError as e:
+        raise SessionError(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise SessionError(f"{p} is not a JSON object")
+    return obj
+
+
+def as_step(s: StepResult | dict[str, Any]) -> StepResult:
+    return s if isinstance(s, StepResult) else StepResult.from_dict(s)
+
+
+def as_break(b: BreakResult | dict[str, Any] | None) -> BreakResult | None:
+    if b is None or isinstance(b, BreakResult):
+        return b
+    names = {f.name for f in fields(BreakResult)}
+    return BreakResult(**{k: v for k, v in b.items() if k in names})
+
+
+# -- cells ---------------------------------------------------------------------------------
+
+def fmt_ms(v: float | None) -> str:
+    """Latency in ms: '-' when unknown, one decimal under 10 ms, else whole ms."""
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if abs(v) < 10 else f"{v:.0f}"
+
+
+def fmt_rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def fmt_count(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def _errors(step: StepResult) -> str:
+    s = f"err {step.failed}"
+    if step.failed and step.errors_by_kind:
+        kinds = sorted(step.errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
+        s += " (" + ", ".join(f"{k} {n}" for k, n in kinds if n) + ")"
+    return s
+
+
+def format_step_line(step: StepResult | dict[str, Any]) -> str:
+    """One line per finished step, e.g.
+    C=64    60.0s   1210.4 tok/s  TTFT p50   52 ms p99  180 ms  ITL p99   61 ms  err 0  steady
+    """
+    s = as_step(step)
+    return (
+        f"C={s.concurrency:<4d}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
+        f"  TTFT p50 {fmt_ms(s.median_ttft_ms):>4} ms p99 {fmt_ms(s.p99_ttft_ms):>4} ms"
+        f"  ITL p99 {fmt_ms(s.p99_itl_ms):>4} ms  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
+    )
+
+
+_COLUMNS = (  # header, right-aligned
+    ("C", True), ("dur s", True), ("done", True), ("fail", True), ("out tok/s", True),
+    ("req/s", True), ("TTFT p50", True), ("TTFT p99", True), ("ITL p50", True),
+    ("ITL p99", True), ("TPOT", True), ("E2E p50", True), ("E2E p99", True),
+    ("srv run", True), ("steady", False), ("", False),
+)
+
+
+def _row(s: StepResult, note: str) -> list[str]:
+    return [
+        str(s.concurrency), f"{s.duration_s:.1f}", str(s.completed), str(s.failed),
+        f"{s.output_throughput:.1f}", fmt_rate(s.request_throughput),
+        fmt_ms(s.median_ttft_ms), fmt_ms(s.p99_ttft_ms), fmt_ms(s.median_itl_ms),
+        fmt_ms(s.p99_itl_ms), fmt_ms(s.mean_tpot_ms), fmt_ms(s.median_e2e_latency_ms),
+        fmt_ms(s.p99_e2e_latency_ms), fmt_count(s.server_max_running),
+        "yes" if s.steady else "no", note,
+    ]
+
+
+def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
+    b = as_break(break_)
+    if b is None:
+        return "break: none (no stop rule fired)"
+    last = "none" if b.last_good_concurrency is None else f"C={b.last_good_concurrency}"
+    line = f"break: {b.reason} at C={b.concurrency}, last good {last}"
+    return f"{line} ({b.detail})" if b.detail else line
+
+
+def format_step_table(
+    steps: list[StepResult | dict[str, Any]],
+    break_: BreakResult | dict[str, Any] | None = None,
+    probe: StepResult | dict[str, Any] | None = None,
+) -> str:
+    """The final summary: an aligned step table (latencies in ms), the break line, the probe."""
+    ss = [as_step(s) for s in steps]
+    b = as_break(break_)
+    notes = [""] * len(ss)
+    if b is not None:
+        if b.last_good_concurrency is not None:
+            good = [i for i, s in enumerate(ss) if s.concurrency == b.last_good_concurrency]
+            if good:
+                best = max(good, key=lambda i: ss[i].output_throughput)
+                notes[best] = "<- last good"
+        broke = [i for i, s in enumerate(ss) if s.concurrency == b.concurrency]
+        if broke:
+            notes[broke[-1]] = f"<- break: {b.reason}"
+    rows = [_row(s, n) for s, n in zip(ss, notes)]
+    header = [h for h, _ in _COLUMNS]
+    widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            c.rjust(w) if right else c.ljust(w)
+            for c, w, (_, right) in zip(cells, widths, _COLUMNS)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(header), line(["-" * w if h else "" for w, h in zip(widths, header)])]
+    if rows:
+        out += [line(r) for r in rows]
+    else:
+        out.append("(no steps)")
+    out.append("latencies in ms; srv run = most requests the server reported running")
+    out.append(format_break_line(b))
+    if probe is not None:
+        out.append("probe: " + format_step_line(probe))
+    return "\n".join(out)
+
+
+def report_session(session_dir: str | os.PathLike) -> str:
+    """`redline report`: a header naming the session, then format_step_table()."""
+    d = check_session_dir(session_dir)
+    meta = _load_json(d / META)
+    summ = load_summary(d)
+    target = summ.get("target") or meta.get("target") or {}
+    head = [f"session {d}"]
+    label = summ.get("label") or meta.get("label")
+    if label:
+        head[0] += f"  ({label})"
+    tparts = [str(target[k]) for k in ("url", "model", "api", "kind") if target.get(k)]
+    if tparts:
+        head.append("target  " + "  ".join(tparts))
+    when = f"started {meta.get('started_at') or '?'}"
+    if meta.get("ended_at"):
+        when += f"  ended {meta['ended_at']}"
+        if meta.get("end_reason"):
+            when += f" ({meta['end_reason']})"
+    else:
+        when += "  (still running, or ended without closing its log)"
+    head.append(when)
+    table = format_step_table(summ.get("steps") or [], summ.get("break"), summ.get("probe"))
+    return "\n".join(head) + "\n\n" + table

@@ -1,0 +1,360 @@
+"""SessionWriter: spools a session to disk as it runs.
+
+Appends are cheap (one json encode + deque append) so the engine can call them from its
+event loop thousands of times a second; the writing happens in flush(), which the caller
+runs once a second (and which runs by itself when a buffer passes `max_buffer` rows).
+flush() hands whole lines to the OS with one write() per table, so a SIGKILL of redline
+loses nothing already flushed; fsync (durability against a host crash) runs on a
+background thread so a slow disk never stalls the caller's event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable
+
+from .. import __version__
+from ..records import Clock, RequestRecord
+from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
+from .rows import dumps_doc, dumps_row, one_line, request_row
+from .scrub import Scrubber, redact_argv, redact_url
+
+FORMAT_VERSION = 1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
+    """tmp file in the same directory + os.replace: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, text.encode("utf-8"))
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class SessionWriter:
+    """Writes one session directory (see docs/session.md for the layout).
+
+    Thread-safety: add_* may be called from any thread (deque appends are atomic);
+    flush()/close() serialise on a lock. Do not call them from inside a signal handler
+    that interrupted a flush; use loop.add_signal_handler or set a flag instead.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        meta: dict[str, Any] | None = None,
+        secrets: Iterable[str] = (),
+        *,
+        fsync: bool = True,
+        max_buffer: int = 5000,
+    ) -> None:
+        self.dir = Path(out_dir)
+        self._scrub = Scrubber(secrets)
+        self._fsync = fsync
+        self.max_buffer = max(1, int(max_buffer))
+        self.error: str | None = None  # first write error, one line; None while all is well
+        self.lost_rows = 0  # rows that could not be written (disk full, ...) or came after close
+        self.rows_written = {t: 0 for t in TABLES}
+        self.closed = False
+        self._lock = threading.RLock()
+        self._req: deque[str] = deque()
+        self._tl: deque[str] = deque()
+        self._ev: deque[str] = deque()
+        self._bufs = {"requests": self._req, "timeline": self._tl, "events": self._ev}
+        self._broken: set[str] = set()  # tables whose last write may have left a partial line
+        self._last_summary: str | None = None
+
+        self._prepare_dir()
+        self.t0 = time.time()
+        self._meta = self._initial_meta(meta or {})
+        self._claim_meta()
+        self._fds: dict[str, int] = {}
+        try:
+            for t in TABLES:
+                self._fds[t] = os.open(
+                    table_path(self.dir, t), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+                )
+        except OSError as e:
+            self._close_fds()
+            raise SessionError(f"cannot create session files in {self.dir}: {e.strerror}") from None
+        if fsync:
+            self._fsync_dir()
+        self._fsync_wanted = threading.Event()
+        self._fsync_stop = False
+        self._fsync_thread: threading.Thread | None = None
+        if fsync:
+            self._fsync_thread = threading.Thread(
+                target=self._fsync_loop, name="redline-session-fsync", daemon=True
+            )
+            self._fsync_thread.start()
+
+    # -- set-up ----------------------------------------------------------------------------
+    def _prepare_dir(self) -> None:
+        d = self.dir
+        if d.exists() and not d.is_dir():
+            raise SessionError(f"--out {d} is a file, not a directory")
+        if (d / META).exists():
+            raise SessionError(f"{d} already holds a redline session ({META}); choose another --out")
+        for t in TABLES:
+            if table_path(d, t).exists():
+                raise SessionError(f"{d} already holds session files ({t}.ndjson); choose another --out")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SessionError(f"cannot create session directory {d}: {e.strerror}") from None
+
+    def _initial_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        m: dict[str, Any] = {
+            "redline_version": __version__,
+            "format_version": FORMAT_VERSION,
+            "command_line": list(sys.argv),
+            "label": "",
+            "target": {},
+            "server_info": {},
+            "workload": {},
+            "started_at": iso_utc(self.t0),
+            "started_epoch": self.t0,
+            "ended_at": None,
+            "end_reason": None,
+            "host": socket.gethostname(),
+        }
+        m.update(meta)
+        m["command_line"] = redact_argv(m.get("command_line") or [])
+        target = m.get("target")
+        if isinstance(target, dict) and isinstance(target.get("url"), str):
+            m["target"] = {**target, "url": redact_url(target["url"])}
+        return m
+
+    def _claim_meta(self) -> None:
+        """Create meta.json exclusively: two runs can never write into one directory."""
+        path = self.dir / META
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise SessionError(
+                f"{self.dir} already holds a redline session ({META}); choose another --out"
+            ) from None
+        except OSError as e:
+            raise SessionError(f"cannot write {path}: {e.strerror}") from None
+        os.close(fd)
+        self._write_meta()
+
+    def _fsync_dir(self) -> None:
+        try:
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    # -- appends (cheap; called from the engine's event loop) ------------------------------
+    def add_request(self, row: dict[str, Any]) -> None:
+        """Queue one requests.ndjson row (see request_row())."""
+        if self.closed:
+            self.lost_rows += 1
+            return
+        buf = self._req
+        buf.append(dumps_row(row))
+        if len(buf) >= self.max_buffer:
+            self.flush()
+
+    def add_record(self, rec: RequestRecord, clock: Clock) -> None:
+        """request_row(rec, clock) with this writer's secrets, then add_request()."""
+        self.add_request(request_row(rec, clock, self._scrub))
+
+    def add_timeline(self, row: dict[str, Any]) -> None:
+        """Queue one timeline row; `t` and `elapsed_s` are filled in when absent."""
+        if self.closed:
+            self.lost_rows += 1
+            return
+        if "t" not in row or "elapsed_s" not in row:
+            t = row.get("t")
+            if t is None:
+                t = time.time()
+            row = {"t": t, "elapsed_s": round(t - self.t0, 3), **row}
+        buf = self._tl
+        buf.append(dumps_row(row))
+        if len(buf) >= self.max_buffer:
+            self.flush()
+
+    def add_event(self, kind: str, text: str, **fields: Any) -> None:
+        """Queue one event. `text` is made one line; a non-string `detail` is stored as JSON
+        text so the column keeps one type. `t` (epoch) may be given, else now."""
+        if self.closed:
+            self.lost_rows += 1
+            return
+        t = fields.pop("t", None)
+        if t is None:
+            t = time.time()
+        row: dict[str, Any] = {
+            "t": t,
+            "elapsed_s": round(t - self.t0, 3),
+            "kind": str(kind),
+            "text": one_line(text),
+        }
+        detail = fields.get("detail")
+        if detail is not None and not isinstance(detail, str):
+            fields["detail"] = dumps_row(detail)
+        row.update(fields)
+        buf = self._ev
+        buf.append(dumps_row(row))
+        if len(buf) >= self.max_buffer:
+            self.flush()
+
+    # -- documents -------------------------------------------------------------------------
+    def _write_meta(self) -> None:
+        text = dumps_doc(self._scrub.obj(self._meta)) + "\n"
+        write_text_atomic(self.dir / META, text, fsync=self._fsync)
+
+    def update_meta(self, **fields: Any) -> None:
+        """Merge fields into meta.json and rewrite it atomically."""
+        with self._lock:
+            if "command_line" in fields:
+                fields["command_line"] = redact_argv(fields["command_line"] or [])
+            self._meta.update(fields)
+            try:
+                self._write_meta()
+            except OSError as e:
+                self._note_error(f"cannot write {self.dir / META}: {e.strerror}")
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return dict(self._meta)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Rewrite summary.json atomically (skipped when nothing changed)."""
+        text = dumps_doc(self._scrub.obj(json.loads(dumps_row(summary)))) + "\n"
+        with self._lock:
+            if text == self._last_summary:
+                return
+            try:
+                write_text_atomic(self.dir / SUMMARY, text, fsync=self._fsync)
+                self._last_summary = text
+            except OSError as e:
+                self._note_error(f"cannot write {self.dir / SUMMARY}: {e.strerror}")
+
+    # -- flushing --------------------------------------------------------------------------
+    def buffered(self) -> int:
+        """Rows queued and not yet handed to the OS."""
+        return len(self._req) + len(self._tl) + len(self._ev)
+
+    def flush(self) -> None:
+        """Hand every queued row to the OS (one write() per table); fsync in the background."""
+        with self._lock:
+            if not self._fds:
+                return
+            wrote = False
+            for table, buf in self._bufs.items():
+                n = len(buf)
+                if not n:
+                    continue
+                pop = buf.popleft
+                lines = [pop() for _ in range(n)]
+                blob = "\n".join(lines) + "\n"
+                if self._scrub and self._scrub.hit(blob):
+                    blob = "\n".join(self._scrub_line(line) for line in lines) + "\n"
+                data = blob.encode("utf-8")
+                if table in self._broken:
+                    data = b"\n" + data  # end a partial line left by a failed write
+                try:
+                    _write_all(self._fds[table], data)
+                except OSError as e:
+                    self._broken.add(table)
+                    self.lost_rows += n
+                    self._note_error(f"cannot write {table_path(self.dir, table)}: {e.strerror}")
+                    continue
+                self._broken.discard(table)
+                self.rows_written[table] += n
+                wrote = True
+            if wrote and self._fsync_thread is not None:
+                self._fsync_wanted.set()
+
+    def _scrub_line(self, line: str) -> str:
+        sc = self._scrub
+        if not sc.hit(line):
+            return line
+        try:
+            clean = dumps_row(sc.obj(json.loads(line)))
+        except ValueError:
+            clean = line
+        if sc.hit(clean):  # a secret inside a number or other non-string: mask the text
+            clean = sc.text(clean)
+        return clean
+
+    def _note_error(self, msg: str) -> None:
+        if self.error is None:
+            self.error = msg
+
+    def _fsync_loop(self) -> None:
+        while True:
+            self._fsync_wanted.wait()
+            self._fsync_wanted.clear()
+            if self._fsync_stop:
+                return
+            for fd in list(self._fds.values()):
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    pass
+
+    # -- end -------------------------------------------------------------------------------
+    def close(self, end_reason: str = "quit") -> None:
+        """Flush, fsync, set ended_at/end_reason in meta.json. Idempotent."""
+        with self._lock:
+            if self.closed:
+                return
+            self.flush()
+            self.closed = True
+            if self._fsync_thread is not None:
+                self._fsync_stop = True
+                self._fsync_wanted.set()
+                self._fsync_thread.join(timeout=10)
+                for fd in self._fds.values():
+                    try:
+                        os.fsync(fd)
+                    except OSError:
+                        pass
+            self._close_fds()
+            self._meta["ended_at"] = iso_utc()
+            self._meta["end_reason"] = end_reason
+            try:
+                self._write_meta()
+            except OSError as e:
+                self._note_error(f"cannot write {self.dir / META}: {e.strerror}")
+
+    def _close_fds(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "SessionWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close("quit")
+        else:
+            self.close(f"error {exc_type.__name__}")

@@ -1,0 +1,409 @@
+"""The simulator's aiohttp application: SGLang and OpenAI endpoints over the batch model.
+
+One :class:`SimService` per server holds all state (model, GPUs, counters, guard); nothing is
+module-global. The application must run with ``handler_cancellation=True`` (see
+:mod:`engine.sim.serve`) so a client that goes away cancels its handler and the request leaves
+the model at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from typing import Any, Callable
+
+from aiohttp import web
+
+from .faults import FaultKind, FaultPlan, OverloadGuard, draw_fault
+from .gpu import GpuFleet
+from .metrics import PROMETHEUS_CONTENT_TYPE, make_registry, render_dcgm, render_sglang
+from .model import BatchModel, ModelSnapshot, SimRequest, SimShutdown
+from .profiles import SimProfile
+from .stats import RequestCounters, RequestTracker
+from .tokens import TokenStream
+from .wire import (DONE_EVENT, Api, BadRequest, GenerationRequest, ResponseShape,
+                   encode_event, error_body, make_shape, parse_request)
+
+__all__ = ["SimService", "SIM_VERSION", "SERVICE_KEY"]
+
+SIM_VERSION = "redline-sim 0.1"
+#: Seconds between two checks of the crash rules.
+_CRASH_CHECK_S = 0.05
+
+SERVICE_KEY: web.AppKey[SimService] = web.AppKey("redline_sim_service")
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class SimService:
+    """State and handlers of one simulated server."""
+
+    def __init__(
+        self,
+        profile: SimProfile,
+        seed: int = 0,
+        on_crash: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_crash(reason)`` is how the hosting process dies when the profile crashes."""
+        self.profile = profile
+        self.seed = seed
+        self.gpus = GpuFleet(profile, seed)
+        self.model = BatchModel(profile, on_batch=self.gpus.set_batch)
+        self.counters = RequestCounters()
+        self.guard = OverloadGuard(profile, self._crashed)
+        self.created = int(time.time())
+        self._on_crash = on_crash
+        self._arrivals = 0
+        self._registry = make_registry(profile, self._read_state)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = asyncio.Event()
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        """The aiohttp application serving this simulator."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app[SERVICE_KEY] = self
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/health_generate", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_get("/server_info", self.server_info)
+        app.router.add_get("/get_model_info", self.model_info)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
+        app.router.add_get("/sim/state", self.sim_state)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/generate", self.generate)
+        app.on_startup.append(self._start_tasks)
+        app.on_shutdown.append(self._stop_tasks)
+        return app
+
+    async def _start_tasks(self, app: web.Application) -> None:
+        self._tasks.append(asyncio.create_task(self.model.run(), name="redline-sim-scheduler"))
+        if self.guard.watches:
+            self._tasks.append(asyncio.create_task(self._watch_crash(), name="redline-sim-guard"))
+
+    async def _stop_tasks(self, app: web.Application) -> None:
+        self._closing.set()
+        self.model.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _watch_crash(self) -> None:
+        while True:
+            self.guard.observe(self.model.load)
+            await asyncio.sleep(_CRASH_CHECK_S)
+
+    def _crashed(self, reason: str) -> None:
+        if self._on_crash is not None:
+            self._on_crash(reason)
+
+    # ---- state ----------------------------------------------------------------------
+
+    def _read_state(self) -> tuple[ModelSnapshot, RequestCounters]:
+        return self.model.snapshot(), self.counters
+
+    def state(self) -> dict[str, Any]:
+        """The exact snapshot served by ``/sim/state``."""
+        snap = self.model.snapshot()
+        c = self.counters
+        return {
+            "t": time.time(),
+            "profile": self.profile.name,
+            "running": snap.running,
+            "queued": snap.queued,
+            "received": c.received,
+            "completed": c.completed,
+            "failed": c.failed,
+            "aborted": c.aborted,
+            "prompt_tokens_total": snap.prompt_tokens_total,
+            "generation_tokens_total": c.tokens_sent,
+            "failures": dict(sorted(c.failures.items())),
+            "finished_in_model": snap.finished_total,
+            "running_cap": self.profile.running_cap,
+            "kv_used_tokens": snap.kv_used_tokens,
+            "kv_reserved_tokens": snap.kv_reserved_tokens,
+            "kv_budget_tokens": snap.kv_budget_tokens,
+            "gen_throughput": snap.gen_throughput,
+            "overloaded": self.guard.overloaded(snap.running + snap.queued),
+            "crashed": self.guard.crashed,
+        }
+
+    def server_args(self) -> dict[str, Any]:
+        """SGLang-shaped ``/get_server_info`` body."""
+        p = self.profile
+        snap = self.model.snapshot()
+        return {
+            "model_path": f"redline-sim/{p.model_name}",
+            "tokenizer_path": f"redline-sim/{p.model_name}",
+            "served_model_name": p.model_name,
+            "context_length": p.max_model_len,
+            "tp_size": p.tp_size,
+            "pp_size": p.pp_size,
+            "dp_size": p.dp_size,
+            "max_running_requests": p.max_running_requests,
+            "pp_max_micro_batch_size": p.pp_max_micro_batch_size,
+            "max_total_tokens": p.kv_budget_tokens,
+            "chunked_prefill_size": p.chunked_prefill_size,
+            "enable_metrics": True,
+            "version": SIM_VERSION,
+            "redline_sim": {
+                "profile": p.name,
+                "gpus": p.gpus,
+                "pp_max_micro_batch_size": p.pp_max_micro_batch_size,
+                "running_cap": p.running_cap,
+                "seed": self.seed,
+            },
+            "internal_states": [
+                {
+                    "max_total_num_tokens": p.kv_budget_tokens,
+                    "last_gen_throughput": snap.gen_throughput,
+                }
+            ],
+        }
+
+    # ---- GET endpoints --------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        """200 OK, or 503 while the profile is overloaded or crashed."""
+        if self.guard.overloaded(self.model.load):
+            return web.Response(status=503, text="overloaded")
+        return web.Response(text="OK")
+
+    async def models(self, request: web.Request) -> web.Response:
+        """OpenAI ``/v1/models``."""
+        p = self.profile
+        return _json({"object": "list", "data": [{
+            "id": p.model_name, "object": "model", "created": self.created,
+            "owned_by": "redline-sim", "root": p.model_name, "parent": None,
+            "max_model_len": p.max_model_len}]})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """SGLang ``/get_server_info``."""
+        return _json(self.server_args())
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        """SGLang ``/get_model_info``."""
+        name = f"redline-sim/{self.profile.model_name}"
+        return _json({"model_path": name, "tokenizer_path": name, "is_generation": True})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """SGLang-named Prometheus metrics, exact."""
+        return web.Response(body=render_sglang(self._registry),
+                            headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        """dcgm-exporter style GPU metrics."""
+        text = render_dcgm(self.profile, self.gpus.readings(self.model.snapshot().kv_used_tokens))
+        return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    async def sim_state(self, request: web.Request) -> web.Response:
+        """Exact counters for tests."""
+        return _json(self.state())
+
+    # ---- generation -----------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI ``/v1/chat/completions``."""
+        return await self._generation(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI ``/v1/completions``."""
+        return await self._generation(request, "completions")
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang ``/generate``."""
+        return await self._generation(request, "generate")
+
+    async def _generation(self, request: web.Request, api: Api) -> web.StreamResponse:
+        index = self._arrivals
+        self._arrivals += 1
+        rng = random.Random(f"redline-sim:{self.seed}:{index}")
+        tracker = self.counters.receive()
+        try:
+            return await self._serve_generation(request, api, rng, tracker)
+        except asyncio.CancelledError:
+            tracker.abort()
+            raise
+        except ConnectionError:
+            # The client went away mid-write; aiohttp drops this reply quietly.
+            tracker.abort()
+            return web.Response()
+        except SimShutdown:
+            tracker.fail("shutdown")
+            raise web.HTTPServiceUnavailable(text="server shutting down") from None
+
+    async def _serve_generation(
+        self, request: web.Request, api: Api, rng: random.Random, tracker: RequestTracker
+    ) -> web.StreamResponse:
+        try:
+            try:
+                body = await request.json()
+            except ValueError:
+                raise BadRequest("the request body is not valid JSON") from None
+            req = parse_request(api, body, self.profile)
+        except BadRequest as exc:
+            tracker.fail("bad_request")
+            return _error(400, str(exc), "BadRequestError")
+
+        plan = draw_fault(self.profile, rng, req.max_tokens)
+        load = self.model.load
+        if self.guard.should_reject(load, plan.reject_draw):
+            tracker.fail("overloaded")
+            return _error(503, f"server overloaded ({load} requests in flight)", "overloaded")
+        if plan.kind is FaultKind.HTTP_500:
+            tracker.fail("http_500")
+            return _error(500, "simulated internal server error", "InternalServerError")
+        if plan.kind is FaultKind.HTTP_429:
+            tracker.fail("http_429")
+            resp = _error(429, "simulated rate limit", "rate_limit_exceeded")
+            resp.headers["Retry-After"] = "1"
+            return resp
+
+        try:
+            sim_req = self.model.submit(req.prompt_tokens, req.max_tokens)
+        except ValueError as exc:
+            tracker.fail("bad_request")
+            return _error(400, str(exc), "BadRequestError")
+        try:
+            self.guard.observe(self.model.load)
+            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()))
+            tokens = TokenStream(rng)
+            if req.stream:
+                return await self._stream(request, req, sim_req, shape, tokens, plan, tracker)
+            return await self._whole(request, req, sim_req, shape, tokens, plan, tracker)
+        finally:
+            self.model.release(sim_req)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        req: GenerationRequest,
+        sim_req: SimRequest,
+        shape: ResponseShape,
+        tokens: TokenStream,
+        plan: FaultPlan,
+        tracker: RequestTracker,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        per_chunk = self.profile.tokens_per_chunk
+        stall_at = self.profile.stall_after_tokens
+        malformed_pending = plan.kind is FaultKind.MALFORMED
+        total = req.max_tokens
+        try:
+            opening = shape.opening()
+            if opening is not None:
+                await _send(resp, opening)
+            produced = sent = 0
+            while sent < total:
+                if stall_at is not None and sent >= stall_at:
+                    await self._stall(sim_req, tracker)
+                    return resp
+                produced += await sim_req.next_tokens()
+                while produced - sent >= per_chunk or (produced == total and sent < total):
+                    k = min(per_chunk, produced - sent)
+                    chunk = shape.token_chunk(tokens.next_text(k), sent + k, sent + k == total)
+                    await _send(resp, chunk)
+                    sent += k
+                    tracker.sent_tokens(k)
+                    if plan.kind is FaultKind.DISCONNECT and sent >= plan.at_token:
+                        tracker.fail("disconnect")
+                        _close_connection(request)
+                        return resp
+                    if malformed_pending and sent >= plan.at_token:
+                        malformed_pending = False
+                        tracker.fail("malformed")
+                        await resp.write(_malformed(chunk))
+                    if stall_at is not None and sent >= stall_at and sent < total:
+                        await self._stall(sim_req, tracker)
+                        return resp
+            closing = shape.closing(sent)
+            if closing is not None:
+                await _send(resp, closing)
+            await resp.write(DONE_EVENT)
+            tracker.complete()
+        except ConnectionError:
+            # The client went away mid-write; aiohttp finishes quietly when we return.
+            tracker.abort()
+        return resp
+
+    async def _whole(
+        self,
+        request: web.Request,
+        req: GenerationRequest,
+        sim_req: SimRequest,
+        shape: ResponseShape,
+        tokens: TokenStream,
+        plan: FaultPlan,
+        tracker: RequestTracker,
+    ) -> web.StreamResponse:
+        total = req.max_tokens
+        stall_at = self.profile.stall_after_tokens
+        produced = 0
+        while produced < total:
+            if stall_at is not None and produced >= stall_at:
+                await self._stall(sim_req, tracker)
+                return web.Response()
+            produced += await sim_req.next_tokens()
+            if plan.kind is FaultKind.DISCONNECT and produced >= plan.at_token:
+                tracker.fail("disconnect")
+                _close_connection(request)
+                return web.Response()
+        body = json.dumps(shape.full_body(tokens.next_text(total), total), separators=(",", ":"))
+        if plan.kind is FaultKind.MALFORMED:
+            tracker.fail("malformed")
+            body = body[: len(body) // 2]
+        tracker.sent_tokens(total)
+        resp = web.Response(body=body.encode(), content_type="application/json")
+        await resp.prepare(request)
+        await resp.write_eof()
+        tracker.complete()
+        return resp
+
+    async def _stall(self, sim_req: SimRequest, tracker: RequestTracker) -> None:
+        """Stop sending without closing: free the slot, then hold until the client leaves."""
+        tracker.fail("stall")
+        self.model.release(sim_req)
+        await self._closing.wait()
+
+
+async def _send(resp: web.StreamResponse, chunk: dict[str, Any]) -> None:
+    """Stamp ``sim_t`` just before the write and send one SSE event."""
+    chunk["sim_t"] = time.time()
+    await resp.write(encode_event(chunk))
+
+
+def _malformed(chunk: dict[str, Any]) -> bytes:
+    """A truncated copy of ``chunk`` as one SSE event: JSON that cannot be parsed."""
+    text = json.dumps(chunk, separators=(",", ":"))
+    cut = text.find('"choices":[')
+    cut = cut + len('"choices":[') if cut > 0 else max(1, len(text) // 2)
+    return b"data: " + text[:cut].encode() + b"\n\n"
+
+
+def _close_connection(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(obj, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _error(status: int, message: str, kind: str) -> web.Response:
+    return _json(error_body(message, kind, status), status=status)

@@ -1,0 +1,220 @@
+"""Named performance and fault profiles of the simulated server.
+
+A :class:`SimProfile` holds every number the simulator uses: the parallel layout reported by
+``/get_server_info``, the continuous-batching performance model, the simulated GPUs and the
+fault knobs. The four shipped profiles live in :data:`PROFILES`; tests build their own with
+``dataclasses.replace(get_profile("healthy"), ...)`` or the ``--set FIELD=VALUE`` option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["SimProfile", "PROFILES", "get_profile", "profile_names", "apply_overrides"]
+
+
+@dataclass(frozen=True)
+class SimProfile:
+    """Everything that defines one simulated server.
+
+    Times are seconds, power is watts, memory is MiB. ``None`` disables an optional limit.
+    """
+
+    name: str
+    model_name: str = "redline-sim-70b"
+    max_model_len: int = 32768
+
+    # Parallel layout (reported by /get_server_info).
+    gpus: int = 8
+    tp_size: int = 8
+    pp_size: int = 1
+    dp_size: int = 1
+    max_running_requests: int = 256
+    pp_max_micro_batch_size: int | None = None
+    chunked_prefill_size: int = 8192
+    kv_budget_tokens: int = 800_000
+
+    # Performance model: one decode iteration of a batch of B requests takes
+    # max(decode_base_s + decode_per_seq_s * B, B / ceiling_tok_s)
+    #   + collapse_per_seq_s * max(0, B - collapse_above_batch)
+    #   + prefill_per_token_s * (prompt tokens admitted in this iteration).
+    decode_base_s: float = 0.040
+    decode_per_seq_s: float = 0.0002
+    ceiling_tok_s: float | None = 2000.0
+    prefill_per_token_s: float = 0.00002
+    collapse_above_batch: int | None = None
+    collapse_per_seq_s: float = 0.0
+    tokens_per_chunk: int = 1
+    default_max_tokens: int = 128
+    chat_template_tokens: int = 7
+
+    # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
+    # power = idle_w + (peak_w - idle_w) * util.
+    gpu_model_name: str = "NVIDIA H100 80GB HBM3 (simulated)"
+    gpu_memory_mib: int = 81559
+    gpu_idle_w: float = 80.0
+    gpu_peak_w: float = 690.0
+    gpu_limit_w: float = 700.0
+    saturation_batch: int = 128
+    util_ceiling: float = 1.0
+    weights_mib_per_gpu: int = 17_920
+    kv_mib_per_token: float = 0.3125  # whole model, split evenly over the GPUs
+
+    # Faults drawn per request from the seeded generator (fractions of requests).
+    error_500_rate: float = 0.0
+    error_429_rate: float = 0.0
+    disconnect_rate: float = 0.0
+    malformed_rate: float = 0.0
+    # Stop sending after this many tokens without closing the connection (every request).
+    stall_after_tokens: int | None = None
+
+    # Overload: above ``overload_above`` requests in the server (running + queued) /health
+    # answers 503 and this fraction of new generation requests is refused with 503.
+    overload_above: int | None = None
+    overload_reject_fraction: float = 1.0
+    # Crash: the server dies when its load stays above ``crash_sustained_above`` for
+    # ``crash_sustain_s`` seconds, or at once when it passes ``crash_above``.
+    crash_sustained_above: int | None = None
+    crash_sustain_s: float = 2.0
+    crash_above: int | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for attr in ("gpus", "tp_size", "pp_size", "dp_size", "max_running_requests",
+                     "kv_budget_tokens", "max_model_len", "tokens_per_chunk",
+                     "default_max_tokens", "saturation_batch"):
+            if getattr(self, attr) < 1:
+                problems.append(f"{attr} must be >= 1")
+        if self.pp_max_micro_batch_size is not None and self.pp_max_micro_batch_size < 1:
+            problems.append("pp_max_micro_batch_size must be >= 1 or None")
+        for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",
+                     "overload_reject_fraction", "util_ceiling"):
+            if not 0.0 <= getattr(self, attr) <= 1.0:
+                problems.append(f"{attr} must be within 0..1")
+        if (self.error_500_rate + self.error_429_rate + self.disconnect_rate
+                + self.malformed_rate) > 1.0:
+            problems.append("the fault rates must add up to at most 1")
+        if self.decode_base_s < 0 or self.decode_per_seq_s < 0 or self.prefill_per_token_s < 0:
+            problems.append("step times must be >= 0")
+        if self.ceiling_tok_s is not None and self.ceiling_tok_s <= 0:
+            problems.append("ceiling_tok_s must be > 0 or None")
+        if problems:
+            raise ValueError(f"profile {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def running_cap(self) -> int:
+        """The number of requests the server really runs at once (the PP cap included)."""
+        if self.pp_max_micro_batch_size is None:
+            return self.max_running_requests
+        return min(self.max_running_requests, self.pp_max_micro_batch_size)
+
+    def step_time(self, batch: int, prefill_tokens: int = 0) -> float:
+        """Seconds one iteration takes for ``batch`` running requests."""
+        if batch <= 0 and prefill_tokens <= 0:
+            return 0.0
+        t = self.decode_base_s + self.decode_per_seq_s * batch
+        if self.ceiling_tok_s is not None:
+            t = max(t, batch / self.ceiling_tok_s)
+        if self.collapse_above_batch is not None and batch > self.collapse_above_batch:
+            t += self.collapse_per_seq_s * (batch - self.collapse_above_batch)
+        return t + self.prefill_per_token_s * prefill_tokens
+
+    def steady_throughput(self, batch: int) -> float:
+        """Output tokens/s of a full batch with no prefill (the model's ideal curve)."""
+        return batch / self.step_time(batch) if batch > 0 else 0.0
+
+
+_HEALTHY = SimProfile(name="healthy")
+
+PROFILES: dict[str, SimProfile] = {
+    "healthy": _HEALTHY,
+    # The story: pipeline parallelism, pp_max_micro_batch_size = 64 // 8 = 8 caps the batch.
+    "pp-capped": dataclasses.replace(
+        _HEALTHY,
+        name="pp-capped",
+        tp_size=1,
+        pp_size=8,
+        max_running_requests=64,
+        pp_max_micro_batch_size=64 // 8,
+        decode_base_s=0.060,
+        ceiling_tok_s=None,
+        saturation_batch=8,
+        util_ceiling=0.40,
+    ),
+    # Latency collapses above 32 running, 503 above 48 in flight, dies above 96 for 2 s.
+    "fragile": dataclasses.replace(
+        _HEALTHY,
+        name="fragile",
+        collapse_above_batch=32,
+        collapse_per_seq_s=0.002,
+        overload_above=48,
+        overload_reject_fraction=0.5,
+        crash_sustained_above=96,
+        crash_sustain_s=2.0,
+        crash_above=128,
+    ),
+    "flaky": dataclasses.replace(
+        _HEALTHY,
+        name="flaky",
+        error_500_rate=0.05,
+        disconnect_rate=0.03,
+        malformed_rate=0.02,
+    ),
+}
+
+
+def profile_names() -> list[str]:
+    """The shipped profile names, in their documented order."""
+    return list(PROFILES)
+
+
+def get_profile(name: str) -> SimProfile:
+    """Return the named profile or raise ValueError with the one-line user message."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown profile {name!r} (expected one of: {', '.join(PROFILES)})"
+        ) from None
+
+
+def _coerce(name: str, hint: Any, raw: str) -> Any:
+    """Convert the text of a ``--set`` value to the field's declared type."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if type(None) in args and raw.strip().lower() in ("none", "null", ""):
+            return None
+        hint = next(a for a in args if a is not type(None))
+    kind = getattr(hint, "__name__", str(hint))
+    try:
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if hint is str:
+            return raw
+    except ValueError:
+        raise ValueError(
+            f"bad value {raw!r} for profile field {name!r} (expected {kind})"
+        ) from None
+    raise ValueError(f"profile field {name!r} cannot be set from the command line")
+
+
+def apply_overrides(profile: SimProfile, overrides: Mapping[str, str]) -> SimProfile:
+    """Return ``profile`` with fields replaced from ``FIELD -> text`` pairs (``--set``)."""
+    if not overrides:
+        return profile
+    hints = typing.get_type_hints(SimProfile)
+    settable = [f.name for f in dataclasses.fields(SimProfile)]
+    changes: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        if key not in settable:
+            raise ValueError(
+                f"unknown profile field {key!r} (expected one of: {', '.join(settable)})"
+            )
+        changes[key] = _coerce(key, hints[key], raw)
+    return dataclasses.replace(profile, **changes)

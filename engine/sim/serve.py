@@ -1,0 +1,431 @@
+"""Entry points of the simulated server: blocking, in a thread, or in a subprocess.
+
+- :func:`run_sim`: serve in this process until SIGINT/SIGTERM (``python -m engine.sim``,
+  ``redline sim``); a crashing profile ends the process with exit status 1.
+- :func:`start_sim_thread`: serve from a background thread with its own event loop (plain
+  ``redline``, tests); a crashing profile closes the listening socket and every connection.
+- :func:`spawn_sim_process`: ``python -m engine.sim`` as a subprocess (tests; the simulator
+  then runs on another CPU core than the client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Callable, Sequence
+
+from aiohttp import web
+
+from .app import SimService
+from .profiles import SimProfile, apply_overrides, get_profile, profile_names
+
+__all__ = [
+    "SimServer", "SimHandle", "SimProcess", "run_sim", "start_sim_thread", "spawn_sim_process",
+    "add_sim_arguments", "main", "LISTENING_PREFIX",
+]
+
+LISTENING_PREFIX = "redline sim: listening on "
+#: Seconds in-flight handlers get to finish when a server stops.
+_SHUTDOWN_TIMEOUT_S = 1.0
+
+
+def _resolve(profile: str | SimProfile) -> SimProfile:
+    return profile if isinstance(profile, SimProfile) else get_profile(profile)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop where uvloop is importable, else the default asyncio loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class SimServer:
+    """One simulated server listening on a TCP port (aiohttp runner + site)."""
+
+    def __init__(
+        self,
+        profile: SimProfile,
+        seed: int = 0,
+        on_crash: Callable[[str], None] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.service = SimService(profile, seed, on_crash=on_crash)
+        self._runner: web.AppRunner | None = None
+        self.host = ""
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234``."""
+        return _url(self.host, self.port)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Bind and start serving; ``port=0`` picks a free port (see :attr:`port`)."""
+        runner = web.AppRunner(
+            self.service.build_app(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port, backlog=1024)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.host = host
+        self.port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop listening, end in-flight requests and the model (idempotent)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def kill(self) -> None:
+        """Die like a crashed server: stop listening and drop every connection at once."""
+        runner = self._runner
+        if runner is None:
+            return
+        for site in list(runner.sites):
+            await site.stop()
+        server = runner.server
+        if server is not None:
+            for conn in server.connections:
+                if conn.transport is not None:
+                    conn.transport.abort()
+        await self.stop()
+
+
+# ---- blocking ----------------------------------------------------------------------------
+
+
+def run_sim(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    profile: str | SimProfile = "healthy",
+    seed: int = 0,
+    ready_file: str | os.PathLike[str] | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; print one ``listening on`` line once bound.
+
+    ``ready_file``, if given, receives the base URL (one line, written atomically) once the
+    server listens. A crashing profile writes one line on stderr and exits the process (1).
+    """
+    prof = _resolve(profile)
+
+    def die(reason: str) -> None:
+        sys.stderr.write(f"redline sim: crashed (profile {prof.name}): {reason}\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+        server = SimServer(prof, seed, on_crash=die)
+        await server.start(host, port)
+        try:
+            print(f"{LISTENING_PREFIX}{server.url} profile={prof.name}", flush=True)
+            if ready_file is not None:
+                path = Path(ready_file)
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text(server.url + "\n")
+                tmp.replace(path)
+            await stop.wait()
+        finally:
+            await server.stop()
+
+    with asyncio.Runner(loop_factory=_new_event_loop) as runner:
+        runner.run(serve())
+
+
+# ---- background thread -------------------------------------------------------------------
+
+
+class SimHandle:
+    """A simulator serving from a background thread with its own event loop."""
+
+    def __init__(self, profile: SimProfile, seed: int, host: str, port: int) -> None:
+        self.profile = profile
+        self._seed = seed
+        self._host = host
+        self._req_port = port
+        self._server: SimServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self.port = 0
+        self.url = ""
+        #: Why the profile crashed the server, or None while it lives.
+        self.crashed: str | None = None
+        self._thread = threading.Thread(target=self._main, name="redline-sim", daemon=True)
+
+    def _start(self, timeout: float) -> None:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"redline sim: thread did not start within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+
+    def _main(self) -> None:
+        loop = _new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop_event = asyncio.Event()
+        server = SimServer(self.profile, self._seed, on_crash=self._on_crash)
+        try:
+            await server.start(self._host, self._req_port)
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._server = server
+        self.port = server.port
+        self.url = server.url
+        self._ready.set()
+        try:
+            await self._stop_event.wait()
+        finally:
+            await server.stop()
+
+    def _on_crash(self, reason: str) -> None:
+        self.crashed = reason
+        if self._server is not None:
+            asyncio.get_running_loop().create_task(self._server.kill())
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still serves (False after stop() or a crash)."""
+        return self._thread.is_alive() and self.crashed is None and not self._stopped
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and join the thread (idempotent)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        loop, event = self._loop, self._stop_event
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop closed in between
+                loop.call_soon_threadsafe(event.set)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> SimHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_sim_thread(
+    profile: str | SimProfile = "healthy",
+    seed: int = 0,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> SimHandle:
+    """Start a simulator in a background thread; returns once it listens."""
+    handle = SimHandle(_resolve(profile), seed, host, port)
+    handle._start(timeout=15.0)
+    return handle
+
+
+# ---- subprocess --------------------------------------------------------------------------
+
+
+class SimProcess:
+    """``python -m engine.sim`` running as a subprocess."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, stderr_path: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self._stderr_path = stderr_path
+
+    def stderr_text(self) -> str:
+        """What the process wrote on stderr so far."""
+        try:
+            return self._stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s for the process to exit; its status, or None."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 3 s (idempotent)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(3.0)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        with contextlib.suppress(OSError):
+            self._stderr_path.unlink()
+
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> str | None:
+    """First stdout line of ``proc`` before ``deadline`` (monotonic), or None."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return None
+            data = os.read(fd, 4096)
+            if not data:
+                return None
+            buf += data
+    return buf.split(b"\n", 1)[0].decode(errors="replace")
+
+
+def spawn_sim_process(
+    profile: str = "healthy",
+    seed: int = 0,
+    extra_args: Sequence[str] = (),
+    timeout: float = 15.0,
+) -> SimProcess:
+    """Start ``python -m engine.sim --port 0`` and wait for its ``listening on`` line."""
+    fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
+    stderr_path = Path(name)
+    cmd = [sys.executable, "-m", "engine.sim", "--port", "0", "--profile", profile,
+           "--seed", str(seed), *extra_args]
+    with os.fdopen(fd, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+    line = _read_line(proc, time.monotonic() + timeout)
+    if line is None or not line.startswith(LISTENING_PREFIX):
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5.0)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        detail = stderr_path.read_text(errors="replace").strip()
+        with contextlib.suppress(OSError):
+            stderr_path.unlink()
+        raise RuntimeError(
+            f"redline sim did not start within {timeout:g} s (exit {proc.returncode}): "
+            f"{line or detail or 'no output'}"
+        )
+    url = line[len(LISTENING_PREFIX):].split()[0]
+    return SimProcess(proc, url, stderr_path)
+
+
+# ---- command line ------------------------------------------------------------------------
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad port {text!r} (expected 0..65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"bad port {text!r} (expected 0..65535)")
+    return value
+
+
+def _override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"bad --set {text!r} (expected FIELD=VALUE)")
+    return key.strip(), value.strip()
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--host --port --profile --seed --set`` to ``parser``."""
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=0,
+                        help="port to listen on; 0 picks a free one (default 0)")
+    parser.add_argument("--profile", default="healthy",
+                        help=f"server profile: {', '.join(profile_names())} (default healthy)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of token texts and fault draws (default 0)")
+    parser.add_argument("--set", dest="overrides", action="append", type=_override,
+                        default=[], metavar="FIELD=VALUE",
+                        help="override one profile field, e.g. --set error_429_rate=0.1")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the simulator from parsed :func:`add_sim_arguments` options; exit status."""
+    try:
+        prof = apply_overrides(get_profile(args.profile), dict(args.overrides))
+    except ValueError as exc:
+        print(f"redline sim: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run_sim(host=args.host, port=args.port, profile=prof, seed=args.seed)
+    except OSError as exc:
+        print(f"redline sim: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m engine.sim`` / ``redline sim``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="redline sim",
+        description="Simulated SGLang/OpenAI inference server with a continuous-batching "
+                    "performance model, simulated GPUs and fault profiles.",
+    )
+    add_sim_arguments(parser)
+    return run_from_args(parser.parse_args(argv))

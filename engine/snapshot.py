@@ -1,0 +1,72 @@
+"""What the UI sees: an immutable picture of the engine, published a few times a second.
+
+The UI never reads engine internals; it reads the latest Snapshot. Every number here is
+computed in engine/metrics.py (live windows), engine/steps.py (step results) or
+engine/telemetry (server, GPUs, client health).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .stepresult import BreakResult, StepResult
+from .telemetry.types import GpuSample, ServerSample
+
+
+@dataclass(frozen=True)
+class LogLine:
+    seq: int
+    t: float  # epoch
+    kind: str  # key | preset | step | warning | error | break | notice | probe
+    text: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float  # perf_counter
+    elapsed_s: float
+    state: str  # running | paused | probe | preset | stopped | server gone
+    target_c: int
+    previous_c: int | None
+    in_flight: int
+    url: str = ""
+    model: str = ""
+    api: str = ""
+    server_kind: str = ""
+    caps: str = ""
+    # live rates (RATE_WINDOW_S)
+    output_tok_s: float = 0.0
+    input_tok_s: float = 0.0
+    req_s: float = 0.0
+    errors_s: float = 0.0
+    # live percentiles in ms (LATENCY_WINDOW_S): {"p50","p90","p99","max"}
+    ttft_ms: dict = field(default_factory=dict)
+    itl_ms: dict = field(default_factory=dict)
+    tpot_ms: dict = field(default_factory=dict)
+    e2e_ms: dict = field(default_factory=dict)
+    # totals
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    errors_by_kind: dict = field(default_factory=dict)
+    output_tokens_total: int = 0
+    # steps
+    steps: tuple[StepResult, ...] = ()
+    current_step: StepResult | None = None
+    break_result: BreakResult | None = None
+    probe_result: StepResult | None = None
+    preset: str = ""  # preset progress line, when a preset runs
+    # telemetry
+    server: ServerSample | None = None
+    gpus: tuple[GpuSample, ...] = ()
+    client_cpu_pct: float | None = None
+    loop_lag_ms: float | None = None
+    client_overloaded: bool = False
+    warnings: tuple[str, ...] = ()  # active warnings (cap, client overload, server gone)
+    tok_per_joule: float | None = None
+    # per-second history for sparklines: (second index, timeline row)
+    second: int = 0
+    row: dict = field(default_factory=dict)
+    log: tuple[LogLine, ...] = ()  # the most recent event lines
+    session_dir: str = ""
+    done: bool = False  # the engine stopped (preset finished or stop())

@@ -1,0 +1,46 @@
+"""Incremental Server-Sent Events splitter: bytes as they arrive -> `data:` payloads.
+
+Servers split events across socket reads at arbitrary points; this keeps the partial tail
+and hands back complete payloads only. Multi-line `data:` fields of one event are joined
+with a newline (per the SSE spec); comments (`:`) and other fields are ignored.
+"""
+
+from __future__ import annotations
+
+DONE = b"[DONE]"
+
+
+class SSEDecoder:
+    __slots__ = ("_buf", "_data")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Return the payloads of every event completed by this chunk, in order."""
+        buf = self._buf + chunk if self._buf else chunk
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()  # the unfinished tail (b"" when the chunk ended on \n)
+        out: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if data:
+                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data.clear()
+                continue
+            if line.startswith(b"data:"):
+                payload = line[5:]
+                if payload.startswith(b" "):
+                    payload = payload[1:]
+                data.append(payload)
+        return out
+
+    def close(self) -> list[bytes]:
+        """End of stream: an event not followed by a blank line still counts."""
+        out = self.feed(b"\n\n") if (self._buf or self._data) else []
+        self._buf = b""
+        return out

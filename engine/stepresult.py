@@ -1,0 +1,62 @@
+"""Result of one step (a period held at one concurrency), as summary.json stores it.
+
+Field names follow SGLang's bench_serving where it has them, so its users' scripts read ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass
+class StepResult:
+    concurrency: int
+    duration_s: float
+    completed: int
+    failed: int
+    output_throughput: float  # output tok/s, counted as tokens arrived inside the window
+    input_throughput: float  # input tok/s of requests completed inside the window
+    request_throughput: float  # completed requests/s
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    median_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    p99_e2e_latency_ms: float | None = None
+    steady: bool = False  # throughput of the window's halves agree (see engine/steps.py)
+    server_max_running: float | None = None  # most requests the server reported running
+    # Beyond bench_serving:
+    index: int = 0
+    phase: str = "measure"  # "measure" | "live" | "probe"
+    t_start: float = 0.0  # epoch seconds
+    errors_by_kind: dict[str, int] | None = None
+    mean_power_w: float | None = None  # summed over GPUs, when telemetry exists
+    tokens_per_joule: float | None = None
+    joules_per_token: float | None = None
+
+    @property
+    def error_rate(self) -> float:
+        total = self.completed + self.failed
+        return self.failed / total if total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StepResult":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class BreakResult:
+    reason: str  # "plateau" | "latency" | "errors" | "collapse" | "server_gone"
+    concurrency: int  # the step where a rule fired
+    last_good_concurrency: int | None  # highest-throughput step that broke no rule
+    detail: str = ""  # one line: which rule, the numbers
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""Telemetry: GPUs (NVML, dcgm-exporter), server internals (/metrics), the client itself."""

@@ -1,0 +1,153 @@
+"""Detects a server-side running-request cap: the client holds C requests, the server runs
+far fewer and queues the rest.
+
+This is the failure redline was born from (SGLang pipeline parallelism capping each
+micro-batch at ``max_running_requests // pp_size`` = 8 while the client sent 64): GPUs idle
+at 40 % power, throughput flat, and nothing on screen said why.
+
+The condition, per observation:
+
+- the client holds its concurrency: ``in_flight >= IN_FLIGHT_HELD * target_c``;
+- the server runs clearly fewer: ``running < RUNNING_SHORT * in_flight`` and ``running < target_c``;
+- the server's queue is non-empty.
+
+It must hold for SUSTAIN_S seconds across at least MIN_SERVER_SAMPLES distinct server
+samples (a stale sample repeated does not count), restarting whenever the target changes,
+so the ramp-up after a concurrency change (the server still admitting/prefilling new
+requests) stays silent. With 1 s telemetry it fires ~3 s after the condition starts. It fires
+once per episode and re-arms after the condition has been false for CLEAR_S seconds.
+"""
+
+from __future__ import annotations
+
+from ..serverinfo import ServerInfo
+from .types import ServerSample
+
+__all__ = ["CapDetector", "cap_cause", "cap_warning"]
+
+IN_FLIGHT_HELD = 0.9
+RUNNING_SHORT = 0.75
+SUSTAIN_S = 3.0
+MIN_SERVER_SAMPLES = 3
+CLEAR_S = 3.0
+MAX_GAP_S = 5.0  # observations further apart than this do not make one episode
+KV_FULL = 0.9  # KV-cache usage at which a short running count is the token budget's doing
+
+
+def _num(x: float) -> str:
+    return str(int(round(x))) if abs(x - round(x)) < 1e-6 else f"{x:.1f}"
+
+
+def _near(running: float, cap: int) -> bool:
+    return abs(running - cap) <= max(1.0, 0.1 * cap)
+
+
+def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
+    """The likely reason the server runs only ``server.running`` requests."""
+    running = server.running or 0.0
+    if info is not None:
+        dp = info.dp_size if info.dp_size and info.dp_size > 1 else 1
+        candidates: list[tuple[int, str]] = []
+        if info.pp_micro_batch_cap:
+            cap = info.pp_micro_batch_cap
+            if info.max_running_requests and info.pp_size:
+                why = f"pp micro-batch cap {cap} (max_running_requests {info.max_running_requests} // pp {info.pp_size})"
+            else:
+                why = f"pp micro-batch cap {cap}"
+            candidates.append((cap, why))
+        if info.max_num_seqs:
+            candidates.append((info.max_num_seqs, f"vLLM max-num-seqs {info.max_num_seqs}"))
+        if info.max_running_requests:
+            candidates.append((info.max_running_requests, f"max_running_requests {info.max_running_requests}"))
+        for cap, why in candidates:
+            if _near(running, cap):
+                return why
+        if dp > 1:
+            for cap, why in candidates:
+                if _near(running, cap * dp):
+                    return f"{why} × dp {dp}"
+    if server.kv_usage is not None and server.kv_usage >= KV_FULL:
+        return f"KV cache full ({100 * server.kv_usage:.0f} % used): the token budget limits the batch"
+    if server.kind == "vllm" and (info is None or not info.max_num_seqs):
+        return f"likely vLLM --max-num-seqs {_num(running)} (vLLM does not report it)"
+    if info is None:
+        return "unknown cause (no server info)"
+    caps = info.caps_text()
+    return f"unknown cause (server info: {caps})" if caps else "unknown cause (server info names no cap)"
+
+
+def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
+    """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``."""
+    return (
+        f"server cap: client holds {in_flight} in flight, server runs {_num(server.running or 0.0)}, "
+        f"queue {_num(server.queued or 0.0)} — {cap_cause(info, server)}"
+    )
+
+
+class CapDetector:
+    """Feed it one observation per telemetry tick; it returns a warning once per episode.
+
+    ``info`` may be None (no server info: the warning then says the cause is unknown).
+    """
+
+    def __init__(self, info: ServerInfo | None) -> None:
+        self.info = info
+        self.active = False  # a warning has fired and the condition has not cleared since
+        self.last_warning: str | None = None
+        self._start: float | None = None  # when the pending episode began
+        self._target: int | None = None
+        self._last_true: float = 0.0
+        self._server_ts: set[float] = set()
+        self._false_since: float | None = None
+
+    @staticmethod
+    def condition(target_c: int, in_flight: int, server: ServerSample) -> bool:
+        """The per-observation test (see the module docstring)."""
+        if server.running is None or server.queued is None:
+            return False
+        return (
+            target_c >= 2
+            and in_flight >= 2
+            and in_flight >= IN_FLIGHT_HELD * target_c
+            and server.running < RUNNING_SHORT * in_flight
+            and server.running < target_c
+            and server.queued > 0
+        )
+
+    def reset(self) -> None:
+        """Forget any episode (e.g. after the operator aborts everything)."""
+        self.active = False
+        self._start = None
+        self._server_ts.clear()
+        self._false_since = None
+
+    def update(self, t: float, target_c: int, in_flight: int, server: ServerSample | None) -> str | None:
+        """One observation at time ``t`` (seconds, any monotonic clock). Returns the warning
+        text the moment a sustained cap is established, else None."""
+        if server is None or server.running is None or server.queued is None:
+            return None  # no evidence either way
+        if not self.condition(target_c, in_flight, server):
+            self._start = None
+            self._server_ts.clear()
+            if self.active:
+                if self._false_since is None:
+                    self._false_since = t
+                elif t - self._false_since >= CLEAR_S:
+                    self.active = False
+                    self._false_since = None
+            return None
+        self._false_since = None
+        if self.active:
+            return None
+        if self._start is None or target_c != self._target or t - self._last_true > MAX_GAP_S:
+            self._start = t
+            self._target = target_c
+            self._server_ts = set()
+        self._server_ts.add(server.t)
+        self._last_true = t
+        if t - self._start >= SUSTAIN_S and len(self._server_ts) >= MIN_SERVER_SAMPLES:
+            self.active = True
+            self._start = None
+            self.last_warning = cap_warning(self.info, in_flight, server)
+            return self.last_warning
+        return None

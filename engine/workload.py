@@ -1,0 +1,194 @@
+"""Where prompts come from: random text of a length in the server's tokens, ShareGPT, JSONL.
+
+Lengths are in the server's tokens, as bench_serving's are. Random prompts are calibrated
+against what the server reports (usage.prompt_tokens on two probe requests), so
+`input_len = 1024` means 1024 tokens of *that* server's tokenizer and chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from .constants import CALIBRATION_WORDS, DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
+
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question work "
+    "government number night point home water room mother area money story fact month lot "
+    "right study book eye job word business issue side kind head house service friend father "
+    "power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war "
+    "history party result change morning reason research girl guy moment air teacher force "
+    "education foot boy age policy process music market sense nation plan college interest "
+    "death experience effect use class control care field development role effort rate heart"
+).split()
+
+
+class WorkloadError(ValueError):
+    """A dataset that cannot be used; the message is one line naming the value."""
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    dataset: str = "random"  # random | sharegpt:PATH | jsonl:PATH
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = DEFAULT_OUTPUT_LEN
+    seed: int = 0
+
+    def describe(self) -> dict:
+        return {"dataset": self.dataset, "input_len": self.input_len, "output_len": self.output_len}
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    text: str
+    max_tokens: int
+    expected_input_tokens: int = 0  # what calibration predicts (0 = unknown)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """tokens = overhead + per_word * words, fitted from the server's own counts."""
+
+    overhead: float
+    per_word: float
+    measured: bool  # False when the server reported no prompt_tokens (fell back to 1/word)
+
+    def words_for(self, tokens: int) -> int:
+        return max(1, round((tokens - self.overhead) / self.per_word))
+
+    def tokens_for(self, words: int) -> int:
+        return round(self.overhead + self.per_word * words)
+
+
+DEFAULT_CALIBRATION = Calibration(overhead=0.0, per_word=1.0, measured=False)
+
+
+def _random_text(rng: random.Random, words: int) -> str:
+    # A unique numeric prefix defeats prefix caching across requests, as random ids do.
+    head = f"{rng.randrange(10**9):09d}"
+    return head + " " + " ".join(rng.choices(_WORDS, k=max(0, words - 1)))
+
+
+async def calibrate(
+    measure: Callable[[str], Awaitable[int | None]], seed: int = 0
+) -> Calibration:
+    """Fit the server's tokens-per-word from two prompts; `measure` returns prompt_tokens."""
+    rng = random.Random(seed ^ 0x5EED)
+    w1, w2 = CALIBRATION_WORDS
+    p1 = await measure(_random_text(rng, w1))
+    p2 = await measure(_random_text(rng, w2))
+    if not p1 or not p2 or p2 <= p1:
+        return DEFAULT_CALIBRATION
+    per_word = (p2 - p1) / (w2 - w1)
+    return Calibration(overhead=p1 - per_word * w1, per_word=per_word, measured=True)
+
+
+class PromptSource:
+    """Yields prompts forever (datasets cycle), deterministically for a seed."""
+
+    def __init__(self, config: WorkloadConfig, calibration: Calibration = DEFAULT_CALIBRATION) -> None:
+        self.config = config
+        self.calibration = calibration
+        self._rng = random.Random(config.seed)
+        self._items: list[Prompt] = []
+        self._i = 0
+        if config.dataset != "random":
+            self._items = load_dataset(config.dataset, config.output_len)
+
+    def next(self) -> Prompt:
+        if self._items:
+            p = self._items[self._i % len(self._items)]
+            self._i += 1
+            return p
+        n = self.config.input_len
+        words = self.calibration.words_for(n)
+        return Prompt(
+            _random_text(self._rng, words),
+            self.config.output_len,
+            n if self.calibration.measured else 0,
+        )
+
+
+def parse_dataset_spec(spec: str) -> tuple[str, Path | None]:
+    """'random' | 'sharegpt:PATH' | 'jsonl:PATH' -> (kind, path)."""
+    if spec == "random":
+        return "random", None
+    kind, sep, path = spec.partition(":")
+    if not sep or kind not in ("sharegpt", "jsonl") or not path:
+        raise WorkloadError(f"dataset {spec!r}: expected random, sharegpt:PATH or jsonl:PATH")
+    return kind, Path(path).expanduser()
+
+
+def load_dataset(spec: str, output_len: int) -> list[Prompt]:
+    kind, path = parse_dataset_spec(spec)
+    assert path is not None
+    if not path.is_file():
+        raise WorkloadError(f"dataset file {str(path)!r}: not found")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"dataset file {str(path)!r}: cannot read ({exc.__class__.__name__})") from exc
+    if not raw.strip():
+        raise WorkloadError(f"dataset file {str(path)!r}: empty")
+    items = _sharegpt(path, raw, output_len) if kind == "sharegpt" else _jsonl(path, raw, output_len)
+    if not items:
+        raise WorkloadError(f"dataset file {str(path)!r}: no usable prompts")
+    return items
+
+
+def _sharegpt(path: Path, raw: str, output_len: int) -> list[Prompt]:
+    """ShareGPT JSON: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise WorkloadError(
+            f"dataset file {str(path)!r}: not JSON ({exc}); expected a ShareGPT list of "
+            '{"conversations": [{"from": "human", "value": ...}]}'
+        ) from exc
+    if not isinstance(data, list):
+        raise WorkloadError(f"dataset file {str(path)!r}: expected a JSON list of ShareGPT conversations")
+    out = []
+    for item in data:
+        conv = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(conv, list):
+            continue
+        for turn in conv:
+            if isinstance(turn, dict) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str):
+                if turn["value"].strip():
+                    out.append(Prompt(turn["value"], output_len))
+                break
+    return out
+
+
+def _jsonl(path: Path, raw: str, output_len: int) -> list[Prompt]:
+    """JSONL: one per line, a string or {"prompt": str, "max_tokens"|"output_len": int}."""
+    out = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise WorkloadError(
+                f"dataset file {str(path)!r} line {n}: not JSON ({exc}); expected a string "
+                'or {"prompt": "...", "max_tokens": N}'
+            ) from exc
+        if isinstance(obj, str):
+            text, mt = obj, output_len
+        elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+            text = obj["prompt"]
+            mt = obj.get("max_tokens", obj.get("output_len", output_len))
+            if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+                raise WorkloadError(f"dataset file {str(path)!r} line {n}: max_tokens must be a positive integer, got {mt!r}")
+        else:
+            raise WorkloadError(
+                f'dataset file {str(path)!r} line {n}: expected a string or {{"prompt": "..."}}, got {line[:60]!r}'
+            )
+        if text.strip():
+            out.append(Prompt(text, mt))
+    return out

@@ -1,0 +1,1 @@
+"""redline's terminal UI and command line."""

@@ -1,0 +1,256 @@
+"""The operator's screen: live control of concurrency against one server.
+
+The engine runs on its own thread (engine/host.py); this app reads its latest Snapshot four
+times a second and sends commands. Nothing here computes a metric: every number drawn comes
+from the Snapshot (see engine/snapshot.py for where each is computed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widgets import Footer
+
+from engine.controller import ConcurrencyError, check_concurrency
+from engine.host import EngineThread
+from engine.preset import Preset, PresetError, load_preset
+from engine.snapshot import Snapshot
+
+from .widgets.eventlog import EventLog
+from .widgets.gpus import GpuPanel
+from .widgets.header import StatusHeader
+from .widgets.panels import LivePanels
+from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker
+from .widgets.steps import StepTable
+
+REFRESH_S = 0.25
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+class RedlineApp(App[int]):
+    CSS_PATH = "redline.tcss"
+    TITLE = "redline"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("plus,equals_sign,up", "more", "+C", key_display="+"),
+        Binding("minus,down", "less", "-C", key_display="-"),
+        Binding("right_square_bracket", "double", "×2", key_display="]"),
+        Binding("left_square_bracket", "halve", "÷2", key_display="["),
+        Binding("c", "type_concurrency", "set C"),
+        Binding("a", "probe", "abort→C=1"),
+        Binding("r", "restore", "return"),
+        Binding("space", "pause", "pause"),
+        Binding("p", "preset", "preset"),
+        Binding("e", "export", "export"),
+        Binding("q", "quit_redline", "quit"),
+        Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
+    ]
+
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+
+    def __init__(self, host: EngineThread, *, step: int = 8, preset: Preset | None = None, presets_dir: Path = PRESETS_DIR) -> None:
+        super().__init__()
+        self.host = host
+        self.step = step
+        self.start_preset = preset
+        self.presets_dir = presets_dir
+        self.exit_reason = "quit"
+        self._quitting = False
+        self._preset_future = None
+
+    # -- layout ------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(id="header")
+        with Vertical(id="body"):
+            with Vertical(id="left"):
+                yield LivePanels()
+                yield GpuPanel(id="gpus")
+            with Vertical(id="right"):
+                yield StepTable()
+                yield EventLog()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for w in (self.query_one(StepTable), self.query_one(EventLog)):
+            w.can_focus = False
+        self.set_interval(REFRESH_S, self.pull_snapshot)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+        self.pull_snapshot()
+        if self.start_preset is not None:
+            self.run_preset(self.start_preset)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self.run_worker(self.action_quit_redline(f"signal {sig.name}"), exclusive=True, group="quit")
+
+    # -- refresh -----------------------------------------------------------------------
+    def pull_snapshot(self) -> None:
+        self.snapshot = self.host.snapshot
+
+    def watch_snapshot(self, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
+        self.query_one(StatusHeader).snapshot = snap
+        self.query_one(LivePanels).show(snap)
+        self.query_one(GpuPanel).snapshot = snap
+        self.query_one(StepTable).show(snap)
+        self.query_one(EventLog).show(snap.log)
+
+    # -- concurrency -------------------------------------------------------------------
+    @property
+    def target(self) -> int:
+        return self.host.engine.controller.target if self.host.engine.controller else 1
+
+    @property
+    def max_concurrency(self) -> int:
+        ctl = self.host.engine.controller
+        return ctl.max_concurrency if ctl else 1
+
+    def set_concurrency(self, n: int) -> None:
+        n = max(1, n)
+        if n > self.max_concurrency:
+            self.push_screen(
+                ConfirmScreen(f"C={n} is above --max-concurrency {self.max_concurrency}. Send that much load?"),
+                lambda yes: self._raise_max(n) if yes else self.notify(f"kept C={self.target}"),
+            )
+            return
+        self._cancel_preset()
+        self.host.set_concurrency(n)
+        self._echo(n)
+
+    def _raise_max(self, n: int) -> None:
+        def raise_and_set() -> None:
+            ctl = self.host.engine.controller
+            ctl.max_concurrency = max(ctl.max_concurrency, n)
+            self.host.engine.log("warning", f"--max-concurrency raised to {n} by the operator")
+            self.host.engine.set_concurrency(n)
+
+        self._cancel_preset()
+        self.host.call(raise_and_set)
+        self._echo(n)
+
+    def _echo(self, n: int) -> None:
+        """Show the new C at once; the next snapshot confirms it."""
+        snap = self.snapshot
+        if snap is not None:
+            from dataclasses import replace
+
+            self.query_one(StatusHeader).snapshot = replace(snap, target_c=n, previous_c=None)
+
+    def action_more(self) -> None:
+        self.set_concurrency(self.target + self.step)
+
+    def action_less(self) -> None:
+        self.set_concurrency(self.target - self.step)
+
+    def action_double(self) -> None:
+        self.set_concurrency(self.target * 2)
+
+    def action_halve(self) -> None:
+        self.set_concurrency(self.target // 2)
+
+    def action_type_concurrency(self) -> None:
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                n = check_concurrency(text, 10**9)
+            except ConcurrencyError:
+                self.notify(f"concurrency {text!r}: expected a whole number from 1 to {self.max_concurrency}; nothing changed", severity="error")
+                return
+            self.set_concurrency(n)
+
+        self.push_screen(ConcurrencyPrompt(self.target, self.max_concurrency), done)
+
+    def action_probe(self) -> None:
+        self._cancel_preset()
+        self.host.probe()
+
+    def action_restore(self) -> None:
+        if self.host.engine.controller and not self.host.engine.controller.probing:
+            self.notify("not in a probe: nothing to return to")
+            return
+        self.host.restore()
+
+    def action_pause(self) -> None:
+        self.host.toggle_pause()
+
+    # -- presets -----------------------------------------------------------------------
+    def action_preset(self) -> None:
+        presets = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
+        if not presets:
+            self.notify(f"no presets found in {self.presets_dir}", severity="warning")
+            return
+
+        def chosen(path: Path | None) -> None:
+            if path is None:
+                return
+            try:
+                preset = load_preset(path)
+            except PresetError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.run_preset(preset)
+
+        self.push_screen(PresetPicker(presets), chosen)
+
+    def run_preset(self, preset: Preset) -> None:
+        from engine.runner import run_preset
+
+        self._cancel_preset()
+        engine = self.host.engine
+
+        async def managed() -> None:
+            engine.suspend_live_steps()
+            try:
+                await run_preset(engine, preset)
+            finally:
+                engine.resume_live_steps()
+
+        self._preset_future = self.host.call(managed)
+
+    def _cancel_preset(self) -> None:
+        fut, self._preset_future = self._preset_future, None
+        if fut is not None and not fut.done():
+            fut.cancel()
+            self.host.call(self.host.engine.log, "preset", "preset cancelled by the operator")
+
+    # -- session -----------------------------------------------------------------------
+    async def action_export(self) -> None:
+        from engine.session import SessionError, export_session
+
+        d = self.host.engine.config.out_dir
+        if d is None:
+            self.notify("no session directory", severity="warning")
+            return
+        self.host.call(lambda: self.host.engine.session and self.host.engine.session.flush())
+        try:
+            paths = await asyncio.to_thread(export_session, d, "parquet", None)
+        except SessionError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        where = paths[0].parent if paths else d
+        self.notify(f"exported {len(paths)} tables to {where}")
+        self.host.call(self.host.engine.log, "notice", f"exported parquet to {where}")
+
+    async def action_quit_redline(self, reason: str = "quit") -> None:
+        """Stop all load, complete the session log, exit."""
+        if self._quitting:
+            return
+        self._quitting = True
+        self.exit_reason = reason
+        self._cancel_preset()
+        await asyncio.to_thread(self.host.stop, reason)
+        self.exit(0)

@@ -1,0 +1,178 @@
+"""The command line: `redline` (TUI), `redline sim`, `run`, `export`, `report`, `preset-from`.
+
+Arguments are checked before any connection. Bad input: one line on stderr naming the value
+and what is accepted, exit 2. Target unreachable at the start: exit 3. No traceback.
+Textual is imported only when the TUI opens, so `--help` and headless runs stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from engine import __version__
+from engine.constants import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_INPUT_LEN,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_STEP,
+)
+from engine.http import DEFAULT_TRANSPORT, TRANSPORTS
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+
+class UsageError(Exception):
+    """Bad input; printed as one line, exit 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(name: str):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} {s!r}: expected a whole number >= 1") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} {s!r}: expected a whole number >= 1")
+        return v
+
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} {s!r}: expected a number of seconds > 0") from None
+        if not v > 0 or v != v or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} {s!r}: expected a number of seconds > 0")
+        return v
+
+    return parse
+
+
+def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
+    g = p.add_argument_group("target")
+    g.add_argument("--url", help=url_help)
+    g.add_argument("--profile", default=None, help="built-in sim profile when no --url (healthy, pp-capped, fragile, flaky)")
+    g.add_argument("--api", choices=("chat", "completions", "generate"), default=None, help="API to load (default: chat when /v1/models answers, else SGLang /generate)")
+    g.add_argument("--model", default=None, help="model name to send (default: the first of /v1/models)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME", help="environment variable holding the API key, sent as a bearer token (default OPENAI_API_KEY); never shown or logged")
+    g.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (warned on screen and in the log)")
+    g.add_argument("--request-timeout", type=_positive_float("--request-timeout"), default=DEFAULT_REQUEST_TIMEOUT_S, metavar="S", help=f"a stream silent this long fails as a timeout (default {DEFAULT_REQUEST_TIMEOUT_S:.0f})")
+    g.add_argument("--max-concurrency", type=_positive_int("--max-concurrency"), default=DEFAULT_MAX_CONCURRENCY, metavar="N", help=f"highest concurrency accepted (default {DEFAULT_MAX_CONCURRENCY})")
+    g.add_argument("--server-metrics", default=None, metavar="URL", help="server /metrics (default: the target's /metrics)")
+    g.add_argument("--gpu-metrics", default=None, metavar="URL", help="dcgm-exporter metrics, e.g. http://host:9400/metrics (default: local NVML)")
+    g.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
+    g.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT, help=argparse.SUPPRESS)
+    o = p.add_argument_group("session")
+    o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
+    o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")
+    o.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="redline",
+        description="Live load controller for LLM inference servers. With no --url, opens on the built-in simulated server.",
+        epilog="commands: sim, run, export, report, preset-from (redline COMMAND --help)",
+    )
+    p.add_argument("--version", action="version", version=f"redline {__version__}")
+    _target_options(p, url_help="server base URL, e.g. http://127.0.0.1:30000 (default: start the built-in sim)")
+    w = p.add_argument_group("load")
+    w.add_argument("--concurrency", "-c", type=_positive_int("--concurrency"), default=DEFAULT_CONCURRENCY, metavar="N", help=f"starting concurrency (default {DEFAULT_CONCURRENCY})")
+    w.add_argument("--step", type=_positive_int("--step"), default=DEFAULT_STEP, metavar="N", help=f"+/- change (default {DEFAULT_STEP})")
+    w.add_argument("--input-len", type=_positive_int("--input-len"), default=DEFAULT_INPUT_LEN, metavar="N", help=f"random prompt length in server tokens (default {DEFAULT_INPUT_LEN})")
+    w.add_argument("--output-len", type=_positive_int("--output-len"), default=DEFAULT_OUTPUT_LEN, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN})")
+    w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH")
+    w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("sim", help="serve the simulated SGLang/OpenAI server")
+    from engine.sim.serve import add_sim_arguments
+
+    add_sim_arguments(s)
+
+    r = sub.add_parser("run", help="run a preset (TUI, or --headless)")
+    r.add_argument("preset", help="preset TOML file (see presets/)")
+    r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
+    _target_options(r, url_help="server base URL (overrides the preset's [target].url; default: the built-in sim)")
+
+    e = sub.add_parser("export", help="export a session's tables with polars")
+    e.add_argument("session_dir", type=Path)
+    e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
+    e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
+
+    rp = sub.add_parser("report", help="step table and break result of one or more sessions")
+    rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
+    rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
+    rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
+
+    pf = sub.add_parser("preset-from", help="write a preset that replays a session's concurrency timeline")
+    pf.add_argument("session_dir", type=Path)
+    pf.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    return p
+
+
+def _subparser_prog_fix(parser: argparse.ArgumentParser) -> None:
+    """Sub-parsers inherit OneLineParser, so their errors are one line too."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                sp.__class__ = OneLineParser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    _subparser_prog_fix(parser)
+    args = parser.parse_args(argv)
+    args.argv = ["redline", *argv]
+    try:
+        if args.command == "sim":
+            from engine.sim.serve import main as sim_main
+
+            return sim_main(argv[1:])
+        if args.command == "export":
+            from .commands import cmd_export
+
+            return cmd_export(args)
+        if args.command == "report":
+            from .commands import cmd_report
+
+            return cmd_report(args)
+        if args.command == "preset-from":
+            from .commands import cmd_preset_from
+
+            return cmd_preset_from(args)
+        if args.command == "run":
+            from .commands import cmd_run
+
+            return cmd_run(args)
+        from .commands import cmd_tui
+
+        return cmd_tui(args)
+    except UsageError as exc:
+        print(f"redline: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

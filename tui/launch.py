@@ -1,0 +1,133 @@
+"""From parsed arguments to a running target and an EngineConfig, checked before connecting."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+from engine.config import EngineConfig
+from engine.preset import Preset
+from engine.session import SessionError, check_session_dir, default_session_dir
+from engine.session.scrub import redact_argv
+from engine.target import TargetError, validate_url
+from engine.workload import WorkloadConfig, WorkloadError, load_dataset
+
+from .cli import UsageError
+
+DEFAULT_PROFILE = "healthy"
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every user value checked before any connection; UsageError names the bad one."""
+    if args.url is not None:
+        try:
+            validate_url(args.url)
+        except TargetError as exc:
+            raise UsageError(str(exc)) from None
+        if args.profile is not None:
+            raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
+    if args.profile is not None:
+        from engine.sim.profiles import get_profile
+
+        try:
+            get_profile(args.profile)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    for opt in ("server_metrics", "gpu_metrics"):
+        v = getattr(args, opt)
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise UsageError(f"--{opt.replace('_', '-')} {v!r}: expected an http(s):// URL of Prometheus text")
+    conc = getattr(args, "concurrency", None)
+    if conc is not None and conc > args.max_concurrency:
+        raise UsageError(f"--concurrency {conc}: above --max-concurrency {args.max_concurrency}")
+    if args.out is not None and (args.out / "meta.json").exists():
+        raise UsageError(f"--out {str(args.out)!r}: already holds a session (meta.json); choose a new directory")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {str(args.out)!r}: is a file; expected a directory")
+    compare = getattr(args, "compare", None)
+    if compare is not None:
+        try:
+            check_session_dir(compare)
+        except SessionError as exc:
+            raise UsageError(f"--compare: {exc}") from None
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The key comes only from the environment; never from argv, never echoed."""
+    name = args.api_key_env
+    if not name or not name.replace("_", "").isalnum():
+        raise UsageError(f"--api-key-env {name!r}: expected an environment variable name")
+    return os.environ.get(name) or None
+
+
+def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
+    wl = WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed)
+    check_workload(wl)
+    return wl
+
+
+def workload_from_preset(preset: Preset, seed: int = 0) -> WorkloadConfig:
+    w = preset.workload
+    wl = WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed)
+    check_workload(wl)
+    return wl
+
+
+def check_workload(wl: WorkloadConfig) -> None:
+    if wl.dataset != "random":
+        try:
+            load_dataset(wl.dataset, wl.output_len)
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def target_url(args: argparse.Namespace, preset_url: str | None = None) -> Iterator[str]:
+    """The URL to load: --url, the preset's, or a built-in sim started (and stopped) here."""
+    url = args.url or preset_url
+    if url is not None:
+        yield url
+        return
+    from engine.sim.serve import spawn_sim_process
+
+    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
+    try:
+        yield sim.url
+    finally:
+        sim.stop()
+
+
+def engine_config(
+    args: argparse.Namespace,
+    url: str,
+    workload: WorkloadConfig,
+    *,
+    concurrency: int,
+    api: str | None,
+    model: str | None,
+    live_steps: bool,
+) -> EngineConfig:
+    out: Path = args.out or default_session_dir()
+    return EngineConfig(
+        url=url,
+        api=api,
+        model=model,
+        workload=workload,
+        concurrency=concurrency,
+        max_concurrency=args.max_concurrency,
+        request_timeout=args.request_timeout,
+        api_key=api_key(args),
+        insecure=args.insecure,
+        transport=args.transport,
+        out_dir=out,
+        label=args.label,
+        server_metrics_url=args.server_metrics,
+        gpu_metrics_url=args.gpu_metrics,
+        use_nvml=not args.no_nvml,
+        live_steps=live_steps,
+        command_line=redact_argv(args.argv),
+        seed=args.seed,
+    )

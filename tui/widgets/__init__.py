@@ -1,0 +1,1 @@
+"""redline's widgets, one per module."""

@@ -1,0 +1,47 @@
+"""The live panels: a sparkline row per metric, fed from per-second timeline rows."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+
+from engine.snapshot import Snapshot
+
+from ..format import ms, num, rate
+from .metric import MetricRow
+
+HISTORY_POINTS = 120  # seconds of sparkline
+
+# (widget id, title, timeline column, live value from the snapshot, formatter)
+ROWS = (
+    ("tok", "out tok/s", "output_tok_s", lambda s: s.output_tok_s, rate),
+    ("ttft50", "TTFT p50", "ttft_p50_ms", lambda s: s.ttft_ms.get("p50"), ms),
+    ("ttft99", "TTFT p99", "ttft_p99_ms", lambda s: s.ttft_ms.get("p99"), ms),
+    ("itl50", "ITL p50", "itl_p50_ms", lambda s: s.itl_ms.get("p50"), ms),
+    ("itl99", "ITL p99", "itl_p99_ms", lambda s: s.itl_ms.get("p99"), ms),
+    ("e2e50", "E2E p50", "e2e_p50_ms", lambda s: s.e2e_ms.get("p50"), ms),
+    ("e2e99", "E2E p99", "e2e_p99_ms", lambda s: s.e2e_ms.get("p99"), ms),
+    ("err", "errors/s", "errors", lambda s: s.errors_s, rate),
+    ("queue", "srv queue", "server_queued", lambda s: s.server.queued if s.server else None, num),
+)
+
+
+class LivePanels(Vertical):
+    def __init__(self, *, id: str = "panels") -> None:
+        super().__init__(id=id)
+        self._history = {col: deque(maxlen=HISTORY_POINTS) for _, _, col, _, _ in ROWS}
+        self._second = -1
+
+    def compose(self) -> ComposeResult:
+        for wid, title, _, _, fmt in ROWS:
+            yield MetricRow(title, fmt, id=f"m-{wid}")
+
+    def show(self, snap: Snapshot) -> None:
+        if snap.second != self._second and snap.row:
+            self._second = snap.second
+            for _, _, col, _, _ in ROWS:
+                self._history[col].append(snap.row.get(col))
+        for wid, _, col, live, _ in ROWS:
+            self.query_one(f"#m-{wid}", MetricRow).show(self._history[col], live(snap))
