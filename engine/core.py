@@ -43,7 +43,7 @@ from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
 from .target import Target, TargetUnreachable, detect, validate_url
 from .telemetry.cap import CapDetector
-from .telemetry.client_health import ClientHealth
+from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.hub import TelemetryHub
 from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate
 
@@ -62,6 +62,8 @@ class Engine:
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
         self.health: ClientHealth | None = None
+        self._lag: LoopLagMonitor | None = None
+        self._health = None  # last ClientHealthSample, refreshed once a second
         self.cap: CapDetector | None = None
         self.source: PromptSource | None = None
         self.calibration = DEFAULT_CALIBRATION
@@ -85,6 +87,7 @@ class Engine:
         self._row: dict = {}
         self._err_texts: Counter[str] = Counter()
         self._listeners: list[Callable[[Snapshot], None]] = []
+        self._preset_task: asyncio.Task | None = None
         self._closed = False
         self._t0 = time.perf_counter()
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
@@ -145,8 +148,8 @@ class Engine:
         self._tasks.clear()
         if self.telemetry is not None:
             await self.telemetry.stop()
-        if self.health is not None:
-            await self.health.stop()
+        if self._lag is not None:
+            await self._lag.stop()
         self.log("notice", f"stopped ({reason}); {cancelled} in-flight requests cancelled")
         if self.session is not None:
             self._timeline_row(now)
@@ -184,8 +187,9 @@ class Engine:
             on_notice=lambda text: self.log("notice", text),
         )
         await self.telemetry.start()
-        self.health = ClientHealth()
-        await self.health.start()
+        self._lag = LoopLagMonitor()
+        self._lag.start()
+        self.health = ClientHealth(self._lag)
         self.cap = CapDetector(self.target.info)
 
     # -- commands (call on the engine's loop) -------------------------------------------
@@ -229,6 +233,65 @@ class Engine:
             self.log("key", f"back to C={c}", concurrency=c)
             self._roll_live_step()
         return c
+
+    def raise_max(self, n: int) -> int:
+        """The operator confirmed a concurrency above --max-concurrency."""
+        ctl = self._ctl
+        if n > ctl.max_concurrency:
+            ctl.max_concurrency = n
+            self.log("warning", f"--max-concurrency raised to {n} by the operator")
+        return self.set_concurrency(n)
+
+    # -- presets -----------------------------------------------------------------------
+    def start_preset(self, preset) -> None:
+        """Run a preset on this engine (the TUI's `p`); operator keys cancel it."""
+        from .runner import run_preset
+
+        self.cancel_preset()
+
+        async def managed() -> None:
+            self.suspend_live_steps()
+            try:
+                await run_preset(self, preset)
+            except asyncio.CancelledError:
+                self.log("preset", f"preset {preset.name} cancelled by the operator")
+                raise
+            finally:
+                self.phase = "live"
+                self.preset_line = ""
+                self.resume_live_steps()
+
+        self._preset_task = asyncio.create_task(managed(), name="redline-preset")
+        self._tasks.append(self._preset_task)
+
+    def cancel_preset(self) -> bool:
+        task, self._preset_task = self._preset_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            return True
+        return False
+
+    def command(self, name: str, *args: object) -> object:
+        """One entry point for every operator command (hosts forward by name)."""
+        if name in ("set_concurrency", "raise_max", "probe", "abort"):
+            self.cancel_preset()
+        fn = {
+            "set_concurrency": self.set_concurrency,
+            "raise_max": self.raise_max,
+            "toggle_pause": self.toggle_pause,
+            "probe": self.probe,
+            "restore": self.restore,
+            "abort": self.abort,
+            "start_preset": self.start_preset,
+            "cancel_preset": self.cancel_preset,
+            "flush": self.flush,
+            "log": self.log,
+        }[name]
+        return fn(*args)
+
+    def flush(self) -> None:
+        if self.session is not None:
+            self.session.flush()
 
     @property
     def _ctl(self) -> Controller:
@@ -438,7 +501,7 @@ class Engine:
             if warning:
                 self.warn(warning)
         if self.health is not None:
-            h = self.health.status()
+            self._health = h = self.health.status()  # CPU % since the last second
             if h.overloaded:
                 self.warn(h.reason)
         for text, n in self._err_texts.items():
@@ -473,8 +536,8 @@ class Engine:
         row["server_queued"] = srv.queued if srv else None
         row["server_kv_usage"] = srv.kv_usage if srv else None
         row["server_gen_throughput"] = srv.gen_throughput if srv else None
-        if self.health is not None:
-            h = self.health.status()
+        h = self._health
+        if h is not None:
             row["client_cpu_pct"] = h.cpu_pct
             row["loop_lag_ms"] = h.loop_lag_ms
             row["client_overloaded"] = h.overloaded
@@ -517,7 +580,7 @@ class Engine:
         ctl = self.controller
         tgt = self.target
         cur = self._live.result(now) if self._live is not None else None
-        h = self.health.status() if self.health is not None else None
+        h = self._health
         snap = Snapshot(
             t=now,
             elapsed_s=now - self._t0,
@@ -525,6 +588,9 @@ class Engine:
             target_c=ctl.target if ctl else self.config.concurrency,
             previous_c=ctl.previous if ctl else None,
             in_flight=ctl.in_flight if ctl else 0,
+            max_concurrency=ctl.max_concurrency if ctl else self.config.max_concurrency,
+            probing=ctl.probing if ctl else False,
+            preset_running=self._preset_task is not None and not self._preset_task.done(),
             url=tgt.url if tgt else self.config.url,
             model=tgt.model if tgt else "",
             api=tgt.api if tgt else "",

@@ -1,20 +1,30 @@
-"""Run an Engine on its own thread and event loop, driven from another thread (the TUI).
+"""Run an Engine away from the UI: on its own process (default) or its own thread.
 
-Drawing holds the UI's loop; the engine's loop keeps reading sockets and stamping bytes.
-Commands cross with run_coroutine_threadsafe; snapshots cross as immutable objects (the
-UI reads `host.snapshot`, the latest one, whenever it redraws).
+Drawing holds the UI's interpreter; an engine in the same interpreter waits for the GIL and
+stamps bytes late (measured: 60 ms event-loop lag on a thread beside Textual at 80x24).
+So the TUI runs the engine in a child process with its own loop; commands go down a pipe
+by name (Engine.command), immutable Snapshots come back four times a second.
+
+Both hosts have the same surface: start(), stop(reason), send(name, *args), snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import multiprocessing as mp
+import os
+import signal
 import threading
-from typing import Any, Callable
+from multiprocessing.connection import Connection
+from typing import Any
 
 from .config import EngineConfig
 from .core import Engine
 from .snapshot import Snapshot
+
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -26,16 +36,22 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+def _initial(config: EngineConfig) -> Snapshot:
+    return Snapshot(t=0.0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0, max_concurrency=config.max_concurrency)
+
+
 class EngineThread:
+    """The engine on a thread of this process (tests, embedding)."""
+
     def __init__(self, config: EngineConfig) -> None:
+        self.config = config
         self.engine = Engine(config)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._run, name="redline-engine", daemon=True)
-        self._ready = concurrent.futures.Future()
+        self._ready: concurrent.futures.Future = concurrent.futures.Future()
         self._stopped = threading.Event()
 
-    # -- life cycle --------------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the engine; re-raises its start-up error (bad URL, unreachable target)."""
         self._thread.start()
         self._ready.result(timeout=timeout)
@@ -63,8 +79,8 @@ class EngineThread:
             return
         self._ready.set_result(None)
 
-    def stop(self, reason: str = "quit", timeout: float = 10.0) -> None:
-        """Stop all load and complete the log; safe to call twice and from signal paths."""
+    def stop(self, reason: str = "quit", timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop all load and complete the log; safe to call twice."""
         if self._stopped.is_set() or not self._thread.is_alive():
             return
         fut = asyncio.run_coroutine_threadsafe(self.engine.stop(reason), self._loop)
@@ -75,37 +91,173 @@ class EngineThread:
             self._thread.join(timeout=timeout)
 
     @property
-    def running(self) -> bool:
-        return self._thread.is_alive() and not self._stopped.is_set()
-
-    # -- reading -----------------------------------------------------------------------
-    @property
     def snapshot(self) -> Snapshot:
         return self.engine.snapshot
 
-    # -- commands ----------------------------------------------------------------------
-    def call(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
-        """Run fn(*args) on the engine loop (awaiting it if it is a coroutine function)."""
-
+    def send(self, name: str, *args: Any) -> concurrent.futures.Future:
         async def run() -> Any:
-            res = fn(*args)
+            res = self.engine.command(name, *args)
             if asyncio.iscoroutine(res):
                 res = await res
             return res
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop)
 
-    def set_concurrency(self, n: int) -> concurrent.futures.Future:
-        return self.call(self.engine.set_concurrency, n)
 
-    def toggle_pause(self) -> concurrent.futures.Future:
-        return self.call(self.engine.toggle_pause)
+# -- the child process ------------------------------------------------------------------------
+def _child_main(config: EngineConfig, conn: Connection) -> None:
+    # Terminal signals go to the whole foreground group; the parent decides. A dead parent
+    # (pipe EOF) or a SIGTERM aimed at this process still stops the load and closes the log.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(_child(config, conn))
+    finally:
+        loop.close()
+        conn.close()
 
-    def probe(self) -> concurrent.futures.Future:
-        return self.call(self.engine.probe)
 
-    def restore(self) -> concurrent.futures.Future:
-        return self.call(self.engine.restore)
+async def _child(config: EngineConfig, conn: Connection) -> None:
+    engine = Engine(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reason = ["quit"]
 
-    def abort(self) -> concurrent.futures.Future:
-        return self.call(self.engine.abort)
+    def on_sigterm() -> None:
+        reason[0] = "signal SIGTERM"
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        await engine.start()
+    except BaseException as exc:
+        await engine.stop("start failed")
+        conn.send(("error", exc.__class__.__name__, str(exc)))
+        return
+    engine.subscribe(lambda snap: _send(conn, ("snapshot", snap)))
+    conn.send(("ready", engine.snapshot))
+
+    def on_readable() -> None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            reason[0] = "redline exited (control pipe closed)"
+            stop.set()
+            loop.remove_reader(conn.fileno())
+            return
+        name, args = msg[0], msg[1:]
+        if name == "stop":
+            reason[0] = str(args[0]) if args else "quit"
+            stop.set()
+            return
+        try:
+            res = engine.command(name, *args)
+            if asyncio.iscoroutine(res):
+                asyncio.ensure_future(res)
+        except Exception as exc:  # a bad command is an operator error, not a crash
+            engine.log("error", f"command {name}: {exc}")
+
+    loop.add_reader(conn.fileno(), on_readable)
+    await stop.wait()
+    loop.remove_reader(conn.fileno())
+    await engine.stop(reason[0])
+    _send(conn, ("stopped", engine.snapshot))
+
+
+def _send(conn: Connection, msg: tuple) -> None:
+    try:
+        conn.send(msg)
+    except (OSError, EOFError, BrokenPipeError):
+        pass  # the parent is gone; the pipe EOF path stops us
+
+
+class EngineError(RuntimeError):
+    """The child engine failed to start; `kind` is the exception class name."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+
+
+class EngineProcess:
+    """The engine in a child process: the UI's drawing cannot delay its timestamps."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(target=_child_main, args=(config, child), name="redline-engine", daemon=False)
+        self._child_conn = child
+        self._snapshot = _initial(config)
+        self._reader = threading.Thread(target=self._read, name="redline-snapshots", daemon=True)
+        self._ready: concurrent.futures.Future = concurrent.futures.Future()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start the child; re-raises its start-up error as TargetError/TargetUnreachable."""
+        self._proc.start()
+        self._child_conn.close()
+        self._reader.start()
+        try:
+            self._ready.result(timeout=timeout)
+        except EngineError as exc:
+            self._proc.join(STOP_TIMEOUT_S)
+            from .target import TargetError, TargetUnreachable
+
+            raise {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable}.get(exc.kind, EngineError)(str(exc)) from None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = msg[0]
+            if kind == "snapshot" or kind == "ready" or kind == "stopped":
+                self._snapshot = msg[1]
+                if kind == "ready" and not self._ready.done():
+                    self._ready.set_result(None)
+                if kind == "stopped":
+                    break
+            elif kind == "error" and not self._ready.done():
+                self._ready.set_exception(EngineError(msg[1], msg[2]))
+        self._done.set()
+        if not self._ready.done():
+            self._ready.set_exception(EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})"))
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def send(self, name: str, *args: Any) -> None:
+        with self._lock:
+            try:
+                self._conn.send((name, *args))
+            except (OSError, BrokenPipeError):
+                pass
+
+    def stop(self, reason: str = "quit", timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop all load, wait for the log to complete, reap the child. Idempotent."""
+        if self._proc.pid is None:
+            return
+        if self._proc.is_alive():
+            self.send("stop", reason)
+            self._done.wait(timeout)
+            self._proc.join(timeout)
+        if self._proc.is_alive():  # it did not answer: make sure no load keeps running
+            self._proc.terminate()
+            self._proc.join(3.0)
+            if self._proc.is_alive():
+                os.kill(self._proc.pid, signal.SIGKILL)
+                self._proc.join(3.0)
+        try:
+            self._conn.close()
+        except OSError:
+            pass

@@ -29,6 +29,9 @@ class Snapshot:
     target_c: int
     previous_c: int | None
     in_flight: int
+    max_concurrency: int = 0
+    probing: bool = False
+    preset_running: bool = False
     url: str = ""
     model: str = ""
     api: str = ""

@@ -166,6 +166,31 @@ def test_other_nvml_error_becomes_none_and_is_remembered():
     assert src.last_error is not None and "GPU is lost" in src.last_error
 
 
+def test_temperature_falls_back_to_v_function_when_old_one_is_gone():
+    fake = FakeNvml(n=1)
+
+    class FunctionNotFound(fake.NVMLError):
+        pass
+
+    def gone(h: int, sensor: int) -> int:
+        raise FunctionNotFound("Function Not Found")
+
+    fake.NVMLError_FunctionNotFound = FunctionNotFound  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetTemperature = gone  # type: ignore[method-assign]
+    fake.nvmlDeviceGetTemperatureV = lambda h, sensor: 47  # type: ignore[attr-defined]
+    src = NvmlSource(fake)
+    assert src.open() is None
+    assert src.sample()[0].temp_c == 47.0
+    del fake.nvmlDeviceGetTemperatureV
+    def no_energy(h: int) -> int:
+        raise FunctionNotFound("Function Not Found")
+
+    fake.nvmlDeviceGetTotalEnergyConsumption = no_energy  # type: ignore[method-assign]
+    gpus = src.sample()
+    assert gpus[0].temp_c is None and gpus[0].energy_j is None  # remembered as unsupported
+    assert (0, "temp") in src._unsupported and (0, "energy") in src._unsupported
+
+
 def test_close_waits_for_sample_in_another_thread():
     fake = FakeNvml(n=2)
     gate, entered = threading.Event(), threading.Event()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -18,7 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer
 
 from engine.controller import ConcurrencyError, check_concurrency
-from engine.host import EngineThread
+from engine.host import EngineProcess, EngineThread
 from engine.preset import Preset, PresetError, load_preset
 from engine.snapshot import Snapshot
 
@@ -30,6 +32,7 @@ from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker
 from .widgets.steps import StepTable
 
 REFRESH_S = 0.25
+WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
@@ -56,7 +59,7 @@ class RedlineApp(App[int]):
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
-    def __init__(self, host: EngineThread, *, step: int = 8, preset: Preset | None = None, presets_dir: Path = PRESETS_DIR) -> None:
+    def __init__(self, host: EngineProcess | EngineThread, *, step: int = 8, preset: Preset | None = None, presets_dir: Path = PRESETS_DIR) -> None:
         super().__init__()
         self.host = host
         self.step = step
@@ -64,7 +67,9 @@ class RedlineApp(App[int]):
         self.presets_dir = presets_dir
         self.exit_reason = "quit"
         self._quitting = False
-        self._preset_future = None
+        self._want: int | None = None
+        self._want_until = 0.0
+        self._raised_max = 0
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -111,42 +116,32 @@ class RedlineApp(App[int]):
     # -- concurrency -------------------------------------------------------------------
     @property
     def target(self) -> int:
-        return self.host.engine.controller.target if self.host.engine.controller else 1
+        """The C the operator last asked for (the engine confirms it in the next snapshot)."""
+        if self._want is not None and time.monotonic() < self._want_until:
+            return self._want
+        return self.snapshot.target_c if self.snapshot else 1
 
     @property
     def max_concurrency(self) -> int:
-        ctl = self.host.engine.controller
-        return ctl.max_concurrency if ctl else 1
+        return max(self.snapshot.max_concurrency if self.snapshot else 1, self._raised_max)
 
     def set_concurrency(self, n: int) -> None:
         n = max(1, n)
         if n > self.max_concurrency:
             self.push_screen(
                 ConfirmScreen(f"C={n} is above --max-concurrency {self.max_concurrency}. Send that much load?"),
-                lambda yes: self._raise_max(n) if yes else self.notify(f"kept C={self.target}"),
+                lambda yes: self._send_concurrency(n, raise_max=True) if yes else self.notify(f"kept C={self.target}"),
             )
             return
-        self._cancel_preset()
-        self.host.set_concurrency(n)
-        self._echo(n)
+        self._send_concurrency(n)
 
-    def _raise_max(self, n: int) -> None:
-        def raise_and_set() -> None:
-            ctl = self.host.engine.controller
-            ctl.max_concurrency = max(ctl.max_concurrency, n)
-            self.host.engine.log("warning", f"--max-concurrency raised to {n} by the operator")
-            self.host.engine.set_concurrency(n)
-
-        self._cancel_preset()
-        self.host.call(raise_and_set)
-        self._echo(n)
-
-    def _echo(self, n: int) -> None:
-        """Show the new C at once; the next snapshot confirms it."""
+    def _send_concurrency(self, n: int, raise_max: bool = False) -> None:
+        if raise_max:
+            self._raised_max = max(self._raised_max, n)
+        self.host.send("raise_max" if raise_max else "set_concurrency", n)
+        self._want, self._want_until = n, time.monotonic() + WANT_HOLD_S
         snap = self.snapshot
-        if snap is not None:
-            from dataclasses import replace
-
+        if snap is not None:  # show the new C at once; the next snapshot confirms it
             self.query_one(StatusHeader).snapshot = replace(snap, target_c=n, previous_c=None)
 
     def action_more(self) -> None:
@@ -175,17 +170,18 @@ class RedlineApp(App[int]):
         self.push_screen(ConcurrencyPrompt(self.target, self.max_concurrency), done)
 
     def action_probe(self) -> None:
-        self._cancel_preset()
-        self.host.probe()
+        self._want = None
+        self.host.send("probe")
 
     def action_restore(self) -> None:
-        if self.host.engine.controller and not self.host.engine.controller.probing:
+        if self.snapshot is not None and not self.snapshot.probing:
             self.notify("not in a probe: nothing to return to")
             return
-        self.host.restore()
+        self._want = None
+        self.host.send("restore")
 
     def action_pause(self) -> None:
-        self.host.toggle_pause()
+        self.host.send("toggle_pause")
 
     # -- presets -----------------------------------------------------------------------
     def action_preset(self) -> None:
@@ -207,35 +203,19 @@ class RedlineApp(App[int]):
         self.push_screen(PresetPicker(presets), chosen)
 
     def run_preset(self, preset: Preset) -> None:
-        from engine.runner import run_preset
-
-        self._cancel_preset()
-        engine = self.host.engine
-
-        async def managed() -> None:
-            engine.suspend_live_steps()
-            try:
-                await run_preset(engine, preset)
-            finally:
-                engine.resume_live_steps()
-
-        self._preset_future = self.host.call(managed)
-
-    def _cancel_preset(self) -> None:
-        fut, self._preset_future = self._preset_future, None
-        if fut is not None and not fut.done():
-            fut.cancel()
-            self.host.call(self.host.engine.log, "preset", "preset cancelled by the operator")
+        self._want = None
+        self.host.send("start_preset", preset)
 
     # -- session -----------------------------------------------------------------------
     async def action_export(self) -> None:
         from engine.session import SessionError, export_session
 
-        d = self.host.engine.config.out_dir
+        d = self.host.config.out_dir
         if d is None:
             self.notify("no session directory", severity="warning")
             return
-        self.host.call(lambda: self.host.engine.session and self.host.engine.session.flush())
+        self.host.send("flush")
+        await asyncio.sleep(0.2)
         try:
             paths = await asyncio.to_thread(export_session, d, "parquet", None)
         except SessionError as exc:
@@ -243,7 +223,7 @@ class RedlineApp(App[int]):
             return
         where = paths[0].parent if paths else d
         self.notify(f"exported {len(paths)} tables to {where}")
-        self.host.call(self.host.engine.log, "notice", f"exported parquet to {where}")
+        self.host.send("log", "notice", f"exported parquet to {where}")
 
     async def action_quit_redline(self, reason: str = "quit") -> None:
         """Stop all load, complete the session log, exit."""
@@ -251,6 +231,5 @@ class RedlineApp(App[int]):
             return
         self._quitting = True
         self.exit_reason = reason
-        self._cancel_preset()
         await asyncio.to_thread(self.host.stop, reason)
         self.exit(0)

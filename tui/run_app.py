@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from engine.config import EngineConfig
-from engine.host import EngineThread
+from engine.host import EngineProcess
 from engine.preset import Preset
 from engine.target import TargetError, TargetUnreachable
 
@@ -14,7 +14,7 @@ from .cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 
 
 def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None) -> int:
-    host = EngineThread(cfg)
+    host = EngineProcess(cfg)
     try:
         host.start()
     except TargetError as exc:

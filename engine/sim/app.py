@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import time
@@ -162,6 +163,7 @@ class SimService:
                 "pp_max_micro_batch_size": p.pp_max_micro_batch_size,
                 "running_cap": p.running_cap,
                 "seed": self.seed,
+                "settings": dataclasses.asdict(p),
             },
             "internal_states": [
                 {
@@ -335,6 +337,10 @@ class SimService:
         except ConnectionError:
             # The client went away mid-write; aiohttp finishes quietly when we return.
             tracker.abort()
+        except SimShutdown:
+            # The server stops under this stream: end it the way a dying server does.
+            tracker.fail("shutdown")
+            _close_connection(request)
         return resp
 
     async def _whole(
@@ -363,10 +369,10 @@ class SimService:
         if plan.kind is FaultKind.MALFORMED:
             tracker.fail("malformed")
             body = body[: len(body) // 2]
-        tracker.sent_tokens(total)
         resp = web.Response(body=body.encode(), content_type="application/json")
         await resp.prepare(request)
         await resp.write_eof()
+        tracker.sent_tokens(total)
         tracker.complete()
         return resp
 

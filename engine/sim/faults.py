@@ -88,16 +88,13 @@ class OverloadGuard:
         if self.crashed is not None:
             return True
         limit = self._profile.overload_above
-        return limit is not None and load > limit
+        return limit is not None and load >= limit
 
     def should_reject(self, load: int, draw: float) -> bool:
-        """Whether a new request arriving at ``load`` is refused with 503."""
-        limit = self._profile.overload_above
-        if self.crashed is not None:
-            return True
-        if limit is None or load < limit:
+        """Whether a new request arriving at ``load`` (it would make load + 1) gets 503."""
+        if not self.overloaded(load):
             return False
-        return draw < self._profile.overload_reject_fraction
+        return self.crashed is not None or draw < self._profile.overload_reject_fraction
 
     def observe(self, load: int) -> None:
         """Check the crash rules against the current load."""

@@ -183,6 +183,7 @@ class BatchModel:
             del self._running[req]
             self._kv_reserved -= req.kv_reserved
             self._kv_used -= req.kv_used
+            self._report_batch(len(self._running))
         else:
             return
         req.state = RequestState.RELEASED
@@ -277,6 +278,8 @@ class BatchModel:
             self._kv_reserved -= req.kv_reserved
             self._kv_used -= req.kv_used
         self._finished_total += len(finished)
+        if finished:
+            self._report_batch(len(self._running))
         now = self._clock()
         self._recent.append((now, n))
         self._trim_recent(now)

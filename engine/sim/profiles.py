@@ -72,8 +72,9 @@ class SimProfile:
     # Stop sending after this many tokens without closing the connection (every request).
     stall_after_tokens: int | None = None
 
-    # Overload: above ``overload_above`` requests in the server (running + queued) /health
-    # answers 503 and this fraction of new generation requests is refused with 503.
+    # Overload: with ``overload_above`` or more requests in the server (running + queued), so
+    # that a new one would exceed it, /health answers 503 and this fraction of new
+    # generation requests is refused with 503 (the rest still get in: load can grow).
     overload_above: int | None = None
     overload_reject_fraction: float = 1.0
     # Crash: the server dies when its load stays above ``crash_sustained_above`` for

@@ -158,8 +158,12 @@ def run_sim(
         finally:
             await server.stop()
 
-    with asyncio.Runner(loop_factory=_new_event_loop) as runner:
-        runner.run(serve())
+    loop = _new_event_loop()
+    try:
+        loop.run_until_complete(serve())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 # ---- background thread -------------------------------------------------------------------
@@ -184,6 +188,7 @@ class SimHandle:
         self.url = ""
         #: Why the profile crashed the server, or None while it lives.
         self.crashed: str | None = None
+        self._kill_task: asyncio.Task[None] | None = None
         self._thread = threading.Thread(target=self._main, name="redline-sim", daemon=True)
 
     def _start(self, timeout: float) -> None:
@@ -221,8 +226,8 @@ class SimHandle:
 
     def _on_crash(self, reason: str) -> None:
         self.crashed = reason
-        if self._server is not None:
-            asyncio.get_running_loop().create_task(self._server.kill())
+        if self._server is not None and self._kill_task is None:
+            self._kill_task = asyncio.get_running_loop().create_task(self._server.kill())
 
     @property
     def alive(self) -> bool:

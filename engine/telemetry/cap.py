@@ -51,7 +51,8 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
         if info.pp_micro_batch_cap:
             cap = info.pp_micro_batch_cap
             if info.max_running_requests and info.pp_size:
-                why = f"pp micro-batch cap {cap} (max_running_requests {info.max_running_requests} // pp {info.pp_size})"
+                mrr, pp = info.max_running_requests, info.pp_size
+                why = f"pp micro-batch cap {cap} (max_running_requests {mrr} // pp {pp})"
             else:
                 why = f"pp micro-batch cap {cap}"
             candidates.append((cap, why))

@@ -18,7 +18,14 @@ from collections.abc import Callable
 
 import httpx
 
-from .prom import PromParser, PromSamples, TelemetryParseError, describe_error, parse_prometheus
+from .prom import (
+    PromParser,
+    PromSamples,
+    TelemetryParseError,
+    check_prometheus_head,
+    describe_error,
+    parse_prometheus,
+)
 from .types import GpuSample
 
 __all__ = ["DcgmPoller", "dcgm_parser", "gpu_samples_from_samples", "is_dcgm_blank", "parse_dcgm"]
@@ -169,6 +176,10 @@ class DcgmPoller:
         except Exception as exc:  # network, TLS, decoding, a bad URL: report, never raise
             return self._fail(describe_error(exc))
         if not gpus:
+            try:
+                check_prometheus_head(resp.text)
+            except TelemetryParseError as exc:
+                return self._fail(str(exc))
             return self._fail("no DCGM_FI_DEV_* GPU metrics (is this dcgm-exporter?)")
         self.last_error = None
         self.last = gpus

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections import deque
@@ -93,6 +94,7 @@ class TelemetryHub:
         self._nvml_open = False
         self._source_decided = False
         self._started = False
+        self._callbacks: set[asyncio.Future[Any]] = set()  # running async on_notice calls
 
     # -- reading ---------------------------------------------------------------------
 
@@ -259,6 +261,10 @@ class TelemetryHub:
         self.notices.append(text)
         if self.on_notice is not None:
             try:
-                self.on_notice(text)
+                result = self.on_notice(text)
+                if inspect.isawaitable(result):  # an async callback: run it, don't wait
+                    task = asyncio.ensure_future(result)
+                    self._callbacks.add(task)
+                    task.add_done_callback(self._callbacks.discard)
             except Exception as exc:  # a broken callback must not stop telemetry
                 log.warning("on_notice callback failed: %s", describe_error(exc))

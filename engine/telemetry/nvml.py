@@ -91,9 +91,7 @@ class NvmlSource:
                 limit_mw = self._read(i, "limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
                 util = self._read(i, "util", lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu)
                 mem = self._read(i, "mem", lambda: nv.nvmlDeviceGetMemoryInfo(h))
-                temp = self._read(
-                    i, "temp", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
-                )
+                temp = self._read(i, "temp", lambda: self._temperature(h))
                 energy_mj = self._read(i, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h))
                 out.append(
                     GpuSample(
@@ -132,17 +130,32 @@ class NvmlSource:
             return ""
         return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
+    def _temperature(self, handle: Any) -> Any:
+        """nvmlDeviceGetTemperature, or its successor where a driver no longer has it."""
+        nv = self._backend
+        try:
+            return nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+        except Exception as exc:
+            missing = getattr(nv, "NVMLError_FunctionNotFound", None)
+            if missing is None or not isinstance(exc, missing) or not hasattr(nv, "nvmlDeviceGetTemperatureV"):
+                raise
+            return nv.nvmlDeviceGetTemperatureV(handle, nv.NVML_TEMPERATURE_GPU)
+
     def _read(self, gpu: int, field: str, call: Callable[[], Any]) -> Any:
         """One NVML read; None when unsupported (remembered, not retried) or failing."""
         if (gpu, field) in self._unsupported:
             return None
         nv = self._backend
-        not_supported = getattr(nv, "NVMLError_NotSupported", None)
+        unsupported = tuple(
+            c
+            for c in (getattr(nv, "NVMLError_NotSupported", None), getattr(nv, "NVMLError_FunctionNotFound", None))
+            if isinstance(c, type)
+        )
         nvml_error = getattr(nv, "NVMLError", Exception)
         try:
             return call()
         except Exception as exc:
-            if not_supported is not None and isinstance(exc, not_supported):
+            if unsupported and isinstance(exc, unsupported):
                 self._unsupported.add((gpu, field))
             elif isinstance(exc, nvml_error):
                 self.last_error = f"NVML GPU {gpu} {field}: {exc}"

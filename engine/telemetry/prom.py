@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["PromParser", "PromSamples", "TelemetryParseError", "describe_error", "one_line", "parse_prometheus"]
+__all__ = [
+    "PromParser",
+    "PromSamples",
+    "TelemetryParseError",
+    "check_prometheus_head",
+    "describe_error",
+    "one_line",
+    "parse_prometheus",
+]
 
 # sample name -> [(labels, value), ...] in text order
 PromSamples = dict[str, list[tuple[dict[str, str], float]]]
@@ -109,6 +117,14 @@ def parse_prometheus(text: str, names: Collection[str] | None = None) -> PromSam
     for name, labels, value in _parse_text(text, _declared_counters(text)):
         out.setdefault(name, []).append((labels, value))
     return out
+
+
+def check_prometheus_head(text: str, max_lines: int = 50) -> None:
+    """Raise TelemetryParseError unless the first ``max_lines`` lines parse as Prometheus
+    text. For telling "wrong URL / HTML page" from "metrics present but not ours" when a
+    filtered parse found nothing."""
+    head = "\n".join(text.splitlines()[:max_lines]) + "\n"
+    parse_prometheus(head)
 
 
 def _split_sample_line(line: str) -> tuple[str, str | None]:

@@ -20,7 +20,14 @@ from collections.abc import Callable
 
 import httpx
 
-from .prom import PromParser, PromSamples, TelemetryParseError, describe_error, parse_prometheus
+from .prom import (
+    PromParser,
+    PromSamples,
+    TelemetryParseError,
+    check_prometheus_head,
+    describe_error,
+    parse_prometheus,
+)
 from .types import ServerSample
 
 __all__ = [
@@ -166,6 +173,10 @@ class ServerMetricsPoller:
             return self._fail(describe_error(exc))
         if sample is None:
             self._prev_counter = None
+            try:
+                check_prometheus_head(resp.text)
+            except TelemetryParseError as exc:
+                return self._fail(str(exc))
             return self._fail("no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
         sample = self._with_rate(sample)
         self.last_error = None

@@ -1,0 +1,182 @@
+"""Server-cap detection and energy efficiency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.serverinfo import ServerInfo
+from engine.telemetry.cap import CapDetector, cap_cause
+from engine.telemetry.efficiency import EnergyWindow, joules_per_token, tokens_per_watt, total_power_w
+from engine.telemetry.server_metrics import parse_server_metrics
+from engine.telemetry.types import GpuSample, ServerSample
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+PP_INFO = ServerInfo(kind="sglang", max_running_requests=64, pp_size=8, pp_micro_batch_cap=8)
+
+
+def srv(t: float, running: float, queued: float, kind: str = "sglang", kv: float | None = 0.3) -> ServerSample:
+    return ServerSample(t=t, kind=kind, running=running, queued=queued, kv_usage=kv)
+
+
+def run(det: CapDetector, seq, dt: float = 1.0, t0: float = 0.0):
+    """seq: (target, in_flight, running, queued) per tick; server sampled every tick.
+    Returns [(t, warning)] for the warnings fired."""
+    fired = []
+    for i, (target, in_flight, running, queued) in enumerate(seq):
+        t = t0 + i * dt
+        w = det.update(t, target, in_flight, srv(t, running, queued))
+        if w:
+            fired.append((t, w))
+    return fired
+
+
+def test_pp_capped_sequence_fires_within_10s_and_names_the_cap():
+    det = CapDetector(PP_INFO)
+    fired = run(det, [(64, 64, 8, 56)] * 30)
+    assert len(fired) == 1  # once per episode
+    t, text = fired[0]
+    assert t <= 10.0
+    assert "micro-batch cap 8" in text
+    assert text == (
+        "server cap: client holds 64 in flight, server runs 8, queue 56 — "
+        "pp micro-batch cap 8 (max_running_requests 64 // pp 8)"
+    )
+    assert det.active and det.last_warning == text
+
+
+def test_fires_with_fast_ticks_and_slower_server_samples():
+    det = CapDetector(PP_INFO)
+    fired = []
+    for i in range(60):  # 4 ticks/s, server scraped once a second
+        t = i * 0.25
+        s = srv(float(int(t)), 8, 56)
+        if w := det.update(t, 64, 64, s):
+            fired.append(t)
+    assert len(fired) == 1 and fired[0] <= 10.0
+
+
+def test_rearms_after_condition_clears():
+    det = CapDetector(PP_INFO)
+    seq = [(64, 64, 8, 56)] * 8 + [(8, 8, 8, 0)] * 6 + [(64, 64, 8, 56)] * 8
+    fired = run(det, seq)
+    assert len(fired) == 2
+    assert not CapDetector(PP_INFO).active
+
+
+def test_silent_when_server_runs_everything():
+    det = CapDetector(PP_INFO)
+    assert run(det, [(64, 64, 64, 0)] * 30) == []
+    # running close to in_flight with a small queue (arrivals between steps): still healthy
+    assert run(det, [(64, 63, 60, 3)] * 30, t0=100) == []
+    # below the server's cap, client not holding its target (e.g. pausing): silent
+    assert run(det, [(64, 20, 8, 12)] * 30, t0=200) == []
+
+
+def test_silent_without_server_sample():
+    det = CapDetector(PP_INFO)
+    for i in range(30):
+        assert det.update(float(i), 64, 64, None) is None
+        assert det.update(float(i), 64, 64, ServerSample(t=float(i), kind="sglang")) is None
+
+
+def test_silent_on_a_repeated_stale_sample():
+    det = CapDetector(PP_INFO)
+    stale = srv(0.0, 8, 56)
+    assert all(det.update(float(i), 64, 64, stale) is None for i in range(30))
+
+
+def test_silent_during_transient_after_concurrency_change():
+    det = CapDetector(PP_INFO)
+    seq = [(8, 8, 8, 0)] * 5  # steady at C=8
+    seq += [(64, 40, 8, 32), (64, 64, 8, 56), (64, 64, 24, 40)]  # ramp: admitting/prefilling
+    seq += [(64, 64, 62, 2)] * 20  # server caught up
+    # a target change restarts the clock even when the old condition was building up
+    seq += [(96, 96, 40, 56), (96, 96, 40, 56), (128, 128, 60, 68), (128, 128, 60, 68), (128, 128, 128, 0)]
+    seq += [(128, 128, 128, 0)] * 10
+    assert run(det, seq) == []
+
+
+def test_cause_texts():
+    capped = srv(0.0, 64, 64)
+    assert cap_cause(ServerInfo(kind="sglang", max_running_requests=64), capped) == "max_running_requests 64"
+    s8 = srv(0.0, 8, 24, kind="vllm", kv=0.002)
+    assert cap_cause(ServerInfo(kind="vllm", max_num_seqs=8), s8) == "vLLM max-num-seqs 8"
+    assert cap_cause(None, srv(0.0, 8, 56)) == "unknown cause (no server info)"
+    assert cap_cause(None, s8) == "likely vLLM --max-num-seqs 8 (vLLM does not report it)"
+    kv_full = srv(0.0, 20, 40, kv=0.97)
+    assert cap_cause(ServerInfo(kind="sglang", max_running_requests=256), kv_full).startswith("KV cache full (97 %")
+    assert cap_cause(ServerInfo(kind="sglang", max_running_requests=256, tp_size=8), srv(0.0, 20, 40)) == (
+        "unknown cause (server info: max_running=256 tp=8)"
+    )
+    dp = ServerInfo(kind="sglang", max_running_requests=32, dp_size=2)
+    assert cap_cause(dp, srv(0.0, 64, 10)) == "max_running_requests 32 × dp 2"
+
+
+def test_real_vllm_capture_fires_with_max_num_seqs():
+    text = (FIXTURES / "vllm_metrics_under_load.txt").read_text()
+    det = CapDetector(ServerInfo(kind="vllm", max_num_seqs=8))
+    fired = []
+    for i in range(10):
+        s = parse_server_metrics(text, float(i))
+        if w := det.update(float(i), 32, 32, s):
+            fired.append(w)
+    assert fired == ["server cap: client holds 32 in flight, server runs 8, queue 24 — vLLM max-num-seqs 8"]
+
+
+# -- efficiency ----------------------------------------------------------------------------
+
+
+def gpus(*powers, energies=None):
+    energies = energies or [None] * len(powers)
+    return [GpuSample(index=i, power_w=p, energy_j=e) for i, (p, e) in enumerate(zip(powers, energies))]
+
+
+def test_instant_efficiency():
+    g = gpus(300.0, 200.0, None)
+    assert total_power_w(g) == 500.0
+    assert tokens_per_watt(1000.0, g) == pytest.approx(2.0)
+    assert joules_per_token(1000.0, g) == pytest.approx(0.5)
+    assert tokens_per_watt(None, g) is None
+    assert joules_per_token(0.0, g) is None
+    assert tokens_per_watt(1000.0, gpus(None, None)) is None
+    assert tokens_per_watt(1000.0, []) is None
+
+
+def test_energy_window_prefers_counters():
+    w = EnergyWindow(window_s=10.0)
+    # counters say 1000 J per second in total; power readings (wrongly) say 100 W
+    for i in range(6):
+        w.add(float(i), tokens_total=500.0 * i, gpus=gpus(50.0, 50.0, energies=[1e6 + 400 * i, 2e6 + 600 * i]))
+    assert w.energy_j() == pytest.approx(5000.0)
+    assert w.tokens() == pytest.approx(2500.0)
+    assert w.joules_per_token() == pytest.approx(2.0)
+    assert w.tokens_per_joule() == pytest.approx(0.5)
+
+
+def test_energy_window_integrates_power_without_counters_and_on_reset():
+    w = EnergyWindow(window_s=100.0)
+    for i in range(5):
+        w.add(float(i), tokens_total=100.0 * i, gpus=gpus(100.0, 100.0))
+    assert w.energy_j() == pytest.approx(800.0)  # 200 W x 4 s
+    assert w.joules_per_token() == pytest.approx(2.0)
+    # counters that go backwards (driver reload) fall back to the integral
+    r = EnergyWindow(window_s=100.0)
+    r.add(0.0, 0.0, gpus(100.0, energies=[5000.0]))
+    r.add(2.0, 100.0, gpus(100.0, energies=[10.0]))
+    assert r.energy_j() == pytest.approx(200.0)
+
+
+def test_energy_window_slides_and_handles_no_data():
+    w = EnergyWindow(window_s=3.0)
+    assert w.joules_per_token() is None
+    for i in range(10):
+        w.add(float(i), tokens_total=10.0 * i, gpus=gpus(100.0))
+    assert w.tokens() == pytest.approx(30.0)  # last 3 s only
+    assert w.energy_j() == pytest.approx(300.0)
+    n = EnergyWindow()
+    n.add(0.0, 0.0, [])
+    n.add(1.0, 10.0, [])
+    assert n.energy_j() is None and n.joules_per_token() is None
