@@ -287,7 +287,17 @@ class Engine:
             "flush": self.flush,
             "log": self.log,
         }[name]
-        return fn(*args)
+        res = fn(*args)
+        if asyncio.iscoroutine(res):
+            return self._then_publish(res)
+        self._publish(time.perf_counter())  # the UI sees the change now, not at the next tick
+        return res
+
+    async def _then_publish(self, coro):
+        try:
+            return await coro
+        finally:
+            self._publish(time.perf_counter())
 
     def flush(self) -> None:
         if self.session is not None:
@@ -425,7 +435,7 @@ class Engine:
         if acc is None:
             return
         res = self.close_step(acc, now)
-        if res.duration_s >= MIN_LIVE_STEP_S and (res.completed or res.failed):
+        if res.duration_s >= MIN_LIVE_STEP_S and (res.completed or res.failed or res.output_throughput > 0):
             self.record_step(res)
 
     def _roll_live_step(self) -> None:

@@ -333,3 +333,14 @@ def test_secrets_never_written(tmp_path):
     assert "***" in req["error_text"][0] and "***" in req["error_text"][1]
     meta = json.loads((d / "meta.json").read_text())
     assert meta["command_line"][2] == "***" and meta["command_line"][3] == "--token=***"
+
+
+def test_writer_side_does_not_import_polars_or_textual():
+    code = (
+        "import sys; import engine.session as s; from engine.session import SessionWriter, "
+        "request_row, format_step_table; "
+        "assert 'polars' not in sys.modules and 'textual' not in sys.modules, 'imported'"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -481,6 +481,13 @@ async def test_thread_form_custom_profile(session: aiohttp.ClientSession) -> Non
         # No max tokens: the profile's default of 128.
         async with session.post(handle.url + COMPLETIONS, json={"prompt": "x"}) as r:
             assert (await r.json())["usage"]["completion_tokens"] == 128
+        # Stopping under open streams ends them promptly.
+        tasks = await hold_streams(session, handle.url, 3)
+        await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        await asyncio.to_thread(handle.stop)
+        assert time.monotonic() - t0 < 3
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 3)
     finally:
         handle.stop()
         handle.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Footer
 
@@ -105,13 +106,20 @@ class RedlineApp(App[int]):
         self.snapshot = self.host.snapshot
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
-        if snap is None:
+        if snap is None or self._quitting or not self.screen_stack:
             return
-        self.query_one(StatusHeader).snapshot = snap
-        self.query_one(LivePanels).show(snap)
-        self.query_one(GpuPanel).snapshot = snap
-        self.query_one(StepTable).show(snap)
-        self.query_one(EventLog).show(snap.log)
+        base = self.screen_stack[0]  # keep drawing under a dialog
+        try:
+            header = base.query_one(StatusHeader)
+        except NoMatches:  # not composed yet, or tearing down
+            return
+        if self._want is not None and time.monotonic() < self._want_until and snap.target_c != self._want:
+            snap = replace(snap, target_c=self._want, previous_c=None)  # not yet confirmed
+        header.snapshot = snap
+        base.query_one(LivePanels).show(snap)
+        base.query_one(GpuPanel).snapshot = snap
+        base.query_one(StepTable).show(snap)
+        base.query_one(EventLog).show(snap.log)
 
     # -- concurrency -------------------------------------------------------------------
     @property

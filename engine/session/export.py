@@ -11,7 +11,17 @@ from pathlib import Path
 import polars as pl
 
 from .paths import EXPORT_DIR, FORMATS, TABLES, SessionError, check_session_dir, table_path
-from .rows import GPU_COLUMN, SCHEMAS, gpu_sort_key
+from .rows import COLUMNS, GPU_COLUMN, gpu_sort_key
+
+_DTYPES = {"int": pl.Int64, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
+
+# The documented schema of each table as polars dtypes (docs/session.md).
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    table: {c: _DTYPES[k] for c, k in cols.items()} for table, cols in COLUMNS.items()
+}
+REQUESTS_SCHEMA = SCHEMAS["requests"]
+TIMELINE_SCHEMA = SCHEMAS["timeline"]
+EVENTS_SCHEMA = SCHEMAS["events"]
 
 _NESTED = (pl.List, pl.Struct, pl.Array)
 

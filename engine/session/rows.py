@@ -1,7 +1,9 @@
-"""Row shapes of the session tables: documented columns, dtypes, and request_row().
+"""Row shapes of the session tables: documented columns, their types, and request_row().
 
-The dtypes below are the fixed schema every reader (read_table, exports) applies, so a
+The column types below are the fixed schema every reader (read_table, exports) applies, so a
 parquet file of any session has the same base columns in the same order with the same types.
+They are plain names ("int" = Int64, "float" = Float64, "str" = String, "bool" = Boolean) so
+that the writer, which runs in the engine, does not import polars; export.py maps them.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from operator import sub
 from pathlib import PurePath
 from typing import Any, Iterable
 
-import polars as pl
-
 from ..records import Clock, RequestRecord
 from .scrub import Scrubber, as_scrubber
 
@@ -25,72 +25,72 @@ PHASES = ("calibration", "warmup", "measure", "live", "probe")
 STATES = ("running", "paused", "probe", "preset", "stopped")
 EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe")
 
-REQUESTS_SCHEMA: dict[str, pl.DataType] = {
-    "rid": pl.Int64,
-    "phase": pl.String,
-    "step": pl.Int64,
-    "concurrency": pl.Int64,
-    "t_send": pl.Float64,
-    "ttft_ms": pl.Float64,
-    "e2e_ms": pl.Float64,
-    "itl_mean_ms": pl.Float64,
-    "itl_max_ms": pl.Float64,
-    "tpot_ms": pl.Float64,
-    "input_tokens": pl.Int64,
-    "output_tokens": pl.Int64,
-    "chunks": pl.Int64,
-    "status": pl.String,
-    "http_status": pl.Int64,
-    "error_kind": pl.String,
-    "error_text": pl.String,
+REQUESTS_COLUMNS: dict[str, str] = {
+    "rid": "int",
+    "phase": "str",
+    "step": "int",
+    "concurrency": "int",
+    "t_send": "float",
+    "ttft_ms": "float",
+    "e2e_ms": "float",
+    "itl_mean_ms": "float",
+    "itl_max_ms": "float",
+    "tpot_ms": "float",
+    "input_tokens": "int",
+    "output_tokens": "int",
+    "chunks": "int",
+    "status": "str",
+    "http_status": "int",
+    "error_kind": "str",
+    "error_text": "str",
 }
 
-TIMELINE_SCHEMA: dict[str, pl.DataType] = {
-    "t": pl.Float64,
-    "elapsed_s": pl.Float64,
-    "state": pl.String,
-    "target_c": pl.Int64,
-    "in_flight": pl.Int64,
-    "output_tok_s": pl.Float64,
-    "input_tok_s": pl.Float64,
-    "req_s": pl.Float64,
-    "errors": pl.Int64,
-    "ttft_p50_ms": pl.Float64,
-    "ttft_p90_ms": pl.Float64,
-    "ttft_p99_ms": pl.Float64,
-    "itl_p50_ms": pl.Float64,
-    "itl_p90_ms": pl.Float64,
-    "itl_p99_ms": pl.Float64,
-    "e2e_p50_ms": pl.Float64,
-    "e2e_p90_ms": pl.Float64,
-    "e2e_p99_ms": pl.Float64,
-    "server_running": pl.Float64,
-    "server_queued": pl.Float64,
-    "server_kv_usage": pl.Float64,
-    "server_gen_throughput": pl.Float64,
-    "client_cpu_pct": pl.Float64,
-    "loop_lag_ms": pl.Float64,
-    "client_overloaded": pl.Boolean,
-    "tok_per_joule": pl.Float64,
+TIMELINE_COLUMNS: dict[str, str] = {
+    "t": "float",
+    "elapsed_s": "float",
+    "state": "str",
+    "target_c": "int",
+    "in_flight": "int",
+    "output_tok_s": "float",
+    "input_tok_s": "float",
+    "req_s": "float",
+    "errors": "int",
+    "ttft_p50_ms": "float",
+    "ttft_p90_ms": "float",
+    "ttft_p99_ms": "float",
+    "itl_p50_ms": "float",
+    "itl_p90_ms": "float",
+    "itl_p99_ms": "float",
+    "e2e_p50_ms": "float",
+    "e2e_p90_ms": "float",
+    "e2e_p99_ms": "float",
+    "server_running": "float",
+    "server_queued": "float",
+    "server_kv_usage": "float",
+    "server_gen_throughput": "float",
+    "client_cpu_pct": "float",
+    "loop_lag_ms": "float",
+    "client_overloaded": "bool",
+    "tok_per_joule": "float",
 }
 
 # Per-GPU timeline columns: gpu<i>_<field>, always Float64, ordered by GPU index then field.
 GPU_FIELDS = ("power_w", "power_limit_w", "util_pct", "mem_used_mib", "temp_c")
 GPU_COLUMN = re.compile(r"^gpu(\d+)_(\w+)$")
 
-EVENTS_SCHEMA: dict[str, pl.DataType] = {
-    "t": pl.Float64,
-    "elapsed_s": pl.Float64,
-    "kind": pl.String,
-    "text": pl.String,
-    "concurrency": pl.Int64,
-    "detail": pl.String,
+EVENTS_COLUMNS: dict[str, str] = {
+    "t": "float",
+    "elapsed_s": "float",
+    "kind": "str",
+    "text": "str",
+    "concurrency": "int",
+    "detail": "str",
 }
 
-SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    "requests": REQUESTS_SCHEMA,
-    "timeline": TIMELINE_SCHEMA,
-    "events": EVENTS_SCHEMA,
+COLUMNS: dict[str, dict[str, str]] = {
+    "requests": REQUESTS_COLUMNS,
+    "timeline": TIMELINE_COLUMNS,
+    "events": EVENTS_COLUMNS,
 }
 
 

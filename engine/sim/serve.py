@@ -223,6 +223,8 @@ class SimHandle:
             await self._stop_event.wait()
         finally:
             await server.stop()
+            if self._kill_task is not None:
+                await asyncio.gather(self._kill_task, return_exceptions=True)
 
     def _on_crash(self, reason: str) -> None:
         self.crashed = reason

@@ -1,0 +1,167 @@
+"""The TUI driven by keys (Textual's Pilot) against a sim the test starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from engine.config import EngineConfig
+from engine.host import EngineProcess, EngineThread
+from engine.workload import WorkloadConfig
+from tui.app import RedlineApp
+from tui.widgets.eventlog import EventLog
+from tui.widgets.header import StatusHeader
+from tui.widgets.steps import StepTable
+
+LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
+
+
+async def running(url: str) -> int:
+    async with httpx.AsyncClient() as c:
+        return (await c.get(url + "/sim/state", timeout=5)).json()["running"]
+
+
+async def settle(pilot, pred, timeout: float = 3.0) -> bool:
+    """Let the app run until pred() (async) holds; bounded."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if await pred():
+            return True
+        await pilot.pause(0.1)
+    return await pred()
+
+
+def header(app: RedlineApp) -> str:
+    return app.query_one(StatusHeader).render().plain
+
+
+async def _is(v) -> bool:
+    return bool(v)
+
+
+@pytest.fixture
+def host(healthy_sim, tmp_path):
+    h = EngineThread(EngineConfig(url=healthy_sim.url, concurrency=4, workload=LONG, out_dir=tmp_path / "session"))
+    h.start()
+    yield h
+    h.stop()
+
+
+async def test_keys_change_concurrency_and_server_follows(host, healthy_sim):
+    url = healthy_sim.url
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4 and "C=4" in header(app)))
+        assert await settle(pilot, lambda: _q(url, 4))
+        await pilot.press("right_square_bracket")
+        assert await settle(pilot, lambda: _q(url, 8), 1.5)
+        assert "C=8" in header(app) and host.snapshot.target_c == 8
+        await pilot.press("plus")
+        assert await settle(pilot, lambda: _q(url, 16), 1.5)
+        assert host.engine.controller.target == 16
+        await pilot.press("minus")
+        assert host_target(host) in (16, 8)  # lowering waits for requests to finish
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 8))
+        await pilot.press("left_square_bracket")
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4))
+        await pilot.press("up")
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 12))
+        await pilot.press("down", "down")
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 1)), "never below 1"
+
+
+def host_target(host) -> int:
+    return host.engine.controller.target
+
+
+async def _q(url: str, n: int) -> bool:
+    return await running(url) == n
+
+
+async def _le(url: str, n: int) -> bool:
+    return await running(url) <= n
+
+
+async def test_abort_probe_restore_pause(host, healthy_sim):
+    url = healthy_sim.url
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("right_square_bracket", "right_square_bracket")  # 16
+        assert await settle(pilot, lambda: _q(url, 16), 2.0)
+        t0 = time.monotonic()
+        await pilot.press("a")
+        assert await settle(pilot, lambda: _le(url, 1), 1.0)
+        assert time.monotonic() - t0 < 1.5
+        assert await settle(pilot, lambda: _is("PROBE" in header(app) and "C=1" in header(app)))
+        assert "was C=16" in header(app)
+        await pilot.press("r")
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 16 and "RUNNING" in header(app)))
+        assert await settle(pilot, lambda: _q(url, 16), 1.5)
+        await pilot.press("space")
+        assert await settle(pilot, lambda: _is("PAUSED" in header(app)))
+        assert host.engine.controller.paused
+        await pilot.press("space")
+        assert await settle(pilot, lambda: _is(not host.engine.controller.paused))
+
+
+async def test_typed_concurrency_and_bad_value(host, healthy_sim):
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("c")
+        await pilot.press(*"12", "enter")
+        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 12))
+        await pilot.press("c")
+        await pilot.press(*"abc", "enter")
+        await pilot.pause(0.3)
+        assert host.snapshot.target_c == 12, "a bad value changes nothing"
+        assert any("expected a whole number" in str(n.message) for n in app._notifications)
+        await pilot.press("c")
+        await pilot.press(*"0", "enter")
+        await pilot.pause(0.3)
+        assert host.snapshot.target_c == 12
+        # above --max-concurrency asks first; "n" keeps the current value
+        await pilot.press("c")
+        await pilot.press(*"5000", "enter")
+        await pilot.pause(0.2)
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert host.snapshot.target_c == 12
+
+
+async def test_step_table_and_log_fill(host, healthy_sim):
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, lambda: _is(False), 4.0)  # hold C=4 long enough to be a step
+        await pilot.press("right_square_bracket")
+        assert await settle(pilot, lambda: _is(len(host.snapshot.steps) >= 1), 3.0)
+        table = app.query_one(StepTable)
+        assert await settle(pilot, lambda: _is(table.row_count >= 2), 3.0)  # C=4 done, C=8 live
+        assert str(table.get_row_at(0)[0]).startswith("4")
+        log = app.query_one(EventLog)
+        assert any("C=8" in line for line in log.lines_text)
+
+
+async def test_quit_stops_load_and_completes_session(healthy_sim, tmp_path):
+    """q with the engine in its own process (as `redline` runs it)."""
+    out = tmp_path / "s"
+    host = EngineProcess(EngineConfig(url=healthy_sim.url, concurrency=6, workload=LONG, out_dir=out))
+    host.start()
+    try:
+        app = RedlineApp(host, step=8)
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert await settle(pilot, lambda: _q(healthy_sim.url, 6), 5.0)
+            assert await settle(pilot, lambda: _is("C=6" in header(app)))
+            t0 = time.monotonic()
+            await pilot.press("q")
+            await settle(pilot, lambda: _is(not app.is_running), 5.0)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        host.stop()
+    assert await running(healthy_sim.url) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["ended_at"] and meta["end_reason"] == "quit"
+    assert (out / "requests.ndjson").stat().st_size > 0
