@@ -37,7 +37,7 @@ from .http import make_client
 from .metrics import LiveMetrics
 from .records import Clock, RequestRecord
 from .request import run_request
-from .session import SessionWriter, request_row
+from .session import SessionWriter
 from .snapshot import LogLine, Snapshot
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
@@ -365,7 +365,7 @@ class Engine:
         for acc in self._accs:
             acc.on_request_end(rec)
         if self.session is not None:
-            self.session.add_request(request_row(rec, self.clock))
+            self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
         if rec.status == R.FAILED:
             self._err_texts[f"{rec.error_kind}: {rec.error_text}"[:120]] += 1
             if rec.error_kind == R.ERR_CONNECT:
@@ -527,8 +527,7 @@ class Engine:
         st = self.metrics.percentiles
         ctl = self.controller
         row: dict = {
-            "t": round(self.clock.wall(now), 3),
-            "elapsed_s": round(now - self._t0, 3),
+            "t": round(self.clock.wall(now), 3),  # elapsed_s: the writer's, from meta's started_epoch
             "state": self.state,
             "target_c": ctl.target if ctl else 0,
             "in_flight": ctl.in_flight if ctl else 0,

@@ -332,7 +332,7 @@ async def test_pp_cap_is_visible_and_aborts_clear_at_once(
 
 
 async def _server_rate(s: aiohttp.ClientSession, url: str, concurrency: int,
-                       window: float = 1.0) -> tuple[float, dict[str, float]]:
+                       window: float = 2.0) -> tuple[float, dict[str, float]]:
     """Output tok/s of the server with ``concurrency`` streams in flight, and its GPUs."""
     tasks = await hold_streams(s, url, concurrency, max_tokens=200)
     try:
