@@ -126,8 +126,12 @@ def run_sim(
     profile: str | SimProfile = "healthy",
     seed: int = 0,
     ready_file: str | os.PathLike[str] | None = None,
+    parent_pid: int | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; print one ``listening on`` line once bound.
+
+    ``parent_pid``: exit when that process is gone (redline's built-in sim must not outlive
+    redline, even after a SIGKILL).
 
     ``ready_file``, if given, receives the base URL (one line, written atomically) once the
     server listens. A crashing profile writes one line on stderr and exits the process (1).
@@ -147,6 +151,7 @@ def run_sim(
                 loop.add_signal_handler(sig, stop.set)
         server = SimServer(prof, seed, on_crash=die)
         await server.start(host, port)
+        watch = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
         try:
             print(f"{LISTENING_PREFIX}{server.url} profile={prof.name}", flush=True)
             if ready_file is not None:
@@ -156,6 +161,8 @@ def run_sim(
                 tmp.replace(path)
             await stop.wait()
         finally:
+            if watch is not None:
+                watch.cancel()
             await server.stop()
 
     loop = _new_event_loop()
@@ -164,6 +171,14 @@ def run_sim(
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+async def _watch_parent(pid: int, stop: asyncio.Event) -> None:
+    while True:
+        await asyncio.sleep(0.5)
+        if os.getppid() != pid:
+            stop.set()
+            return
 
 
 # ---- background thread -------------------------------------------------------------------
@@ -353,9 +368,12 @@ def spawn_sim_process(
     fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
     stderr_path = Path(name)
     cmd = [sys.executable, "-m", "engine.sim", "--port", "0", "--profile", profile,
-           "--seed", str(seed), *extra_args]
+           "--seed", str(seed), "--parent-pid", str(os.getpid()), *extra_args]
     with os.fdopen(fd, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        # Its own session: a Ctrl-C or SIGHUP aimed at the terminal's process group must not
+        # kill the server before redline has stopped its load; --parent-pid ends it with us.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     line = _read_line(proc, time.monotonic() + timeout)
     if line is None or not line.startswith(LISTENING_PREFIX):
         if proc.poll() is None:
@@ -407,6 +425,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", type=_override,
                         default=[], metavar="FIELD=VALUE",
                         help="override one profile field, e.g. --set error_429_rate=0.1")
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -417,7 +436,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"redline sim: {exc}", file=sys.stderr)
         return 2
     try:
-        run_sim(host=args.host, port=args.port, profile=prof, seed=args.seed)
+        run_sim(host=args.host, port=args.port, profile=prof, seed=args.seed,
+                parent_pid=args.parent_pid)
     except OSError as exc:
         print(f"redline sim: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
               file=sys.stderr)
