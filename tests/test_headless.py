@@ -1,0 +1,150 @@
+"""Presets "until it breaks" against the sim's profiles, in-process and through the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.config import EngineConfig
+from engine.core import Engine
+from engine.preset import parse_preset
+from engine.runner import run_preset
+from engine.workload import WorkloadConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def preset(concurrency, *, output_len=32, warmup=1.5, hold=4.0, probe=0.0, **stop):
+    stop = stop or {"plateau_gain": 0.05}
+    return parse_preset(
+        {
+            "workload": {"api": "chat", "input_len": 16, "output_len": output_len},
+            "ramp": {"concurrency": list(concurrency), "warmup_s": warmup, "hold_s": hold, "min_requests": 2, "max_hold_s": hold * 2},
+            "stop": stop,
+            "after": {"probe_s": probe},
+        },
+        "test-preset",
+    )
+
+
+async def run_against(url: str, p, tmp_path: Path):
+    """Run the preset in-process while sampling the sim's own token counter."""
+    cfg = EngineConfig(
+        url=url,
+        concurrency=p.ramp.concurrency[0],
+        workload=WorkloadConfig(input_len=p.workload.input_len, output_len=p.workload.output_len),
+        live_steps=False,
+        out_dir=tmp_path / "session",
+    )
+    e = Engine(cfg)
+    await e.start()
+    samples: list[tuple[float, int]] = []
+
+    async def sample() -> None:
+        async with httpx.AsyncClient() as c:
+            while True:
+                try:
+                    s = (await c.get(url + "/sim/state", timeout=2)).json()
+                    samples.append((s["t"], s["generation_tokens_total"]))
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        out = await run_preset(e, p)
+        await asyncio.sleep(0.3)  # one more sample after the last step's end
+    finally:
+        sampler.cancel()
+        await e.stop("preset finished")
+    return out, samples
+
+
+def sim_rate(samples, t0: float, t1: float) -> float:
+    """The sim's own output tok/s over [t0, t1], interpolated from its counter samples."""
+
+    def at(t: float) -> float:
+        for (ta, va), (tb, vb) in zip(samples, samples[1:]):
+            if ta <= t <= tb:
+                return va + (vb - va) * (t - ta) / (tb - ta)
+        raise AssertionError(f"no sample around {t}")
+
+    return (at(t1) - at(t0)) / (t1 - t0)
+
+
+def assert_steps_match_sim(out, samples) -> None:
+    for s in out.steps:
+        theirs = sim_rate(samples, s.t_start, s.t_start + s.duration_s)
+        assert abs(s.output_throughput - theirs) / theirs < 0.10, (s.concurrency, s.output_throughput, theirs)
+
+
+async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
+    sim = sim_factory("healthy")
+    out, samples = await run_against(sim.url, preset([32, 96, 160, 224]), tmp_path)
+    br = out.break_result
+    assert br is not None and br.reason == "plateau", br
+    assert 96 <= br.last_good_concurrency <= 160, br  # the sim saturates around C=128
+    assert all(s.server_max_running == s.concurrency for s in out.steps)
+    assert_steps_match_sim(out, samples)
+    summary = json.loads((tmp_path / "session" / "summary.json").read_text())
+    assert summary["break"]["reason"] == "plateau"
+    assert [s["concurrency"] for s in summary["steps"]] == [s.concurrency for s in out.steps]
+    for key in ("output_throughput", "median_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "steady", "server_max_running"):
+        assert key in summary["steps"][0]
+
+
+async def test_pp_capped_breaks_by_plateau_at_its_cap(sim_factory, tmp_path):
+    sim = sim_factory("pp-capped")
+    out, samples = await run_against(sim.url, preset([4, 8, 16, 32]), tmp_path)
+    br = out.break_result
+    assert br is not None and br.reason == "plateau", br
+    assert br.last_good_concurrency == 8, br  # the micro-batch cap
+    assert br.concurrency == 16
+    assert out.steps[-1].server_max_running == 8
+    assert_steps_match_sim(out, samples)
+
+
+async def test_fragile_breaks_by_errors_or_server_gone(sim_factory, tmp_path):
+    sim = sim_factory("fragile")
+    p = preset([16, 64, 160], error_rate=0.05, plateau_gain=0.05)
+    out, _ = await run_against(sim.url, p, tmp_path)
+    br = out.break_result
+    assert br is not None and br.reason in ("errors", "server_gone"), br
+    assert br.last_good_concurrency == 16, br
+
+
+def test_headless_cli_writes_summary_and_exits_0(tmp_path):
+    f = tmp_path / "tiny.toml"
+    f.write_text(
+        "[workload]\ninput_len = 16\noutput_len = 24\n"
+        "[ramp]\nconcurrency = [2, 8, 16]\nwarmup_s = 1\nhold_s = 3\nmin_requests = 2\n"
+        "[stop]\nplateau_gain = 0.05\n[after]\nprobe_s = 2\n"
+    )
+    out = tmp_path / "run"
+    env = {**os.environ, "CI": "true"}
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "run", str(f), "--headless", "--profile", "pp-capped", "--out", str(out)],
+        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 60
+    lines = r.stdout.splitlines()
+    assert any(l.startswith("C=2 ") for l in lines) and any(l.startswith("C=8 ") for l in lines)
+    assert any(l.startswith("break: plateau at C=16") for l in lines), r.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["break"] == {**summary["break"], "reason": "plateau", "concurrency": 16, "last_good_concurrency": 8}
+    assert summary["probe"]["concurrency"] == 1
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["end_reason"] == "preset finished"
+    # the report command prints the same table from the directory
+    rep = subprocess.run([sys.executable, "-m", "tui.cli", "report", str(out)], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert rep.returncode == 0 and "last good C=8" in rep.stdout
