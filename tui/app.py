@@ -8,7 +8,9 @@ from the Snapshot (see engine/snapshot.py for where each is computed).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +35,7 @@ from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker
 from .widgets.steps import StepTable
 
 REFRESH_S = 0.25
+EXIT_GRACE_S = 5.0  # the load is stopped and the log complete; never hang on the way out
 WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -67,6 +70,7 @@ class RedlineApp(App[int]):
         self.start_preset = preset
         self.presets_dir = presets_dir
         self.exit_reason = "quit"
+        self.hard_exit = False  # set by `redline` itself (not by tests): never hang on exit
         self._quitting = False
         self._want: int | None = None
         self._want_until = 0.0
@@ -240,4 +244,17 @@ class RedlineApp(App[int]):
         self._quitting = True
         self.exit_reason = reason
         await asyncio.to_thread(self.host.stop, reason)
+        if reason == "signal SIGHUP" and self.hard_exit:
+            # The terminal is gone: the log is complete and the load stopped; restoring a
+            # terminal that no longer exists can block forever inside the driver.
+            os._exit(128 + signal.SIGHUP)
+        if self.hard_exit:
+            _exit_watchdog(EXIT_GRACE_S)
         self.exit(0)
+
+
+def _exit_watchdog(seconds: float) -> None:
+    """Exit anyway if the terminal cannot be restored (e.g. it went away mid-shutdown)."""
+    t = threading.Timer(seconds, lambda: os._exit(1))
+    t.daemon = True
+    t.start()

@@ -26,6 +26,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     from .app import RedlineApp
 
     app = RedlineApp(host, step=args.step, preset=preset)
+    app.hard_exit = True
     try:
         app.run()
     finally:
