@@ -1,0 +1,85 @@
+"""Telemetry wired into the engine: the cap detector, GPU power, the client's own health."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine.config import EngineConfig
+from engine.core import Engine
+from engine.workload import WorkloadConfig
+
+WL = WorkloadConfig(input_len=16, output_len=64)
+
+
+async def started(url: str, c: int, **kw) -> Engine:
+    e = Engine(EngineConfig(url=url, concurrency=c, workload=WL, **kw))
+    await e.start()
+    return e
+
+
+def cap_warnings(e: Engine) -> list[str]:
+    return [w for w in e.snapshot.warnings if w.startswith("server cap")]
+
+
+async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path):
+    sim = sim_factory("pp-capped")
+    e = await started(sim.url, 4, out_dir=tmp_path / "s")
+    try:
+        await asyncio.sleep(4.0)
+        assert cap_warnings(e) == [], "below the cap the server runs everything"
+        e.set_concurrency(32)
+        t0 = time.monotonic()
+        while not cap_warnings(e) and time.monotonic() - t0 < 10.0:
+            await asyncio.sleep(0.25)
+        took = time.monotonic() - t0
+        assert cap_warnings(e), "no cap warning within 10 s of C passing the cap"
+        w = cap_warnings(e)[0]
+        assert "server runs 8" in w and "micro-batch cap 8" in w, w
+        snap = e.snapshot
+        assert snap.server is not None and snap.server.running == 8
+        assert len(snap.gpus) == 8 and all(g.power_w and g.power_limit_w for g in snap.gpus)
+        assert max(g.power_pct for g in snap.gpus) < 60  # the story: GPUs idle at low power
+    finally:
+        await e.stop()
+    assert took < 10.0
+    events = (tmp_path / "s" / "events.ndjson").read_text()
+    assert "server cap" in events
+    rows = [r for r in e.history if r.get("server_running") is not None]
+    assert rows and rows[-1]["gpu7_power_w"] > 0 and rows[-1]["server_queued"] > 0
+    step = e.steps[-1]
+    assert step.server_max_running == 8
+    assert step.mean_power_w and step.tokens_per_joule and step.joules_per_token
+
+
+async def test_cap_detector_silent_on_healthy_below_its_cap(sim_factory):
+    sim = sim_factory("healthy")
+    e = await started(sim.url, 24)
+    try:
+        await asyncio.sleep(3.0)
+        e.set_concurrency(48)
+        await asyncio.sleep(8.0)
+        assert cap_warnings(e) == []
+        assert not [l for l in e.snapshot.log if l.text.startswith("server cap")]
+        assert e.snapshot.server.running == 48
+    finally:
+        await e.stop()
+
+
+async def test_client_lag_warning_when_the_loop_stalls(sim_factory):
+    sim = sim_factory("healthy")
+    e = await started(sim.url, 4)
+    try:
+        await asyncio.sleep(1.5)
+        assert not e.snapshot.client_overloaded
+        for _ in range(8):  # something hogs redline's own loop
+            time.sleep(0.2)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.2)
+        snap = e.snapshot
+        assert snap.client_overloaded
+        assert any("client overloaded" in w for w in snap.warnings), snap.warnings
+        assert any(l.kind == "warning" and "client overloaded" in l.text for l in snap.log)
+        assert snap.loop_lag_ms and snap.loop_lag_ms > 20
+    finally:
+        await e.stop()
