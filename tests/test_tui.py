@@ -172,16 +172,16 @@ async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, healthy_sim, 
     d.mkdir()
     (d / "mini.toml").write_text(
         "[workload]\ninput_len = 16\noutput_len = 32\n"
-        "[ramp]\nconcurrency = [3, 5]\nwarmup_s = 0\nhold_s = 30\nmin_requests = 1\n"
+        "[ramp]\nconcurrency = [6, 7]\nwarmup_s = 0\nhold_s = 30\nmin_requests = 1\n"
     )
     app = RedlineApp(host, step=8, presets_dir=d)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("p")
         await pilot.pause(0.3)
         await pilot.press("enter")
-        assert await settle(pilot, lambda: _is(host.snapshot.preset_running and host.snapshot.target_c == 3), 3.0)
+        assert await settle(pilot, lambda: _is(host.snapshot.preset_running and host.snapshot.target_c == 6), 3.0)
         assert await settle(pilot, lambda: _is("PRESET" in header(app) and "mini step 1/2" in header(app)), 3.0)
-        assert await settle(pilot, lambda: _q(healthy_sim.url, 3), 2.0)
+        assert await settle(pilot, lambda: _q(healthy_sim.url, 6), 2.0)
         await pilot.press("right_square_bracket")  # the operator takes over
-        assert await settle(pilot, lambda: _is(not host.snapshot.preset_running and host.snapshot.target_c == 6), 3.0)
+        assert await settle(pilot, lambda: _is(not host.snapshot.preset_running and host.snapshot.target_c == 12), 3.0)
         assert await settle(pilot, lambda: _is(any("cancelled by the operator" in l.text for l in host.snapshot.log)), 2.0)
