@@ -47,7 +47,8 @@ from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.hub import TelemetryHub
 from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate
 
-FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
+FAST_FAIL_S = 0.05
+WARNING_HOLD_S = 10.0  # a warning stays on screen this long after its condition was last seen  # a request that failed faster than this holds its slot this long
 SERVER_GONE = "server gone"
 
 
@@ -80,7 +81,7 @@ class Engine:
         self._rid = 0
         self._log: deque[LogLine] = deque(maxlen=200)
         self._seq = 0
-        self._warnings: dict[str, float] = {}  # text -> perf time it was last raised
+        self._warnings: dict[str, tuple[float, str]] = {}  # key -> (last raised, text)
         self._connect_streak = 0
         self._tasks: list[asyncio.Task] = []
         self._second = 0
@@ -190,6 +191,7 @@ class Engine:
         self._lag = LoopLagMonitor()
         self._lag.start()
         self.health = ClientHealth(self._lag)
+        self._tasks.append(asyncio.create_task(self._watch_health(), name="redline-health"))
         self.cap = CapDetector(self.target.info)
 
     # -- commands (call on the engine's loop) -------------------------------------------
@@ -479,11 +481,23 @@ class Engine:
         if self.session is not None:
             self.session.add_event(kind, text, **fields)
 
-    def warn(self, text: str) -> None:
-        """A warning that stays on screen a while; logged when it starts."""
-        if text not in self._warnings:
+    def warn(self, text: str, key: str | None = None) -> None:
+        """A warning that stays on screen a while; logged when it starts.
+
+        `key` names the condition (its text may carry changing numbers): one log line per
+        episode, the newest text on screen.
+        """
+        key = key or text
+        if key not in self._warnings:
             self.log("warning", text)
-        self._warnings[text] = time.perf_counter()
+        self._warnings[key] = (time.perf_counter(), text)
+
+    async def _watch_health(self) -> None:
+        """psutil scans /proc (several ms): keep it off the loop that stamps bytes."""
+        assert self.health is not None
+        while True:
+            await asyncio.sleep(TIMELINE_INTERVAL_S)
+            self._health = await asyncio.to_thread(self.health.status)
 
     # -- ticking -----------------------------------------------------------------------
     async def _ticker(self) -> None:
@@ -509,15 +523,16 @@ class Engine:
         if self.cap is not None and self.controller is not None:
             warning = self.cap.update(now, self.controller.target, self.controller.in_flight, srv)
             if warning:
-                self.warn(warning)
-        if self.health is not None:
-            self._health = h = self.health.status()  # CPU % since the last second
-            if h.overloaded:
-                self.warn(h.reason)
+                self.warn(warning, key="server cap")
+            elif self.cap.active and self.cap.last_warning:
+                self._warnings["server cap"] = (now, self.cap.last_warning)  # stays while it holds
+        h = self._health
+        if h is not None and h.overloaded:
+            self.warn(h.reason, key="client overloaded")
         for text, n in self._err_texts.items():
             self.log("error", f"{n} × {text}" if n > 1 else text)
         self._err_texts.clear()
-        self._warnings = {k: v for k, v in self._warnings.items() if now - v < 10.0}
+        self._warnings = {k: v for k, v in self._warnings.items() if now - v[0] < WARNING_HOLD_S}
         self._timeline_row(now)
         if self.session is not None:
             self.session.flush()
@@ -628,7 +643,7 @@ class Engine:
             client_cpu_pct=h.cpu_pct if h else None,
             loop_lag_ms=h.loop_lag_ms if h else None,
             client_overloaded=h.overloaded if h else False,
-            warnings=tuple(self._warnings),
+            warnings=tuple(text for _, text in self._warnings.values()),
             tok_per_joule=self._row.get("tok_per_joule"),
             second=self._second,
             row=self._row,

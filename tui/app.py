@@ -27,6 +27,9 @@ from engine.host import EngineProcess, EngineThread
 from engine.preset import Preset, PresetError, load_preset
 from engine.snapshot import Snapshot
 
+from engine.session.compare import SessionSummary
+
+from .widgets.curve import CurveView
 from .widgets.eventlog import EventLog
 from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
@@ -57,14 +60,24 @@ class RedlineApp(App[int]):
         Binding("space", "pause", "pause"),
         Binding("p", "preset", "preset"),
         Binding("e", "export", "export"),
+        Binding("g", "graph", "curve"),
         Binding("q", "quit_redline", "quit"),
         Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
     ]
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
-    def __init__(self, host: EngineProcess | EngineThread, *, step: int = 8, preset: Preset | None = None, presets_dir: Path = PRESETS_DIR) -> None:
+    def __init__(
+        self,
+        host: EngineProcess | EngineThread,
+        *,
+        step: int = 8,
+        preset: Preset | None = None,
+        presets_dir: Path = PRESETS_DIR,
+        compare: SessionSummary | None = None,
+    ) -> None:
         super().__init__()
+        self.compare = compare
         self.host = host
         self.step = step
         self.start_preset = preset
@@ -86,6 +99,7 @@ class RedlineApp(App[int]):
             with Vertical(id="right"):
                 yield StepTable()
                 yield EventLog()
+        yield CurveView(self.compare, id="curve")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -124,6 +138,7 @@ class RedlineApp(App[int]):
         base.query_one(GpuPanel).snapshot = snap
         base.query_one(StepTable).show(snap)
         base.query_one(EventLog).show(snap.log)
+        base.query_one(CurveView).show(snap)
 
     # -- concurrency -------------------------------------------------------------------
     @property
@@ -217,6 +232,10 @@ class RedlineApp(App[int]):
     def run_preset(self, preset: Preset) -> None:
         self._want = None
         self.host.send("start_preset", preset)
+
+    def action_graph(self) -> None:
+        """Switch between the live panels and the live saturation curve."""
+        self.toggle_class("-graph")
 
     # -- session -----------------------------------------------------------------------
     async def action_export(self) -> None:

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
     e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
 
-    rp = sub.add_parser("report", help="step table and break result of one or more sessions")
+    rp = sub.add_parser("report", help="step tables, break results and saturation curves of one or more sessions")
     rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
     rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
     rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return cmd_export(args)
         if args.command == "report":
-            from .commands import cmd_report
+            from .report_cmd import cmd_report
 
             return cmd_report(args)
         if args.command == "preset-from":

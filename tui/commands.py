@@ -122,11 +122,13 @@ def cmd_tui(args: argparse.Namespace, preset=None) -> int:
         workload = workload_from_args(args)
         concurrency = args.concurrency
         api, model, preset_url = args.api, args.model, None
+    from .report_cmd import load_compare_session
     from .run_app import run_tui
 
+    compare = load_compare_session(getattr(args, "compare", None))
     with target_url(args, preset_url) as url:
         cfg = engine_config(args, url, workload, concurrency=concurrency, api=api, model=model, live_steps=preset is None)
-        return run_tui(cfg, args, preset=preset)
+        return run_tui(cfg, args, preset=preset, compare=compare)
 
 
 # -- sessions ------------------------------------------------------------------------------
@@ -139,19 +141,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     for p in paths:
         print(p)
-    return EXIT_OK
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from engine.session import report_session
-
-    try:
-        for i, d in enumerate(args.session_dirs):
-            if i:
-                print()
-            print(report_session(d))
-    except SessionError as exc:
-        raise UsageError(str(exc)) from None
     return EXIT_OK
 
 

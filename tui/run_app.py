@@ -13,7 +13,7 @@ from engine.target import TargetError, TargetUnreachable
 from .cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 
 
-def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None) -> int:
+def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
     host = EngineProcess(cfg)
     try:
         host.start()
@@ -25,7 +25,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         return EXIT_UNREACHABLE
     from .app import RedlineApp
 
-    app = RedlineApp(host, step=args.step, preset=preset)
+    app = RedlineApp(host, step=args.step, preset=preset, compare=compare)
     app.hard_exit = True
     try:
         app.run()

@@ -1,0 +1,249 @@
+"""Several sessions side by side: load them, align their steps by concurrency, pick the best
+session per concurrency, find each session's knee, and the efficiency figures.
+
+Pure data: no drawing, no text tables (tui/report_cmd.py formats, tui/curves.py draws).
+
+Definitions, so the report, the curves and the tests agree:
+
+- A session's curve has one point per concurrency. When a session measured the same C more
+  than once (the operator came back to it in the TUI, or a replay preset), the step with the
+  highest output tok/s stands for it (the later one on a tie), as the step table's
+  "last good" note picks it.
+- Best session at a C: the highest output tok/s among the sessions with a step there; a tie
+  (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
+  failed requests, then to the session named first. No session is marked where fewer than
+  two sessions have a step at that C (nothing to compare).
+- Knee: the break result's last good concurrency; with no break, the concurrency of the
+  session's highest-throughput step (the lowest such C on a tie); None when the session has
+  no steps, or broke on its first step.
+- Efficiency: tok/s per W is output tokens per joule (tok/s / W = tok/J); J per output
+  token is its inverse. From the step's own fields, else from its mean GPU power; None
+  without GPU telemetry.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..stepresult import BreakResult, StepResult
+from .paths import META, SessionError, check_session_dir
+from .report import _load_json, as_break, load_summary
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """What a comparison needs of one session."""
+
+    label: str
+    steps: tuple[StepResult, ...] = ()  # measured steps, in session order; no probe
+    break_result: BreakResult | None = None
+    probe: StepResult | None = None
+    path: Path | None = None  # None for the live session in the TUI
+    target: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+
+    def by_concurrency(self) -> dict[int, StepResult]:
+        """One step per concurrency, in increasing C (see the module docstring)."""
+        out: dict[int, StepResult] = {}
+        for s in self.steps:
+            old = out.get(s.concurrency)
+            if old is None or s.output_throughput >= old.output_throughput:
+                out[s.concurrency] = s
+        return dict(sorted(out.items()))
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return sorted({s.concurrency for s in self.steps})
+
+    @property
+    def has_power(self) -> bool:
+        return any(tokens_per_watt(s) is not None for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One concurrency across sessions: cells[i] is session i's step there, or None."""
+
+    concurrency: int
+    cells: tuple[StepResult | None, ...]
+    best: int | None  # index of the best session at this C (see best_index)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _step(d: Any, where: str) -> StepResult:
+    if not isinstance(d, dict):
+        raise SessionError(f"{where}: expected a step object, got {type(d).__name__}")
+    try:
+        s = StepResult.from_dict(d)
+    except TypeError as exc:
+        raise SessionError(f"{where}: not a step result ({exc})") from None
+    if not (isinstance(s.concurrency, int) and not isinstance(s.concurrency, bool) and s.concurrency >= 1):
+        raise SessionError(f"{where}: concurrency {s.concurrency!r} is not a whole number >= 1")
+    if not _num(s.output_throughput):
+        raise SessionError(f"{where}: output_throughput {s.output_throughput!r} is not a number")
+    for name in ("median_ttft_ms", "p99_ttft_ms", "p99_itl_ms", "mean_power_w",
+                 "tokens_per_joule", "joules_per_token"):
+        v = getattr(s, name)
+        if v is not None and not _num(v):
+            raise SessionError(f"{where}: {name} {v!r} is not a number")
+    return s
+
+
+def load_session(session_dir: str | os.PathLike) -> SessionSummary:
+    """One session directory; a SessionError (one line) if it is not a readable session."""
+    d = check_session_dir(session_dir)
+    meta = _load_json(d / META)
+    summ = load_summary(d)
+    where = f"{d / 'summary.json'}"
+    raw_steps = summ.get("steps") or []
+    if not isinstance(raw_steps, list):
+        raise SessionError(f"{where}: \"steps\" is not a list")
+    steps = [_step(s, f"{where} step {i + 1}") for i, s in enumerate(raw_steps)]
+    steps = [s for s in steps if s.phase != "probe"]
+    probe = summ.get("probe")
+    probe = _step(probe, f"{where} probe") if probe is not None else None
+    br = summ.get("break")
+    if br is not None and not isinstance(br, dict):
+        raise SessionError(f"{where}: \"break\" is not an object")
+    try:
+        brk = as_break(br)
+    except TypeError as exc:
+        raise SessionError(f"{where}: \"break\" is not a break result ({exc})") from None
+    label = meta.get("label") or summ.get("label") or d.resolve().name
+    target = summ.get("target") or meta.get("target") or {}
+    info = meta.get("server_info") or {}
+    return SessionSummary(
+        label=str(label),
+        steps=tuple(steps),
+        break_result=brk,
+        probe=probe,
+        path=d,
+        target=target if isinstance(target, dict) else {},
+        server_info=info if isinstance(info, dict) else {},
+    )
+
+
+def load_sessions(dirs: Iterable[str | os.PathLike]) -> list[SessionSummary]:
+    """Every directory, in order. Labels are made unique: a label two sessions share gets the
+    directory name appended ("tp8 (run2)"), then a number if that is still not enough."""
+    sessions = [load_session(d) for d in dirs]
+    return unique_labels(sessions)
+
+
+def unique_labels(sessions: Sequence[SessionSummary]) -> list[SessionSummary]:
+    from dataclasses import replace
+
+    counts: dict[str, int] = {}
+    for s in sessions:
+        counts[s.label] = counts.get(s.label, 0) + 1
+    out: list[SessionSummary] = []
+    seen: set[str] = set()
+    for s in sessions:
+        label = s.label
+        if counts[label] > 1 and s.path is not None:
+            label = f"{label} ({s.path.resolve().name})"
+        base, n = label, 2
+        while label in seen:
+            label = f"{base} #{n}"
+            n += 1
+        seen.add(label)
+        out.append(s if label == s.label else replace(s, label=label))
+    return out
+
+
+def session_from_steps(
+    label: str,
+    steps: Iterable[StepResult],
+    break_result: BreakResult | None = None,
+    probe: StepResult | None = None,
+) -> SessionSummary:
+    """A SessionSummary of steps held in memory (the live session in the TUI)."""
+    return SessionSummary(
+        label=label,
+        steps=tuple(s for s in steps if s.phase != "probe"),
+        break_result=break_result,
+        probe=probe,
+    )
+
+
+# -- aligning ------------------------------------------------------------------------------
+
+def _rank(s: StepResult) -> tuple[float, float, int]:
+    """Sort key, smaller is better: more tok/s (to 0.1), lower p99 TTFT, fewer failures."""
+    ttft = s.p99_ttft_ms if s.p99_ttft_ms is not None else math.inf
+    return (-round(s.output_throughput, 1), ttft, s.failed)
+
+
+def best_index(cells: Sequence[StepResult | None]) -> int | None:
+    """Index of the best step among cells (None entries skipped); None with fewer than two."""
+    present = [(i, c) for i, c in enumerate(cells) if c is not None]
+    if len(present) < 2:
+        return None
+    return min(present, key=lambda ic: (_rank(ic[1]), ic[0]))[0]
+
+
+def align_by_concurrency(sessions: Sequence[SessionSummary]) -> list[Row]:
+    """One row per concurrency any session measured, in increasing C."""
+    per = [s.by_concurrency() for s in sessions]
+    cs = sorted({c for p in per for c in p})
+    rows = []
+    for c in cs:
+        cells = tuple(p.get(c) for p in per)
+        rows.append(Row(concurrency=c, cells=cells, best=best_index(cells)))
+    return rows
+
+
+def best_per_row(rows: Sequence[Row]) -> list[int | None]:
+    """For each row, the index of the best session there (None where not compared)."""
+    return [best_index(r.cells) for r in rows]
+
+
+def knee(session: SessionSummary) -> int | None:
+    """The session's knee concurrency (see the module docstring)."""
+    b = session.break_result
+    if b is not None:
+        return b.last_good_concurrency
+    if not session.steps:
+        return None
+    best = max(session.steps, key=lambda s: (s.output_throughput, -s.concurrency))
+    return best.concurrency
+
+
+def knee_step(session: SessionSummary) -> StepResult | None:
+    """The step drawn at the knee (the by_concurrency() step at knee(session)), if any."""
+    k = knee(session)
+    return None if k is None else session.by_concurrency().get(k)
+
+
+# -- efficiency ----------------------------------------------------------------------------
+
+def tokens_per_watt(step: StepResult) -> float | None:
+    """Output tok/s per W of summed GPU power (= output tokens per joule), or None."""
+    if step.tokens_per_joule is not None:
+        return step.tokens_per_joule
+    if step.mean_power_w:
+        return step.output_throughput / step.mean_power_w
+    return None
+
+
+def joules_per_token(step: StepResult) -> float | None:
+    """J of GPU energy per output token, or None (also when no token came out)."""
+    if step.joules_per_token is not None:
+        return step.joules_per_token
+    if step.mean_power_w and step.output_throughput > 0:
+        return step.mean_power_w / step.output_throughput
+    return None
+
+
+def any_power(sessions: Sequence[SessionSummary]) -> bool:
+    """Whether any session has GPU telemetry on any step (efficiency columns are shown)."""
+    return any(s.has_power for s in sessions)

@@ -1,0 +1,288 @@
+"""Comparing configurations: two real sessions built against the sim (healthy and pp-capped
+profiles), loaded, aligned by concurrency, best per row, knees, and `redline report A B`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.session import SessionError
+from engine.session.compare import (
+    SessionSummary,
+    align_by_concurrency,
+    best_index,
+    best_per_row,
+    joules_per_token,
+    knee,
+    load_session,
+    load_sessions,
+    session_from_steps,
+    tokens_per_watt,
+)
+from engine.stepresult import BreakResult, StepResult
+from tui import report_cmd
+from tui.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+
+# Four short steps; plateau at +10 %: pp-capped (server runs 8) gains ~95 % from 4 to 8 and
+# ~6 % from 8 to 16, so it breaks at 16 with last good 8; healthy gains >= 90 % per step.
+PRESET = """
+name = "compare-test"
+[workload]
+input_len = 16
+output_len = 24
+[ramp]
+concurrency = [4, 8, 16, 48]
+warmup_s = 1
+hold_s = 3
+min_requests = 2
+[stop]
+plateau_gain = 0.1
+[after]
+probe_s = 2
+"""
+RUN_TIMEOUT_S = 60
+
+REDLINE = [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main())"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Both sessions, run at the same time (each against its own built-in sim)."""
+    base = tmp_path_factory.mktemp("compare")
+    preset = base / "compare.toml"
+    preset.write_text(PRESET)
+    procs, dirs = {}, {}
+    for profile in ("healthy", "pp-capped"):
+        dirs[profile] = base / profile
+        procs[profile] = subprocess.Popen(
+            [*REDLINE, "run", str(preset), "--headless", "--out", str(dirs[profile]), "--profile", profile],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+    try:
+        for profile, p in procs.items():
+            out, _ = p.communicate(timeout=RUN_TIMEOUT_S)
+            assert p.returncode == 0, f"{profile} run failed:\n{out}"
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def sessions(built) -> list[SessionSummary]:
+    return load_sessions([built["healthy"], built["pp-capped"]])
+
+
+def _report(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
+    """`redline report ...` in-process, through the real CLI and its one-line error handling."""
+    rc = main(["report", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# -- against the sim -----------------------------------------------------------------------
+
+def test_sessions_load_with_labels_steps_break_probe(sessions):
+    healthy, capped = sessions
+    assert healthy.label != capped.label
+    assert "pp8" in capped.label and "tp8" in healthy.label  # default label: model and tp/pp
+    assert [s.concurrency for s in healthy.steps] == [4, 8, 16, 48]
+    assert capped.steps and all(s.phase != "probe" for s in capped.steps)
+    assert capped.break_result is not None and capped.break_result.reason == "plateau"
+    assert healthy.probe is not None and healthy.probe.concurrency == 1
+    assert capped.probe is not None and capped.probe.concurrency == 1
+
+
+def test_rows_aligned_by_concurrency(sessions):
+    healthy, capped = sessions
+    rows = align_by_concurrency(sessions)
+    cs = [r.concurrency for r in rows]
+    assert cs == sorted(set(healthy.concurrencies) | set(capped.concurrencies))
+    for r in rows:
+        assert len(r.cells) == 2
+        for i, s in enumerate(sessions):
+            cell = r.cells[i]
+            if r.concurrency in s.concurrencies:
+                assert cell is not None and cell.concurrency == r.concurrency
+            else:
+                assert cell is None
+    # pp-capped stopped at its break; the C=48 row holds only healthy
+    assert capped.break_result.concurrency < 48
+    assert rows[-1].concurrency == 48 and rows[-1].cells[1] is None and rows[-1].best is None
+
+
+def test_best_session_per_row_is_healthy_from_16(sessions):
+    rows = align_by_concurrency(sessions)
+    both = [r for r in rows if all(c is not None for c in r.cells)]
+    assert any(r.concurrency >= 16 for r in both)
+    for r in both:
+        if r.concurrency >= 16:
+            assert r.best == 0, f"C={r.concurrency}: {[c.output_throughput for c in r.cells]}"
+    assert best_per_row(rows) == [r.best for r in rows]
+
+
+def test_each_knee_at_its_own_last_good_concurrency(sessions):
+    healthy, capped = sessions
+    b = capped.break_result
+    assert knee(capped) == b.last_good_concurrency
+    assert knee(capped) is not None and knee(capped) <= 16  # the server runs 8
+    if healthy.break_result is not None:
+        assert knee(healthy) == healthy.break_result.last_good_concurrency
+    else:
+        best = max(healthy.steps, key=lambda s: s.output_throughput)
+        assert knee(healthy) == best.concurrency
+    assert knee(healthy) > knee(capped)
+
+
+def test_efficiency_from_sim_telemetry(sessions):
+    healthy, capped = sessions
+    assert healthy.has_power and capped.has_power
+    s = healthy.by_concurrency()[16]
+    assert tokens_per_watt(s) == pytest.approx(s.tokens_per_joule)
+    assert joules_per_token(s) == pytest.approx(s.joules_per_token)
+
+
+def test_multi_session_report(sessions, built, monkeypatch, capsys, tmp_path):
+    png = tmp_path / "curves.png"
+    rc, out, err = _report(monkeypatch, capsys, str(built["healthy"]), str(built["pp-capped"]), "--png", str(png))
+    assert rc == 0, err
+    healthy, capped = sessions
+    assert healthy.label in out and capped.label in out
+    assert out.count("break: ") == 2
+    assert "break: none (no stop rule fired)" in out
+    assert f"break: plateau at C={capped.break_result.concurrency}, last good C={knee(capped)}" in out
+    assert f"knee C={knee(capped)}" in out and f"knee C={knee(healthy)}" in out
+    assert "C=1 probe" in out and out.count("C=1 ") >= 2
+    assert "tok/s/W" in out and "J/tok" in out  # the sim reports GPU power
+    # the table: healthy's tok/s cell is marked best on the rows from C=16 on
+    table = out.split("\n\n")[1].splitlines()
+    for line in table:
+        cells = line.split()
+        if cells and cells[0].isdigit() and int(cells[0]) >= 16 and cells[6] != "-":
+            assert cells[1].endswith("*") and not cells[6].endswith("*"), line
+    # the curves follow, and the PNG was written
+    assert "output tok/s vs C" in out and "knee" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert err == ""
+
+
+def test_single_session_report_keeps_step_table(built, monkeypatch, capsys):
+    rc, out, err = _report(monkeypatch, capsys, str(built["pp-capped"]), "--no-plot")
+    assert rc == 0, err
+    assert out.startswith(f"session {built['pp-capped']}")
+    assert "<- last good" in out and "break: plateau" in out
+    assert "knee C=" in out and "output tok/s vs C" not in out
+
+
+# -- errors: one line, exit 2 --------------------------------------------------------------
+
+def test_missing_dir_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    rc, out, err = _report(monkeypatch, capsys, str(FIXTURES / "healthy"), str(tmp_path / "nope"))
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1 and "session directory not found" in err and "nope" in err
+
+
+def test_not_a_session_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    rc, out, err = _report(monkeypatch, capsys, str(tmp_path))
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "not a redline session directory" in err
+
+
+def test_malformed_summary_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "meta.json").write_text(json.dumps({"label": "bad"}))
+    (d / "summary.json").write_text(json.dumps({"steps": [{"concurrency": "eight"}]}))
+    rc, out, err = _report(monkeypatch, capsys, str(d))
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "summary.json" in err
+
+
+def test_png_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    rc, out, err = _report(monkeypatch, capsys, str(FIXTURES / "healthy"), "--png", str(tmp_path / "c.png"))
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "pip install 'redline[png]'" in err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_png_into_missing_directory_is_one_line(monkeypatch, capsys, tmp_path):
+    rc, out, err = _report(monkeypatch, capsys, str(FIXTURES / "healthy"), "--png", str(tmp_path / "no" / "c.png"))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "does not exist" in err
+
+
+# -- pure data, crafted --------------------------------------------------------------------
+
+def _st(c: int, tok: float, ttft: float | None = 100.0, failed: int = 0, **kw) -> StepResult:
+    return StepResult(concurrency=c, duration_s=10, completed=10, failed=failed, output_throughput=tok,
+                      input_throughput=0, request_throughput=1, p99_ttft_ms=ttft, **kw)
+
+
+def test_best_ties_go_to_lower_p99_ttft_then_fewer_errors():
+    assert best_index([_st(8, 100.0, 300), _st(8, 100.04, 200)]) == 1  # equal to 0.1 tok/s
+    assert best_index([_st(8, 100.0, 200, failed=3), _st(8, 100.0, 200)]) == 1
+    assert best_index([_st(8, 100.0, None), _st(8, 100.0, 900)]) == 1
+    assert best_index([_st(8, 150.0, 900), _st(8, 100.0, 10)]) == 0
+    assert best_index([_st(8, 150.0), None]) is None  # nothing to compare
+
+
+def test_knee_without_break_and_edge_cases():
+    s = session_from_steps("x", [_st(8, 100), _st(16, 300), _st(32, 300), _st(64, 250)])
+    assert knee(s) == 16  # most tok/s, lowest C on a tie
+    assert knee(session_from_steps("x", [])) is None
+    broke_first = session_from_steps("x", [_st(8, 100)], BreakResult("errors", 8, None))
+    assert knee(broke_first) is None
+    assert knee(session_from_steps("x", [_st(8, 100)], BreakResult("plateau", 16, 8))) == 8
+
+
+def test_repeated_concurrency_keeps_the_best_step_and_probe_is_excluded():
+    s = session_from_steps("x", [_st(8, 100, index=0), _st(16, 200, index=1), _st(8, 120, index=2),
+                                 _st(1, 30, phase="probe")])
+    assert s.by_concurrency()[8].index == 2
+    assert s.concurrencies == [8, 16]
+
+
+def test_efficiency_from_power_when_fields_missing():
+    s = _st(8, 500.0, mean_power_w=1000.0)
+    assert tokens_per_watt(s) == pytest.approx(0.5)
+    assert joules_per_token(s) == pytest.approx(2.0)
+    assert tokens_per_watt(_st(8, 500.0)) is None and joules_per_token(_st(8, 0.0, mean_power_w=5.0)) is None
+
+
+def test_duplicate_labels_made_unique(tmp_path):
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "meta.json").write_text(json.dumps({"label": "same"}))
+    a, b = load_sessions([tmp_path / "a", tmp_path / "b"])
+    assert (a.label, b.label) == ("same (a)", "same (b)")
+    a, b = load_sessions([tmp_path / "a", tmp_path / "a"])
+    assert a.label != b.label
+    nolabel = tmp_path / "run7"
+    nolabel.mkdir()
+    (nolabel / "meta.json").write_text("{}")
+    assert load_session(nolabel).label == "run7" and load_session(nolabel).steps == ()
+
+
+def test_missing_dir_raises_session_error(tmp_path):
+    with pytest.raises(SessionError):
+        load_sessions([tmp_path / "nope"])
+
+
+def test_compare_flag_loads_or_fails_in_one_line(tmp_path):
+    from tui.cli import UsageError
+    from tui.report_cmd import load_compare_session
+
+    assert load_compare_session(None) is None
+    assert load_compare_session(FIXTURES / "pp-capped").label == "redline-sim-70b tp1 pp8"
+    with pytest.raises(UsageError, match="--compare: session directory not found"):
+        load_compare_session(tmp_path / "nope")

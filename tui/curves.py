@@ -1,0 +1,427 @@
+"""Saturation curves: output tok/s and p99 TTFT against concurrency, one line per session,
+each session's knee marked. In the terminal with plotext (`redline report`, and the TUI's
+curve view through tui/widgets/curve.py), as an image with matplotlib (`--png`, the optional
+`png` extra).
+
+Concurrency is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the
+concurrencies measured. What a point, the best session and the knee are: engine/session/compare.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from engine.session.compare import SessionSummary, knee, knee_step
+
+PNG_EXTRA_HINT = "pip install 'redline[png]'"
+
+# One color per session, the same order in the terminal (xterm-256 codes) and the PNG
+# (matplotlib's tab10), so a report and its image agree.
+TERM_COLORS = (33, 208, 34, 160, 135, 37, 178, 244)
+PNG_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:cyan", "tab:olive", "tab:gray")
+# Point symbols per session: tell the lines apart without color (piped output, NO_COLOR).
+POINT_MARKS = ("o", "x", "+", "#", "%", "@", "&", "=")
+KNEE_MARK = "◆"
+
+MIN_PLOT_W = 30  # below this a side-by-side plot is illegible: stack them instead
+MIN_PLOT_H = 7
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class PngUnavailable(RuntimeError):
+    """matplotlib (the `png` extra) is not installed."""
+
+
+# -- shared helpers ------------------------------------------------------------------------
+
+def _points(s: SessionSummary, metric: str) -> list[tuple[int, float]]:
+    pts = []
+    for c, st in s.by_concurrency().items():
+        v = getattr(st, metric)
+        if v is not None:
+            pts.append((c, float(v)))
+    return pts
+
+
+def _knee_value(s: SessionSummary, metric: str) -> tuple[int, float | None] | None:
+    k = knee(s)
+    if k is None:
+        return None
+    st = knee_step(s)
+    v = getattr(st, metric) if st is not None else None
+    return k, (None if v is None else float(v))
+
+
+METRICS = (
+    ("output_throughput", "output tok/s"),
+    ("p99_ttft_ms", "p99 TTFT"),
+)
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values (1, 2, 2.5, 5 x 10^k steps) covering [lo, hi], about n of them."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(n - 1, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.floor(lo / step) * step
+    ticks = [round(first, 10)]
+    while ticks[-1] < hi - step * 1e-9:  # the last tick at or above hi: no point is clipped
+        ticks.append(round(first + len(ticks) * step, 10))
+    return ticks
+
+
+def fmt_tick(v: float) -> str:
+    """Short tick label: 0, 2.5, 250, 1200, 12k, 1.5M."""
+    a = abs(v)
+    if a >= 1e6:
+        s = f"{v / 1e6:.1f}".rstrip("0").rstrip(".") + "M"
+    elif a >= 1e4:
+        s = f"{v / 1e3:.1f}".rstrip("0").rstrip(".") + "k"
+    elif a >= 10 or float(v).is_integer():
+        s = f"{v:.0f}"
+    else:
+        s = f"{v:.2f}".rstrip("0").rstrip(".")
+    return s
+
+
+def _c_ticks(cs: list[int], canvas_w: int, prefer: Sequence[int] = ()) -> list[int]:
+    """The concurrencies to label on a log2 x axis canvas_w columns wide, no two labels
+    touching: the first and the last, then those in prefer (the knees), then powers of two,
+    then the rest, each kept if it fits."""
+    if len(cs) <= 2:
+        return list(cs)
+    lo, hi = math.log2(cs[0]), math.log2(cs[-1])
+    span = hi - lo or 1.0
+
+    def col(c: int) -> float:
+        return (math.log2(c) - lo) / span * (canvas_w - 1)
+
+    def fits(c: int, chosen: list[int]) -> bool:
+        return all(abs(col(c) - col(o)) >= (len(str(c)) + len(str(o))) / 2 + 1 for o in chosen)
+
+    chosen = [cs[0]]
+    if fits(cs[-1], chosen):
+        chosen.append(cs[-1])
+    order = [c for c in prefer if c in cs] + [c for c in cs if c & (c - 1) == 0] + list(cs)
+    for c in order:
+        if c not in chosen and fits(c, chosen):
+            chosen.append(c)
+    return sorted(chosen)
+
+
+# -- terminal (plotext) --------------------------------------------------------------------
+
+def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool) -> list[str]:
+    """The legend above the plots: symbol, label and knee of each session, packed into lines."""
+    entries = []
+    for i, s in enumerate(sessions):
+        k = knee(s)
+        text = f"{POINT_MARKS[i % len(POINT_MARKS)]}─ {s.label}"
+        text += f"  knee C={k}" if k is not None else ("  (no steps)" if not s.steps else "  no knee")
+        if len(text) > width:
+            text = text[: max(width - 1, 1)] + "…"
+        entries.append((text, TERM_COLORS[i % len(TERM_COLORS)]))
+    lines: list[list[tuple[str, int]]] = [[]]
+    used = 0
+    for text, col in entries:
+        add = len(text) + (3 if lines[-1] else 0)
+        if lines[-1] and used + add > width:
+            lines.append([])
+            used, add = 0, len(text)
+        lines[-1].append((text, col))
+        used += add
+    out = []
+    for line in lines:
+        if color:
+            out.append("   ".join(f"\x1b[38;5;{c}m{t}\x1b[0m" for t, c in line))
+        else:
+            out.append("   ".join(t for t, _ in line))
+    return out
+
+
+def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str, w: int, h: int, color: bool) -> None:
+    import plotext
+
+    sub.plot_size(w, h)
+    sub.title(title)
+    series = [(i, s, _points(s, metric)) for i, s in enumerate(sessions)]
+    allc = sorted({c for _, _, pts in series for c, _ in pts})
+    ys = [v for _, _, pts in series for _, v in pts]
+    if not allc:
+        sub.draw(sub.text(0.5, 0.5, "(no data)", alignment="center"))
+        sub.ruler("x").lim(0, 1)
+        sub.ruler("y").lim(0, 1)
+        sub.ruler("x").ticks([])
+        sub.ruler("y").ticks([])
+        return
+    ymax = max(ys) if ys else 1.0
+    ymax = ymax if ymax > 0 else 1.0
+    yticks = nice_ticks(0.0, ymax, 4 if h < 14 else 5)
+    ytop = yticks[-1]
+    ylabels = [fmt_tick(t) for t in yticks]
+    label_w = max(len(s) for s in ylabels)
+    canvas_w = max(w - label_w - 3, 4)
+    canvas_h = max(h - 4, 2)
+    xlo, xhi = math.log2(allc[0]), math.log2(allc[-1])
+    if xhi - xlo < 1e-9:
+        xlo, xhi = xlo - 1, xhi + 1
+    pad = (xhi - xlo) * 0.04
+    xlo_v, xhi_v = xlo - pad, xhi + pad
+    sub.ruler("x").lim(xlo_v, xhi_v)
+    sub.ruler("y").lim(0, ytop)
+    ticks = _c_ticks(allc, canvas_w, [k for k in (knee(s) for s in sessions) if k is not None])
+    sub.ruler("x").ticks([math.log2(c) for c in ticks], [str(c) for c in ticks])
+    sub.ruler("y").ticks(yticks, ylabels)
+    hd_markers = ("hd", "braille", "hd", "braille", "hd", "braille", "hd", "braille")
+    knees: list[tuple[float, int, int]] = []  # (x, C, session index)
+
+    def pix(i: int):
+        return plotext.pixel(foreground=TERM_COLORS[i % len(TERM_COLORS)]) if color else None
+
+    def mk(symbol, i: int):
+        p = pix(i)
+        return plotext.marker(symbol, p) if p is not None else symbol
+
+    # drawn in layers, so no session's line hides another's points or knee:
+    # knee verticals, then lines, then points, then knee diamonds
+    for i, s, pts in series:
+        kv = _knee_value(s, metric)
+        if kv is not None:
+            k, v = kv
+            x = math.log2(k)
+            sub.draw(sub.segment((x, x), (0, ytop), marker=plotext.line(1, pix(i), "dotted")))
+            knees.append((x, k, i))
+    for i, s, pts in series:
+        if pts:
+            line = sub.signal([math.log2(c) for c, _ in pts], [v for _, v in pts], marker=mk(hd_markers[i % len(hd_markers)], i))
+            line.lines()
+            sub.draw(line)
+    for i, s, pts in series:
+        if pts:
+            mark = POINT_MARKS[i % len(POINT_MARKS)]
+            sub.draw(sub.signal([math.log2(c) for c, _ in pts], [v for _, v in pts], marker=mk(mark, i)))
+    for i, s, pts in series:
+        kv = _knee_value(s, metric)
+        if kv is not None and kv[1] is not None:
+            sub.draw(sub.signal([math.log2(kv[0])], [kv[1]], marker=mk(KNEE_MARK, i)))
+    # knee labels along the top rows, one row down per label so two never overlap
+    row_h = ytop / max(canvas_h - 1, 1)
+    seen: set[int] = set()
+    knees = [kn for kn in sorted(knees, key=lambda t: (t[0], t[2])) if not (kn[1] in seen or seen.add(kn[1]))]
+    for n, (x, k, i) in enumerate(knees):
+        text = f"knee C={k}"
+        y = ytop - n * row_h
+        frac = (x - xlo_v) / (xhi_v - xlo_v)
+        tx = x + (xhi_v - xlo_v) / max(canvas_w, 1) * (1 if frac < 0.55 else -1)
+        align = "left" if frac < 0.55 else "right"
+        label = plotext.colorize(text, pix(i)) if color else text
+        sub.draw(sub.text(tx, y, label, alignment=align))
+
+
+def render_curves(
+    sessions: Sequence[SessionSummary],
+    width: int = 80,
+    height: int = 24,
+    *,
+    color: bool = True,
+    title: str | None = None,
+) -> str:
+    """Both curves and a legend in at most width x height cells: side by side when each plot
+    gets MIN_PLOT_W columns, else stacked. ANSI colors when color; plain text otherwise."""
+    import plotext
+
+    width, height = int(width), int(height)
+    lines: list[str] = []
+    if title:
+        lines.append(title[:width])
+    lines += _legend_lines(sessions, width, color)
+    avail = height - len(lines)
+    side = width >= 2 * MIN_PLOT_W + 1 and avail >= MIN_PLOT_H
+    if side:
+        pw = [width // 2, width - width // 2]
+        ph = [avail, avail]
+    else:
+        pw = [width, width]
+        ph = [avail // 2, avail - avail // 2]
+    if min(pw) < 16 or min(ph) < MIN_PLOT_H:
+        lines.append("(too small to draw the curves)"[:width])
+        return "\n".join(lines[:height])
+    plotext.terminal.limit(False, False)  # size to the caller's box, not this terminal
+    fig = plotext.figure
+    fig.clear()
+    fig.theme("simple" if color else "colorless")
+    fig.subplots(1, 2) if side else fig.subplots(2, 1)
+    fig.plot_size(width, avail)
+    for n, (metric, name) in enumerate(METRICS):
+        sub = fig.subplot(1, n + 1) if side else fig.subplot(n + 1, 1)
+        sub.theme("simple" if color else "colorless")
+        unit = " (ms)" if metric.endswith("_ms") else ""
+        _draw_panel(sub, sessions, metric, f"{name}{unit} vs C", pw[n], ph[n], color)
+    m = fig.build()
+    body = m.string(colorless=not color).rstrip("\n").split("\n")
+    fig.clear()
+    out = lines + [ln.rstrip() if not color else ln for ln in body]
+    return "\n".join(out[:height])
+
+
+def terminal_curves(
+    sessions: Sequence[SessionSummary],
+    width: int = 80,
+    height: int = 24,
+    *,
+    color: bool = False,
+) -> str:
+    """`redline report`'s curves as text: at most width columns and height lines."""
+    return render_curves(sessions, width, height, color=color)
+
+
+def visible_width(line: str) -> int:
+    """Columns a line takes on screen (ANSI codes removed)."""
+    return len(_ANSI.sub("", line))
+
+
+# -- image (matplotlib) --------------------------------------------------------------------
+
+def png_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, title: str | None = None) -> Path:
+    """Both curves, side by side, as a PNG at path: log2 concurrency axis, one line per session,
+    each knee a dashed line, a diamond and a label, the legend under both plots.
+    PngUnavailable without matplotlib; OSError if the file cannot be written."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+    except ImportError:
+        raise PngUnavailable(f"--png needs matplotlib: {PNG_EXTRA_HINT}") from None
+
+    path = Path(path)
+    allc = sorted({st.concurrency for s in sessions for st in s.steps})
+    knees = [k for k in (knee(s) for s in sessions) if k is not None]
+    # no pyplot: no global backend or figure state, safe inside any process
+    fig = Figure(figsize=(13, 6.4), dpi=110, layout="constrained")
+    canvas = FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    if title is None:
+        title = "Saturation curves: " + " vs ".join(s.label for s in sessions)
+        if len(title) > 110:
+            title = f"Saturation curves: {len(sessions)} sessions"
+    fig.suptitle(title, fontsize=13, fontweight="bold")
+    ylabels = {"output_throughput": "output tokens/s", "p99_ttft_ms": "p99 TTFT (ms)"}
+    handles, labels = [], []
+    notes_all: list[tuple] = []
+    for n_ax, (ax, (metric, name)) in enumerate(zip(axes, METRICS)):
+        ax.set_xscale("log", base=2)
+        ys_all = []
+        for i, s in enumerate(sessions):
+            col = PNG_COLORS[i % len(PNG_COLORS)]
+            pts = _points(s, metric)
+            k = knee(s)
+            notes = [f"knee C={k}"] if k is not None else []
+            if s.break_result is not None:
+                notes.append(f"{s.break_result.reason} at C={s.break_result.concurrency}")
+            if not s.steps:
+                notes.append("no steps")
+            lab = s.label + (f"  ({'; '.join(notes)})" if notes else "")
+            xs = [c for c, _ in pts]
+            vs = [v for _, v in pts]
+            ys_all += vs
+            (h,) = ax.plot(xs, vs, marker="o", ms=5, lw=2, color=col)
+            if n_ax == 0:
+                handles.append(h)
+                labels.append(lab)
+        ax.set_title(f"{name} vs concurrency", fontsize=11)
+        ax.set_xlabel("concurrency (log2 scale)")
+        ax.set_ylabel(ylabels[metric])
+        if allc:
+            ticks = _c_ticks(allc, 70, knees)
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_minor_locator(FixedLocator([c for c in allc if c not in ticks]))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xticks(ticks, [str(c) for c in ticks])
+            lo, hi = allc[0], allc[-1]
+            ax.set_xlim(lo / 2, hi * 2) if lo == hi else ax.set_xlim(lo / 2 ** 0.3, hi * 2 ** 0.3)
+        else:
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.text(0.5, 0.5, "no steps", transform=ax.transAxes, ha="center", va="center", color="gray")
+        ymax = max(ys_all) if ys_all else 1.0
+        ax.set_ylim(0, ymax * 1.22 if ymax > 0 else 1.0)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.grid(True, which="minor", axis="x", alpha=0.12)
+        # knees: a vertical dashed line, a diamond on the curve, and a label
+        for i, s in enumerate(sessions):
+            kv = _knee_value(s, metric)
+            if kv is None:
+                continue
+            k, v = kv
+            col = PNG_COLORS[i % len(PNG_COLORS)]
+            ax.axvline(k, color=col, ls="--", lw=1.2, alpha=0.7)
+            if v is None:
+                continue
+            ax.plot([k], [v], marker="D", ms=10, mfc="white", mec=col, mew=2.2, zorder=5)
+            # throughput rises into the knee and flattens after it: label up and right;
+            # TTFT is flat before the knee and climbs after it: label up and left
+            left = metric == "p99_ttft_ms"
+            if allc and k >= allc[-1]:
+                left = True
+            elif allc and k <= allc[0]:
+                left = False
+            ann = ax.annotate(
+                f"knee C={k}",
+                xy=(k, v),
+                xytext=(-10 if left else 10, 16),
+                textcoords="offset points",
+                ha="right" if left else "left",
+                color=col,
+                fontsize=10,
+                fontweight="bold",
+                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec=col, lw=0.8, alpha=0.92),
+                arrowprops=dict(arrowstyle="-", color=col, lw=0.8),
+                zorder=6,
+            )
+            ann.set_in_layout(False)  # labels never squeeze the plots
+            notes_all.append((n_ax, ann))
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 2) or 1, fontsize=9.5, frameon=False)
+    _separate_labels(canvas, notes_all)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _separate_labels(canvas, notes: list[tuple]) -> None:
+    """Move knee labels up, one label height at a time, until none overlaps another in its plot."""
+    canvas.draw()  # lays the axes out: label boxes are then in their final pixels
+    renderer = canvas.get_renderer()
+    placed: dict[int, list] = {}
+
+    def box(ann):
+        ann.update_positions(renderer)
+        return ann.get_window_extent(renderer)
+
+    for n_ax, ann in notes:
+        boxes = placed.setdefault(n_ax, [])
+        area = ann.axes.get_window_extent(renderer)
+        start = ann.xyann
+        for _ in range(10):
+            bb = box(ann)
+            if not any(bb.expanded(1.04, 1.2).overlaps(o) for o in boxes):
+                break
+            dx, dy = ann.xyann
+            ann.xyann = (dx, dy + bb.height * 1.2 * 72.0 / canvas.figure.dpi)
+        bb = box(ann)
+        if bb.y1 > area.y1 or bb.y0 < area.y0:  # pushed out of its plot: back where it was
+            ann.xyann = start
+            bb = box(ann)
+        boxes.append(bb)

@@ -1,0 +1,255 @@
+"""`redline report SESSION_DIR [SESSION_DIR ...] [--png FILE] [--no-plot]`.
+
+One session: its step table, break and probe (engine.session.report_session), the efficiency
+table when GPU telemetry exists, and its curves. Several: one table aligned by concurrency
+with the best session per row marked, each session's break and knee, each session's C=1
+probe, the efficiency table, and the curves of all of them on the same axes.
+
+Cell formats come from engine/session/report.py, so every report agrees; what "best" and
+"knee" mean: engine/session/compare.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from engine.session import SessionError, format_break_line, format_step_line, report_session
+from engine.session.compare import (
+    Row,
+    SessionSummary,
+    align_by_concurrency,
+    any_power,
+    joules_per_token,
+    knee,
+    load_session,
+    load_sessions,
+    tokens_per_watt,
+)
+from engine.session.report import fmt_ms
+from engine.stepresult import StepResult
+
+from .cli import EXIT_OK, UsageError
+
+BEST_MARK = "*"
+_GROUP_GAP = "   "
+
+
+def _fmt_eff(v: float | None) -> str:
+    """Efficiency figure, 3 significant digits: 0.0512, 1.23, 19.5, 120."""
+    if v is None:
+        return "-"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _table(
+    headers: Sequence[str],
+    groups: Sequence[tuple[str, int]],
+    rows: Sequence[Sequence[str]],
+    lead: int = 1,
+) -> list[str]:
+    """Right-aligned columns; `lead` leading columns, then groups of (title, n columns), each
+    titled on a line above, columns separated by two spaces and groups by three."""
+    widths = [len(h) for h in headers]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    spans: list[tuple[int, int]] = []
+    i = lead
+    for _, n in groups:
+        spans.append((i, i + n))
+        i += n
+    # a group is at least as wide as its title allows (up to 28 columns of it)
+    for (title, _), (a, b) in zip(groups, spans):
+        need = min(len(title), 28)
+        have = sum(widths[a:b]) + 2 * (b - a - 1)
+        if need > have:
+            widths[a] += need - have  # widen the first column: the numbers stay right-aligned
+
+    def join(cells: Sequence[str]) -> str:
+        parts = ["  ".join(c.rjust(w) for c, w in zip(cells[:lead], widths[:lead]))]
+        for a, b in spans:
+            parts.append("  ".join(c.rjust(w) for c, w in zip(cells[a:b], widths[a:b])))
+        return _GROUP_GAP.join(parts).rstrip()
+
+    def group_line(fill: str | None) -> str:
+        parts = [" " * (sum(widths[:lead]) + 2 * (lead - 1))]
+        for (title, _), (a, b) in zip(groups, spans):
+            w = sum(widths[a:b]) + 2 * (b - a - 1)
+            if fill is None:
+                t = title if len(title) <= w else title[: max(w - 1, 0)] + "…"
+                parts.append(t.ljust(w))
+            else:
+                parts.append(fill * w)
+        return _GROUP_GAP.join(parts).rstrip()
+
+    out = [group_line(None), group_line("─"), join(headers)]
+    out += [join(r) for r in rows]
+    return out
+
+
+def _letter(i: int) -> str:
+    """Session tags: [1], [2], ... (not letters: "C" already means concurrency)."""
+    return f"[{i + 1}]"
+
+
+def _cells(step: StepResult | None, best: bool) -> list[str]:
+    if step is None:
+        return ["-", "-", "-", "-", "-"]
+    return [
+        f"{step.output_throughput:.1f}" + (BEST_MARK if best else " "),
+        fmt_ms(step.median_ttft_ms),
+        fmt_ms(step.p99_ttft_ms),
+        fmt_ms(step.p99_itl_ms),
+        str(step.failed),
+    ]
+
+
+def format_comparison_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
+    """The aligned table: C, then per session tok/s (best marked), TTFT p50/p99, ITL p99, errors."""
+    rows = align_by_concurrency(sessions) if rows is None else rows
+    headers = ["C"] + ["tok/s ", "TTFT p50", "p99", "ITL p99", "err"] * len(sessions)
+    groups = [(f"{_letter(i)} {s.label}", 5) for i, s in enumerate(sessions)]
+    body = []
+    for r in rows:
+        cells = [str(r.concurrency)]
+        for i, step in enumerate(r.cells):
+            cells += _cells(step, r.best == i)
+        body.append(cells)
+    lines = _table(headers, groups, body)
+    if not rows:
+        lines.append("(no steps in any session)")
+    lines.append(f"latencies in ms; err = failed requests; {BEST_MARK} = most tok/s at that C")
+    return "\n".join(lines)
+
+
+def format_efficiency_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
+    """tok/s per W and J per output token per step, per session; "" without GPU telemetry."""
+    if not any_power(sessions):
+        return ""
+    rows = align_by_concurrency(sessions) if rows is None else rows
+    headers = ["C"] + ["tok/s/W", "J/tok"] * len(sessions)
+    groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
+    body = []
+    for r in rows:
+        cells = [str(r.concurrency)]
+        for step in r.cells:
+            if step is None:
+                cells += ["-", "-"]
+            else:
+                cells += [_fmt_eff(tokens_per_watt(step)), _fmt_eff(joules_per_token(step))]
+        body.append(cells)
+    lines = ["efficiency (GPU telemetry): tok/s per W of GPU power (= tokens per joule), J per output token"]
+    lines += _table(headers, groups, body)
+    return "\n".join(lines)
+
+
+def _knee_note(s: SessionSummary) -> str:
+    k = knee(s)
+    if k is None:
+        return "knee: none" + (" (no steps)" if not s.steps else "")
+    how = "last good" if s.break_result is not None else "most tok/s, no break"
+    return f"knee C={k} ({how})"
+
+
+def format_comparison(sessions: Sequence[SessionSummary]) -> str:
+    """The whole multi-session report text (no curves)."""
+    out = ["sessions"]
+    for i, s in enumerate(sessions):
+        where = str(s.path) if s.path is not None else "(live)"
+        tparts = [str(s.target[k]) for k in ("url", "model") if s.target.get(k)]
+        out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else ""))
+    rows = align_by_concurrency(sessions)
+    out += ["", format_comparison_table(sessions, rows)]
+    eff = format_efficiency_table(sessions, rows)
+    if eff:
+        out += ["", eff]
+    out += ["", "break and knee"]
+    for i, s in enumerate(sessions):
+        out.append(f"  {_letter(i)} {format_break_line(s.break_result)}; {_knee_note(s)}")
+    out += ["", "C=1 probe"]
+    for i, s in enumerate(sessions):
+        out.append(f"  {_letter(i)} " + (format_step_line(s.probe) if s.probe is not None else "none"))
+    return "\n".join(out)
+
+
+def load_compare_session(path: Path | None) -> SessionSummary | None:
+    """`--compare SESSION_DIR` for the TUI: the session, None without the flag, or a one-line
+    UsageError (exit 2) before anything starts."""
+    if path is None:
+        return None
+    try:
+        return load_session(path)
+    except SessionError as exc:
+        raise UsageError(f"--compare: {exc}") from None
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _plot_size() -> tuple[int, int]:
+    if not sys.stdout.isatty():
+        return 80, 24
+    cols = shutil.get_terminal_size((80, 24)).columns
+    return max(60, min(cols, 160)), 24
+
+
+def _check_png_target(path: Path) -> None:
+    from .curves import PNG_EXTRA_HINT, png_available
+
+    if not png_available():
+        raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
+    if not parent.is_dir():
+        raise UsageError(f"--png {path}: directory {parent} does not exist")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    dirs: list[Path] = list(args.session_dirs)
+    png: Path | None = getattr(args, "png", None)
+    no_plot: bool = bool(getattr(args, "no_plot", False))
+    if png is not None:
+        _check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
+    try:
+        sessions = load_sessions(dirs)
+        if len(dirs) == 1:
+            text = report_session(dirs[0])
+            eff = format_efficiency_table(sessions)
+            if eff:
+                text += "\n\n" + eff
+            text += f"\n{_knee_note(sessions[0])}"
+        else:
+            text = format_comparison(sessions)
+    except SessionError as exc:
+        raise UsageError(str(exc)) from None
+    if png is not None:  # before any output too: an error is the only line printed
+        from .curves import PngUnavailable, write_png
+
+        try:
+            write_png(sessions, png)
+        except PngUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"--png {png}: cannot write: {exc.strerror or exc}") from None
+    try:
+        print(text)
+        if not no_plot:
+            from .curves import terminal_curves
+
+            w, h = _plot_size()
+            print()
+            print(terminal_curves(sessions, w, h, color=_use_color()))
+        if png is not None:
+            print(f"\nwrote {png}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `redline report ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
