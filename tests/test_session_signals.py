@@ -34,7 +34,7 @@ def long_preset(tmp_path: Path) -> Path:
 def start_headless(url: str, preset: Path, out: Path, env_extra: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "CI": "true", **(env_extra or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "run", str(preset), "--headless", "--url", url, "--out", str(out)],
+        [sys.executable, "-m", "tui", "run", str(preset), "--headless", "--url", url, "--out", str(out)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
         start_new_session=True, text=True,
     )
@@ -118,7 +118,7 @@ def test_closed_terminal_stops_tui_and_completes_log(healthy_sim, tmp_path):
     if pid == 0:  # child: redline's TUI on a pseudo-terminal
         os.chdir(ROOT)
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-        os.execvpe(sys.executable, [sys.executable, "-m", "tui.cli", "--url", healthy_sim.url, "--concurrency", "6", "--out", str(out)], env)
+        os.execvpe(sys.executable, [sys.executable, "-m", "tui", "--url", healthy_sim.url, "--concurrency", "6", "--out", str(out)], env)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and running(healthy_sim.url) != 6:

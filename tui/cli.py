@@ -24,13 +24,7 @@ from engine.constants import (
 )
 from engine.http import DEFAULT_TRANSPORT, TRANSPORTS
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_UNREACHABLE = 3
-
-
-class UsageError(Exception):
-    """Bad input; printed as one line, exit 2."""
+from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError  # noqa: F401
 
 
 class OneLineParser(argparse.ArgumentParser):

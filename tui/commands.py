@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.session import SessionError
 
-from .cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import (
     check_args,
     engine_config,
@@ -170,7 +170,9 @@ def cmd_preset_from(args: argparse.Namespace) -> int:
             input_len=int(wl.get("input_len") or 32),
             output_len=int(wl.get("output_len") or 128),
         )
-        text = timeline_preset(Path(args.output).stem, tgt.get("url"), spec, points, end_s=t)
+        # a session against the built-in sim had an ephemeral port: replay on a new sim
+        url = None if "redline_sim" in (meta.get("server_info") or {}) else tgt.get("url")
+        text = timeline_preset(Path(args.output).stem, url, spec, points, end_s=t)
     except PresetError as exc:
         raise UsageError(f"{d}: {exc}") from None
     Path(args.output).write_text(text)

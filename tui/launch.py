@@ -15,7 +15,7 @@ from engine.session.scrub import redact_argv
 from engine.target import TargetError, validate_url
 from engine.workload import WorkloadConfig, WorkloadError, load_dataset
 
-from .cli import UsageError
+from .errors import UsageError
 
 DEFAULT_PROFILE = "healthy"
 

@@ -33,7 +33,7 @@ from engine.session.compare import (
 from engine.session.report import fmt_ms
 from engine.stepresult import StepResult
 
-from .cli import EXIT_OK, UsageError
+from .errors import EXIT_OK, UsageError
 
 BEST_MARK = "*"
 _GROUP_GAP = "   "

@@ -10,7 +10,7 @@ from engine.host import EngineProcess
 from engine.preset import Preset
 from engine.target import TargetError, TargetUnreachable
 
-from .cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
+from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 
 
 def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
