@@ -185,3 +185,28 @@ async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, healthy_sim, 
         await pilot.press("right_square_bracket")  # the operator takes over
         assert await settle(pilot, lambda: _is(not host.snapshot.preset_running and host.snapshot.target_c == 12), 3.0)
         assert await settle(pilot, lambda: _is(any("cancelled by the operator" in l.text for l in host.snapshot.log)), 2.0)
+
+
+async def test_export_key_writes_parquet(host, healthy_sim, tmp_path):
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        assert await settle(pilot, lambda: _is(host.snapshot.completed >= 1), 8.0)
+        await pilot.press("e")
+        export = tmp_path / "session" / "export"
+        assert await settle(pilot, lambda: _is((export / "requests.parquet").exists()), 5.0)
+        assert await settle(pilot, lambda: _is(any("exported 3 tables" in str(n.message) for n in app._notifications)), 3.0)
+    import polars as pl
+
+    assert pl.read_parquet(export / "requests.parquet").height >= 1
+
+
+async def test_graph_key_switches_to_the_curve(host, healthy_sim):
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await pilot.pause(0.2)
+        assert app.has_class("-graph")
+        assert app.query_one("#curve").display and not app.query_one("#body").display
+        await pilot.press("g")
+        await pilot.pause(0.2)
+        assert not app.has_class("-graph") and app.query_one("#body").display
