@@ -21,11 +21,9 @@ import httpx
 from .prom import (
     PromParser,
     PromSamples,
-    TelemetryParseError,
-    check_prometheus_head,
-    describe_error,
     parse_prometheus,
 )
+from .poller import PromPoller
 from .types import GpuSample
 
 __all__ = ["DcgmPoller", "dcgm_parser", "gpu_samples_from_samples", "is_dcgm_blank", "parse_dcgm"]
@@ -142,7 +140,7 @@ def parse_dcgm(text: str, *, parser: PromParser | None = None) -> list[GpuSample
     return gpu_samples_from_samples(samples)
 
 
-class DcgmPoller:
+class DcgmPoller(PromPoller):
     """Fetches and parses a dcgm-exporter /metrics; never raises on network or parse errors."""
 
     def __init__(
@@ -153,39 +151,21 @@ class DcgmPoller:
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.client = client
-        self.url = url
-        self.timeout_s = timeout_s
-        self.clock = clock
-        self.last_error: str | None = None  # one line; None after a successful poll
+        super().__init__(client, url, _FIELDS, timeout_s=timeout_s, clock=clock)
         self.last: list[GpuSample] = []
         self.last_t: float | None = None  # clock() of the last successful poll
-        self._parser = dcgm_parser()
 
     async def poll(self) -> list[GpuSample] | None:
         """One GET + parse: the GPUs (never empty), or None on any failure, with the
         reason in ``.last_error`` (an answer with no GPU in it counts as a failure)."""
-        try:
-            resp = await self.client.get(self.url, timeout=self.timeout_s)
-            t = self.clock()
-            if resp.status_code != 200:
-                return self._fail(f"HTTP {resp.status_code}")
-            gpus = parse_dcgm(resp.text, parser=self._parser)
-        except TelemetryParseError as exc:
-            return self._fail(str(exc))
-        except Exception as exc:  # network, TLS, decoding, a bad URL: report, never raise
-            return self._fail(describe_error(exc))
+        got = await self._scrape()
+        if got is None:
+            return None
+        samples, text, t = got
+        gpus = gpu_samples_from_samples(samples)
         if not gpus:
-            try:
-                check_prometheus_head(resp.text)
-            except TelemetryParseError as exc:
-                return self._fail(str(exc))
-            return self._fail("no DCGM_FI_DEV_* GPU metrics (is this dcgm-exporter?)")
+            return self._nothing(text, "no DCGM_FI_DEV_* GPU metrics (is this dcgm-exporter?)")
         self.last_error = None
         self.last = gpus
         self.last_t = t
         return gpus
-
-    def _fail(self, why: str) -> None:
-        self.last_error = f"{self.url}: {why}"
-        return None

@@ -23,11 +23,9 @@ import httpx
 from .prom import (
     PromParser,
     PromSamples,
-    TelemetryParseError,
-    check_prometheus_head,
-    describe_error,
     parse_prometheus,
 )
+from .poller import PromPoller
 from .types import ServerSample
 
 __all__ = [
@@ -135,7 +133,7 @@ def parse_server_metrics(text: str, t: float, *, parser: PromParser | None = Non
     return server_sample_from_samples(samples, t)
 
 
-class ServerMetricsPoller:
+class ServerMetricsPoller(PromPoller):
     """Fetches and parses a server's /metrics; never raises on network or parse errors.
 
     When the server gives no throughput gauge (vLLM v1), ``gen_throughput`` is derived
@@ -150,42 +148,24 @@ class ServerMetricsPoller:
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.client = client
-        self.url = url
-        self.timeout_s = timeout_s
-        self.clock = clock
-        self.last_error: str | None = None  # one line; None after a successful poll
+        super().__init__(client, url, _WANTED, timeout_s=timeout_s, clock=clock)
         self.last: ServerSample | None = None
         self._prev_counter: tuple[float, float] | None = None  # (t, gen_tokens_total)
-        self._parser = server_metrics_parser()
 
     async def poll(self) -> ServerSample | None:
         """One GET + parse. None on any failure, with the reason in ``.last_error``."""
-        try:
-            resp = await self.client.get(self.url, timeout=self.timeout_s)
-            t = self.clock()
-            if resp.status_code != 200:
-                return self._fail(f"HTTP {resp.status_code}")
-            sample = parse_server_metrics(resp.text, t, parser=self._parser)
-        except TelemetryParseError as exc:
-            return self._fail(str(exc))
-        except Exception as exc:  # network, TLS, decoding, a bad URL: report, never raise
-            return self._fail(describe_error(exc))
+        got = await self._scrape()
+        if got is None:
+            return None
+        samples, text, t = got
+        sample = server_sample_from_samples(samples, t)
         if sample is None:
             self._prev_counter = None
-            try:
-                check_prometheus_head(resp.text)
-            except TelemetryParseError as exc:
-                return self._fail(str(exc))
-            return self._fail("no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
+            return self._nothing(text, "no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
         sample = self._with_rate(sample)
         self.last_error = None
         self.last = sample
         return sample
-
-    def _fail(self, why: str) -> None:
-        self.last_error = f"{self.url}: {why}"
-        return None
 
     def _with_rate(self, sample: ServerSample) -> ServerSample:
         counter = sample.gen_tokens_total
