@@ -24,7 +24,6 @@ from engine.session.compare import (
     tokens_per_watt,
 )
 from engine.stepresult import BreakResult, StepResult
-from tui import report_cmd
 from tui.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from engine.config import EngineConfig
 from engine.core import Engine

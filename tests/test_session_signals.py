@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from engine.session import export_session, read_table

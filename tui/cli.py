@@ -8,7 +8,6 @@ Textual is imported only when the TUI opens, so `--help` and headless runs stay 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -24,7 +23,7 @@ from engine.constants import (
 )
 from engine.http import DEFAULT_TRANSPORT, TRANSPORTS
 
-from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError  # noqa: F401
+from .errors import EXIT_BAD_INPUT, UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):
