@@ -110,8 +110,9 @@ def test_api_key_leaves_no_trace(healthy_sim, tmp_path):
             assert SECRET.encode() not in p.read_bytes(), p
 
 
-def test_closed_terminal_stops_tui_and_completes_log(healthy_sim, tmp_path):
-    """The SSH link drops: the TUI's terminal goes away (SIGHUP), load stops, log completes."""
+@pytest.mark.parametrize("how", ["close", "SIGTERM", "SIGINT"])
+def test_tui_stops_load_and_completes_log(healthy_sim, tmp_path, how):
+    """The SSH link drops (the terminal goes away: SIGHUP), or a signal: load stops, log completes."""
     out = tmp_path / "s"
     pid, fd = pty.fork()
     if pid == 0:  # child: redline's TUI on a pseudo-terminal
@@ -127,9 +128,23 @@ def test_closed_terminal_stops_tui_and_completes_log(healthy_sim, tmp_path):
                 break
             time.sleep(0.05)
         assert running(healthy_sim.url) == 6
-        os.close(fd)  # the terminal goes away
-        assert wait_for(lambda: running(healthy_sim.url) == 0, 3.0), "load kept running after the terminal closed"
-        _, status = os.waitpid(pid, 0)
+        if how == "close":
+            os.close(fd)  # the terminal goes away
+        else:
+            os.kill(pid, getattr(signal, how))
+        assert wait_for(lambda: running(healthy_sim.url) == 0, 3.0), f"load kept running after {how}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if how != "close":
+                try:
+                    os.read(fd, 65536)
+                except OSError:
+                    pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        assert done, f"redline did not exit after {how}"
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -137,4 +152,4 @@ def test_closed_terminal_stops_tui_and_completes_log(healthy_sim, tmp_path):
             pass
     meta = json.loads((out / "meta.json").read_text())
     assert meta["ended_at"] is not None, meta
-    assert meta["end_reason"].startswith("signal SIGHUP") or "terminal" in meta["end_reason"]
+    assert meta["end_reason"] == ("signal SIGHUP" if how == "close" else f"signal {how}")

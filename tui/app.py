@@ -75,9 +75,11 @@ class RedlineApp(App[int]):
         preset: Preset | None = None,
         presets_dir: Path = PRESETS_DIR,
         compare: SessionSummary | None = None,
+        early_signals: list[signal.Signals] | None = None,
     ) -> None:
         super().__init__()
         self.compare = compare
+        self._early_signals = early_signals if early_signals is not None else []
         self.host = host
         self.step = step
         self.start_preset = preset
@@ -112,6 +114,8 @@ class RedlineApp(App[int]):
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
                 pass
+        if self._early_signals:  # arrived while the app was starting
+            self._on_signal(self._early_signals[0])
         self.pull_snapshot()
         if self.start_preset is not None:
             self.run_preset(self.start_preset)
