@@ -13,6 +13,7 @@ server reports them, and an error text if the server put an error object in the 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,7 +30,10 @@ PATHS = {
 
 
 class MalformedEvent(ValueError):
-    """An SSE payload that is not the JSON object the API promises."""
+    """An SSE payload that is not the JSON object the API promises.
+
+    The only exception a decoder raises, whatever bytes it is given.
+    """
 
 
 @dataclass(slots=True)
@@ -76,36 +80,52 @@ def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, 
 def _loads(payload: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(payload)
-    except ValueError as exc:
-        raise MalformedEvent(f"not JSON: {payload[:80]!r}") from exc
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+        raise MalformedEvent(f"not JSON: {payload[:80]!r}") from None
     if not isinstance(obj, dict):
         raise MalformedEvent(f"not a JSON object: {payload[:80]!r}")
     return obj
 
 
+def _count(v: object) -> int | None:
+    """A token count: a non-negative int (not a bool, not a float)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def _error_text(obj: dict[str, Any]) -> str | None:
     err = obj.get("error")
-    if err is None:
+    if not err:  # absent, null, false, "", {}: no error
         return None
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)[:200]
-    return str(err)[:200]
+        msg = err.get("message") or err.get("type") or err
+    else:
+        msg = err
+    try:
+        text = " ".join(str(msg).split())
+    except (ValueError, RecursionError):  # pragma: no cover - str() of parsed JSON
+        text = "error object in the stream"
+    return (text or "error object in the stream")[:200]
 
 
 def _usage(ev: Event, obj: dict[str, Any]) -> None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if isinstance(pt, int):
+        pt, ct = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        if pt is not None:
             ev.prompt_tokens = pt
-        if isinstance(ct, int):
+        if ct is not None:
             ev.completion_tokens = ct
 
 
 def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
     t = obj.get("sim_t")
-    if isinstance(t, (int, float)):
-        ev.sim_t = float(t)
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        try:
+            f = float(t)
+        except OverflowError:  # an int too large for a float
+            return
+        if math.isfinite(f):
+            ev.sim_t = f
 
 
 class OpenAIDecoder:
@@ -165,10 +185,10 @@ class GenerateDecoder:
         text = obj.get("text")
         n_text = len(text) if isinstance(text, str) else self._text_len
         if isinstance(meta, dict):
-            ct, pt = meta.get("completion_tokens"), meta.get("prompt_tokens")
-            if isinstance(pt, int):
+            ct, pt = _count(meta.get("completion_tokens")), _count(meta.get("prompt_tokens"))
+            if pt is not None:
                 ev.prompt_tokens = pt
-            if isinstance(ct, int):
+            if ct is not None:
                 ev.completion_tokens = ct
                 ev.tokens = max(0, ct - self._tokens)
                 self._tokens = max(self._tokens, ct)

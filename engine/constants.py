@@ -28,6 +28,10 @@ DEFAULT_INPUT_LEN = 32
 DEFAULT_OUTPUT_LEN = 128
 CALIBRATION_WORDS = (64, 512)  # two prompt sizes to fit tokens = a + b * words
 
+# A server answering 429/503 is overloaded: each failing slot waits FAST_FAIL_S doubled per
+# consecutive overload answer, up to this, before its next request (reset by a success).
+OVERLOAD_BACKOFF_MAX_S = 2.0
+
 # Server health while running
 GONE_AFTER_CONNECT_ERRORS = 3  # consecutive connection failures = server gone
 RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between retries while the server is gone

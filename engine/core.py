@@ -27,6 +27,7 @@ from .config import EngineConfig
 from .constants import (
     GONE_AFTER_CONNECT_ERRORS,
     HISTORY_S,
+    OVERLOAD_BACKOFF_MAX_S,
     MIN_LIVE_STEP_S,
     RECONNECT_BACKOFF_S,
     SNAPSHOT_INTERVAL_S,
@@ -83,6 +84,7 @@ class Engine:
         self._seq = 0
         self._warnings: dict[str, tuple[float, str]] = {}  # key -> (last raised, text)
         self._connect_streak = 0
+        self._overload_streak = 0
         self._tasks: list[asyncio.Task] = []
         self._second = 0
         self._row: dict = {}
@@ -105,10 +107,16 @@ class Engine:
             request_timeout=cfg.request_timeout,
         )
         try:
-            self.target = await detect(self.client, base, cfg.api, cfg.model)
+            await self._start(base)
+        except asyncio.CancelledError:
+            raise  # whoever cancelled (a signal) stops the engine with its own reason
         except BaseException:
-            await self.client.aclose()
+            await self.stop("start failed")
             raise
+
+    async def _start(self, base: str) -> None:
+        cfg = self.config
+        self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
             self.session = SessionWriter(cfg.out_dir, self._meta(), secrets=[cfg.api_key or ""])
         if cfg.insecure:
@@ -321,8 +329,16 @@ class Engine:
         assert self.source is not None
         p = self.source.next()
         rec = await self._send(p.text, p.max_tokens, p.expected_input_tokens, self.phase)
-        if rec.status == R.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
+        if rec.status == R.FAILED and rec.error_kind in (R.ERR_HTTP_429, R.ERR_HTTP_503):
+            # overloaded: back off instead of hammering a server that is saying so
+            self._overload_streak += 1
+            if self._overload_streak == GONE_AFTER_CONNECT_ERRORS:
+                self.log("warning", f"server overloaded ({rec.error_kind}): backing off up to {OVERLOAD_BACKOFF_MAX_S:g} s per request slot")
+            await asyncio.sleep(min(OVERLOAD_BACKOFF_MAX_S, FAST_FAIL_S * 2 ** min(self._overload_streak, 16)))
+        elif rec.status == R.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
             await asyncio.sleep(FAST_FAIL_S - rec.e2e)  # no hot loop against a failing server
+        elif rec.status == R.OK:
+            self._overload_streak = 0
 
     async def _send(self, prompt: str, max_tokens: int, expected: int, phase: str) -> RequestRecord:
         assert self.client is not None and self.target is not None

@@ -205,9 +205,11 @@ class EngineProcess:
             self._ready.result(timeout=timeout)
         except EngineError as exc:
             self._proc.join(STOP_TIMEOUT_S)
+            from .session import SessionError
             from .target import TargetError, TargetUnreachable
 
-            raise {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable}.get(exc.kind, EngineError)(str(exc)) from None
+            kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "SessionError": SessionError}
+            raise kinds.get(exc.kind, EngineError)(str(exc)) from None
 
     def _read(self) -> None:
         while True:

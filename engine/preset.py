@@ -433,6 +433,8 @@ def load_preset(path: str | Path) -> Preset:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise PresetError(f"{source}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise PresetError(f"{source}: not valid TOML: nested too deeply") from None
     return parse_preset(data, source)
 
 

@@ -8,6 +8,9 @@ events; output tokens come from the server's usage / meta_info when it reports t
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import ssl
 import time
 from typing import Callable
 
@@ -19,17 +22,126 @@ from .constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from .records import RequestRecord
 from .sse import DONE, SSEDecoder
 
+try:  # the aiohttp transport wraps aiohttp's errors in httpx's, not always faithfully
+    import aiohttp as _aiohttp
+except ImportError:  # pragma: no cover - aiohttp is a dependency
+    _aiohttp = None
+
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
 # on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
 TokensCallback = Callable[[float, int], None]
 LagCallback = Callable[[float], None]
 
 
-def _fail(rec: RequestRecord, kind: str, text: str) -> None:
+def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | None = None) -> None:
     if rec.status != R.FAILED:  # keep the first cause
         rec.status = R.FAILED
         rec.error_kind = kind
-        rec.error_text = text[:ERROR_TEXT_CHARS]
+        rec.error_text = scrub_key(one_line(text), client)[:ERROR_TEXT_CHARS]
+
+
+def one_line(text: str) -> str:
+    """Whitespace (newlines included) collapsed: every error text is one line."""
+    return " ".join(str(text).split())
+
+
+def scrub_key(text: str, client: httpx.AsyncClient | None) -> str:
+    """The client's bearer token masked out of `text` (a server may echo it in an error).
+
+    Error texts reach the screen and the in-memory log before any file writer scrubs them.
+    """
+    if client is None or not text:
+        return text
+    key = getattr(client.auth, "token", None)  # an httpx.Auth that holds the key (per-origin auth)
+    if not isinstance(key, str):
+        auth = client.headers.get("authorization")
+        if not auth:
+            return text
+        key = auth[7:] if auth[:7].lower() == "bearer " else auth
+    key = key.strip()
+    if len(key) < 4:
+        return text
+    from .session.scrub import Scrubber  # only on a failure that has a key to hide
+
+    return Scrubber([key]).text(text)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """exc and what caused it (__cause__, else __context__), outermost first."""
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(out) < 10 and all(e is not x for x in out):
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _msg(exc: BaseException) -> str:
+    """An exception as a short text: its message, else its class name."""
+    return one_line(str(exc)) or exc.__class__.__name__
+
+
+def classify_error(exc: BaseException, responded: bool) -> tuple[str, str]:
+    """(error kind, one-line text) for an exception raised while sending or streaming.
+
+    Transport-neutral: it reads the exception's whole cause chain, because httpx-aiohttp maps
+    every aiohttp connection error (refused, reset, closed) to httpx.ConnectTimeout.
+    `responded`: an HTTP status had arrived. A connection that fails before any response
+    (refused, DNS, TLS, closed or reset before the status line) is `connect`: that is what
+    a gone server (or an SSH tunnel to one) looks like; after it, `disconnect`.
+    """
+    chain = _chain(exc)
+    aio = _aiohttp
+    wrapped = aio is not None and any(isinstance(e, aio.ClientError) for e in chain)
+    # httpx.ConnectTimeout on top of an aiohttp error says nothing (the mapping's artefact).
+    evidence = [e for e in chain if not (wrapped and isinstance(e, httpx.ConnectTimeout))]
+
+    def find(*types: type) -> BaseException | None:
+        return next((e for e in evidence if isinstance(e, types)), None)
+
+    if (e := find(ssl.SSLCertVerificationError)) is not None:
+        why = getattr(e, "verify_message", None) or getattr(e, "reason", None) or _msg(e)
+        return R.ERR_CONNECT, f"TLS certificate verification failed ({why}); --insecure skips verification"
+    if find(ConnectionRefusedError) is not None:
+        return R.ERR_CONNECT, "connection refused"
+    if (e := find(socket.gaierror)) is not None or (aio is not None and (e := find(aio.ClientConnectorDNSError)) is not None):
+        return R.ERR_CONNECT, f"cannot resolve the host name ({getattr(e, 'strerror', None) or _msg(e)})"
+    if (aio is not None and find(aio.ConnectionTimeoutError) is not None) or find(httpx.ConnectTimeout) is not None:
+        return R.ERR_CONNECT, "connect timeout"
+    if (e := find(httpx.TimeoutException, TimeoutError)) is not None:
+        if responded:
+            return R.ERR_TIMEOUT, f"no data for the request timeout ({e.__class__.__name__})"
+        return R.ERR_TIMEOUT, f"no response within the request timeout ({e.__class__.__name__})"
+    if (e := find(ssl.SSLError)) is not None:
+        return (R.ERR_DISCONNECT if responded else R.ERR_CONNECT), f"TLS error: {getattr(e, 'reason', None) or _msg(e)}"
+    if (aio is not None and (e := find(aio.ClientConnectorError)) is not None) or (e := find(httpx.ConnectError)) is not None:
+        return R.ERR_CONNECT, f"cannot connect: {_msg(e)}"
+    closed_types: tuple[type, ...] = (ConnectionError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.NetworkError)
+    if aio is not None:
+        closed_types += (aio.ServerDisconnectedError, aio.ClientOSError, aio.ClientPayloadError)
+    if (e := find(*closed_types)) is not None:
+        if responded:
+            return R.ERR_DISCONNECT, f"stream broke: {e.__class__.__name__} {_msg(e)}"
+        return R.ERR_CONNECT, f"server closed the connection before responding ({e.__class__.__name__} {_msg(e)})"
+    return R.ERR_OTHER, f"{exc.__class__.__name__}: {_msg(exc)}"
+
+
+def _error_body_text(status: int, body: bytes) -> str:
+    """HTTP status + the server's own message (OpenAI `error.message`, FastAPI `detail`)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text) if text[:1] in ("{", "[") else None
+    except (ValueError, RecursionError):
+        obj = None
+    if isinstance(obj, dict):
+        for k in ("error", "detail", "message"):
+            v = obj.get(k)
+            if isinstance(v, dict):
+                v = v.get("message") or v.get("detail") or v.get("type") or None
+            if isinstance(v, str) and v.strip():
+                text = v
+                break
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
 
 async def run_request(
@@ -65,22 +177,32 @@ async def run_request(
                     if len(text) >= ERROR_BODY_BYTES:
                         break
                 rec.t_end = perf()
-                _fail(rec, R.http_error_kind(resp.status_code), f"HTTP {resp.status_code}: {text.decode('utf-8', 'replace').strip()}")
+                _fail(rec, R.http_error_kind(resp.status_code), _error_body_text(resp.status_code, text[:ERROR_BODY_BYTES]), client)
                 return rec
             t = rec.t_send
+            events = 0
+            first_bytes = b""
             async for data in resp.aiter_raw():
                 t = perf()
-                for payload in sse.feed(data):
+                try:
+                    payloads = sse.feed(data)
+                except MalformedEvent as exc:  # an event past the size limit: stop reading
+                    _fail(rec, R.ERR_MALFORMED, str(exc), client)
+                    break
+                if not events and len(first_bytes) < 80:
+                    first_bytes += data[: 80 - len(first_bytes)]
+                events += len(payloads)
+                for payload in payloads:
                     if payload == DONE:
                         done = True
                         continue
                     try:
                         ev: Event = decode(payload)
                     except MalformedEvent as exc:
-                        _fail(rec, R.ERR_MALFORMED, str(exc))
+                        _fail(rec, R.ERR_MALFORMED, str(exc), client)
                         continue
                     if ev.error is not None:
-                        _fail(rec, R.ERR_SERVER, ev.error)
+                        _fail(rec, R.ERR_SERVER, ev.error, client)
                         continue
                     if ev.sim_t is not None and on_lag is not None:
                         lag = t + wall_offset - ev.sim_t
@@ -100,32 +222,29 @@ async def run_request(
                         if ev.tokens:
                             counted += ev.tokens
                             on_tokens(t, ev.tokens)
-            for payload in sse.close():
-                done = done or payload == DONE
+            if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
+                try:
+                    for payload in sse.close():
+                        done = done or payload == DONE
+                        events += 1
+                except MalformedEvent as exc:
+                    _fail(rec, R.ERR_MALFORMED, str(exc), client)
             rec.t_end = t
     except asyncio.CancelledError:
         rec.t_end = perf()
         rec.status = R.CANCELLED
         _settle_tokens(rec, completion_tokens, counted, on_tokens)
         raise
-    except httpx.TimeoutException as exc:
+    except Exception as exc:  # noqa: BLE001 - run_request never raises: every failure is counted
         rec.t_end = perf()
-        if isinstance(exc, httpx.ConnectTimeout) and rec.t_first is None:
-            _fail(rec, R.ERR_CONNECT, f"connect timeout: {exc}")
-        else:
-            _fail(rec, R.ERR_TIMEOUT, f"no data for the request timeout ({exc.__class__.__name__})")
-    except httpx.ConnectError as exc:
-        rec.t_end = perf()
-        _fail(rec, R.ERR_CONNECT, f"connect: {exc}")
-    except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError) as exc:
-        rec.t_end = perf()
-        _fail(rec, R.ERR_DISCONNECT, f"stream broke: {exc.__class__.__name__} {exc}")
-    except httpx.HTTPError as exc:
-        rec.t_end = perf()
-        _fail(rec, R.ERR_OTHER, f"{exc.__class__.__name__}: {exc}")
+        kind, text = classify_error(exc, responded=rec.http_status != 0)
+        _fail(rec, kind, text, client)
     else:
         if not done and rec.status == R.OK:
-            _fail(rec, R.ERR_DISCONNECT, "stream ended before [DONE]")
+            if events == 0 and first_bytes:
+                _fail(rec, R.ERR_MALFORMED, f"response is not an SSE stream: {first_bytes!r}", client)
+            else:
+                _fail(rec, R.ERR_DISCONNECT, "stream ended before [DONE]", client)
     _settle_tokens(rec, completion_tokens, counted, on_tokens)
     return rec
 

@@ -2,12 +2,19 @@
 
 Servers split events across socket reads at arbitrary points; this keeps the partial tail
 and hands back complete payloads only. Multi-line `data:` fields of one event are joined
-with a newline (per the SSE spec); comments (`:`) and other fields are ignored.
+with a newline (per the SSE spec); comments (`:`) and other fields are ignored. Lines end
+with LF or CRLF (a lone CR is not a line end here: no LLM server sends one).
+
+The only error it raises is `MalformedEvent`, when an unfinished event grows past
+`MAX_EVENT_BYTES` (a body that is not SSE at all would otherwise be buffered without end).
 """
 
 from __future__ import annotations
 
+from .apis import MalformedEvent
+
 DONE = b"[DONE]"
+MAX_EVENT_BYTES = 8 << 20  # SGLang /generate repeats the whole text per event: keep it generous
 
 
 class SSEDecoder:
@@ -37,6 +44,10 @@ class SSEDecoder:
                 if payload.startswith(b" "):
                     payload = payload[1:]
                 data.append(payload)
+        if len(self._buf) > MAX_EVENT_BYTES or (data and sum(map(len, data)) > MAX_EVENT_BYTES):
+            self._buf = b""
+            data.clear()
+            raise MalformedEvent(f"an SSE event longer than {MAX_EVENT_BYTES >> 20} MiB: not an event stream?")
         return out
 
     def close(self) -> list[bytes]:

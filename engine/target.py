@@ -8,7 +8,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from . import records as R
 from .apis import APIS, CHAT, GENERATE
+from .request import classify_error, scrub_key
 from .serverinfo import ServerInfo
 
 
@@ -31,56 +33,100 @@ class Target:
         return {"url": self.url, "api": self.api, "model": self.model, "kind": self.info.kind}
 
 
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-._")
+
+
+def _shown(url: str) -> str:
+    """The URL as an error message shows it: repr (so one line), at most ~120 characters."""
+    return repr(url) if len(url) <= 120 else repr(url[:117]) + "..."
+
+
 def validate_url(url: str) -> str:
     """http(s)://host[:port][/ or /v1] -> base URL; anything else is a one-line TargetError."""
     accepted = "expected http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1)"
+    if not isinstance(url, str):
+        raise TargetError(f"URL {url!r}: not a string; {accepted}")
+    shown = _shown(url)
+    text = url.strip()
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        raise TargetError(f"URL {shown}: contains spaces or control characters; {accepted}")
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(text)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        raise TargetError(f"URL {shown}: not a valid URL; {accepted}") from None
+    if parts.scheme not in ("http", "https"):
+        raise TargetError(f"URL {shown}: scheme {parts.scheme or '(none)'!r} not supported; {accepted}")
+    try:
         port = parts.port  # raises ValueError for a bad port
     except ValueError:
-        raise TargetError(f"URL {url!r}: bad port; {accepted}") from None
-    if parts.scheme not in ("http", "https"):
-        raise TargetError(f"URL {url!r}: scheme {parts.scheme or '(none)'!r} not supported; {accepted}")
+        raise TargetError(f"URL {shown}: bad port (expected 1..65535); {accepted}") from None
+    if port == 0:
+        raise TargetError(f"URL {shown}: bad port (expected 1..65535); {accepted}")
+    if parts.username is not None or parts.password is not None:
+        raise TargetError(f"URL {shown}: credentials in the URL are not accepted; put the API key in OPENAI_API_KEY")
     if not parts.hostname:
-        raise TargetError(f"URL {url!r}: no host; {accepted}")
-    if parts.username or parts.password:
-        raise TargetError(f"URL {url!r}: credentials in the URL are not accepted; use OPENAI_API_KEY")
+        raise TargetError(f"URL {shown}: no host; {accepted}")
+    if ":" not in parts.hostname and not set(parts.hostname) <= _HOST_CHARS:
+        raise TargetError(f"URL {shown}: bad host name {parts.hostname!r}; {accepted}")
     path = parts.path.rstrip("/")
     if path not in ("", "/v1"):
-        raise TargetError(f"URL {url!r}: path {parts.path!r} not accepted; {accepted}")
-    if parts.query or parts.fragment:
-        raise TargetError(f"URL {url!r}: query or fragment not accepted; {accepted}")
+        raise TargetError(f"URL {shown}: path {parts.path!r} not accepted (give the server's base URL); {accepted}")
+    if parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise TargetError(f"URL {shown}: query or fragment not accepted; {accepted}")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
-async def _get_json(client: httpx.AsyncClient, url: str) -> dict | None:
-    try:
-        r = await client.get(url, timeout=10.0)
-    except httpx.ConnectError as exc:
-        raise TargetUnreachable(str(exc) or exc.__class__.__name__) from exc
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    try:
-        data = json.loads(r.content)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+DETECT_TIMEOUT_S = 10.0  # per detection GET
+
+
+class _Probe:
+    """Detection GETs; remembers the last transport failure (for the message if all fail)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.failure: str | None = None
+
+    async def get_json(self, url: str) -> dict | None:
+        try:
+            r = await self.client.get(url, timeout=DETECT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line, never a traceback
+            kind, text = classify_error(exc, responded=False)
+            text = scrub_key(text, self.client)
+            if kind in (R.ERR_CONNECT, R.ERR_TIMEOUT):
+                # refused, DNS, TLS, closed before any response; or no response at all in
+                # DETECT_TIMEOUT_S (the next probes would wait as long again: don't)
+                raise TargetUnreachable(text if kind == R.ERR_CONNECT else f"no response within {DETECT_TIMEOUT_S:g} s") from None
+            if kind == R.ERR_OTHER and (
+                not isinstance(exc, httpx.TransportError) or isinstance(exc, (httpx.LocalProtocolError, httpx.UnsupportedProtocol))
+            ):
+                # not the network: the request could not even be built or sent (a header, the URL)
+                raise TargetError(f"cannot send a request to {url}: {text}") from None
+            self.failure = text
+            return None
+        if r.status_code != 200:
+            return None
+        try:
+            data = json.loads(r.content)
+        except (ValueError, RecursionError):
+            return None
+        return data if isinstance(data, dict) else None
 
 
 async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = None, model: str | None = None) -> Target:
     """Ask the server what it is: SGLang's server info and caps, the model from /v1/models."""
     if api is not None and api not in APIS:
         raise TargetError(f"api {api!r}: expected one of {', '.join(APIS)}")
+    probe = _Probe(client)
     try:
-        sg = await _get_json(client, base_url + "/get_server_info")
+        sg = await probe.get_json(base_url + "/get_server_info")
         if sg is None:
-            sg = await _get_json(client, base_url + "/server_info")
-        models = await _get_json(client, base_url + "/v1/models")
+            sg = await probe.get_json(base_url + "/server_info")
+        models = await probe.get_json(base_url + "/v1/models")
     except TargetUnreachable as exc:
         raise TargetUnreachable(f"cannot reach {base_url}: {exc}") from None
+    if sg is None and models is None and probe.failure is not None:
+        raise TargetUnreachable(f"cannot reach {base_url}: {probe.failure}")
     name = model or ""
     owned_by = ""
     if models and isinstance(models.get("data"), list) and models["data"]:

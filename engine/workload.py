@@ -127,17 +127,33 @@ def parse_dataset_spec(spec: str) -> tuple[str, Path | None]:
 def load_dataset(spec: str, output_len: int) -> list[Prompt]:
     kind, path = parse_dataset_spec(spec)
     assert path is not None
-    if not path.is_file():
-        raise WorkloadError(f"dataset file {str(path)!r}: not found")
+    name = str(path)
+    shown = repr(name) if len(name) <= 120 else repr(name[:117]) + "..."
+    expected = "expected a ShareGPT JSON file" if kind == "sharegpt" else "expected a JSONL file (one prompt per line)"
     try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"dataset file {str(path)!r}: cannot read ({exc.__class__.__name__})") from exc
+        is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, ...
+        reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+        raise WorkloadError(f"dataset file {shown}: cannot be opened ({reason}); {expected}") from None
+    if is_dir:
+        raise WorkloadError(f"dataset file {shown}: is a directory; {expected}")
+    if not exists:
+        raise WorkloadError(f"dataset file {shown}: not found; {expected}")
+    if not is_file:
+        raise WorkloadError(f"dataset file {shown}: not a regular file; {expected}")
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"dataset file {shown}: not UTF-8 text (byte {exc.start}); {expected}") from None
+    except OSError as exc:
+        raise WorkloadError(f"dataset file {shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+    if raw.startswith("\ufeff"):  # a UTF-8 byte-order mark (Windows editors) is not content
+        raw = raw[1:]
     if not raw.strip():
-        raise WorkloadError(f"dataset file {str(path)!r}: empty")
+        raise WorkloadError(f"dataset file {shown}: empty; {expected}")
     items = _sharegpt(path, raw, output_len) if kind == "sharegpt" else _jsonl(path, raw, output_len)
     if not items:
-        raise WorkloadError(f"dataset file {str(path)!r}: no usable prompts")
+        raise WorkloadError(f"dataset file {shown}: no usable prompts; {expected}")
     return items
 
 

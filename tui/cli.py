@@ -96,10 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("sim", help="serve the simulated SGLang/OpenAI server")
-    from engine.sim.serve import add_sim_arguments
-
-    add_sim_arguments(s)
+    # `redline sim ...` is handed whole to the sim's own parser (main below): listed here only
+    sub.add_parser("sim", help="serve the simulated SGLang/OpenAI server (redline sim --help)", add_help=False)
 
     r = sub.add_parser("run", help="run a preset (TUI, or --headless)")
     r.add_argument("preset", help="preset TOML file (see presets/)")
@@ -132,15 +130,15 @@ def _subparser_prog_fix(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        from engine.sim.serve import main as sim_main
+
+        return sim_main(argv[1:])
     parser = build_parser()
     _subparser_prog_fix(parser)
     args = parser.parse_args(argv)
     args.argv = ["redline", *argv]
     try:
-        if args.command == "sim":
-            from engine.sim.serve import main as sim_main
-
-            return sim_main(argv[1:])
         if args.command == "export":
             from .commands import cmd_export
 

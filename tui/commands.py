@@ -60,50 +60,52 @@ def cmd_run(args: argparse.Namespace) -> int:
 async def _headless(cfg, preset) -> int:
     from engine.core import Engine
     from engine.runner import run_preset
-    from engine.session import format_step_table
     from engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
-    try:
-        await engine.start()
-    except TargetError as exc:
-        _err(str(exc))
-        return EXIT_BAD_INPUT
-    except TargetUnreachable as exc:
-        _err(str(exc))
-        await engine.stop("target unreachable")
-        return EXIT_UNREACHABLE
-    lo, hi = preset.duration_bounds()
-    print(f"redline: preset {preset.name} against {engine.target.url} ({engine.target.info.kind}, {engine.target.model}); "
-          f"{lo:.0f}-{hi:.0f} s unless a rule fires; session {cfg.out_dir}", flush=True)
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    caught: list[str] = []
+    caught: list[signal.Signals] = []
+    work: list[asyncio.Future] = []  # what a signal cancels: start-up, then the preset
 
     def on_signal(sig: signal.Signals) -> None:
-        caught.append(sig.name)
-        runner.cancel()
+        caught.append(sig)
+        for fut in work:
+            fut.cancel()
 
-    runner = asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True)))
-    for sig in SIGNALS:
+    for sig in SIGNALS:  # before start-up: a signal during detection must close the log too
         loop.add_signal_handler(sig, on_signal, sig)
+    out = None
     try:
         try:
-            out = await runner
-        except asyncio.CancelledError:
-            if not caught:
-                raise
-            out = None
+            work.append(asyncio.ensure_future(engine.start()))
+            await work[-1]
+        except (TargetError, SessionError) as exc:
+            _err(str(exc))
+            return EXIT_BAD_INPUT
+        except TargetUnreachable as exc:
+            _err(str(exc))
+            return EXIT_UNREACHABLE
+        if cfg.insecure:
+            print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
+        lo, hi = preset.duration_bounds()
+        print(f"redline: preset {preset.name} against {engine.target.url} ({engine.target.info.kind}, {engine.target.model}); "
+              f"{lo:.0f}-{hi:.0f} s unless a rule fires; session {cfg.out_dir}", flush=True)
+        work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
+        out = await work[-1]
+    except asyncio.CancelledError:
+        if not caught:
+            raise
     finally:
-        reason = f"signal {caught[0]}" if caught else "preset finished"
+        reason = f"signal {caught[0].name}" if caught else "preset finished"
         await engine.stop(reason)
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
-    del task
     if caught:
-        print(f"redline: stopped by {caught[0]}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
-        return 128 + getattr(signal, caught[0]).value
+        print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
+        return 128 + caught[0].value
     print()
+    from engine.session import format_step_table
+
     print(format_step_table(out.steps, out.break_result, out.probe))
     print(f"\nsession: {cfg.out_dir}")
     return EXIT_OK

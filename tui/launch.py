@@ -43,10 +43,8 @@ def check_args(args: argparse.Namespace) -> None:
     conc = getattr(args, "concurrency", None)
     if conc is not None and conc > args.max_concurrency:
         raise UsageError(f"--concurrency {conc}: above --max-concurrency {args.max_concurrency}")
-    if args.out is not None and (args.out / "meta.json").exists():
-        raise UsageError(f"--out {str(args.out)!r}: already holds a session (meta.json); choose a new directory")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {str(args.out)!r}: is a file; expected a directory")
+    if args.out is not None:
+        check_out_dir(args.out)
     compare = getattr(args, "compare", None)
     if compare is not None:
         try:
@@ -55,12 +53,39 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--compare: {exc}") from None
 
 
+def check_out_dir(out: Path) -> None:
+    """--out must be a new (or empty) directory we can create: checked before connecting."""
+    try:
+        if (out / "meta.json").exists():
+            raise UsageError(f"--out {str(out)!r}: already holds a session (meta.json); choose a new directory")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {str(out)!r}: is a file; expected a directory")
+        missing = []
+        parent = out
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
+        if not parent.is_dir():
+            raise UsageError(f"--out {str(out)!r}: {str(parent)!r} is a file; expected a directory path")
+        # prove it can be created (permissions, read-only or virtual file systems), leave no litter
+        for d in reversed(missing):
+            d.mkdir()
+        for d in missing:
+            d.rmdir()
+    except OSError as exc:
+        raise UsageError(f"--out {str(out)!r}: {exc.strerror or exc}") from None
+
+
 def api_key(args: argparse.Namespace) -> str | None:
     """The key comes only from the environment; never from argv, never echoed."""
     name = args.api_key_env
-    if not name or not name.replace("_", "").isalnum():
-        raise UsageError(f"--api-key-env {name!r}: expected an environment variable name")
-    return os.environ.get(name) or None
+    if not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+        # never echo the value: an operator may have pasted the key itself here
+        raise UsageError("--api-key-env: expected the NAME of an environment variable (like OPENAI_API_KEY), not the key itself")
+    key = os.environ.get(name) or None
+    if key is not None and not all(32 < ord(ch) < 127 for ch in key):
+        raise UsageError(f"API key in ${name}: contains spaces, control or non-ASCII characters; expected a printable token")
+    return key
 
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:

@@ -7,7 +7,8 @@ import signal
 import sys
 
 from engine.config import EngineConfig
-from engine.host import EngineProcess
+from engine.host import EngineError, EngineProcess
+from engine.session import SessionError
 from engine.preset import Preset
 from engine.target import TargetError, TargetUnreachable
 
@@ -30,9 +31,12 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     host = EngineProcess(cfg)
     try:
         host.start()
-    except TargetError as exc:
+    except (TargetError, SessionError) as exc:
         print(f"redline: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except EngineError as exc:
+        print(f"redline: error: engine failed to start: {exc}", file=sys.stderr)
+        return 1
     except TargetUnreachable as exc:
         print(f"redline: error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

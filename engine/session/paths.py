@@ -53,10 +53,13 @@ def default_session_dir(base: str | os.PathLike = DEFAULT_BASE, *, t: float | No
 def check_session_dir(session_dir: str | os.PathLike) -> Path:
     """The directory as a Path, or a one-line SessionError saying why it is not a session."""
     p = Path(session_dir)
-    if not p.exists():
-        raise SessionError(f"session directory not found: {p}")
-    if not p.is_dir():
-        raise SessionError(f"not a redline session directory: {p} (a file, not a directory)")
-    if not (p / META).is_file():
-        raise SessionError(f"not a redline session directory: {p} (no {META})")
+    try:
+        if not p.exists():
+            raise SessionError(f"session directory not found: {p}")
+        if not p.is_dir():
+            raise SessionError(f"not a redline session directory: {p} (a file, not a directory)")
+        if not (p / META).is_file():
+            raise SessionError(f"not a redline session directory: {p} (no {META})")
+    except OSError as e:  # a name too long, a permission error on the way
+        raise SessionError(f"cannot read session directory {p}: {e.strerror or e}") from None
     return p
