@@ -105,6 +105,7 @@ class Engine:
             verify=not cfg.insecure,
             api_key=cfg.api_key,
             request_timeout=cfg.request_timeout,
+            origin=base,
         )
         try:
             await self._start(base)

@@ -1,0 +1,331 @@
+"""Client cost: CPU seconds per streamed token, redline vs a minimal aiohttp client.
+
+    python benchmarks/client_cost.py [--concurrency 64,256,1024] [--seconds 8] [--output-len 256]
+                                     [--clients reference,lean,aiohttp,httpx] [--repeat 1]
+                                     [--step-ms MS]
+
+Against one simulated server that streams as fast as its CPU allows (no decode time, no
+ceiling, no running cap; or, with --step-ms, one decode step every MS ms as a real server
+paces it, so every client gets the same tokens at the same moments), each client runs as a fresh subprocess for --seconds of load and
+its CPU is taken from the kernel when it exits (os.wait4 rusage: user + sys of the process and
+any children it reaped, start-up and shutdown included). Clients:
+
+  reference  a minimal aiohttp client written below: one shared session, one json.loads per SSE
+             line and a perf_counter per content chunk, as SGLang's bench_serving does; on the
+             default asyncio loop, as bench_serving runs
+  lean       one redline Engine (telemetry off, no calibration, no session), transport "lean",
+             on uvloop as the TUI runs it (engine/host.py)
+  aiohttp    the same Engine on the httpx-aiohttp transport
+  httpx      the same Engine on httpx's own transport
+  reference-uvloop  (optional) the reference on uvloop
+  lean-fastdecode   (optional) "lean" with a prototype OpenAI chunk decoder that finds the
+             content / sim_t fields without json.loads and falls back to it for anything else
+             (usage, errors, unusual shapes): what "only the JSON parsing that is needed" buys
+
+Tokens are the content tokens each client received, counted by the client. The sim's own CPU,
+what it sent, and the CPU every other process on the machine used during the load window are
+printed too: on a small machine the sim itself (or a neighbour) can be the limit, and the
+"capacity" lines say whether one engine process kept up at the highest C. With --repeat N the
+clients run interleaved N times and the table shows the median run (and the range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+CLIENTS = ("reference", "lean", "aiohttp", "httpx", "reference-uvloop", "lean-fastdecode")
+MODEL = "redline-sim-70b"
+PROMPT = " ".join(["benchmark"] * 30)
+
+
+# -- the reference client (what the goal is measured against) ------------------------------
+async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
+    import aiohttp
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": output_len,
+            "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+    counts = {"tokens": 0, "requests": 0}
+    perf = time.perf_counter
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        st = last = perf()
+        ttft, itl = None, []
+        async with session.post(url + "/v1/chat/completions", json=body) as resp:
+            async for line in resp.content:  # one SSE line per iteration
+                line = line.strip()
+                if not line:
+                    continue
+                chunk = line.decode("utf-8").removeprefix("data: ")
+                if chunk == "[DONE]":
+                    continue
+                data = json.loads(chunk)
+                if data["choices"] and data["choices"][0]["delta"].get("content"):
+                    t = perf()
+                    if ttft is None:
+                        ttft = t - st
+                    else:
+                        itl.append(t - last)
+                    last = t
+                    counts["tokens"] += 1
+        counts["requests"] += 1
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while True:
+            await one(session)
+
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks = [asyncio.create_task(worker(session)) for _ in range(c)]
+        window = _Window()
+        await asyncio.sleep(seconds)
+        window.end()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {**counts, **window.figures()}
+
+
+# -- redline's engine ------------------------------------------------------------------------
+def install_fast_decoder() -> None:
+    """Prototype: decode OpenAI stream chunks without json.loads when the shape is plain."""
+    import engine.request as request_mod
+    from engine.apis import CHAT, COMPLETIONS, Event, make_decoder
+
+    def make(api: str):
+        slow = make_decoder(api)
+        if api not in (CHAT, COMPLETIONS):
+            return slow
+        key = b'"content":"' if api == CHAT else b'"text":"'
+        n = len(key)
+
+        def decode(payload: bytes) -> Event:
+            if (payload[:1] != b"{" or payload[-1:] != b"}" or b'"usage"' in payload or b'"error"' in payload
+                    or b'"reasoning' in payload or b'"tool_calls"' in payload):
+                return slow(payload)
+            i = payload.find(key)
+            if i < 0 or payload.find(key, i + n) >= 0:
+                return slow(payload)
+            ev = Event()
+            if payload[i + n:i + n + 1] != b'"':
+                ev.content = True
+                ev.tokens = 1
+            k = payload.find(b'"sim_t":')
+            if k >= 0:
+                end = payload.find(b",", k)
+                try:
+                    ev.sim_t = float(payload[k + 8:end if end > 0 else -1])
+                except ValueError:
+                    return slow(payload)
+            return ev
+
+        return decode
+
+    request_mod.make_decoder = make
+
+
+async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
+    from engine.config import EngineConfig
+    from engine.core import Engine
+    from engine.workload import WorkloadConfig
+
+    cfg = EngineConfig(url=url, concurrency=c, max_concurrency=max(c, 1024), transport=transport,
+                       workload=WorkloadConfig(input_len=32, output_len=output_len),
+                       telemetry=False, calibrate=False)
+    e = Engine(cfg)
+    await e.start()
+    window = _Window()
+    await asyncio.sleep(seconds)
+    window.end()
+    await e.stop()
+    m = e.metrics
+    return {"tokens": m.output_tokens_total, "requests": m.completed, "failed": m.failed, **window.figures()}
+
+
+class _Window:
+    """Wall and own-CPU seconds of the load window (start-up excluded) and the sim's CPU."""
+
+    def __init__(self) -> None:
+        from _bench import box_busy
+
+        self.w0, self.c0 = time.perf_counter(), time.process_time()
+        self.s0, self.b0 = _sim_cpu(), box_busy()
+
+    def end(self) -> None:
+        from _bench import box_busy
+
+        self.w1, self.c1 = time.perf_counter(), time.process_time()
+        self.s1, self.b1 = _sim_cpu(), box_busy()
+
+    def figures(self) -> dict:
+        wall = self.w1 - self.w0
+        client = 100 * (self.c1 - self.c0) / wall
+        sim = None if self.s0 is None else 100 * (self.s1 - self.s0) / wall
+        box = 100 * (self.b1 - self.b0) / wall
+        return {"window_s": wall, "window_cpu_pct": client, "sim_cpu_pct": sim,
+                "others_cpu_pct": box - client - (sim or 0.0)}
+
+
+def _sim_cpu() -> float | None:
+    pid = os.environ.get("BENCH_SIM_PID")
+    if not pid:
+        return None
+    from _bench import cpu_seconds
+
+    return cpu_seconds(int(pid))
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    if args.worker == "reference":
+        res = asyncio.run(reference(args.url, args.c, args.seconds, args.output_len))
+    elif args.worker == "reference-uvloop":
+        import uvloop
+
+        res = uvloop.run(reference(args.url, args.c, args.seconds, args.output_len))
+    else:
+        from engine.host import new_event_loop
+
+        transport = args.worker
+        if transport == "lean-fastdecode":
+            install_fast_decoder()
+            transport = "lean"
+        loop = new_event_loop()  # uvloop, as the engine runs under the TUI
+        try:
+            res = loop.run_until_complete(redline(args.url, args.c, args.seconds, args.output_len, transport))
+        finally:
+            loop.close()
+    print(json.dumps(res), flush=True)
+
+
+# -- the driver ------------------------------------------------------------------------------
+def run_client(kind: str, url: str, c: int, seconds: float, output_len: int, sim_pid: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--url", url, "-c", str(c),
+           "--seconds", str(seconds), "--output-len", str(output_len)]
+    env = dict(os.environ, BENCH_SIM_PID=str(sim_pid))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out, err = _communicate_without_reaping(proc)
+    _, status, ru = os.wait4(proc.pid, 0)  # this child's rusage (and its reaped children's)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    proc.stderr.close()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} C={c} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    res.update(cpu_s=ru.ru_utime + ru.ru_stime, user_s=ru.ru_utime, sys_s=ru.ru_stime, wall_s=wall, maxrss_mib=ru.ru_maxrss / 1024)
+    return res
+
+
+def _communicate_without_reaping(proc: subprocess.Popen) -> tuple[bytes, bytes]:
+    """Read stdout/stderr to EOF without letting Popen wait() (os.wait4 gets the rusage)."""
+    import selectors
+
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    with selectors.DefaultSelector() as sel:
+        for f in (proc.stdout, proc.stderr):
+            sel.register(f.fileno(), selectors.EVENT_READ)
+        while chunks and sel.get_map():
+            for key, _ in sel.select():
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--concurrency", default="64,256,1024", help="comma-separated C values (default 64,256,1024)")
+    p.add_argument("--seconds", type=float, default=8.0, help="load seconds per client run (default 8)")
+    p.add_argument("--output-len", type=int, default=256, help="max_tokens per request (default 256)")
+    p.add_argument("--clients", default="reference,lean,aiohttp,httpx", help=f"comma-separated, from {', '.join(CLIENTS)}")
+    p.add_argument("--repeat", type=int, default=1, help="runs per client and C; the table shows the median (default 1)")
+    p.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
+                   help="pace the sim: one decode step (a token for every stream) every MS ms, as a real server "
+                        "does, instead of as fast as it can (default 0: as fast as it can)")
+    p.add_argument("--sim-set", action="append", default=[], metavar="FIELD=VALUE", help="extra sim profile override")
+    p.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("-c", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker_main(args)
+        return
+
+    from _bench import FAST_SIM, machine, sim, sim_state, table
+
+    settings = FAST_SIM + tuple(args.sim_set)
+    if args.step_ms > 0:
+        settings = tuple(x for x in settings if not x.startswith("decode_base_s=")) + (f"decode_base_s={args.step_ms / 1000}",)
+
+    cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    clients = [x.strip() for x in args.clients.split(",") if x.strip()]
+    bad = [x for x in clients if x not in CLIENTS]
+    if bad:
+        p.error(f"unknown client(s) {bad}: expected {', '.join(CLIENTS)}")
+    print(f"# client cost: CPU per streamed token, start-up included ({machine()})")
+    print(f"# {args.seconds:g} s of load per run, output_len {args.output_len}, chat API, sim: {' '.join(settings)}"
+          + (f" (paced: a decode step every {args.step_ms:g} ms)" if args.step_ms > 0 else " (as fast as it can)"))
+    rows, capacity, others = [], [], []
+    with sim(settings=settings) as srv:
+        for c in cs:
+            runs: dict[str, list[dict]] = {k: [] for k in clients}
+            for _ in range(args.repeat):  # interleaved, so drifts in the machine hit every client alike
+                for kind in clients:
+                    s0 = sim_state(srv.url)["generation_tokens_total"]
+                    r = run_client(kind, srv.url, c, args.seconds, args.output_len, srv.proc.pid)
+                    r["sim_sent"] = sim_state(srv.url)["generation_tokens_total"] - s0
+                    r["us_tok"] = 1e6 * r["cpu_s"] / max(r["tokens"], 1)
+                    r["us_tok_load"] = 1e4 * r["window_cpu_pct"] * r["window_s"] / max(r["tokens"], 1)
+                    runs[kind].append(r)
+                    print(f"  C={c:<5} {kind:<16} tokens {r['tokens']:>8}  cpu {r['cpu_s']:6.2f} s (user {r['user_s']:.2f} sys {r['sys_s']:.2f})  "
+                          f"{r['us_tok']:6.2f} us/token ({r['us_tok_load']:.2f} in the load window)  "
+                          f"load window: client {r['window_cpu_pct']:5.1f}% CPU, sim {r['sim_cpu_pct'] or 0:5.1f}% CPU, "
+                          f"other processes {r['others_cpu_pct']:5.1f}%, {r['tokens'] / r['window_s']:8.0f} tok/s", file=sys.stderr, flush=True)
+            ref_us = None
+            for kind in clients:
+                rs = sorted(runs[kind], key=lambda r: r["us_tok"])
+                r = rs[len(rs) // 2]  # the median run
+                if kind == "reference":
+                    ref_us = r["us_tok"]
+                ratio = f"{r['us_tok'] / ref_us:.2f}" if ref_us else "-"
+                spread = f" ({rs[0]['us_tok']:.1f}-{rs[-1]['us_tok']:.1f})" if len(rs) > 1 else ""
+                rows.append((c, kind, r["tokens"], f"{r['cpu_s']:.2f}", f"{r['us_tok']:.2f}{spread}", f"{r['us_tok_load']:.2f}", ratio,
+                             f"{r['tokens'] / r['window_s']:.0f}", f"{r['window_cpu_pct']:.0f}%", f"{r['sim_cpu_pct'] or 0:.0f}%",
+                             f"{r['others_cpu_pct']:.0f}%"))
+                others.extend(x["others_cpu_pct"] for x in rs)
+                if c == max(cs) and kind not in ("reference", "reference-uvloop"):
+                    capacity.append((c, kind, r))
+    print()
+    print(table(("C", "client", "tokens", "CPU s", "µs/token", "µs/token load only", "ratio to reference", "tok/s received",
+                 "client CPU (load)", "sim CPU (load)", "other processes"), rows))
+    print()
+    ncpu = os.cpu_count() or 1
+    if others and max(others) > 20:
+        print(f"WARNING: other processes on this machine used up to {max(others):.0f}% of a core during the load "
+              f"windows ({ncpu} cores in all): client and sim were competing for CPU; figures are contended.\n")
+    for c, kind, r in capacity:
+        tps = r["tokens"] / r["window_s"]
+        kept = r["tokens"] / max(r["sim_sent"], 1)
+        ncpu = os.cpu_count() or 1
+        free = 100 * ncpu - r["window_cpu_pct"] - (r["sim_cpu_pct"] or 0) - max(r["others_cpu_pct"], 0)
+        verdict = ("the client is saturated: more load needs more client processes" if r["window_cpu_pct"] > 90
+                   else "one process keeps up; the sim is the limit" if (r["sim_cpu_pct"] or 0) > 90
+                   else "one process keeps up; the machine is the limit (no idle core left)" if free < 20
+                   else "one process keeps up")
+        print(f"capacity C={c} {kind}: received {tps:.0f} tok/s = {100 * kept:.1f}% of what the sim sent, "
+              f"client {r['window_cpu_pct']:.0f}% of a core, sim {r['sim_cpu_pct'] or 0:.0f}%, "
+              f"other processes {r['others_cpu_pct']:.0f}%, idle {max(free, 0):.0f}% (of {100 * ncpu}%): {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,583 @@
+"""The lean transport (engine/transport.py): against the sim, and against raw servers the test
+starts on 127.0.0.1 for the framing cases the sim never produces."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from engine import records as R
+from engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from engine.config import EngineConfig
+from engine.core import Engine
+from engine.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
+from engine.records import RequestRecord
+from engine.request import run_request
+from engine.transport import LeanTransport, ssl_context
+from engine.workload import WorkloadConfig
+
+MODEL = "redline-sim-70b"
+PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+
+
+async def sim_state(url: str) -> dict:
+    async with httpx.AsyncClient() as c:
+        return (await c.get(url + "/sim/state", timeout=5.0)).json()
+
+
+async def until(pred, timeout: float, interval: float = 0.02) -> float | None:
+    """Seconds until `await pred()` holds, or None after timeout."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if await pred():
+            return time.monotonic() - t0
+        await asyncio.sleep(interval)
+    return None
+
+
+async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
+    rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
+    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, lambda t, n: None)
+    return rec
+
+
+def lean(**kw) -> httpx.AsyncClient:
+    return make_client(transport="lean", **kw)
+
+
+def opened(client: httpx.AsyncClient) -> int:
+    t = client._transport
+    assert isinstance(t, LeanTransport)
+    return t.connections_opened
+
+
+# -- against the sim ------------------------------------------------------------------------
+def test_lean_is_selectable():
+    assert {"lean", "aiohttp", "httpx"} <= set(TRANSPORTS)
+    assert DEFAULT_TRANSPORT == "lean"  # it passed the suite and beat aiohttp in benchmarks/client_cost.py
+    with pytest.raises(ValueError, match="transport 'nope'"):
+        make_client(transport="nope")
+
+
+@pytest.mark.parametrize("api", [CHAT, COMPLETIONS, GENERATE])
+async def test_streams_every_api(healthy_sim, api):
+    client = lean()
+    try:
+        rec = await one(client, healthy_sim.url, api, 37)
+    finally:
+        await client.aclose()
+    assert rec.status == R.OK, rec.error_text
+    assert rec.http_status == 200
+    assert rec.output_tokens == 37 and rec.usage_reported
+    assert len(rec.chunk_times) == 37  # one token per chunk on the healthy profile
+    assert 0 < rec.ttft < rec.e2e
+
+
+async def test_plain_get_and_status_codes(healthy_sim):
+    client = lean()
+    try:
+        r = await client.get(healthy_sim.url + "/get_server_info")
+        assert r.status_code == 200 and r.json()["tp_size"] == 8
+        assert r.reason_phrase == "OK" and r.http_version == "HTTP/1.1"
+        r = await client.get(healthy_sim.url + "/no/such/path")
+        assert r.status_code == 404
+        r = await client.post(healthy_sim.url + PATHS[CHAT], json={"model": MODEL, "messages": "nope"})
+        assert r.status_code == 400 and "messages" in r.text
+        assert opened(client) == 1  # error bodies read to the end: the connection stays
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("setting,status,kind", [("error_500_rate=1", 500, R.ERR_HTTP_500), ("error_429_rate=1", 429, R.ERR_HTTP_429)])
+async def test_error_status_maps_to_its_kind(sim_factory, setting, status, kind):
+    sim = sim_factory("healthy", extra_args=("--set", setting))
+    client = lean()
+    try:
+        rec = await one(client, sim.url)
+        rec2 = await one(client, sim.url)
+        assert opened(client) == 1
+    finally:
+        await client.aclose()
+    for r in (rec, rec2):
+        assert r.status == R.FAILED and r.http_status == status and r.error_kind == kind
+        assert f"HTTP {status}" in r.error_text
+
+
+async def test_keep_alive_reuse(healthy_sim):
+    client = lean()
+    try:
+        for _ in range(5):
+            assert (await one(client, healthy_sim.url, max_tokens=8)).status == R.OK
+        assert opened(client) == 1
+        recs = await asyncio.gather(*(one(client, healthy_sim.url, max_tokens=8) for _ in range(8)))
+        assert all(r.status == R.OK for r in recs)
+        n = opened(client)
+        assert n == 8  # the idle one is reused, 7 more opened for 8 at once
+        recs = await asyncio.gather(*(one(client, healthy_sim.url, max_tokens=8) for _ in range(8)))
+        assert all(r.status == R.OK for r in recs) and opened(client) == n
+    finally:
+        await client.aclose()
+
+
+async def test_cancel_closes_the_connection_and_the_sim_empties_within_1s(sim_factory):
+    sim = sim_factory("healthy")
+    client = lean()
+    try:
+        tasks = [asyncio.create_task(one(client, sim.url, max_tokens=2000)) for _ in range(20)]
+        assert await until(lambda: _running(sim.url, lambda n: n == 20), 5.0) is not None
+        t0 = time.monotonic()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        took = await until(lambda: _running(sim.url, lambda n: n == 0), 1.0)
+        assert took is not None, await sim_state(sim.url)
+        assert time.monotonic() - t0 < 1.0
+        st = await sim_state(sim.url)
+        assert st["aborted"] == 20 and st["queued"] == 0
+        assert not client._transport._conns  # nothing left open on our side
+        # and the client is still usable afterwards
+        assert (await one(client, sim.url, max_tokens=4)).status == R.OK
+    finally:
+        await client.aclose()
+
+
+async def _running(url: str, pred) -> bool:
+    return pred((await sim_state(url))["running"])
+
+
+async def test_engine_abort_on_lean_leaves_server_empty_within_1s(sim_factory):
+    sim = sim_factory("pp-capped")  # 8 running + a queue
+    e = Engine(EngineConfig(url=sim.url, concurrency=32, transport="lean", telemetry=False, calibrate=False))
+    await e.start()
+    try:
+        ok = await until(lambda: _state_is(sim.url, lambda s: s["running"] == 8 and s["queued"] > 0), 5.0)
+        assert ok is not None
+        t0 = time.monotonic()
+        e.pause()
+        await e.abort()
+        took = await until(lambda: _state_is(sim.url, lambda s: s["running"] == 0 and s["queued"] == 0), 1.0)
+        assert took is not None, await sim_state(sim.url)
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        await e.stop()
+
+
+async def _state_is(url: str, pred) -> bool:
+    return pred(await sim_state(url))
+
+
+async def test_disconnect_mid_stream_is_a_disconnect(sim_factory):
+    sim = sim_factory("healthy", extra_args=("--set", "disconnect_rate=1"))
+    client = lean()
+    try:
+        recs = [await one(client, sim.url, api, 40) for api in (CHAT, COMPLETIONS, GENERATE)]
+        # at the httpx level: RemoteProtocolError (clean close) or ReadError (reset)
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            async with client.stream("POST", sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 40)) as resp:
+                async for _ in resp.aiter_raw():
+                    pass
+    finally:
+        await client.aclose()
+    for r in recs:
+        assert r.status == R.FAILED and r.error_kind == R.ERR_DISCONNECT, (r.error_kind, r.error_text)
+        assert 0 < len(r.chunk_times) < 40
+
+
+async def test_read_timeout_on_a_stalled_stream(sim_factory):
+    sim = sim_factory("healthy", extra_args=("--set", "stall_after_tokens=5"))
+    client = lean(request_timeout=0.5)
+    try:
+        t0 = time.monotonic()
+        rec = await one(client, sim.url, max_tokens=40)
+        took = time.monotonic() - t0
+        with pytest.raises(httpx.ReadTimeout):
+            async with client.stream("POST", sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 40)) as resp:
+                async for _ in resp.aiter_raw():
+                    pass
+    finally:
+        await client.aclose()
+    assert rec.status == R.FAILED and rec.error_kind == R.ERR_TIMEOUT, (rec.error_kind, rec.error_text)
+    assert len(rec.chunk_times) == 5
+    assert 0.5 <= took < 2.0
+    st = await sim_state(sim.url)
+    assert st["failures"].get("stall") == 2 and st["running"] == 0
+
+
+async def test_connect_error():
+    client = lean()
+    try:
+        rec = await one(client, "http://127.0.0.1:9")
+        with pytest.raises(httpx.ConnectError):
+            await client.get("http://127.0.0.1:9/health")
+    finally:
+        await client.aclose()
+    assert rec.status == R.FAILED and rec.error_kind == R.ERR_CONNECT
+
+
+@pytest.mark.parametrize("api", [CHAT, COMPLETIONS, GENERATE])
+async def test_same_tokens_through_every_transport(sim_factory, api):
+    sim = sim_factory("healthy", extra_args=("--set", "tokens_per_chunk=3"))
+    got = {}
+    for name in ("lean", "aiohttp", "httpx"):
+        client = make_client(transport=name)
+        try:
+            got[name] = await one(client, sim.url, api, 50)
+        finally:
+            await client.aclose()
+    figures = {n: (r.status, r.output_tokens, r.input_tokens, len(r.chunk_times), sum(r.chunk_tokens)) for n, r in got.items()}
+    assert len(set(figures.values())) == 1, figures
+    assert figures["lean"][0] == R.OK and figures["lean"][1] == 50 and figures["lean"][3] == 17  # ceil(50/3) chunks
+
+
+def test_streams_and_cancels_on_uvloop(healthy_sim):
+    """The engine's own loop is uvloop (engine/host.py): same behaviour there."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        client = lean()
+        try:
+            rec = await one(client, healthy_sim.url, GENERATE, 30)
+            assert rec.status == R.OK and rec.output_tokens == 30
+            tasks = [asyncio.create_task(one(client, healthy_sim.url, max_tokens=2000)) for _ in range(10)]
+            assert await until(lambda: _running(healthy_sim.url, lambda n: n == 10), 5.0) is not None
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            assert await until(lambda: _running(healthy_sim.url, lambda n: n == 0), 1.0) is not None
+        finally:
+            await client.aclose()
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+# -- against raw servers: framing the sim does not produce -----------------------------------
+class Raw:
+    """A one-shot-per-connection HTTP server on 127.0.0.1 driven by a script per request."""
+
+    def __init__(self, script) -> None:
+        self.script = script
+        self.server: asyncio.base_events.Server | None = None
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def __aenter__(self) -> "Raw":
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length) if length else b""
+                self.requests.append(head + body)
+                if not await self.script(writer, head, body):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def test_chunked_body_and_one_item_per_read():
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        w.write(b"6\r\nhello \r\n")
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"5\r\nworld\r\n1\r\n!\r\n")  # two chunks in one write: one item
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+        return True
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            for _ in range(2):
+                async with client.stream("GET", srv.url + "/s") as resp:
+                    parts = [p async for p in resp.aiter_raw()]
+                assert parts == [b"hello ", b"world!"]
+            assert srv.connections == 1 and opened(client) == 1
+        finally:
+            await client.aclose()
+
+
+async def test_content_length_and_connection_close():
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\n" + b"x" * len(body) + b"payload"[len(body):])
+        await w.drain()
+        return False
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            for _ in range(3):
+                r = await client.post(srv.url + "/p", content=b"ab")
+                assert r.status_code == 200 and r.content == b"xxyload"
+            assert srv.connections == 3  # connection: close is honoured, never reused
+            assert srv.requests[0].endswith(b"\r\n\r\nab") and b"Content-Length: 2" in srv.requests[0]
+        finally:
+            await client.aclose()
+
+
+async def test_close_delimited_body_ends_at_eof():
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+        await w.drain()
+        return False
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            r = await client.get(srv.url + "/")
+            assert r.text == "until the end"
+        finally:
+            await client.aclose()
+
+
+async def test_server_closing_mid_body_is_a_protocol_error():
+    async def chunked(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await w.drain()
+        return False
+
+    async def short(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly a bit")
+        await w.drain()
+        return False
+
+    async def nothing(w, head, body):
+        return False
+
+    async def garbage(w, head, body):
+        w.write(b"SPDY/9 nonsense\r\n\r\n")
+        await w.drain()
+        return False
+
+    for script, err in ((chunked, httpx.RemoteProtocolError), (short, httpx.RemoteProtocolError), (nothing, httpx.RemoteProtocolError), (garbage, httpx.RemoteProtocolError)):
+        async with Raw(script) as srv:
+            client = lean()
+            try:
+                with pytest.raises(err):
+                    await client.get(srv.url + "/")
+            finally:
+                await client.aclose()
+
+
+async def test_streamed_request_body_is_chunked():
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await w.drain()
+        return False
+
+    received = []
+
+    async def handle(reader, writer):
+        received.append(await reader.readuntil(b"0\r\n\r\n"))
+        await script(writer, b"", b"")
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    async def gen():
+        yield b"abc"
+        yield b"defgh"
+
+    client = lean()
+    try:
+        r = await client.post(url + "/u", content=gen())
+        assert r.status_code == 204
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert b"Transfer-Encoding: chunked" in received[0]
+    assert received[0].endswith(b"\r\n\r\n3\r\nabc\r\n5\r\ndefgh\r\n0\r\n\r\n")
+
+
+async def test_stale_idle_connection_is_not_reused_for_a_post():
+    """The server closes idle keep-alive connections; the pool notices before reusing one."""
+
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await w.drain()
+        return False  # closes the connection without saying so in the headers
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            assert (await client.post(srv.url + "/", content=b"1")).text == "ok"
+            await asyncio.sleep(0.1)  # the close reaches us
+            assert (await client.post(srv.url + "/", content=b"2")).text == "ok"
+            assert srv.connections == 2
+        finally:
+            await client.aclose()
+
+
+async def test_transport_close_ends_open_streams(healthy_sim):
+    client = lean()
+    got = []
+
+    async def reader():
+        async with client.stream("POST", healthy_sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 5000)) as resp:
+            async for part in resp.aiter_raw():
+                got.append(part)
+
+    task = asyncio.create_task(reader())
+    assert await until(lambda: _true(len(got) > 3), 5.0) is not None
+    await client.aclose()
+    with pytest.raises(httpx.HTTPError):
+        await asyncio.wait_for(task, 2.0)
+    assert await until(lambda: _running(healthy_sim.url, lambda n: n == 0), 1.0) is not None
+
+
+async def _true(v: bool) -> bool:
+    return v
+
+
+def test_ssl_context_verifies_by_default():
+    ctx = ssl_context(True)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    off = ssl_context(False)
+    assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
+    mine = ssl.create_default_context()
+    assert ssl_context(mine) is mine
+
+
+def test_engine_config_accepts_lean():
+    cfg = EngineConfig(url="http://127.0.0.1:1", transport="lean", workload=WorkloadConfig())
+    assert cfg.transport == "lean"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a test certificate")
+async def test_tls_verifies_by_default_and_insecure_skips(tmp_path):
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(str(cert), str(key))
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+    url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    try:
+        client = lean()  # verify=True: a self-signed certificate is refused, with the cause chained
+        try:
+            with pytest.raises(httpx.ConnectError) as info:
+                await client.get(url)
+            assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
+            rec = await one(client, url.rstrip("/"))
+            assert rec.error_kind == R.ERR_CONNECT and "verif" in rec.error_text
+        finally:
+            await client.aclose()
+        client = lean(verify=False)
+        try:
+            r = await client.get(url)
+            assert r.status_code == 200 and r.content == b"data: x\n\n"
+        finally:
+            await client.aclose()
+        client = httpx.AsyncClient(transport=LeanTransport(verify=ssl.create_default_context(cafile=str(cert))))
+        try:
+            assert (await client.get(url)).status_code == 200
+        finally:
+            await client.aclose()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_lean_asks_for_an_uncompressed_stream():
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await w.drain()
+        return True
+
+    async with Raw(script) as srv:
+        client = lean(api_key="sk-test")
+        try:
+            assert (await client.get(srv.url + "/")).text == "ok"
+        finally:
+            await client.aclose()
+    head = srv.requests[0].lower()
+    assert b"accept-encoding: identity\r\n" in head
+    assert b"authorization: bearer sk-test\r\n" in head
+
+
+async def test_slow_consumer_pauses_reading_and_loses_nothing():
+    size = 4 * 1024 * 1024
+
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        for i in range(size // 65536):
+            w.write(bytes([i % 251]) * 65536)
+        await w.drain()
+        return True
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            got = bytearray()
+            async with client.stream("GET", srv.url + "/big") as resp:
+                async for part in resp.aiter_raw():
+                    got += part
+                    await asyncio.sleep(0.02)
+            assert len(got) == size
+            assert all(got[i * 65536] == i % 251 for i in range(size // 65536))
+            assert client._transport.read_pauses > 0
+            assert (await client.get(srv.url + "/again")).status_code == 200  # reused after a pause
+            assert srv.connections == 1
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer sk-x\r\nX-Injected: 1"},
+    {"X-Thing": "a\nb"},
+    {"X-Thing": "a\x00b"},
+    {"Bad Name": "v"},
+    {"Bad:Name": "v"},
+])
+async def test_refuses_header_injection_before_writing(headers):
+    async def script(w, head, body):
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await w.drain()
+        return True
+
+    async with Raw(script) as srv:
+        client = lean()
+        try:
+            with pytest.raises(httpx.LocalProtocolError) as info:
+                await client.get(srv.url + "/", headers=headers)
+            assert "sk-x" not in str(info.value)  # the refused value is never echoed
+            assert (await client.get(srv.url + "/", headers={"X-Fine": "tab\tand spaces ok"})).text == "ok"
+        finally:
+            await client.aclose()
+    assert len(srv.requests) == 1 and b"X-Injected" not in srv.requests[0]
