@@ -18,9 +18,6 @@ any children it reaped, start-up and shutdown included). Clients:
   aiohttp    the same Engine on the httpx-aiohttp transport
   httpx      the same Engine on httpx's own transport
   reference-uvloop  (optional) the reference on uvloop
-  lean-fastdecode   (optional) "lean" with a prototype OpenAI chunk decoder that finds the
-             content / sim_t fields without json.loads and falls back to it for anything else
-             (usage, errors, unusual shapes): what "only the JSON parsing that is needed" buys
 
 Tokens are the content tokens each client received, counted by the client. The sim's own CPU,
 what it sent, and the CPU every other process on the machine used during the load window are
@@ -41,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CLIENTS = ("reference", "lean", "aiohttp", "httpx", "reference-uvloop", "lean-fastdecode")
+CLIENTS = ("reference", "lean", "aiohttp", "httpx", "reference-uvloop")
 MODEL = "redline-sim-70b"
 PROMPT = " ".join(["benchmark"] * 30)
 
@@ -94,43 +91,6 @@ async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
 
 
 # -- redline's engine ------------------------------------------------------------------------
-def install_fast_decoder() -> None:
-    """Prototype: decode OpenAI stream chunks without json.loads when the shape is plain."""
-    import engine.request as request_mod
-    from engine.apis import CHAT, COMPLETIONS, Event, make_decoder
-
-    def make(api: str):
-        slow = make_decoder(api)
-        if api not in (CHAT, COMPLETIONS):
-            return slow
-        key = b'"content":"' if api == CHAT else b'"text":"'
-        n = len(key)
-
-        def decode(payload: bytes) -> Event:
-            if (payload[:1] != b"{" or payload[-1:] != b"}" or b'"usage"' in payload or b'"error"' in payload
-                    or b'"reasoning' in payload or b'"tool_calls"' in payload):
-                return slow(payload)
-            i = payload.find(key)
-            if i < 0 or payload.find(key, i + n) >= 0:
-                return slow(payload)
-            ev = Event()
-            if payload[i + n:i + n + 1] != b'"':
-                ev.content = True
-                ev.tokens = 1
-            k = payload.find(b'"sim_t":')
-            if k >= 0:
-                end = payload.find(b",", k)
-                try:
-                    ev.sim_t = float(payload[k + 8:end if end > 0 else -1])
-                except ValueError:
-                    return slow(payload)
-            return ev
-
-        return decode
-
-    request_mod.make_decoder = make
-
-
 async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
     from engine.config import EngineConfig
     from engine.core import Engine
@@ -193,9 +153,6 @@ def worker_main(args: argparse.Namespace) -> None:
         from engine.host import new_event_loop
 
         transport = args.worker
-        if transport == "lean-fastdecode":
-            install_fast_decoder()
-            transport = "lean"
         loop = new_event_loop()  # uvloop, as the engine runs under the TUI
         try:
             res = loop.run_until_complete(redline(args.url, args.c, args.seconds, args.output_len, transport))

@@ -351,3 +351,52 @@ def test_preset_nested_too_deeply_is_a_preset_error(tmp_path):
     f.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(PresetError):
         load_preset(f)
+
+
+# -- the decoder's fast path (no json.loads for plain chunks) equals the full parse -------------
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+
+from engine.apis import OpenAIDecoder
+
+_text = st_.text(alphabet=st_.characters(blacklist_categories=("Cs",)), max_size=12) | st_.sampled_from(
+    ['"', '\\', '{', '}', '[', ']', '"content":"', ', "x":1', "\u00e9", "\n"]
+)
+
+
+@st_.composite
+def _chunks(draw):
+    api = draw(st_.sampled_from(["chat", "completions"]))
+    content = draw(st_.one_of(_text, st_.just(""), st_.none()))
+    choice: dict = {"index": 0, "finish_reason": draw(st_.sampled_from([None, "length", "stop"]))}
+    if api == "chat":
+        delta: dict = {}
+        if draw(st_.booleans()):
+            delta["role"] = "assistant"
+        if content is not None or draw(st_.booleans()):
+            delta["content"] = content
+        choice["delta"] = delta
+    else:
+        choice["text"] = content
+    obj: dict = {"id": draw(_text), "object": "chunk", "choices": [choice]}
+    if draw(st_.booleans()):
+        obj["sim_t"] = draw(st_.floats(min_value=0, max_value=2e9, allow_nan=False))
+    if draw(st_.booleans()):
+        obj["usage"] = {"prompt_tokens": 3, "completion_tokens": 4}
+    if draw(st_.booleans()):
+        obj["choices"] = [choice, dict(choice, index=1)]
+    seps = draw(st_.sampled_from([(",", ":"), (", ", ": ")]))
+    payload = json.dumps(obj, separators=seps, ensure_ascii=draw(st_.booleans())).encode()
+    cut = draw(st_.integers(min_value=0, max_value=len(payload)))
+    return api, payload if draw(st_.booleans()) else payload[:cut]
+
+
+@settings(max_examples=600, deadline=None)
+@given(_chunks())
+def test_fast_decoder_path_equals_the_full_parse(case):
+    api, payload = case
+    d = OpenAIDecoder(api)
+    fast = d.fast(payload)
+    if fast is None:
+        return
+    assert fast == d.full(payload), payload  # the full parse would accept it and agree
