@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import ssl
 import time
 from typing import Callable
@@ -21,11 +22,6 @@ from .apis import Event, MalformedEvent, make_decoder
 from .constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from .records import RequestRecord
 from .sse import DONE, SSEDecoder
-
-try:  # the aiohttp transport wraps aiohttp's errors in httpx's, not always faithfully
-    import aiohttp as _aiohttp
-except ImportError:  # pragma: no cover - aiohttp is a dependency
-    _aiohttp = None
 
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
 # on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
@@ -91,7 +87,9 @@ def classify_error(exc: BaseException, responded: bool) -> tuple[str, str]:
     a gone server (or an SSH tunnel to one) looks like; after it, `disconnect`.
     """
     chain = _chain(exc)
-    aio = _aiohttp
+    # The aiohttp transport wraps aiohttp's errors in httpx's, not always faithfully. Only
+    # when aiohttp is loaded can its errors occur: no import here (180 ms of start-up).
+    aio = sys.modules.get("aiohttp")
     wrapped = aio is not None and any(isinstance(e, aio.ClientError) for e in chain)
     # httpx.ConnectTimeout on top of an aiohttp error says nothing (the mapping's artefact).
     evidence = [e for e in chain if not (wrapped and isinstance(e, httpx.ConnectTimeout))]
