@@ -8,12 +8,28 @@ Memory is fixed (about 2,300 ints) whatever the count.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from .constants import HIST_MAX_S, HIST_MIN_S, HIST_RATIO
 
 _LOG_RATIO = math.log(HIST_RATIO)
 _LOG_MIN = math.log(HIST_MIN_S)
 NBINS = int(math.ceil((math.log(HIST_MAX_S) - _LOG_MIN) / _LOG_RATIO)) + 2
+
+
+def bin_index(v: float) -> int:
+    """The bin holding v (bin 0 holds everything at or below HIST_MIN_S)."""
+    if v <= HIST_MIN_S:
+        return 0
+    i = int((math.log(v) - _LOG_MIN) / _LOG_RATIO) + 1
+    return i if i < NBINS else NBINS - 1
+
+
+def bin_value(i: int) -> float:
+    """The value a bin stands for: its geometric middle."""
+    if i == 0:
+        return HIST_MIN_S
+    return math.exp(_LOG_MIN + (i - 1) * _LOG_RATIO) * math.sqrt(HIST_RATIO)
 
 
 class LogHistogram:
@@ -26,13 +42,7 @@ class LogHistogram:
         self.vmax = 0.0
 
     def add(self, v: float) -> None:
-        if v <= HIST_MIN_S:
-            i = 0
-        else:
-            i = int((math.log(v) - _LOG_MIN) / _LOG_RATIO) + 1
-            if i >= NBINS:
-                i = NBINS - 1
-        self.bins[i] += 1
+        self.bins[bin_index(v)] += 1
         self.count += 1
         self.total += v
         if v > self.vmax:
@@ -60,11 +70,74 @@ class LogHistogram:
             if n:
                 seen += n
                 if seen > rank:
-                    if i == 0:
-                        return HIST_MIN_S
-                    lo = math.exp(_LOG_MIN + (i - 1) * _LOG_RATIO)
-                    return min(lo * math.sqrt(HIST_RATIO), self.vmax)
+                    return min(bin_value(i), self.vmax)
         return self.vmax
+
+
+class RollingHistogram:
+    """Log-binned values of the last `window_s` seconds, kept sparse (only bins in use).
+
+    Values are added as they come and a whole second is subtracted when it leaves the
+    window, so a percentile costs a sort of the bins in use (tens), not of every value:
+    the live ITL percentiles no longer stall the loop that stamps bytes.
+    """
+
+    __slots__ = ("window_s", "_secs", "_total", "count")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._secs: deque[tuple[int, dict[int, int], float]] = deque()
+        self._total: dict[int, int] = {}
+        self.count = 0
+
+    def add_many(self, t: float, values) -> None:
+        if not values:
+            return
+        sec = int(t)
+        if not self._secs or self._secs[-1][0] != sec:
+            self._secs.append((sec, {}, 0.0))
+        sec, bins, vmax = self._secs[-1]
+        total = self._total
+        for v in values:
+            b = bin_index(v)
+            bins[b] = bins.get(b, 0) + 1
+            total[b] = total.get(b, 0) + 1
+            if v > vmax:
+                vmax = v
+        self._secs[-1] = (sec, bins, vmax)
+        self.count += len(values)
+
+    def expire(self, now: float) -> None:
+        lo = int(now - self.window_s)
+        total = self._total
+        while self._secs and self._secs[0][0] < lo:
+            _, bins, _ = self._secs.popleft()
+            for b, c in bins.items():
+                left = total[b] - c
+                if left:
+                    total[b] = left
+                else:
+                    del total[b]
+                self.count -= c
+
+    def quantiles(self, qs: tuple[float, ...]) -> tuple[list[float | None], float | None]:
+        """([value at each q], max) over the window; Nones when empty."""
+        if not self.count:
+            return [None] * len(qs), None
+        vmax = max(v for _, _, v in self._secs)
+        out: list[float | None] = []
+        items = sorted(self._total.items())
+        for q in qs:
+            rank = q * (self.count - 1)
+            seen = 0
+            for b, c in items:
+                seen += c
+                if seen > rank:
+                    out.append(min(bin_value(b), vmax))
+                    break
+            else:
+                out.append(vmax)
+        return out, vmax
 
 
 def quantile(sorted_values: list[float], q: float) -> float | None:

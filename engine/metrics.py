@@ -4,18 +4,19 @@
   buckets filled when tokens arrive (not when requests end), so sparklines are smooth.
 - Percentiles (TTFT, ITL, TPOT, E2E: p50/p90/p99/max) over LATENCY_WINDOW_S, of requests
   that ended OK in the window; failed requests are counted apart and kept out of them.
+  TTFT/TPOT/E2E are exact (one value per request); ITL (one per chunk, thousands a second)
+  comes from a rolling log histogram, exact to +-0.5 %.
 - One row of exact per-second counts for the session timeline.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from . import records as R
 from .constants import LATENCY_WINDOW_S, RATE_WINDOW_S
-from .histogram import LogHistogram, quantile
+from .histogram import LogHistogram, RollingHistogram, quantile
 from .records import RequestRecord
 
 BUCKET_S = 0.1
@@ -93,7 +94,7 @@ class LiveMetrics:
         self.requests = RateWindow()
         self.errors = RateWindow()
         self._ended: deque[tuple[float, float | None, float | None, float | None]] = deque()
-        self._itl: deque[tuple[int, array]] = deque()  # (second, ITLs of requests ended then)
+        self._itl = RollingHistogram(LATENCY_WINDOW_S)  # ITLs of requests that ended in the window
         self.completed = 0
         self.failed = 0
         self.cancelled = 0
@@ -132,10 +133,7 @@ class LiveMetrics:
         self._sec["req"] += 1
         self._sec["in"] += rec.input_tokens
         self._ended.append((t, rec.ttft, rec.e2e, rec.tpot))
-        sec = int(t)
-        if not self._itl or self._itl[-1][0] != sec:
-            self._itl.append((sec, array("d")))
-        self._itl[-1][1].extend(rec.itls())
+        self._itl.add_many(t, rec.itls())
 
     # -- reading ---------------------------------------------------------------------
     def rates(self, now: float) -> tuple[float, float, float, float]:
@@ -152,16 +150,13 @@ class LiveMetrics:
         ended = self._ended
         while ended and ended[0][0] < lo:
             ended.popleft()
-        while self._itl and self._itl[0][0] < int(lo):
-            self._itl.popleft()
-        itl: list[float] = []
-        for _, a in self._itl:
-            itl.extend(a)
+        self._itl.expire(now)
         stats = self.percentiles
         stats.ttft = Percentiles.of([e[1] for e in ended if e[1] is not None])
         stats.e2e = Percentiles.of([e[2] for e in ended if e[2] is not None])
         stats.tpot = Percentiles.of([e[3] for e in ended if e[3] is not None])
-        stats.itl = Percentiles.of(itl)
+        (p50, p90, p99), vmax = self._itl.quantiles((0.5, 0.9, 0.99))
+        stats.itl = Percentiles(p50, p90, p99, vmax, self._itl.count)
         return stats
 
     def take_second(self) -> Counter:
