@@ -48,26 +48,20 @@ class Event:
 
 def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """A streaming request that generates exactly `max_tokens` (ignore_eos)."""
-    if api == CHAT:
-        return {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    if api == COMPLETIONS:
-        return {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+    if api in (CHAT, COMPLETIONS):
+        body: dict[str, Any] = {"model": model}
+        if api == CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        body.update(
+            max_tokens=max_tokens,
+            ignore_eos=True,
+            temperature=0.0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        return body
     if api == GENERATE:
         return {
             "text": prompt,
