@@ -11,8 +11,11 @@ from engine.snapshot import Snapshot
 from ..format import bar, num
 
 
+COMPACT_CELL = 16  # "7 ████ 326W 47%"
+
+
 class GpuPanel(Static):
-    snapshot: reactive[Snapshot | None] = reactive(None)
+    snapshot: reactive[Snapshot | None] = reactive(None, layout=True)
 
     def render(self) -> Text:
         s = self.snapshot
@@ -21,29 +24,46 @@ class GpuPanel(Static):
             return t
         if not s.gpus:
             t.append("no GPU telemetry", style="dim")
-        cells = []
-        for g in s.gpus:
-            pct = g.power_pct
-            c = Text()
-            c.append(f"GPU{g.index} ", style="bold")
-            c.append(bar(None if pct is None else pct / 100, 8), style="green" if (pct or 0) > 60 else "yellow")
-            c.append(f" {num(g.power_w)} W")
-            if pct is not None:
-                c.append(f" {pct:.0f}%")
-            if g.util_pct is not None:
-                c.append(f" u{g.util_pct:.0f}%", style="dim")
-            cells.append(c)
-        per_line = 1 if len(cells) <= 4 or self.size.width < 70 else 2
+        width = max(self.size.width, 20)
+        compact = len(s.gpus) > 4 and width < 120  # 8 GPUs in two lines at 80 columns
+        cells = [self._cell(g, compact) for g in s.gpus]
+        per_line = max(1, width // (COMPACT_CELL + 2)) if compact else (1 if len(cells) <= 4 or width < 70 else 2)
         for i, c in enumerate(cells):
             if i:
-                t.append("\n" if i % per_line == 0 else "  │ ")
+                t.append("\n" if i % per_line == 0 else "  ")
             t.append_text(c)
-        if s.tok_per_joule is not None:
-            t.append(f"\n{s.tok_per_joule:.2f} tok/J ({1 / s.tok_per_joule:.2f} J/tok)" if s.tok_per_joule else "", style="dim")
-        health = Text()
+        foot = Text()
+        if s.gpus:
+            foot.append("GPU W / % of limit" + (" (u = util)" if not compact else ""), style="dim")
+        if s.tok_per_joule:
+            foot.append(f"  {s.tok_per_joule:.2f} tok/J ({1 / s.tok_per_joule:.2f} J/tok)", style="dim")
         if s.client_cpu_pct is not None:
-            health.append(f"\nclient CPU {s.client_cpu_pct:.0f}%  loop lag {num(s.loop_lag_ms)} ms", style="bold red" if s.client_overloaded else "dim")
+            style = "bold red" if s.client_overloaded else "dim"
+            foot.append(f"  client CPU {s.client_cpu_pct:.0f}% lag {num(s.loop_lag_ms)} ms", style=style)
             if s.client_overloaded:
-                health.append("  OVERLOADED: numbers inflated by redline", style="bold red")
-        t.append_text(health)
+                foot.append("  OVERLOADED: numbers inflated by redline", style="bold red")
+        if foot.plain:
+            t.append("\n")
+            t.append_text(foot)
         return t
+
+    @staticmethod
+    def _cell(g, compact: bool) -> Text:
+        pct = g.power_pct
+        c = Text()
+        style = "green" if (pct or 0) > 60 else "yellow"
+        if compact:
+            c.append(f"{g.index} ", style="bold")
+            c.append(bar(None if pct is None else pct / 100, 4), style=style)
+            c.append(f" {num(g.power_w)}W")
+            if pct is not None:
+                c.append(f" {pct:.0f}%")
+            return c
+        c.append(f"GPU{g.index} ", style="bold")
+        c.append(bar(None if pct is None else pct / 100, 8), style=style)
+        c.append(f" {num(g.power_w)} W")
+        if pct is not None:
+            c.append(f" {pct:.0f}%")
+        if g.util_pct is not None:
+            c.append(f" u{g.util_pct:.0f}%", style="dim")
+        return c

@@ -22,7 +22,7 @@ STATE_STYLE = {
 
 
 class StatusHeader(Static):
-    snapshot: reactive[Snapshot | None] = reactive(None)
+    snapshot: reactive[Snapshot | None] = reactive(None, layout=True)  # warnings add lines
 
     def render(self) -> Text:
         s = self.snapshot

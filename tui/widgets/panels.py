@@ -9,7 +9,7 @@ from textual.containers import Vertical
 
 from engine.snapshot import Snapshot
 
-from ..format import ms, num, rate
+from ..format import ms, rate
 from .metric import MetricRow
 
 HISTORY_POINTS = 120  # seconds of sparkline
@@ -24,8 +24,7 @@ ROWS = (
     ("e2e50", "E2E p50", "e2e_p50_ms", lambda s: s.e2e_ms.get("p50"), ms),
     ("e2e99", "E2E p99", "e2e_p99_ms", lambda s: s.e2e_ms.get("p99"), ms),
     ("err", "errors/s", "errors", lambda s: s.errors_s, rate),
-    ("queue", "srv queue", "server_queued", lambda s: s.server.queued if s.server else None, num),
-)
+)  # the server's running / queued counts are in the header, beside C and in-flight
 
 
 class LivePanels(Vertical):
