@@ -28,6 +28,24 @@ def wait_for(pred: Callable[[], bool], timeout: float, interval: float = 0.05) -
     return pred()
 
 
+async def sim_state_async(url: str) -> dict:
+    """The sim's exact counters, from async tests."""
+    async with httpx.AsyncClient() as c:
+        return (await c.get(url + "/sim/state", timeout=5.0)).json()
+
+
+async def until(pred, timeout: float, interval: float = 0.02) -> float | None:
+    """Seconds until `await pred()` holds, or None after timeout (bounded polling)."""
+    import asyncio
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if await pred():
+            return time.monotonic() - t0
+        await asyncio.sleep(interval)
+    return None
+
+
 @pytest.fixture
 def sim_factory() -> Iterator[Callable[..., SimProcess]]:
     started: list[SimProcess] = []

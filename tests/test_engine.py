@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from engine import records as R
@@ -20,23 +19,9 @@ from engine.records import RequestRecord
 from engine.request import run_request
 from engine.workload import WorkloadConfig
 
+from conftest import sim_state_async as state, until
+
 SHORT = WorkloadConfig(input_len=32, output_len=24)
-
-
-async def state(url: str) -> dict:
-    async with httpx.AsyncClient() as c:
-        r = await c.get(url + "/sim/state", timeout=5.0)
-        return r.json()
-
-
-async def until(pred, timeout: float, interval: float = 0.05) -> float | None:
-    """Seconds until pred() (an async callable) holds, or None after timeout."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if await pred():
-            return time.monotonic() - t0
-        await asyncio.sleep(interval)
-    return None
 
 
 async def started(url: str, c: int, workload: WorkloadConfig = SHORT, **kw) -> Engine:

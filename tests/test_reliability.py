@@ -35,17 +35,13 @@ from engine.session import read_table
 from engine.sim.serve import LISTENING_PREFIX
 from engine.workload import WorkloadConfig
 
+from conftest import sim_state_async as state
+
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = WorkloadConfig(input_len=16, output_len=16)
 
 
 # -- helpers ------------------------------------------------------------------------------
-async def state(url: str) -> dict:
-    async with httpx.AsyncClient() as c:
-        r = await c.get(url + "/sim/state", timeout=5.0)
-        return r.json()
-
-
 async def until(pred, timeout: float, interval: float = 0.05) -> bool:
     """Poll a sync predicate until true (bounded)."""
     end = time.monotonic() + timeout

@@ -22,23 +22,10 @@ from engine.request import run_request
 from engine.transport import LeanTransport, ssl_context
 from engine.workload import WorkloadConfig
 
+from conftest import sim_state_async as sim_state, until
+
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
-
-
-async def sim_state(url: str) -> dict:
-    async with httpx.AsyncClient() as c:
-        return (await c.get(url + "/sim/state", timeout=5.0)).json()
-
-
-async def until(pred, timeout: float, interval: float = 0.02) -> float | None:
-    """Seconds until `await pred()` holds, or None after timeout."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if await pred():
-            return time.monotonic() - t0
-        await asyncio.sleep(interval)
-    return None
 
 
 async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
