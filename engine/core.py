@@ -38,13 +38,14 @@ from .http import make_client
 from .metrics import LiveMetrics
 from .records import Clock, RequestRecord
 from .request import run_request
-from .session import SessionWriter
+from .session import SessionWriter, format_step_line
 from .snapshot import LogLine, Snapshot
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
 from .target import Target, TargetUnreachable, detect, validate_url
 from .telemetry.cap import CapDetector
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
+from .telemetry.efficiency import total_power_w
 from .telemetry.hub import TelemetryHub
 from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate
 
@@ -439,7 +440,8 @@ class Engine:
             self.probe_result = res
         else:
             self.steps.append(res)
-        self.log("step", step_line(res), concurrency=res.concurrency)
+        prefix = "probe " if res.phase == "probe" else ""
+        self.log("step", prefix + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
         self.write_summary()
 
     def _open_live_step(self) -> None:
@@ -530,10 +532,7 @@ class Engine:
     def _each_second(self, now: float) -> None:
         self.metrics.recompute_percentiles(now)
         srv = self.telemetry.server if self.telemetry else None
-        power = None
-        if self.telemetry and self.telemetry.gpus:
-            ws = [g.power_w for g in self.telemetry.gpus if g.power_w is not None]
-            power = sum(ws) if ws else None
+        power = total_power_w(self.telemetry.gpus) if self.telemetry else None
         for acc in self._accs:
             acc.note_server_running(srv.running if srv else None)
             acc.note_power(power)
@@ -583,14 +582,13 @@ class Engine:
             row["loop_lag_ms"] = h.loop_lag_ms
             row["client_overloaded"] = h.overloaded
         gpus = self.telemetry.gpus if self.telemetry else []
-        total_w = 0.0
         for g in gpus:
             row[f"gpu{g.index}_power_w"] = g.power_w
             row[f"gpu{g.index}_power_limit_w"] = g.power_limit_w
             row[f"gpu{g.index}_util_pct"] = g.util_pct
             row[f"gpu{g.index}_mem_used_mib"] = g.mem_used_mib
             row[f"gpu{g.index}_temp_c"] = g.temp_c
-            total_w += g.power_w or 0.0
+        total_w = total_power_w(gpus)
         row["tok_per_joule"] = round(sec["out"] / total_w, 4) if total_w else None
         self._second += 1
         self._row = row
@@ -683,15 +681,4 @@ def default_label(tgt: Target) -> str:
     return " ".join(parts)
 
 
-def step_line(res: StepResult) -> str:
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.0f}"
-
-    return (
-        f"{'probe ' if res.phase == 'probe' else ''}C={res.concurrency} {res.duration_s:.1f}s "
-        f"{res.output_throughput:.1f} tok/s TTFT p50 {f(res.median_ttft_ms)} p99 {f(res.p99_ttft_ms)} ms "
-        f"ITL p99 {f(res.p99_itl_ms)} ms err {res.failed}{' steady' if res.steady else ''}"
-    )
-
-
-__all__ = ["Engine", "EngineConfig", "TargetUnreachable", "step_line", "default_label"]
+__all__ = ["Engine", "EngineConfig", "TargetUnreachable", "default_label"]

@@ -120,14 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _subparser_prog_fix(parser: argparse.ArgumentParser) -> None:
-    """Sub-parsers inherit OneLineParser, so their errors are one line too."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sp in action.choices.values():
-                sp.__class__ = OneLineParser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sim"]:
@@ -135,7 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     parser = build_parser()
-    _subparser_prog_fix(parser)
     args = parser.parse_args(argv)
     args.argv = ["redline", *argv]
     try:
