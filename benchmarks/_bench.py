@@ -12,7 +12,7 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from engine.sim.serve import SimProcess, spawn_sim_process
+from redline.engine.sim.serve import SimProcess, spawn_sim_process
 
 # A sim that streams as fast as its own CPU allows: no decode time, no throughput ceiling,
 # no prefill cost, no running cap or KV limit that the benchmark concurrencies could reach.

@@ -92,9 +92,9 @@ async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
 
 # -- redline's engine ------------------------------------------------------------------------
 async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
-    from engine.config import EngineConfig
-    from engine.core import Engine
-    from engine.workload import WorkloadConfig
+    from redline.engine.config import EngineConfig
+    from redline.engine.core import Engine
+    from redline.engine.workload import WorkloadConfig
 
     cfg = EngineConfig(url=url, concurrency=c, max_concurrency=max(c, 1024), transport=transport,
                        workload=WorkloadConfig(input_len=32, output_len=output_len),
@@ -150,7 +150,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
         res = uvloop.run(reference(args.url, args.c, args.seconds, args.output_len))
     else:
-        from engine.host import new_event_loop
+        from redline.engine.host import new_event_loop
 
         transport = args.worker
         loop = new_event_loop()  # uvloop, as the engine runs under the TUI

@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.session import SessionWriter, export_session, read_table
-from engine.session.paths import table_path
+from redline.engine.session import SessionWriter, export_session, read_table
+from redline.engine.session.paths import table_path
 
 
 def main(n: int) -> None:

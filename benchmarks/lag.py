@@ -41,9 +41,9 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
 # -- the engine child: redline's own child main, plus the lag histogram written at stop ----------
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
-    from engine.core import Engine
-    from engine.histogram import LogHistogram
-    from engine.host import _child_main
+    from redline.engine.core import Engine
+    from redline.engine.histogram import LogHistogram
+    from redline.engine.host import _child_main
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}
@@ -81,7 +81,7 @@ def _ms(v: float | None) -> float | None:
 
 def make_host(config, result_path: str, warmup_s: float):
     """redline's EngineProcess, whose child runs bench_child_main instead of _child_main."""
-    from engine.host import EngineProcess
+    from redline.engine.host import EngineProcess
 
     class LagEngineProcess(EngineProcess):
         def __init__(self) -> None:
@@ -97,8 +97,8 @@ def make_host(config, result_path: str, warmup_s: float):
 
 def engine_config(url: str, c: int, out: str):
     """Exactly what `redline --url URL --concurrency C --out OUT` builds (tui/commands.py)."""
-    from tui.cli import build_parser
-    from tui.launch import engine_config as cfg_from_args, workload_from_args
+    from redline.tui.cli import build_parser
+    from redline.tui.launch import engine_config as cfg_from_args, workload_from_args
 
     argv = ["--url", url, "--concurrency", str(c), "--out", out]
     args = build_parser().parse_args(argv)
@@ -115,7 +115,7 @@ def tui_child(url: str, c: int, seconds: float, warmup: float, out: str, result:
     host.start()
     if nice:  # after the engine child is spawned: only the drawing process yields the CPU
         os.nice(nice)
-    from tui.app import RedlineApp
+    from redline.tui.app import RedlineApp
 
     app = RedlineApp(host, step=args.step)
     threading.Timer(warmup + seconds, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
@@ -233,7 +233,7 @@ def main() -> None:
 
     from _bench import machine, sim, table
 
-    from engine.http import DEFAULT_TRANSPORT
+    from redline.engine.http import DEFAULT_TRANSPORT
 
     cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -29,7 +29,7 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
 def redline_cmd() -> list[str]:
     exe = os.path.join(os.path.dirname(sys.executable), "redline")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "tui.cli"]
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "redline.tui.cli"]
 
 
 def time_help(runs: int) -> list[float]:

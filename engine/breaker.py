@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from engine.preset import StopSpec
-from engine.stepresult import BreakResult, StepResult
+from redline.engine.preset import StopSpec
+from redline.engine.stepresult import BreakResult, StepResult
 
 __all__ = ["PRECEDENCE", "StopRules", "last_good"]
 

@@ -51,7 +51,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from engine.apis import APIS
+from redline.engine.apis import APIS
 
 __all__ = [
     "AfterSpec",
@@ -801,7 +801,7 @@ def preset_to_toml(preset: Preset, header: str | None = None) -> str:
     """A preset as TOML text (commented) that load_preset reads back to an equal Preset
     (apart from `path`). `header` adds comment lines at the top. A ramp is always written
     as its concurrency list (start/factor/max expanded)."""
-    from engine import __version__
+    from redline.engine import __version__
 
     lines: list[str] = [f"# redline preset: {_one_line(preset.name)}"]
     if header:

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 
-from engine.sim.serve import SimProcess, spawn_sim_process
+from redline.engine.sim.serve import SimProcess, spawn_sim_process
 
 
 def sim_state(url: str) -> dict:

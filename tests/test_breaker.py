@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.breaker import PRECEDENCE, StopRules, last_good
-from engine.preset import StopSpec, load_preset
-from engine.stepresult import BreakResult, StepResult
+from redline.engine.breaker import PRECEDENCE, StopRules, last_good
+from redline.engine.preset import StopSpec, load_preset
+from redline.engine.stepresult import BreakResult, StepResult
 
 from pathlib import Path
 

@@ -2,7 +2,7 @@
 exactly one line on stderr naming the value and what is accepted, no traceback, and nothing
 connected to or started before the arguments are checked.
 
-Every case runs `python -m tui.cli ...` in a subprocess (CI=true, no tty, stdin closed); the
+Every case runs `python -m redline.tui.cli ...` in a subprocess (CI=true, no tty, stdin closed); the
 cases run concurrently once per module, each test then checks its own result. Where a case
 needs a syntactically good --url, it points at a listener the test owns that counts the
 connections it gets: it must get none.
@@ -234,7 +234,7 @@ def booby_traps(monkeypatch) -> list[str]:
     """In-process: starting the built-in sim or sending any HTTP request is recorded and fails."""
     import httpx
 
-    import engine.sim.serve
+    import redline.engine.sim.serve
 
     touched: list[str] = []
 
@@ -250,7 +250,7 @@ def booby_traps(monkeypatch) -> list[str]:
         touched.append("engine process")
         raise AssertionError("the TUI's engine process was started before the arguments were checked")
 
-    import tui.run_app
+    import redline.tui.run_app
 
     monkeypatch.setattr(engine.sim.serve, "spawn_sim_process", no_sim)
     monkeypatch.setattr(engine.sim.serve, "start_sim_thread", no_sim)
@@ -260,7 +260,7 @@ def booby_traps(monkeypatch) -> list[str]:
 
 
 def main_in_process(argv: list[str]) -> int:
-    from tui import cli
+    from redline.tui import cli
 
     try:
         return cli.main(argv)
@@ -314,8 +314,8 @@ def test_deeply_nested_preset_is_one_line_not_a_traceback(tmp_path, booby_traps,
 
 
 def test_python_dash_m_tui_cli_gives_one_line_too():
-    """`python -m tui.cli` runs cli.py as __main__: its UsageError must still be the one caught."""
-    r = run_cli(["--url", "ftp://127.0.0.1:1"], command=[sys.executable, "-m", "tui.cli"])
+    """`python -m redline.tui.cli` runs cli.py as __main__: its UsageError must still be the one caught."""
+    r = run_cli(["--url", "ftp://127.0.0.1:1"], command=[sys.executable, "-m", "redline.tui.cli"])
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == BAD and len(r.stderr.splitlines()) == 1
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.session import SessionError
-from engine.session.compare import (
+from redline.engine.session import SessionError
+from redline.engine.session.compare import (
     SessionSummary,
     align_by_concurrency,
     best_index,
@@ -23,8 +23,8 @@ from engine.session.compare import (
     session_from_steps,
     tokens_per_watt,
 )
-from engine.stepresult import BreakResult, StepResult
-from tui.cli import main
+from redline.engine.stepresult import BreakResult, StepResult
+from redline.tui.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 
@@ -278,8 +278,8 @@ def test_missing_dir_raises_session_error(tmp_path):
 
 
 def test_compare_flag_loads_or_fails_in_one_line(tmp_path):
-    from tui.cli import UsageError
-    from tui.report_cmd import load_compare_session
+    from redline.tui.cli import UsageError
+    from redline.tui.report_cmd import load_compare_session
 
     assert load_compare_session(None) is None
     assert load_compare_session(FIXTURES / "pp-capped").label == "redline-sim-70b tp1 pp8"

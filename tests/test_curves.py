@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.session.compare import knee, load_sessions, session_from_steps
-from engine.snapshot import Snapshot
-from engine.stepresult import BreakResult, StepResult
-from tui.curves import nice_ticks, render_curves, terminal_curves, visible_width, write_png
+from redline.engine.session.compare import knee, load_sessions, session_from_steps
+from redline.engine.snapshot import Snapshot
+from redline.engine.stepresult import BreakResult, StepResult
+from redline.tui.curves import nice_ticks, render_curves, terminal_curves, visible_width, write_png
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -99,7 +99,7 @@ def _snap(steps, brk=None) -> Snapshot:
 async def test_curve_view_renders_in_an_80x24_app(sessions):
     from textual.app import App, ComposeResult
 
-    from tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve import CurveView
 
     class CurveApp(App):
         def compose(self) -> ComposeResult:
@@ -135,7 +135,7 @@ async def test_curve_view_renders_in_an_80x24_app(sessions):
 async def test_curve_view_without_steps_or_comparison_says_so():
     from textual.app import App, ComposeResult
 
-    from tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve import CurveView
 
     class CurveApp(App):
         def compose(self) -> ComposeResult:
@@ -158,7 +158,7 @@ async def test_g_toggle_recipe_with_the_real_stylesheet(sessions):
     from textual.containers import Vertical
     from textual.widgets import Static
 
-    from tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve import CurveView
 
     class GraphApp(App):
         CSS_PATH = str(Path(__file__).parent.parent / "tui" / "redline.tcss")

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from engine import records as R
-from engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.http import make_client
-from engine.records import RequestRecord
-from engine.request import run_request
-from engine.workload import WorkloadConfig
+from redline.engine import records as R
+from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.http import make_client
+from redline.engine.records import RequestRecord
+from redline.engine.request import run_request
+from redline.engine.workload import WorkloadConfig
 
 from conftest import sim_state_async as state, until
 
@@ -165,7 +165,7 @@ async def test_merged_chunks_count_tokens_from_usage(sim_factory):
 
 
 async def test_unreachable_target_raises_before_load():
-    from engine.target import TargetUnreachable
+    from redline.engine.target import TargetUnreachable
 
     e = Engine(EngineConfig(url="http://127.0.0.1:9", concurrency=1))
     with pytest.raises(TargetUnreachable):
@@ -174,12 +174,12 @@ async def test_unreachable_target_raises_before_load():
 
 def test_engine_never_imports_textual():
     code = (
-        "import pkgutil, importlib, sys, engine\n"
-        "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
-        "    if m.name != 'engine.sim.__main__': importlib.import_module(m.name)\n"
+        "import pkgutil, importlib, sys, redline.engine as engine\n"
+        "for m in pkgutil.walk_packages(engine.__path__, 'redline.engine.'):\n"
+        "    if m.name != 'redline.engine.sim.__main__': importlib.import_module(m.name)\n"
         "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]\n"
         "assert not bad, bad\n"
-        "print(len([m for m in sys.modules if m.startswith('engine')]))\n"
+        "print(len([m for m in sys.modules if m.startswith('redline.engine')]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert out.returncode == 0, out.stderr

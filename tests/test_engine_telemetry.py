@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.workload import WorkloadConfig
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.workload import WorkloadConfig
 
 WL = WorkloadConfig(input_len=16, output_len=64)
 

@@ -26,14 +26,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import engine.request
-from engine import records as R
-from engine import sse as sse_mod
-from engine.apis import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
-from engine.preset import PresetError, load_preset
-from engine.records import RequestRecord
-from engine.request import run_request
-from engine.sse import DONE, SSEDecoder
+import redline.engine.request
+from redline.engine import records as R
+from redline.engine import sse as sse_mod
+from redline.engine.apis import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
+from redline.engine.preset import PresetError, load_preset
+from redline.engine.records import RequestRecord
+from redline.engine.request import run_request
+from redline.engine.sse import DONE, SSEDecoder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT_CAPTURE = FIXTURES / "vllm_chat_stream.txt"
@@ -357,7 +357,7 @@ def test_preset_nested_too_deeply_is_a_preset_error(tmp_path):
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 
-from engine.apis import OpenAIDecoder
+from redline.engine.apis import OpenAIDecoder
 
 _text = st_.text(alphabet=st_.characters(blacklist_categories=("Cs",)), max_size=12) | st_.sampled_from(
     ['"', '\\', '{', '}', '[', ']', '"content":"', ', "x":1', "\u00e9", "\n"]

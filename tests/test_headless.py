@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.preset import parse_preset
-from engine.runner import run_preset
-from engine.workload import WorkloadConfig
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.preset import parse_preset
+from redline.engine.runner import run_preset
+from redline.engine.workload import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

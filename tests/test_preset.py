@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from engine.preset import (
+from redline.engine.preset import (
     MAX_SECONDS,
     AfterSpec,
     Preset,

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.preset import load_preset
-from engine.workload import WorkloadConfig
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.preset import load_preset
+from redline.engine.workload import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,16 +24,16 @@ import httpx
 import pytest
 from aiohttp import web
 
-from engine import records as R
-from engine.apis import CHAT, PATHS, build_body
-from engine.config import EngineConfig
-from engine.core import SERVER_GONE, Engine
-from engine.http import TRANSPORTS, make_client
-from engine.records import RequestRecord
-from engine.request import run_request
-from engine.session import read_table
-from engine.sim.serve import LISTENING_PREFIX
-from engine.workload import WorkloadConfig
+from redline.engine import records as R
+from redline.engine.apis import CHAT, PATHS, build_body
+from redline.engine.config import EngineConfig
+from redline.engine.core import SERVER_GONE, Engine
+from redline.engine.http import TRANSPORTS, make_client
+from redline.engine.records import RequestRecord
+from redline.engine.request import run_request
+from redline.engine.session import read_table
+from redline.engine.sim.serve import LISTENING_PREFIX
+from redline.engine.workload import WorkloadConfig
 
 from conftest import sim_state_async as state
 
@@ -89,9 +89,9 @@ def free_port() -> int:
 
 
 def spawn_sim_on(port: int, profile: str = "healthy", *extra: str) -> subprocess.Popen:
-    """`python -m engine.sim --port P` (a restart on the same port); waits for it to listen."""
+    """`python -m redline.engine.sim --port P` (a restart on the same port); waits for it to listen."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "engine.sim", "--port", str(port), "--profile", profile, *extra],
+        [sys.executable, "-m", "redline.engine.sim", "--port", str(port), "--profile", profile, *extra],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     line = p.stdout.readline().decode()  # the sim prints it once bound, or exits
@@ -464,7 +464,7 @@ async def test_each_transport_maps_faults_to_the_same_kinds(transport):
 
 async def test_detection_against_a_silent_server_gives_up_after_one_timeout(monkeypatch):
     """A server that accepts and never answers: one detection timeout, not one per endpoint."""
-    import engine.target as target
+    import redline.engine.target as target
 
     monkeypatch.setattr(target, "DETECT_TIMEOUT_S", 0.5)
     with raw_server(_never_answer) as port:

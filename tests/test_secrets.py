@@ -27,12 +27,12 @@ import httpx
 import polars as pl
 import pytest
 
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.http import TRANSPORTS, make_client
-from engine.session import export_session
-from engine.target import TargetUnreachable, detect, validate_url
-from engine.workload import WorkloadConfig
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.http import TRANSPORTS, make_client
+from redline.engine.session import export_session
+from redline.engine.target import TargetUnreachable, detect, validate_url
+from redline.engine.workload import WorkloadConfig
 
 from test_cli_errors import main_in_process, redline_command
 from test_reliability import MiniServer, until

@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.records import FAILED, Clock, RequestRecord
-from engine.session import (
+from redline.engine.records import FAILED, Clock, RequestRecord
+from redline.engine.session import (
     SessionError,
     SessionWriter,
     default_session_dir,
@@ -206,7 +206,7 @@ def test_summary_rewritten_atomically(tmp_path):
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from engine.session import SessionWriter
+    from redline.engine.session import SessionWriter
     w = SessionWriter(sys.argv[1], {"label": "child"}, secrets=["sk-child-SECRET"])
     i = 0
     last = time.monotonic()
@@ -337,7 +337,7 @@ def test_secrets_never_written(tmp_path):
 
 def test_writer_side_does_not_import_polars_or_textual():
     code = (
-        "import sys; import engine.session as s; from engine.session import SessionWriter, "
+        "import sys; import redline.engine.session as s; from redline.engine.session import SessionWriter, "
         "request_row, format_step_table; "
         "assert 'polars' not in sys.modules and 'textual' not in sys.modules, 'imported'"
     )

@@ -5,8 +5,8 @@ import json
 import polars as pl
 import pytest
 
-import engine.session.export as export_mod
-from engine.session import (
+import redline.engine.session.export as export_mod
+from redline.engine.session import (
     EVENTS_SCHEMA,
     REQUESTS_SCHEMA,
     TIMELINE_SCHEMA,

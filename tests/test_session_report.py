@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.session import (
+from redline.engine.session import (
     SessionError,
     SessionWriter,
     format_step_line,
@@ -12,7 +12,7 @@ from engine.session import (
     load_summary,
     report_session,
 )
-from engine.stepresult import BreakResult, StepResult
+from redline.engine.stepresult import BreakResult, StepResult
 
 
 def _step(c, tok, **kw):

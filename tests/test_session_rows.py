@@ -4,8 +4,8 @@ from array import array
 
 import pytest
 
-from engine.records import CANCELLED, ERR_HTTP_503, FAILED, OK, Clock, RequestRecord
-from engine.session import REQUESTS_SCHEMA, request_row
+from redline.engine.records import CANCELLED, ERR_HTTP_503, FAILED, OK, Clock, RequestRecord
+from redline.engine.session import REQUESTS_SCHEMA, request_row
 
 
 def _rec(**kw):

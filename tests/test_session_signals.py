@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.session import export_session, read_table
+from redline.engine.session import export_session, read_table
 
 from conftest import sim_state, wait_for
 

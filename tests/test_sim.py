@@ -19,10 +19,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import aiohttp
 import pytest
 
-from engine.sim.model import BatchModel
-from engine.sim.profiles import PROFILES, SimProfile, apply_overrides, get_profile
-from engine.sim.serve import SimProcess, spawn_sim_process, start_sim_thread
-from engine.sim.tokens import count_tokens
+from redline.engine.sim.model import BatchModel
+from redline.engine.sim.profiles import PROFILES, SimProfile, apply_overrides, get_profile
+from redline.engine.sim.serve import SimProcess, spawn_sim_process, start_sim_thread
+from redline.engine.sim.tokens import count_tokens
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -139,7 +139,7 @@ def test_healthy_curve_saturates_in_the_model() -> None:
 
 
 def test_cli_unknown_profile_exits_2_with_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "engine.sim", "--profile", "nope"],
+    proc = subprocess.run([sys.executable, "-m", "redline.engine.sim", "--profile", "nope"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stdout == ""
@@ -575,7 +575,7 @@ async def test_process_overrides_and_sigterm(session: aiohttp.ClientSession) -> 
 
 
 def test_cli_bad_override_exits_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "engine.sim", "--set", "tokens_per_chunk=x"],
+    proc = subprocess.run([sys.executable, "-m", "redline.engine.sim", "--set", "tokens_per_chunk=x"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stderr == ("redline sim: bad value 'x' for profile field 'tokens_per_chunk' "

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.serverinfo import ServerInfo
-from engine.telemetry.cap import CapDetector, cap_cause
-from engine.telemetry.efficiency import EnergyWindow, joules_per_token, tokens_per_watt, total_power_w
-from engine.telemetry.server_metrics import parse_server_metrics
-from engine.telemetry.types import GpuSample, ServerSample
+from redline.engine.serverinfo import ServerInfo
+from redline.engine.telemetry.cap import CapDetector, cap_cause
+from redline.engine.telemetry.efficiency import EnergyWindow, joules_per_token, tokens_per_watt, total_power_w
+from redline.engine.telemetry.server_metrics import parse_server_metrics
+from redline.engine.telemetry.types import GpuSample, ServerSample
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from engine.telemetry.client_health import (
+from redline.engine.telemetry.client_health import (
     CPU_OVERLOAD_PCT,
     LAG_OVERLOAD_MS,
     ClientHealth,
@@ -54,7 +54,7 @@ def test_lag_statistics_over_window():
 
 class _Lag:
     def __init__(self, p99: float, mx: float) -> None:
-        from engine.telemetry.client_health import LagStats
+        from redline.engine.telemetry.client_health import LagStats
 
         self.stats = LagStats(p99, mx, 100)
 

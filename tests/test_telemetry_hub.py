@@ -14,10 +14,10 @@ import httpx
 import pytest
 from aiohttp import web
 
-from engine.telemetry.dcgm import DcgmPoller
-from engine.telemetry.hub import TelemetryHub
-from engine.telemetry.nvml import NvmlSource
-from engine.telemetry.server_metrics import ServerMetricsPoller
+from redline.engine.telemetry.dcgm import DcgmPoller
+from redline.engine.telemetry.hub import TelemetryHub
+from redline.engine.telemetry.nvml import NvmlSource
+from redline.engine.telemetry.server_metrics import ServerMetricsPoller
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

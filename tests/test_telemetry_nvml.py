@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.telemetry.nvml import NVML_ABSENT_PREFIX, NvmlSource
+from redline.engine.telemetry.nvml import NVML_ABSENT_PREFIX, NvmlSource
 
 
 class FakeNvml:

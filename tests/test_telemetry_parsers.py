@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.telemetry.dcgm import (
+from redline.engine.telemetry.dcgm import (
     DCGM_FP64_BLANK,
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
@@ -15,8 +15,8 @@ from engine.telemetry.dcgm import (
     is_dcgm_blank,
     parse_dcgm,
 )
-from engine.telemetry.prom import PromParser, TelemetryParseError, parse_prometheus
-from engine.telemetry.server_metrics import parse_server_metrics, server_metrics_parser
+from redline.engine.telemetry.prom import PromParser, TelemetryParseError, parse_prometheus
+from redline.engine.telemetry.server_metrics import parse_server_metrics, server_metrics_parser
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,15 +12,15 @@ import time
 import httpx
 import pytest
 
-from engine import records as R
-from engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
-from engine.records import RequestRecord
-from engine.request import run_request
-from engine.transport import LeanTransport, ssl_context
-from engine.workload import WorkloadConfig
+from redline.engine import records as R
+from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
+from redline.engine.records import RequestRecord
+from redline.engine.request import run_request
+from redline.engine.transport import LeanTransport, ssl_context
+from redline.engine.workload import WorkloadConfig
 
 from conftest import sim_state_async as sim_state, until
 

@@ -8,13 +8,13 @@ import time
 import httpx
 import pytest
 
-from engine.config import EngineConfig
-from engine.host import EngineProcess, EngineThread
-from engine.workload import WorkloadConfig
-from tui.app import RedlineApp
-from tui.widgets.eventlog import EventLog
-from tui.widgets.header import StatusHeader
-from tui.widgets.steps import StepTable
+from redline.engine.config import EngineConfig
+from redline.engine.host import EngineProcess, EngineThread
+from redline.engine.workload import WorkloadConfig
+from redline.tui.app import RedlineApp
+from redline.tui.widgets.eventlog import EventLog
+from redline.tui.widgets.header import StatusHeader
+from redline.tui.widgets.steps import StepTable
 
 LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
 

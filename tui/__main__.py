@@ -1,4 +1,4 @@
-"""`python -m tui` is `redline`."""
+"""`python -m redline.tui` is `redline`."""
 
 import sys
 

@@ -22,12 +22,13 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Footer
 
-from engine.controller import ConcurrencyError, check_concurrency
-from engine.host import EngineProcess, EngineThread
-from engine.preset import Preset, PresetError, load_preset
-from engine.snapshot import Snapshot
+from redline.engine.builtin_presets import builtin_dir
+from redline.engine.controller import ConcurrencyError, check_concurrency
+from redline.engine.host import EngineProcess, EngineThread
+from redline.engine.preset import Preset, PresetError, load_preset
+from redline.engine.snapshot import Snapshot
 
-from engine.session.compare import SessionSummary
+from redline.engine.session.compare import SessionSummary
 
 from .widgets.curve import CurveView
 from .widgets.eventlog import EventLog
@@ -40,7 +41,6 @@ from .widgets.steps import StepTable
 REFRESH_S = 0.25
 EXIT_GRACE_S = 5.0  # the load is stopped and the log complete; never hang on the way out
 WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
 class RedlineApp(App[int]):
@@ -73,7 +73,7 @@ class RedlineApp(App[int]):
         *,
         step: int = 8,
         preset: Preset | None = None,
-        presets_dir: Path = PRESETS_DIR,
+        presets_dir: Path | None = None,
         compare: SessionSummary | None = None,
         early_signals: list[signal.Signals] | None = None,
     ) -> None:
@@ -83,7 +83,7 @@ class RedlineApp(App[int]):
         self.host = host
         self.step = step
         self.start_preset = preset
-        self.presets_dir = presets_dir
+        self.presets_dir = presets_dir or builtin_dir()
         self.exit_reason = "quit"
         self.hard_exit = False  # set by `redline` itself (not by tests): never hang on exit
         self._quitting = False
@@ -243,7 +243,7 @@ class RedlineApp(App[int]):
 
     # -- session -----------------------------------------------------------------------
     async def action_export(self) -> None:
-        from engine.session import SessionError, export_session
+        from redline.engine.session import SessionError, export_session
 
         d = self.host.config.out_dir
         if d is None:

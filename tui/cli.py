@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from engine import __version__
-from engine.constants import (
+from redline.engine import __version__
+from redline.engine.constants import (
     DEFAULT_CONCURRENCY,
     DEFAULT_INPUT_LEN,
     DEFAULT_MAX_CONCURRENCY,
@@ -21,7 +21,7 @@ from engine.constants import (
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STEP,
 )
-from engine.http import DEFAULT_TRANSPORT, TRANSPORTS
+from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS
 
 from .errors import EXIT_BAD_INPUT, UsageError
 
@@ -100,9 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sim", help="serve the simulated SGLang/OpenAI server (redline sim --help)", add_help=False)
 
     r = sub.add_parser("run", help="run a preset (TUI, or --headless)")
-    r.add_argument("preset", help="preset TOML file (see presets/)")
+    r.add_argument("preset", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
     r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
     _target_options(r, url_help="server base URL (overrides the preset's [target].url; default: the built-in sim)")
+
+    sub.add_parser("presets", help="list the built-in presets with their descriptions")
 
     e = sub.add_parser("export", help="export a session's tables with polars")
     e.add_argument("session_dir", type=Path)
@@ -123,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sim"]:
-        from engine.sim.serve import main as sim_main
+        from redline.engine.sim.serve import main as sim_main
 
         return sim_main(argv[1:])
     parser = build_parser()
@@ -142,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import cmd_preset_from
 
             return cmd_preset_from(args)
+        if args.command == "presets":
+            from .commands import cmd_presets
+
+            return cmd_presets(args)
         if args.command == "run":
             from .commands import cmd_run
 

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.session import SessionError
+from redline.engine.session import SessionError
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import (
@@ -27,10 +27,11 @@ def _err(text: str) -> None:
 
 
 def _load_preset(path: str):
-    from engine.preset import PresetError, load_preset
+    from redline.engine.builtin_presets import resolve_preset
+    from redline.engine.preset import PresetError, load_preset
 
     try:
-        return load_preset(path)
+        return load_preset(resolve_preset(path))
     except PresetError as exc:
         raise UsageError(str(exc)) from None
 
@@ -58,9 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _headless(cfg, preset) -> int:
-    from engine.core import Engine
-    from engine.runner import run_preset
-    from engine.target import TargetError, TargetUnreachable
+    from redline.engine.core import Engine
+    from redline.engine.runner import run_preset
+    from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
     loop = asyncio.get_running_loop()
@@ -104,7 +105,7 @@ async def _headless(cfg, preset) -> int:
         print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
         return 128 + caught[0].value
     print()
-    from engine.session import format_step_table
+    from redline.engine.session import format_step_table
 
     print(format_step_table(out.steps, out.break_result, out.probe))
     print(f"\nsession: {cfg.out_dir}")
@@ -133,9 +134,19 @@ def cmd_tui(args: argparse.Namespace, preset=None) -> int:
         return run_tui(cfg, args, preset=preset, compare=compare)
 
 
+def cmd_presets(args: argparse.Namespace) -> int:
+    from redline.engine.builtin_presets import builtin_presets
+
+    found = builtin_presets()
+    width = max((len(b.name) for b in found), default=0)
+    for b in found:
+        print(f"{b.name:<{width}}  {b.description}")
+    return EXIT_OK
+
+
 # -- sessions ------------------------------------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    from engine.session import export_session
+    from redline.engine.session import export_session
 
     try:
         paths = export_session(args.session_dir, args.format, args.output)
@@ -149,9 +160,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_preset_from(args: argparse.Namespace) -> int:
     import json
 
-    from engine.preset import PresetError, WorkloadSpec, timeline_preset
-    from engine.session import concurrency_timeline
-    from engine.session.paths import check_session_dir
+    from redline.engine.preset import PresetError, WorkloadSpec, timeline_preset
+    from redline.engine.session import concurrency_timeline
+    from redline.engine.session.paths import check_session_dir
 
     try:
         d = check_session_dir(args.session_dir)

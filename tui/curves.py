@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from engine.session.compare import SessionSummary, knee, knee_step
+from redline.engine.session.compare import SessionSummary, knee, knee_step
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 

@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from engine.config import EngineConfig
-from engine.preset import Preset
-from engine.session import SessionError, check_session_dir, default_session_dir
-from engine.session.scrub import redact_argv
-from engine.target import TargetError, validate_url
-from engine.workload import WorkloadConfig, WorkloadError, load_dataset
+from redline.engine.config import EngineConfig
+from redline.engine.preset import Preset
+from redline.engine.session import SessionError, check_session_dir, default_session_dir
+from redline.engine.session.scrub import redact_argv
+from redline.engine.target import TargetError, validate_url
+from redline.engine.workload import WorkloadConfig, WorkloadError, load_dataset
 
 from .errors import UsageError
 
@@ -30,7 +30,7 @@ def check_args(args: argparse.Namespace) -> None:
         if args.profile is not None:
             raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
     if args.profile is not None:
-        from engine.sim.profiles import get_profile
+        from redline.engine.sim.profiles import get_profile
 
         try:
             get_profile(args.profile)
@@ -116,7 +116,7 @@ def target_url(args: argparse.Namespace, preset_url: str | None = None) -> Itera
     if url is not None:
         yield url
         return
-    from engine.sim.serve import spawn_sim_process
+    from redline.engine.sim.serve import spawn_sim_process
 
     sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
     try:

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from engine.session import SessionError, format_break_line, format_step_line, report_session
-from engine.session.compare import (
+from redline.engine.session import SessionError, format_break_line, format_step_line, report_session
+from redline.engine.session.compare import (
     Row,
     SessionSummary,
     align_by_concurrency,
@@ -30,8 +30,8 @@ from engine.session.compare import (
     load_sessions,
     tokens_per_watt,
 )
-from engine.session.report import fmt_ms
-from engine.stepresult import StepResult
+from redline.engine.session.report import fmt_ms
+from redline.engine.stepresult import StepResult
 
 from .errors import EXIT_OK, UsageError
 

@@ -6,11 +6,11 @@ import argparse
 import signal
 import sys
 
-from engine.config import EngineConfig
-from engine.host import EngineError, EngineProcess
-from engine.session import SessionError
-from engine.preset import Preset
-from engine.target import TargetError, TargetUnreachable
+from redline.engine.config import EngineConfig
+from redline.engine.host import EngineError, EngineProcess
+from redline.engine.session import SessionError
+from redline.engine.preset import Preset
+from redline.engine.target import TargetError, TargetUnreachable
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 

@@ -1,10 +1,10 @@
 """Entry points of the simulated server: blocking, in a thread, or in a subprocess.
 
-- :func:`run_sim`: serve in this process until SIGINT/SIGTERM (``python -m engine.sim``,
+- :func:`run_sim`: serve in this process until SIGINT/SIGTERM (``python -m redline.engine.sim``,
   ``redline sim``); a crashing profile ends the process with exit status 1.
 - :func:`start_sim_thread`: serve from a background thread with its own event loop (plain
   ``redline``, tests); a crashing profile closes the listening socket and every connection.
-- :func:`spawn_sim_process`: ``python -m engine.sim`` as a subprocess (tests; the simulator
+- :func:`spawn_sim_process`: ``python -m redline.engine.sim`` as a subprocess (tests; the simulator
   then runs on another CPU core than the client).
 """
 
@@ -292,7 +292,7 @@ def start_sim_thread(
 
 
 class SimProcess:
-    """``python -m engine.sim`` running as a subprocess."""
+    """``python -m redline.engine.sim`` running as a subprocess."""
 
     def __init__(self, proc: subprocess.Popen[bytes], url: str, stderr_path: Path) -> None:
         self.proc = proc
@@ -364,10 +364,10 @@ def spawn_sim_process(
     extra_args: Sequence[str] = (),
     timeout: float = 15.0,
 ) -> SimProcess:
-    """Start ``python -m engine.sim --port 0`` and wait for its ``listening on`` line."""
+    """Start ``python -m redline.engine.sim --port 0`` and wait for its ``listening on`` line."""
     fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
     stderr_path = Path(name)
-    cmd = [sys.executable, "-m", "engine.sim", "--port", "0", "--profile", profile,
+    cmd = [sys.executable, "-m", "redline.engine.sim", "--port", "0", "--profile", profile,
            "--seed", str(seed), "--parent-pid", str(os.getpid()), *extra_args]
     with os.fdopen(fd, "wb") as err:
         # Its own session: a Ctrl-C or SIGHUP aimed at the terminal's process group must not
@@ -448,7 +448,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m engine.sim`` / ``redline sim``; returns the exit status."""
+    """``python -m redline.engine.sim`` / ``redline sim``; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="redline sim",
         description="Simulated SGLang/OpenAI inference server with a continuous-batching "

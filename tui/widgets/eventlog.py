@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widgets import RichLog
 
-from engine.snapshot import LogLine
+from redline.engine.snapshot import LogLine
 
 STYLE = {"warning": "yellow", "error": "red", "break": "bold red", "step": "cyan", "probe": "magenta", "key": "bold"}
 

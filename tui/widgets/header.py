@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from engine.snapshot import Snapshot
+from redline.engine.snapshot import Snapshot
 
 from ..format import duration, num
 

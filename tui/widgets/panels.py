@@ -7,7 +7,7 @@ from collections import deque
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from engine.snapshot import Snapshot
+from redline.engine.snapshot import Snapshot
 
 from ..format import ms, rate
 from .metric import MetricRow

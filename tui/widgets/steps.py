@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 
-from engine.snapshot import Snapshot
-from engine.stepresult import StepResult
+from redline.engine.snapshot import Snapshot
+from redline.engine.stepresult import StepResult
 
 from ..format import ms, rate
 
