@@ -40,3 +40,6 @@ RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between retries while the se
 HIST_RATIO = 1.01
 HIST_MIN_S = 1e-5
 HIST_MAX_S = 1e4
+
+# Percentiles
+EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins

@@ -1,20 +1,50 @@
-"""A log-bucketed histogram for inter-token latencies.
+"""Percentiles: one method everywhere, linear interpolation (numpy's default, as bench_serving).
 
-ITLs arrive at thousands per second and steps can last an hour, so they are binned:
-bins grow by HIST_RATIO, so a percentile is exact to within half a bin (+-0.5 %).
-Memory is fixed (about 2,300 ints) whatever the count.
+The q-quantile of n values is the interpolation between the order statistics at
+floor(q*(n-1)) and ceil(q*(n-1)) (0-based), weighted by the fractional part of q*(n-1):
+49 gaps of 30 ms and one of 500 ms give a p99 of 30 + 0.51 * 470 = 269.7 ms.
+
+Three holders answer it:
+
+- `quantile(sorted_values, q)`: on a sorted list, exact.
+- `Digest`: a series (a step's TTFTs, its ITLs). Exact while it holds at most EXACT_LIMIT
+  values (kept in an array('d'), sorted at most once per batch of additions); beyond, every
+  value moves into a `LogHistogram` and the answer comes from it. Memory stays bounded
+  (EXACT_LIMIT floats, then NBINS ints) whatever the count.
+- `RollingDigest(window_s)`: the live sliding window. Exact while the window holds at most
+  EXACT_LIMIT values; beyond, from sparse log bins kept per second (a call costs a sort of
+  the bins in use, not of every value).
+
+Precision. Below the limit: exact (the same arithmetic as `quantile`; numpy agrees to about
+1e-15 relative). Beyond it, each of the two order statistics is estimated by the geometric
+middle of its bin, clamped to the recorded min and max. Bins grow by HIST_RATIO (1.01), so
+for values in [HIST_MIN_S, HIST_MAX_S] each estimate is within sqrt(HIST_RATIO) - 1 = 0.499 %
+(about half a bin, +-0.5 %) of the exact order statistic, and the interpolated value, a
+weighted mean of the two, is within that same relative bound of the exact linear-interpolated
+quantile (for non-negative values). At or below HIST_MIN_S (bin 0) the error is at most
+HIST_MIN_S absolute (10 us); above HIST_MAX_S the last bin is open-ended and the estimate is
+only bounded by the recorded min and max. The smallest and largest order statistics are the
+recorded min and max themselves, so q = 0 and q = 1 are exact, and so is a sample of one
+distinct value.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
+from typing import Iterable, Sequence
 
-from .constants import HIST_MAX_S, HIST_MIN_S, HIST_RATIO
+from .constants import EXACT_LIMIT, HIST_MAX_S, HIST_MIN_S, HIST_RATIO
 
 _LOG_RATIO = math.log(HIST_RATIO)
 _LOG_MIN = math.log(HIST_MIN_S)
 NBINS = int(math.ceil((math.log(HIST_MAX_S) - _LOG_MIN) / _LOG_RATIO)) + 2
+_LAST = NBINS - 1
+_log = math.log
+
+#: Relative bound of a histogram estimate against the exact value (values in range).
+HIST_PRECISION = math.sqrt(HIST_RATIO) - 1.0
 
 
 def bin_index(v: float) -> int:
@@ -32,115 +62,7 @@ def bin_value(i: int) -> float:
     return math.exp(_LOG_MIN + (i - 1) * _LOG_RATIO) * math.sqrt(HIST_RATIO)
 
 
-class LogHistogram:
-    __slots__ = ("bins", "count", "total", "vmax")
-
-    def __init__(self) -> None:
-        self.bins = [0] * NBINS
-        self.count = 0
-        self.total = 0.0
-        self.vmax = 0.0
-
-    def add(self, v: float) -> None:
-        self.bins[bin_index(v)] += 1
-        self.count += 1
-        self.total += v
-        if v > self.vmax:
-            self.vmax = v
-
-    def merge(self, other: "LogHistogram") -> None:
-        b = self.bins
-        for i, n in enumerate(other.bins):
-            if n:
-                b[i] += n
-        self.count += other.count
-        self.total += other.total
-        self.vmax = max(self.vmax, other.vmax)
-
-    def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-    def quantile(self, q: float) -> float | None:
-        """Value at quantile q (0..1): the geometric middle of the bin holding it."""
-        if not self.count:
-            return None
-        rank = q * (self.count - 1)
-        seen = 0
-        for i, n in enumerate(self.bins):
-            if n:
-                seen += n
-                if seen > rank:
-                    return min(bin_value(i), self.vmax)
-        return self.vmax
-
-
-class RollingHistogram:
-    """Log-binned values of the last `window_s` seconds, kept sparse (only bins in use).
-
-    Values are added as they come and a whole second is subtracted when it leaves the
-    window, so a percentile costs a sort of the bins in use (tens), not of every value:
-    the live ITL percentiles no longer stall the loop that stamps bytes.
-    """
-
-    __slots__ = ("window_s", "_secs", "_total", "count")
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self._secs: deque[tuple[int, dict[int, int], float]] = deque()
-        self._total: dict[int, int] = {}
-        self.count = 0
-
-    def add_many(self, t: float, values) -> None:
-        if not values:
-            return
-        sec = int(t)
-        if not self._secs or self._secs[-1][0] != sec:
-            self._secs.append((sec, {}, 0.0))
-        sec, bins, vmax = self._secs[-1]
-        total = self._total
-        for v in values:
-            b = bin_index(v)
-            bins[b] = bins.get(b, 0) + 1
-            total[b] = total.get(b, 0) + 1
-            if v > vmax:
-                vmax = v
-        self._secs[-1] = (sec, bins, vmax)
-        self.count += len(values)
-
-    def expire(self, now: float) -> None:
-        lo = int(now - self.window_s)
-        total = self._total
-        while self._secs and self._secs[0][0] < lo:
-            _, bins, _ = self._secs.popleft()
-            for b, c in bins.items():
-                left = total[b] - c
-                if left:
-                    total[b] = left
-                else:
-                    del total[b]
-                self.count -= c
-
-    def quantiles(self, qs: tuple[float, ...]) -> tuple[list[float | None], float | None]:
-        """([value at each q], max) over the window; Nones when empty."""
-        if not self.count:
-            return [None] * len(qs), None
-        vmax = max(v for _, _, v in self._secs)
-        out: list[float | None] = []
-        items = sorted(self._total.items())
-        for q in qs:
-            rank = q * (self.count - 1)
-            seen = 0
-            for b, c in items:
-                seen += c
-                if seen > rank:
-                    out.append(min(bin_value(b), vmax))
-                    break
-            else:
-                out.append(vmax)
-        return out, vmax
-
-
-def quantile(sorted_values: list[float], q: float) -> float | None:
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated quantile of sorted values (numpy's default, as bench_serving)."""
     n = len(sorted_values)
     if not n:
@@ -150,3 +72,392 @@ def quantile(sorted_values: list[float], q: float) -> float | None:
     hi = min(lo + 1, n - 1)
     frac = pos - lo
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def _clamp_q(q: float) -> float:
+    return 0.0 if q < 0.0 else 1.0 if q > 1.0 else q
+
+
+def _binned_quantiles(
+    items: Iterable[tuple[int, int]], n: int, qs: Sequence[float], vmin: float, vmax: float
+) -> list[float]:
+    """Linear-interpolated quantiles from (bin, count) pairs in ascending bin order (n in
+    all): each of the order statistics at floor/ceil(q*(n-1)) is its bin's value, clamped
+    to [vmin, vmax]. One pass over the bins for all qs."""
+    plan = []  # (q, lo rank, hi rank, frac)
+    ranks = set()
+    for q in qs:
+        pos = _clamp_q(q) * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        plan.append((lo, hi, pos - lo))
+        ranks.add(lo)
+        ranks.add(hi)
+    want = sorted(ranks)
+    est: dict[int, float] = {}
+    k = 0
+    seen = 0
+    for b, c in items:
+        seen += c
+        while k < len(want) and want[k] < seen:  # rank want[k] lies in bin b
+            v = bin_value(b)
+            est[want[k]] = vmin if v < vmin else vmax if v > vmax else v
+            k += 1
+        if k == len(want):
+            break
+    for r in want[k:]:  # counts short of n (should not happen): the max stands in
+        est[r] = vmax
+    if 0 in est:  # the extreme order statistics are known exactly
+        est[0] = vmin
+    if n - 1 in est:
+        est[n - 1] = vmax
+    out = []
+    for lo, hi, frac in plan:
+        a = est[lo]
+        out.append(a + (est[hi] - a) * frac if hi != lo else a)
+    return out
+
+
+class LogHistogram:
+    """Counts of values in log bins growing by HIST_RATIO (NBINS ints), plus count, total,
+    min and max. Quantiles are linear interpolations between bin values (module docstring)."""
+
+    __slots__ = ("bins", "count", "total", "vmax", "vmin")
+
+    def __init__(self) -> None:
+        self.bins = [0] * NBINS
+        self.count = 0
+        self.total = 0.0
+        self.vmax = 0.0  # 0.0 while empty
+        self.vmin = 0.0  # 0.0 while empty
+
+    def add(self, v: float) -> None:
+        self.bins[bin_index(v)] += 1
+        if not self.count:
+            self.vmin = self.vmax = v
+        elif v > self.vmax:
+            self.vmax = v
+        elif v < self.vmin:
+            self.vmin = v
+        self.count += 1
+        self.total += v
+
+    def add_many(self, values: Iterable[float]) -> None:
+        vals = values if isinstance(values, (list, tuple, array)) else list(values)
+        if not vals:
+            return
+        bins = self.bins
+        lmin, lr, mn = _LOG_MIN, _LOG_RATIO, HIST_MIN_S
+        for v in vals:  # bin_index, inlined
+            if v <= mn:
+                bins[0] += 1
+            else:
+                i = int((_log(v) - lmin) / lr) + 1
+                bins[i if i < NBINS else _LAST] += 1
+        lo, hi = min(vals), max(vals)
+        if not self.count:
+            self.vmin, self.vmax = lo, hi
+        else:
+            self.vmin = min(self.vmin, lo)
+            self.vmax = max(self.vmax, hi)
+        self.count += len(vals)
+        self.total += math.fsum(vals)
+
+    def merge(self, other: "LogHistogram") -> None:
+        if not other.count:
+            return
+        b = self.bins
+        for i, n in enumerate(other.bins):
+            if n:
+                b[i] += n
+        if not self.count:
+            self.vmin, self.vmax = other.vmin, other.vmax
+        else:
+            self.vmin = min(self.vmin, other.vmin)
+            self.vmax = max(self.vmax, other.vmax)
+        self.count += other.count
+        self.total += other.total
+
+    def copy(self) -> "LogHistogram":
+        h = LogHistogram()
+        h.bins = list(self.bins)
+        h.count, h.total, h.vmin, h.vmax = self.count, self.total, self.vmin, self.vmax
+        return h
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def quantiles(self, qs: Sequence[float]) -> list[float | None]:
+        """Linear-interpolated value at each q (0..1); Nones when empty."""
+        if not self.count:
+            return [None] * len(qs)
+        items = ((i, n) for i, n in enumerate(self.bins) if n)
+        return _binned_quantiles(items, self.count, qs, self.vmin, self.vmax)
+
+    def quantile(self, q: float) -> float | None:
+        """Linear-interpolated value at quantile q (0..1); None when empty."""
+        return self.quantiles((q,))[0]
+
+
+class Digest:
+    """A series' values: exact while it holds at most `limit` values, binned beyond.
+
+    While exact, values are kept in an array('d'); a sorted copy is made on the first
+    quantile after an addition and reused until the next (`sorts` counts them). When the
+    count passes `limit` every value moves into a LogHistogram, for good. Two Digests
+    merged answer as one Digest fed both series (exact when the total fits the limit).
+    """
+
+    __slots__ = ("limit", "count", "total", "_min", "_max", "_exact", "_sorted", "_hist", "sorts")
+
+    def __init__(self, limit: int = EXACT_LIMIT) -> None:
+        self.limit = limit
+        self.count = 0
+        self.total = 0.0
+        self._min = 0.0
+        self._max = 0.0
+        self._exact: array | None = array("d")
+        self._sorted: list[float] | None = None
+        self._hist: LogHistogram | None = None
+        self.sorts = 0  # how many times the exact values were sorted
+
+    # -- feeding -------------------------------------------------------------------------
+    def add(self, v: float) -> None:
+        if not self.count:
+            self._min = self._max = v
+        elif v > self._max:
+            self._max = v
+        elif v < self._min:
+            self._min = v
+        self.count += 1
+        self.total += v
+        if self._exact is not None:
+            self._exact.append(v)
+            self._sorted = None
+            if self.count > self.limit:
+                self._spill()
+        else:
+            self._hist.add(v)
+
+    def add_many(self, values: Iterable[float]) -> None:
+        vals = values if isinstance(values, (list, tuple, array)) else list(values)
+        if not vals:
+            return
+        lo, hi = min(vals), max(vals)
+        if not self.count:
+            self._min, self._max = lo, hi
+        else:
+            self._min = min(self._min, lo)
+            self._max = max(self._max, hi)
+        self.count += len(vals)
+        self.total += math.fsum(vals)
+        if self._exact is not None:
+            self._exact.extend(vals)
+            self._sorted = None
+            if self.count > self.limit:
+                self._spill()
+        else:
+            self._hist.add_many(vals)
+
+    def merge(self, other: "Digest") -> None:
+        if not other.count:
+            return
+        ovals = other._exact
+        if other is self and ovals is not None:
+            ovals = array("d", ovals)
+        if not self.count:
+            self._min, self._max = other._min, other._max
+        else:
+            self._min = min(self._min, other._min)
+            self._max = max(self._max, other._max)
+        self.count += other.count
+        self.total += other.total
+        if self._exact is not None and ovals is not None and self.count <= self.limit:
+            self._exact.extend(ovals)
+            self._sorted = None
+            return
+        if self._exact is not None:
+            self._spill()
+        if ovals is not None:
+            self._hist.add_many(ovals)
+        else:
+            self._hist.merge(other._hist if other is not self else other._hist.copy())
+
+    def _spill(self) -> None:
+        h = LogHistogram()
+        h.add_many(self._exact)
+        self._hist = h
+        self._exact = None
+        self._sorted = None
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def values_exact(self) -> bool:
+        """True while the quantiles are exact (count <= limit)."""
+        return self._exact is not None
+
+    @property
+    def max(self) -> float | None:
+        return self._max if self.count else None
+
+    @property
+    def min(self) -> float | None:
+        return self._min if self.count else None
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def sorted_values(self) -> list[float] | None:
+        """The values, sorted, while exact (the cached copy: do not modify); else None."""
+        if self._exact is None:
+            return None
+        if self._sorted is None:
+            self._sorted = sorted(self._exact)
+            self.sorts += 1
+        return self._sorted
+
+    def quantiles(self, qs: Sequence[float]) -> list[float | None]:
+        """Linear-interpolated value at each q (0..1); Nones when empty."""
+        if not self.count:
+            return [None] * len(qs)
+        s = self.sorted_values()
+        if s is not None:
+            return [quantile(s, _clamp_q(q)) for q in qs]
+        items = ((i, n) for i, n in enumerate(self._hist.bins) if n)
+        return _binned_quantiles(items, self.count, qs, self._min, self._max)
+
+    def quantile(self, q: float) -> float | None:
+        return self.quantiles((q,))[0]
+
+    def __repr__(self) -> str:
+        mode = "exact" if self.values_exact else "binned"
+        return f"Digest(count={self.count}, {mode})"
+
+
+class _Second:
+    """One second of a RollingDigest: its sparse bins, its values (while at most the limit)
+    and their sorted copy (made once the second is read)."""
+
+    __slots__ = ("sec", "bins", "vals", "sorted", "vmin", "vmax", "n")
+
+    def __init__(self, sec: int) -> None:
+        self.sec = sec
+        self.bins: dict[int, int] = {}
+        self.vals: array | None = array("d")
+        self.sorted: list[float] | None = None
+        self.vmin = math.inf
+        self.vmax = -math.inf
+        self.n = 0
+
+
+class RollingDigest:
+    """Values of the last `window_s` seconds: exact while the window holds at most `limit`
+    values, binned beyond.
+
+    Values are grouped by the whole second of their time t (floor(t)); `expire(now)` drops
+    the seconds before floor(now - window_s), so a value is in the window while
+    floor(t) >= floor(now - window_s). Each second keeps sparse log bins (summed over the
+    window as values come and go) and, while it holds at most `limit`, its values. Reading
+    the exact case merges the seconds' sorted runs (each second sorted once), cached until
+    the next addition or expiry; the binned case sorts the bins in use, not the values.
+    Memory: at most `limit` floats per second of the window plus the bins in use.
+    Times should not go backwards: a value older than the newest second joins that second.
+    """
+
+    __slots__ = ("window_s", "limit", "_secs", "_total", "count", "_cache", "sorts")
+
+    def __init__(self, window_s: float, limit: int = EXACT_LIMIT) -> None:
+        self.window_s = window_s
+        self.limit = limit
+        self._secs: deque[_Second] = deque()
+        self._total: dict[int, int] = {}
+        self.count = 0
+        self._cache: list[float] | None = None
+        self.sorts = 0  # how many times the window's sorted values were rebuilt
+
+    def add(self, t: float, v: float) -> None:
+        self.add_many(t, (v,))
+
+    def add_many(self, t: float, values: Iterable[float]) -> None:
+        vals = values if isinstance(values, (list, tuple, array)) else list(values)
+        if not vals:
+            return
+        sec = math.floor(t)
+        secs = self._secs
+        if not secs or secs[-1].sec < sec:
+            secs.append(_Second(sec))
+        s = secs[-1]
+        bins, total = s.bins, self._total
+        lmin, lr, mn = _LOG_MIN, _LOG_RATIO, HIST_MIN_S
+        for v in vals:  # bin_index, inlined
+            if v <= mn:
+                b = 0
+            else:
+                b = int((_log(v) - lmin) / lr) + 1
+                if b >= NBINS:
+                    b = _LAST
+            bins[b] = bins.get(b, 0) + 1
+            total[b] = total.get(b, 0) + 1
+        lo, hi = min(vals), max(vals)
+        if lo < s.vmin:
+            s.vmin = lo
+        if hi > s.vmax:
+            s.vmax = hi
+        s.n += len(vals)
+        if s.vals is not None:
+            if s.n <= self.limit:
+                s.vals.extend(vals)
+            else:  # this second alone keeps the window binned while it is in it
+                s.vals = None
+        s.sorted = None
+        self.count += len(vals)
+        self._cache = None
+
+    def expire(self, now: float) -> None:
+        lo = math.floor(now - self.window_s)
+        secs, total = self._secs, self._total
+        while secs and secs[0].sec < lo:
+            s = secs.popleft()
+            for b, c in s.bins.items():
+                left = total[b] - c
+                if left:
+                    total[b] = left
+                else:
+                    del total[b]
+            self.count -= s.n
+            self._cache = None
+
+    @property
+    def values_exact(self) -> bool:
+        return self.count <= self.limit
+
+    def sorted_values(self) -> list[float] | None:
+        """The window's values, sorted, while exact (cached: do not modify); else None."""
+        if self.count > self.limit:
+            return None
+        if self._cache is None:
+            runs: list[float] = []
+            for s in self._secs:
+                if s.sorted is None:
+                    s.sorted = sorted(s.vals)
+                runs.extend(s.sorted)
+            # sorted runs: Timsort merges them in about n log(seconds), not n log n
+            self._cache = sorted(runs) if len(self._secs) > 1 else runs
+            self.sorts += 1
+        return self._cache
+
+    def quantiles(self, qs: Sequence[float]) -> tuple[list[float | None], float | None]:
+        """([value at each q], max) over the window; Nones when empty."""
+        if not self.count:
+            return [None] * len(qs), None
+        vmax = max(s.vmax for s in self._secs)
+        vals = self.sorted_values()
+        if vals is not None:
+            return [quantile(vals, _clamp_q(q)) for q in qs], vmax
+        vmin = min(s.vmin for s in self._secs)
+        items = sorted(self._total.items())
+        return _binned_quantiles(items, self.count, qs, vmin, vmax), vmax
+
+
+#: The old name: the live window, now exact while small.
+RollingHistogram = RollingDigest
