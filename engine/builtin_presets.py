@@ -1,58 +1,8 @@
-"""The presets shipped with redline (package data `redline.presets`), found by name.
+"""Moved to redline.engine.preset.builtin (import from redline.engine.preset).
 
-`redline run quick` and `redline run presets/quick.toml` both work: an argument that names
-an existing file is that file; otherwise a bare name (no `/`, optional `.toml`) is looked up
-among the shipped presets. The TUI's `p` lists the same ones.
+Kept only until tui/app.py imports `builtin_dir` from redline.engine.preset; then delete.
 """
 
-from __future__ import annotations
+from .preset.builtin import BuiltinPreset, builtin_dir, builtin_presets, resolve_preset
 
-from dataclasses import dataclass
-from importlib.resources import files
-from pathlib import Path
-
-PACKAGE = "redline.presets"
-
-
-@dataclass(frozen=True)
-class BuiltinPreset:
-    name: str  # file name without .toml
-    description: str  # the preset's `description`, one line ("" when it has none)
-    path: Path
-
-
-def builtin_dir() -> Path:
-    """The folder holding the shipped preset files (a plain folder in any pip install)."""
-    return Path(str(files(PACKAGE)))
-
-
-def builtin_presets() -> list[BuiltinPreset]:
-    """Every shipped preset, by name; one that fails to parse still lists, with its error."""
-    from .preset import PresetError, load_preset
-
-    out = []
-    for p in sorted(builtin_dir().glob("*.toml")):
-        try:
-            desc = load_preset(p).description
-        except PresetError as exc:
-            desc = f"(invalid: {exc})"
-        out.append(BuiltinPreset(p.stem, desc, p))
-    return out
-
-
-def resolve_preset(arg: str) -> Path:
-    """A preset argument as a file: an existing path, else a shipped preset's name.
-
-    Raises PresetError (one line naming the value and the shipped names) when neither.
-    """
-    from .preset import PresetError
-
-    p = Path(arg).expanduser()
-    if p.exists() or "/" in arg or "\\" in arg:
-        return p
-    name = arg[:-5] if arg.endswith(".toml") else arg
-    found = builtin_dir() / f"{name}.toml"
-    if name and found.is_file():
-        return found
-    names = ", ".join(b.stem for b in sorted(builtin_dir().glob("*.toml")))
-    raise PresetError(f"{arg}: no such preset file, and not a built-in preset (built-in: {names})")
+__all__ = ["BuiltinPreset", "builtin_dir", "builtin_presets", "resolve_preset"]

@@ -18,6 +18,16 @@ class TargetError(ValueError):
     """A URL or API that is not acceptable (bad input: exit 2)."""
 
 
+class BadURL(TargetError):
+    """A target URL that is not one of URL_FORMS. str(): `URL '...': reason; expected ...`;
+    `.url` and `.reason` let a caller (a preset file) word it its own way."""
+
+    def __init__(self, url: object, reason: str, *, hint: str | None = None) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"URL {_shown(url)}: {reason}; {hint or 'expected ' + URL_FORMS}")
+
+
 class TargetUnreachable(RuntimeError):
     """The target did not answer at start (exit 3)."""
 
@@ -35,44 +45,52 @@ class Target:
 
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-._")
 
+# What --url and a preset's [target].url accept (README, "Usage" and "Presets"): one validator.
+URL_FORMS = "http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1)"
 
-def _shown(url: str) -> str:
+
+def _shown(url: object) -> str:
     """The URL as an error message shows it: repr (so one line), at most ~120 characters."""
+    if not isinstance(url, str):
+        return repr(url)[:120]
     return repr(url) if len(url) <= 120 else repr(url[:117]) + "..."
 
 
-def validate_url(url: str) -> str:
-    """http(s)://host[:port][/ or /v1] -> base URL; anything else is a one-line TargetError."""
-    accepted = "expected http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1)"
+def validate_url(url: object) -> str:
+    """The target's base URL, normalised: `scheme://host[:port]` (lower-case scheme and host,
+    no trailing `/` or `/v1`). Anything else raises BadURL (a TargetError), one line naming
+    the URL, what is wrong and URL_FORMS. Used by --url, by presets and by the engine."""
     if not isinstance(url, str):
-        raise TargetError(f"URL {url!r}: not a string; {accepted}")
-    shown = _shown(url)
+        raise BadURL(url, "not a string")
     text = url.strip()
+    if not text:
+        raise BadURL(url, "empty")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text):
-        raise TargetError(f"URL {shown}: contains spaces or control characters; {accepted}")
+        raise BadURL(url, "contains spaces or control characters")
     try:
         parts = urlsplit(text)
     except ValueError:  # e.g. an unclosed IPv6 bracket
-        raise TargetError(f"URL {shown}: not a valid URL; {accepted}") from None
+        raise BadURL(url, "not a valid URL") from None
     if parts.scheme not in ("http", "https"):
-        raise TargetError(f"URL {shown}: scheme {parts.scheme or '(none)'!r} not supported; {accepted}")
+        raise BadURL(url, f"scheme {parts.scheme or '(none)'!r} not supported")
     try:
         port = parts.port  # raises ValueError for a bad port
     except ValueError:
-        raise TargetError(f"URL {shown}: bad port (expected 1..65535); {accepted}") from None
-    if port == 0:
-        raise TargetError(f"URL {shown}: bad port (expected 1..65535); {accepted}")
-    if parts.username is not None or parts.password is not None:
-        raise TargetError(f"URL {shown}: credentials in the URL are not accepted; put the API key in OPENAI_API_KEY")
+        port = -1
+    if port == -1 or port == 0 or parts.netloc.endswith(":"):
+        raise BadURL(url, "bad port (expected 1..65535)")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        shown = text.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)  # never echo a password
+        raise BadURL(shown, "credentials in the URL are not accepted", hint="put the API key in OPENAI_API_KEY")
     if not parts.hostname:
-        raise TargetError(f"URL {shown}: no host; {accepted}")
+        raise BadURL(url, "no host")
     if ":" not in parts.hostname and not set(parts.hostname) <= _HOST_CHARS:
-        raise TargetError(f"URL {shown}: bad host name {parts.hostname!r}; {accepted}")
+        raise BadURL(url, f"bad host name {parts.hostname!r}")
     path = parts.path.rstrip("/")
     if path not in ("", "/v1"):
-        raise TargetError(f"URL {shown}: path {parts.path!r} not accepted (give the server's base URL); {accepted}")
+        raise BadURL(url, f"path {parts.path!r} not accepted (give the server's base URL)")
     if parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise TargetError(f"URL {shown}: query or fragment not accepted; {accepted}")
+        raise BadURL(url, "query or fragment not accepted")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 

@@ -24,12 +24,12 @@ from redline.engine.preset import (
     StopSpec,
     TargetSpec,
     WorkloadSpec,
-    check_url,
     load_preset,
     parse_preset,
     preset_to_toml,
     timeline_preset,
 )
+from redline.engine.target import validate_url
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 SHIPPED = ["until-it-breaks", "quick", "c1-probe", "doubling"]
@@ -95,7 +95,7 @@ def test_c1_probe_and_doubling():
     assert c1.ramp.hold_s == 30 and c1.after.probe_s == 0
     d = load_preset(PRESETS / "doubling.toml")
     assert d.ramp.concurrency == tuple(2**k for k in range(11))
-    assert d.stop.any
+    assert d.stop != StopSpec()  # some stop rule is on
 
 
 # --------------------------------------------------------------------------- ramps
@@ -107,7 +107,7 @@ def test_defaults():
     assert p.path == Path("d/y.toml")
     assert p.workload == WorkloadSpec("chat", "random", 32, 128, None)
     assert p.ramp == RampSpec((4,), 10.0, 30.0, 20, 90.0, None)
-    assert p.stop == StopSpec() and not p.stop.any
+    assert p.stop == StopSpec()  # every rule off
     assert p.after == AfterSpec(0.0)
     assert p.target == TargetSpec(None, None)
 
@@ -256,21 +256,25 @@ def test_bad_values_give_one_line(data, needles):
         "http://host:99999",
         "http://host:abc",
         "http://host:",
-        "http://host/v1",
         "http://host:30000/v1/chat/completions",
         "http://host?x=1",
         "http://host#frag",
-        "http://user:secret@host:30000",
         "http://ho st",
         "http://[::1",
         "",
     ],
 )
 def test_bad_url(url):
+    """The preset's [target].url is checked by the validator --url uses (engine/target.py)."""
     msg = err({"ramp": RAMP, "target": {"url": url}})
-    assert "[target].url: expected http(s)://host[:port]" in msg
-    if url:
-        assert repr(url) in msg
+    assert "[target].url: expected http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1), got " in msg
+    assert repr(url) in msg
+
+
+def test_url_with_a_password_is_refused_without_echoing_it():
+    msg = err({"ramp": RAMP, "target": {"url": "http://user:secret@host:30000"}})
+    assert "[target].url: expected http://HOST[:PORT]" in msg and "credentials" in msg
+    assert "secret" not in msg
 
 
 @pytest.mark.parametrize(
@@ -280,11 +284,12 @@ def test_bad_url(url):
         ("http://127.0.0.1:30000/", "http://127.0.0.1:30000"),
         ("HTTPS://gpu-host", "https://gpu-host"),
         ("http://[::1]:8000/", "http://[::1]:8000"),
+        ("http://gpu-host:30000/v1", "http://gpu-host:30000"),  # as --url takes it
     ],
 )
 def test_good_url(url, norm):
     assert parse_preset({"ramp": RAMP, "target": {"url": url}}, "x.toml").target.url == norm
-    assert check_url(url) == norm
+    assert validate_url(url) == norm  # the same validator as --url
 
 
 def test_target_api_alias():
@@ -339,12 +344,10 @@ def test_dataset_relative_to_preset_folder(tmp_path):
     f = write(tmp_path, '[workload]\ndataset = "sharegpt:data/sg.json"\n[ramp]\nconcurrency = [1]\n')
     p = load_preset(f)
     assert p.workload.dataset == f"sharegpt:{(tmp_path / 'data' / 'sg.json').resolve()}"
-    assert p.workload.dataset_kind == "sharegpt"
-    assert p.workload.dataset_path == (tmp_path / "data" / "sg.json").resolve()
     # absolute paths stay as they are
     g = write(tmp_path, f'[workload]\ndataset = "jsonl:{tmp_path / "p.jsonl"}"\n[ramp]\nconcurrency = [1]\n', "g.toml")
     assert load_preset(g).workload.dataset == f"jsonl:{(tmp_path / 'p.jsonl').resolve()}"
-    assert parse_preset({"ramp": RAMP}, "x.toml").workload.dataset_path is None
+    assert parse_preset({"ramp": RAMP}, "x.toml").workload.dataset == "random"
 
 
 def test_dataset_missing_file_named(tmp_path):
@@ -422,8 +425,8 @@ def test_timeline_preset_end_and_errors():
         timeline_preset("r", None, WorkloadSpec(), [(0, 4)])
     with pytest.raises(PresetError, match="nothing to replay"):
         timeline_preset("r", None, WorkloadSpec(), [])
-    with pytest.raises(PresetError, match="url"):
-        timeline_preset("r", "http://h/v1", WorkloadSpec(), [(0, 4), (1, 0)])
+    with pytest.raises(PresetError, match=r"timeline: target url: expected http://HOST\[:PORT\].*, got 'ftp://h'"):
+        timeline_preset("r", "ftp://h", WorkloadSpec(), [(0, 4), (1, 0)])
 
 
 # ------------------------------------------------------------------- fuzzing

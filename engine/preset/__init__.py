@@ -1,0 +1,66 @@
+"""Presets: TOML files that run a ramp of concurrency steps unattended (README, "Presets").
+
+One module per job; this package re-exports the public names:
+
+    spec.py      the dataclasses (Preset, TargetSpec, WorkloadSpec, RampSpec, StepPlan,
+                 StopSpec, AfterSpec), the limits, PresetError; pure data
+    fields.py    checking one value: typed getters giving `FILE: KEY: expected ..., got ...`
+    parse.py     load_preset / parse_preset / parse_toml: a file or TOML text to a Preset
+    toml_out.py  preset_to_toml: a Preset back to commented TOML
+    replay.py    timeline_preset / preset_from_session: a recorded session as a replay preset
+    builtin.py   the shipped presets (package data redline.presets), listed and found by name
+
+Layering: nothing here imports the engine runtime (core, runner, host); the runner and the
+breaker import presets, never the reverse.
+"""
+
+from .builtin import BuiltinPreset, builtin_dir, builtin_presets, resolve_preset
+from .parse import load_preset, parse_preset, parse_toml
+from .replay import SessionReplay, preset_from_session, timeline_preset
+from .spec import (
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_FACTOR,
+    DEFAULT_MIN_REQUESTS,
+    DEFAULT_WARMUP_S,
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_STEPS,
+    AfterSpec,
+    Preset,
+    PresetError,
+    RampSpec,
+    StepPlan,
+    StopSpec,
+    TargetSpec,
+    WorkloadSpec,
+)
+from .toml_out import preset_to_toml
+
+__all__ = [
+    "AfterSpec",
+    "BuiltinPreset",
+    "DEFAULT_HOLD_S",
+    "DEFAULT_MAX_HOLD_FACTOR",
+    "DEFAULT_MIN_REQUESTS",
+    "DEFAULT_WARMUP_S",
+    "MAX_CONCURRENCY",
+    "MAX_SECONDS",
+    "MAX_STEPS",
+    "Preset",
+    "PresetError",
+    "RampSpec",
+    "SessionReplay",
+    "StepPlan",
+    "StopSpec",
+    "TargetSpec",
+    "WorkloadSpec",
+    "builtin_dir",
+    "builtin_presets",
+    "load_preset",
+    "parse_preset",
+    "parse_toml",
+    "preset_from_session",
+    "preset_to_toml",
+    "resolve_preset",
+    "timeline_preset",
+]

@@ -1,0 +1,127 @@
+"""What a preset is: the spec dataclasses, the limits every key is checked against, PresetError.
+
+Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
+presets, never the reverse). A Preset comes from parse.py (a TOML file) or replay.py (a
+recorded session); the runner (engine/runner.py) follows `Preset.ramp.steps()`, the breaker
+(engine/breaker.py) applies `Preset.stop`. Every key is described in the README, "Presets".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_WARMUP_S = 10.0
+DEFAULT_HOLD_S = 30.0
+DEFAULT_MIN_REQUESTS = 20
+DEFAULT_MAX_HOLD_FACTOR = 3.0  # max_hold_s defaults to 3 x hold_s
+MAX_CONCURRENCY = 100_000  # a sanity bound on one step's concurrency
+MAX_STEPS = 10_000  # a sanity bound on the number of steps in a ramp
+MAX_SECONDS = 7 * 24 * 3600.0  # a sanity bound on any time value (one week)
+
+
+def one_line(text: str) -> str:
+    """Whitespace runs (newlines included) as one space, when the text spans lines."""
+    return " ".join(str(text).split()) if ("\n" in text or "\r" in text) else text
+
+
+class PresetError(ValueError):
+    """A preset that cannot be used. str() is one line: file, key, what is accepted."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    url: str | None = None  # normalised by engine/target.py validate_url: scheme://host[:port]
+    api: str | None = None  # as written in [target].api (an alias of [workload].api)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    api: str = "chat"  # chat | completions | generate
+    dataset: str = "random"  # random | sharegpt:/abs/path | jsonl:/abs/path
+    input_len: int = 32
+    output_len: int = 128
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How the runner holds one step of a ramp.
+
+    Warm up for `warmup_s` (not measured), then measure for at least `hold_s`; if fewer than
+    `min_requests` requests completed by then, keep measuring until they have or until
+    `max_hold_s` of measurement has passed, whichever comes first.
+    """
+
+    concurrency: int
+    warmup_s: float
+    hold_s: float
+    min_requests: int
+    max_hold_s: float
+
+
+@dataclass(frozen=True)
+class RampSpec:
+    concurrency: tuple[int, ...]
+    warmup_s: float = DEFAULT_WARMUP_S
+    hold_s: float = DEFAULT_HOLD_S
+    min_requests: int = DEFAULT_MIN_REQUESTS
+    max_hold_s: float = DEFAULT_HOLD_S * DEFAULT_MAX_HOLD_FACTOR
+    # Replay mode: step i lasts exactly durations_s[i] seconds, all of it measured,
+    # with no warm-up and no min_requests extension. None = a normal ramp.
+    durations_s: tuple[float, ...] | None = None
+
+    def steps(self) -> list[StepPlan]:
+        """The per-step plan the runner follows, in order."""
+        if self.durations_s is not None:
+            return [
+                StepPlan(c, 0.0, d, 0, d)
+                for c, d in zip(self.concurrency, self.durations_s)
+            ]
+        return [
+            StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s)
+            for c in self.concurrency
+        ]
+
+    def duration_bounds(self) -> tuple[float, float]:
+        """(shortest, longest) wall time of the whole ramp if no stop rule fires."""
+        plans = self.steps()
+        lo = sum(p.warmup_s + p.hold_s for p in plans)
+        hi = sum(p.warmup_s + p.max_hold_s for p in plans)
+        return lo, hi
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """Stop rules; None = that rule is off. "Server gone" is always on (engine/breaker.py)."""
+
+    plateau_gain: float | None = None  # fire when tok/s < best earlier x (1 + gain)
+    p99_ttft_ms: float | None = None  # fire when the step's p99 TTFT is over this
+    p99_itl_ms: float | None = None  # fire when the step's p99 ITL is over this
+    error_rate: float | None = None  # fire when failed / (completed + failed) is over this
+    collapse: float | None = None  # fire when tok/s < best earlier x (1 - collapse)
+
+
+@dataclass(frozen=True)
+class AfterSpec:
+    probe_s: float = 0.0  # C=1 probe after the ramp (broken or not); 0 = none
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    path: Path | None
+    target: TargetSpec
+    workload: WorkloadSpec
+    ramp: RampSpec
+    stop: StopSpec
+    after: AfterSpec
+    description: str = ""
+
+    def duration_bounds(self) -> tuple[float, float]:
+        """(shortest, longest) wall time of ramp + probe if no stop rule fires."""
+        lo, hi = self.ramp.duration_bounds()
+        return lo + self.after.probe_s, hi + self.after.probe_s
