@@ -7,6 +7,7 @@ value within that of the exact one; HIST_MIN_S absolute at the bottom of the ran
 
 from __future__ import annotations
 
+import builtins
 import math
 import random
 
@@ -338,7 +339,7 @@ class _CountingSorted:
         self.calls: list[int] = []
 
     def __call__(self, it, *a, **kw):
-        out = __builtins__["sorted"](it, *a, **kw) if isinstance(__builtins__, dict) else __import__("builtins").sorted(it, *a, **kw)
+        out = builtins.sorted(it, *a, **kw)
         self.calls.append(len(out))
         return out
 
