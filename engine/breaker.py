@@ -8,8 +8,13 @@ Rules (each off unless its [stop] key is set, except server_gone which is always
                A step with no finished request has no error rate and does not fire.
 - latency:     the step's p99_ttft_ms > p99_ttft_ms, or its p99_itl_ms > p99_itl_ms.
                A step without that percentile (no data) does not fire.
-- collapse:    output_throughput < best earlier x (1 - collapse). Needs an earlier step.
-- plateau:     output_throughput < best earlier x (1 + plateau_gain). Needs an earlier step.
+- collapse:    output_throughput + margin < best earlier x (1 - collapse). Needs an earlier step.
+- plateau:     output_throughput + margin < best earlier x (1 + plateau_gain). Needs an earlier step.
+
+`margin` is the noise of the two measurements: NOISE_SIGMAS standard errors of their
+per-second throughput (StepResult.output_throughput_se), so noise alone never fires a
+throughput rule. A step that was not steady is never judged by them (the runner held it as
+long as it could); the error and latency rules still apply to it.
 
 When several fire on the same step, one is reported, in this order of precedence:
 server_gone, errors, latency, collapse, plateau (the most severe first; a collapse is also
@@ -29,8 +34,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from redline.engine.preset import StopSpec
-from redline.engine.stepresult import BreakResult, StepResult
+import math
+
+from .constants import NOISE_SIGMAS
+from .preset import StopSpec
+from .stepresult import BreakResult, StepResult
 
 __all__ = ["PRECEDENCE", "StopRules", "last_good"]
 
@@ -101,9 +109,9 @@ class StopRules:
     def _collapse(self, history: Sequence[StepResult], cur: StepResult) -> str | None:
         frac = self.spec.collapse
         best = _best(history)
-        if frac is None or best is None:
+        if frac is None or best is None or not cur.steady:
             return None
-        if not cur.output_throughput < best.output_throughput * (1 - frac):
+        if not cur.output_throughput + noise_margin(cur, best) < best.output_throughput * (1 - frac):
             return None
         change = _change(cur.output_throughput, best.output_throughput)
         return (
@@ -115,9 +123,9 @@ class StopRules:
     def _plateau(self, history: Sequence[StepResult], cur: StepResult) -> str | None:
         gain = self.spec.plateau_gain
         best = _best(history)
-        if gain is None or best is None:
+        if gain is None or best is None or not cur.steady:
             return None
-        if not cur.output_throughput < best.output_throughput * (1 + gain):
+        if not cur.output_throughput + noise_margin(cur, best) < best.output_throughput * (1 + gain):
             return None
         change = _change(cur.output_throughput, best.output_throughput)
         return (
@@ -192,6 +200,14 @@ class StopRules:
             last_good_concurrency=good.concurrency if good else None,
             detail=detail,
         )
+
+
+def noise_margin(cur: StepResult, best: StepResult) -> float:
+    """NOISE_SIGMAS standard errors of the difference of two steps' mean tok/s (0 when
+    neither step measured its spread)."""
+    a = cur.output_throughput_se or 0.0
+    b = best.output_throughput_se or 0.0
+    return NOISE_SIGMAS * math.sqrt(a * a + b * b)
 
 
 def _change(cur: float, best: float) -> str:

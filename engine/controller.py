@@ -11,6 +11,7 @@ The pool knows nothing of HTTP: `launch()` returns the coroutine of one request.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, Callable
 
 from .constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY
@@ -54,6 +55,7 @@ class Controller:
         self._wake = asyncio.Event()
         self._runner: asyncio.Task | None = None
         self.hold = False  # set by the engine while the server is gone (no new sends)
+        self.settled_at: float | None = None  # when in-flight last reached the target after a change
 
     # -- state -----------------------------------------------------------------------
     @property
@@ -70,9 +72,17 @@ class Controller:
 
     # -- commands --------------------------------------------------------------------
     def set_concurrency(self, n: int) -> int:
-        self.target = check_concurrency(n, self.max_concurrency)
+        n = check_concurrency(n, self.max_concurrency)
+        if n != self.target:
+            self.settled_at = None
+        self.target = n
+        self._mark_settled()
         self._wake.set()
         return self.target
+
+    def _mark_settled(self) -> None:
+        if self.settled_at is None and len(self._tasks) == self.target:
+            self.settled_at = time.perf_counter()
 
     def pause(self) -> None:
         self.paused = True
@@ -98,6 +108,7 @@ class Controller:
             self.previous = self.target
         self.probing = True
         self.target = 1
+        self.settled_at = None
         self.paused = False
         n = await self.abort()
         self._wake.set()
@@ -110,6 +121,7 @@ class Controller:
         self.probing = False
         self.target = self.previous or self.target
         self.previous = None
+        self.settled_at = None
         self._wake.set()
         return self.target
 
@@ -123,11 +135,13 @@ class Controller:
                 task = asyncio.create_task(self._launch())
                 self._tasks.add(task)
                 task.add_done_callback(self._done)
+            self._mark_settled()
             self._wake.clear()
             await self._wake.wait()
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        self._mark_settled()
         if not task.cancelled():
             task.exception()  # retrieve, so asyncio does not log it (run_request never raises)
         self._wake.set()

@@ -2,10 +2,12 @@
 
 Drawing holds the UI's interpreter; an engine in the same interpreter waits for the GIL and
 stamps bytes late (measured: 60 ms event-loop lag on a thread beside Textual at 80x24).
-So the TUI runs the engine in a child process with its own loop; commands go down a pipe
-by name (Engine.command), immutable Snapshots come back four times a second.
+So the TUI runs the engine in a child process with its own loop; typed commands
+(engine/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
+each command's reply comes back too.
 
-Both hosts have the same surface: start(), stop(reason), send(name, *args), snapshot.
+Both hosts have the same surface: start(), stop(reason), snapshot, and send(command), which
+returns a concurrent.futures.Future of the engine's reply (export waits on Flush's).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import commands as C
 from .config import EngineConfig
 from .core import Engine
+from .runner import execute
 from .snapshot import Snapshot
 
 START_TIMEOUT_S = 120.0
@@ -94,14 +98,15 @@ class EngineThread:
     def snapshot(self) -> Snapshot:
         return self.engine.snapshot
 
-    def send(self, name: str, *args: Any) -> concurrent.futures.Future:
-        async def run() -> Any:
-            res = self.engine.command(name, *args)
-            if asyncio.iscoroutine(res):
-                res = await res
-            return res
+    def send(self, cmd: C.Command) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(_run_command(self.engine, cmd), self._loop)
 
-        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+
+async def _run_command(engine: Engine, cmd: C.Command) -> Any:
+    res = execute(engine, cmd)
+    if asyncio.iscoroutine(res):
+        res = await res
+    return res
 
 
 # -- the child process ------------------------------------------------------------------------
@@ -139,25 +144,27 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
     engine.subscribe(lambda snap: _send(conn, ("snapshot", snap)))
     conn.send(("ready", engine.snapshot))
 
+    async def answer(seq: int, cmd: C.Command) -> None:
+        try:
+            res = await _run_command(engine, cmd)
+            _send(conn, ("reply", seq, True, res))
+        except Exception as exc:  # a bad command is an operator error, not a crash
+            engine.log("error", f"command {type(cmd).__name__}: {exc}")
+            _send(conn, ("reply", seq, False, f"{type(exc).__name__}: {exc}"))
+
     def on_readable() -> None:
         try:
-            msg = conn.recv()
+            seq, cmd = conn.recv()
         except (EOFError, OSError):
             reason[0] = "redline exited (control pipe closed)"
             stop.set()
             loop.remove_reader(conn.fileno())
             return
-        name, args = msg[0], msg[1:]
-        if name == "stop":
-            reason[0] = str(args[0]) if args else "quit"
+        if isinstance(cmd, C.Stop):
+            reason[0] = cmd.reason
             stop.set()
             return
-        try:
-            res = engine.command(name, *args)
-            if asyncio.iscoroutine(res):
-                asyncio.ensure_future(res)
-        except Exception as exc:  # a bad command is an operator error, not a crash
-            engine.log("error", f"command {name}: {exc}")
+        asyncio.ensure_future(answer(seq, cmd))
 
     loop.add_reader(conn.fileno(), on_readable)
     await stop.wait()
@@ -195,6 +202,8 @@ class EngineProcess:
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
         self._done = threading.Event()
         self._lock = threading.Lock()
+        self._seq = 0
+        self._pending: dict[int, concurrent.futures.Future] = {}
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the child; re-raises its start-up error as TargetError/TargetUnreachable."""
@@ -224,9 +233,20 @@ class EngineProcess:
                     self._ready.set_result(None)
                 if kind == "stopped":
                     break
+            elif kind == "reply":
+                fut = self._pending.pop(msg[1], None)
+                if fut is not None and not fut.done():
+                    if msg[2]:
+                        fut.set_result(msg[3])
+                    else:
+                        fut.set_exception(EngineError("CommandError", msg[3]))
             elif kind == "error" and not self._ready.done():
                 self._ready.set_exception(EngineError(msg[1], msg[2]))
         self._done.set()
+        for fut in list(self._pending.values()):  # the engine is gone: nobody will answer
+            if not fut.done():
+                fut.set_exception(EngineError("EngineError", "engine process exited"))
+        self._pending.clear()
         if not self._ready.done():
             self._ready.set_exception(EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})"))
 
@@ -238,19 +258,26 @@ class EngineProcess:
     def pid(self) -> int | None:
         return self._proc.pid
 
-    def send(self, name: str, *args: Any) -> None:
+    def send(self, cmd: C.Command) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
+            self._seq += 1
+            seq = self._seq
+            if not isinstance(cmd, C.Stop):
+                self._pending[seq] = fut
             try:
-                self._conn.send((name, *args))
-            except (OSError, BrokenPipeError):
-                pass
+                self._conn.send((seq, cmd))
+            except (OSError, BrokenPipeError) as exc:
+                self._pending.pop(seq, None)
+                fut.set_exception(EngineError("EngineError", f"engine process unreachable: {exc}"))
+        return fut
 
     def stop(self, reason: str = "quit", timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop all load, wait for the log to complete, reap the child. Idempotent."""
         if self._proc.pid is None:
             return
         if self._proc.is_alive():
-            self.send("stop", reason)
+            self.send(C.Stop(reason))
             self._done.wait(timeout)
             self._proc.join(timeout)
         if self._proc.is_alive():  # it did not answer: make sure no load keeps running

@@ -2,10 +2,11 @@
 
 - Rates (output tok/s, input tok/s, req/s, errors/s) over RATE_WINDOW_S, from 100 ms
   buckets filled when tokens arrive (not when requests end), so sparklines are smooth.
-- Percentiles (TTFT, ITL, TPOT, E2E: p50/p90/p99/max) over LATENCY_WINDOW_S, of requests
-  that ended OK in the window; failed requests are counted apart and kept out of them.
-  TTFT/TPOT/E2E are exact (one value per request); ITL (one per chunk, thousands a second)
-  comes from a rolling log histogram, exact to +-0.5 %.
+- Percentiles (TTFT, ITL, TPOT, E2E: p50/p90/p99/max) over LATENCY_WINDOW_S: TTFT from
+  first tokens that arrived in the window (counted at once, not when the request ends),
+  E2E and TPOT from requests that ended OK in it, ITL from gaps whose closing chunk arrived
+  in it. Failed requests are counted apart and kept out of them. Linear interpolation,
+  exact while the window is small, from a rolling log histogram beyond (+-0.5 %).
 - One row of exact per-second counts for the session timeline.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import records as R
 from .constants import LATENCY_WINDOW_S, RATE_WINDOW_S
-from .histogram import LogHistogram, RollingHistogram, quantile
+from .histogram import LogHistogram, RollingDigest, quantile
 from .records import RequestRecord
 
 BUCKET_S = 0.1
@@ -77,14 +78,15 @@ class Percentiles:
 
 @dataclass
 class LiveStats:
-    output_tok_s: float = 0.0
-    input_tok_s: float = 0.0
-    req_s: float = 0.0
-    errors_s: float = 0.0
     ttft: Percentiles = field(default_factory=Percentiles)
     itl: Percentiles = field(default_factory=Percentiles)
     tpot: Percentiles = field(default_factory=Percentiles)
     e2e: Percentiles = field(default_factory=Percentiles)
+
+
+def _window_percentiles(w: RollingDigest) -> Percentiles:
+    (p50, p90, p99), vmax = w.quantiles((0.5, 0.9, 0.99))
+    return Percentiles(p50, p90, p99, vmax, w.count)
 
 
 class LiveMetrics:
@@ -93,8 +95,12 @@ class LiveMetrics:
         self.in_tokens = RateWindow()
         self.requests = RateWindow()
         self.errors = RateWindow()
-        self._ended: deque[tuple[float, float | None, float | None, float | None]] = deque()
-        self._itl = RollingHistogram(LATENCY_WINDOW_S)  # ITLs of requests that ended in the window
+        # sliding windows: TTFT enters when the first token arrives, E2E/TPOT when the
+        # request ends, ITL when the chunk ending each gap arrives
+        self._ttft = RollingDigest(LATENCY_WINDOW_S)
+        self._e2e = RollingDigest(LATENCY_WINDOW_S)
+        self._tpot = RollingDigest(LATENCY_WINDOW_S)
+        self._itl = RollingDigest(LATENCY_WINDOW_S)
         self.completed = 0
         self.failed = 0
         self.cancelled = 0
@@ -102,7 +108,7 @@ class LiveMetrics:
         self.output_tokens_total = 0
         self.input_tokens_total = 0
         self.lag = LogHistogram()  # receive time - server's send stamp (sim only)
-        self.percentiles = LiveStats()  # recomputed once per tick
+        self.percentiles = LiveStats()  # recomputed once a second
         # per-second exact counts for the timeline (reset by take_second)
         self._sec = Counter()
 
@@ -114,6 +120,14 @@ class LiveMetrics:
 
     def on_lag(self, lag: float) -> None:
         self.lag.add(lag if lag > 0 else 0.0)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if rec.ttft is not None and rec.t_first is not None:
+            self._ttft.add(rec.t_first, rec.ttft)
+
+    def on_gaps(self, t: float, itls: list[float]) -> None:
+        if itls:
+            self._itl.add_many(t, itls)
 
     def on_request_end(self, rec: RequestRecord) -> None:
         t = rec.t_end if rec.t_end is not None else rec.t_send
@@ -132,8 +146,10 @@ class LiveMetrics:
         self.input_tokens_total += rec.input_tokens
         self._sec["req"] += 1
         self._sec["in"] += rec.input_tokens
-        self._ended.append((t, rec.ttft, rec.e2e, rec.tpot))
-        self._itl.add_many(t, rec.itls())
+        if rec.e2e is not None:
+            self._e2e.add(t, rec.e2e)
+        if rec.tpot is not None:
+            self._tpot.add(t, rec.tpot)
 
     # -- reading ---------------------------------------------------------------------
     def rates(self, now: float) -> tuple[float, float, float, float]:
@@ -145,18 +161,12 @@ class LiveMetrics:
         )
 
     def recompute_percentiles(self, now: float) -> LiveStats:
-        """Sort the window once (called once per second, not per frame)."""
-        lo = now - LATENCY_WINDOW_S
-        ended = self._ended
-        while ended and ended[0][0] < lo:
-            ended.popleft()
-        self._itl.expire(now)
+        """Once a second (not per frame): exact while the window is small, binned beyond."""
         stats = self.percentiles
-        stats.ttft = Percentiles.of([e[1] for e in ended if e[1] is not None])
-        stats.e2e = Percentiles.of([e[2] for e in ended if e[2] is not None])
-        stats.tpot = Percentiles.of([e[3] for e in ended if e[3] is not None])
-        (p50, p90, p99), vmax = self._itl.quantiles((0.5, 0.9, 0.99))
-        stats.itl = Percentiles(p50, p90, p99, vmax, self._itl.count)
+        for name in ("ttft", "e2e", "tpot", "itl"):
+            w: RollingDigest = getattr(self, "_" + name)
+            w.expire(now)
+            setattr(stats, name, _window_percentiles(w))
         return stats
 
     def take_second(self) -> Counter:

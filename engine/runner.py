@@ -1,57 +1,86 @@
 """The preset runner: a ramp of steps, each warmed up then measured, until a rule fires.
 
 Used by `redline run PRESET --headless` and by the TUI (key `p`, `redline run PRESET`):
-both drive the same Engine API, so a step means the same thing in either.
+both drive the same Engine API, so a step means the same thing in either. The runner drives
+the engine; the engine knows nothing of presets (it only lets a `driver` task steer it, which
+an operator command cancels).
+
+A step (README "Presets"):
+- opens when its concurrency is set, so warm-up requests carry its index;
+- warms up for `warmup_s`, and at least until the in-flight count has reached C (lowering C
+  waits for the previous step's requests to drain; at most SETTLE_MAX_S more);
+- measures for `hold_s`, then longer (up to `max_hold_s`) until `min_requests` of its own
+  requests have completed and its throughput is steady; a step that never steadies is
+  marked unsteady, and the throughput rules do not judge it.
+The C=1 probe at the end warms up on its first request (the server may still be unwinding the
+aborted load), then holds `probe_s` and until PROBE_MIN_REQUESTS of its requests completed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
+from . import commands as C
 from .breaker import StopRules
-from .constants import SNAPSHOT_INTERVAL_S
+from .constants import PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
 from .core import Engine
 from .preset import Preset, StepPlan
 from .session import format_step_line
 from .stepresult import BreakResult, StepResult
+from .steps import StepAccumulator
 
 POLL_S = SNAPSHOT_INTERVAL_S
 
 
+@dataclass
 class RunOutcome:
-    def __init__(self) -> None:
-        self.steps: list[StepResult] = []
-        self.break_result: BreakResult | None = None
-        self.probe: StepResult | None = None
+    steps: list[StepResult] = field(default_factory=list)
+    break_result: BreakResult | None = None
+    probe: StepResult | None = None
 
 
-async def _wait(engine: Engine, seconds: float) -> bool:
-    """Sleep `seconds` unless the server goes; True if it went."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> bool:
+    """Until warmup_s has passed and in-flight reached C (or SETTLE_MAX_S more); True if
+    the server went meanwhile. A replay step (no warm-up, no minimum) measures at once."""
+    replay = plan.warmup_s == 0 and plan.min_requests == 0
+    while not replay:
+        ctl = engine.controller
+        el = time.perf_counter() - acc.t_open
+        settled = ctl is not None and ctl.settled_at is not None
+        if el >= plan.warmup_s and (settled or el >= plan.warmup_s + SETTLE_MAX_S):
+            if not settled:
+                engine.log("warning", f"C={plan.concurrency}: in-flight never reached C ({engine.in_flight}) within {SETTLE_MAX_S:.0f} s after warm-up; measuring anyway", concurrency=plan.concurrency)
+            break
         if engine.server_gone:
             return True
-        await asyncio.sleep(min(POLL_S, max(0.0, end - time.perf_counter())))
+        wait = "" if settled else f", in flight {engine.in_flight} -> {plan.concurrency}"
+        engine.preset_line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}"
+        await asyncio.sleep(POLL_S)
+    acc.begin_measure(time.perf_counter())
     return engine.server_gone
 
 
-async def _measure(engine: Engine, plan: StepPlan, phase: str, label: str) -> tuple[StepResult, bool]:
-    """Hold plan.hold_s (longer, up to max_hold_s, until min_requests completed)."""
-    acc = engine.open_step(plan.concurrency, phase)
-    t0 = acc.t0
+async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:
+    """Hold plan.hold_s, then until `min_requests` own requests completed and (when asked)
+    the window is steady, up to max_hold_s. Returns (result, server gone)."""
     gone = False
     while True:
-        el = time.perf_counter() - t0
-        engine.preset_line = f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed} done"
-        if el >= plan.hold_s and (acc.completed >= plan.min_requests or el >= plan.max_hold_s):
-            break
+        now = time.perf_counter()
+        el = acc.duration(now)
+        engine.preset_line = f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed}/{min_requests} own done"
+        if el >= plan.hold_s:
+            if el >= max_hold_s:
+                break
+            if acc.completed >= min_requests and (not need_steady or acc.steady(now)):
+                break
         if engine.server_gone:
             gone = True
             break
         await asyncio.sleep(POLL_S)
-    return engine.close_step(acc), gone
+    return engine.book.close_step(acc), gone
 
 
 async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], None] = lambda s: None) -> RunOutcome:
@@ -59,46 +88,88 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     rules = StopRules(preset.stop)
     out = RunOutcome()
     plans = preset.ramp.steps()
+    book = engine.book
     engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
     if engine.controller is not None and engine.controller.paused:
         engine.controller.resume()
+    book.default_phase = "measure"
     gone = False
-    for i, plan in enumerate(plans, 1):
-        label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
-        engine.phase = "warmup"
-        engine.set_concurrency(plan.concurrency)
-        if plan.warmup_s > 0:
-            engine.preset_line = f"{label} warm-up {plan.warmup_s:.0f}s"
-            gone = await _wait(engine, plan.warmup_s)
-        res = None
-        if not gone:
-            engine.phase = "measure"
-            res, gone = await _measure(engine, plan, "measure", label)
+    try:
+        for i, plan in enumerate(plans, 1):
+            label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
+            acc = book.open_step(plan.concurrency, "measure", measure=False)
+            engine.set_concurrency(plan.concurrency, kind="preset")
+            engine.log("preset", f"{label}: warm-up", concurrency=plan.concurrency)
+            res = None
+            gone = await _warm_up(engine, acc, plan, label)
             if not gone:
-                engine.record_step(res)
-                out.steps.append(res)
-                on_line(format_step_line(res))
-        if gone:
-            br = rules.evaluate(out.steps, res, server_gone=True)
-            br.concurrency = plan.concurrency  # the step the server went in
-        else:
-            br = rules.evaluate(out.steps[:-1], res)
-        if br is not None:
-            out.break_result = engine.break_result = br
-            engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
-            on_line(f"break: {br.reason} at C={br.concurrency}; last good C={br.last_good_concurrency} ({br.detail})")
-            break
-    if preset.after.probe_s > 0 and not engine.server_gone:
-        await engine.probe()
-        engine.phase = "probe"
-        plan = StepPlan(1, 0.0, preset.after.probe_s, 0, preset.after.probe_s)
-        res, gone = await _measure(engine, plan, "probe", f"{preset.name} C=1 probe")
-        if not gone:
-            engine.record_step(res)
-            out.probe = res
-            on_line(format_step_line(res))
-    engine.phase = "live"
-    engine.preset_line = ""
-    engine.write_summary()
+                replay = plan.min_requests == 0
+                res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
+                if not gone:
+                    book.record(res)
+                    out.steps.append(res)
+                    on_line(format_step_line(res))
+            else:
+                book.close_step(acc)
+            if gone:
+                br = rules.evaluate(out.steps, res, server_gone=True)
+                br.concurrency = plan.concurrency  # the step the server went in
+            else:
+                br = rules.evaluate(out.steps[:-1], res)
+            if br is not None:
+                out.break_result = book.break_result = br
+                engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
+                on_line(f"break: {br.reason} at C={br.concurrency}; last good C={br.last_good_concurrency} ({br.detail})")
+                break
+        if preset.after.probe_s > 0 and not engine.server_gone:
+            out.probe = await _probe(engine, preset, on_line)
+    finally:
+        book.default_phase = "live"
+        engine.preset_line = ""
+        engine.write_summary()
     return out
 
+
+async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None]) -> StepResult | None:
+    probe_s = preset.after.probe_s
+    book = engine.book
+    acc = book.open_step(1, "probe", measure=False, warmup_requests=1)
+    await engine.probe()
+    label = f"{preset.name} C=1 probe"
+    while not acc.measuring:  # its first request is the warm-up
+        if engine.server_gone:
+            book.close_step(acc)
+            return None
+        engine.preset_line = f"{label} warm-up (first request)"
+        await asyncio.sleep(POLL_S)
+    plan = StepPlan(1, 0.0, probe_s, PROBE_MIN_REQUESTS, max(probe_s, PROBE_MAX_HOLD_S))
+    res, gone = await _measure(engine, acc, plan, label, PROBE_MIN_REQUESTS, plan.max_hold_s, need_steady=False)
+    if gone:
+        return None
+    book.record(res)
+    on_line(format_step_line(res))
+    return res
+
+
+def start_preset(engine: Engine, preset: Preset) -> None:
+    """Run a preset as the engine's driver (the TUI's `p`); operator keys cancel it."""
+
+    async def managed() -> None:
+        engine.suspend_live_steps()
+        try:
+            await run_preset(engine, preset)
+        except asyncio.CancelledError:
+            engine.log("preset", f"preset {preset.name} cancelled by the operator")
+            raise
+        finally:
+            engine.resume_live_steps()
+
+    engine.attach_driver(asyncio.create_task(managed(), name="redline-preset"))
+
+
+def execute(engine: Engine, cmd: C.Command) -> object:
+    """A host's entry point: StartPreset runs here, every other command in the engine."""
+    if isinstance(cmd, C.StartPreset):
+        start_preset(engine, cmd.preset)
+        return None
+    return engine.execute(cmd)

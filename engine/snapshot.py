@@ -1,8 +1,8 @@
 """What the UI sees: an immutable picture of the engine, published a few times a second.
 
-The UI never reads engine internals; it reads the latest Snapshot. Every number here is
-computed in engine/metrics.py (live windows), engine/steps.py (step results) or
-engine/telemetry (server, GPUs, client health).
+The UI never reads engine internals; it reads the latest Snapshot (built in engine/publish.py).
+Every number here is computed in engine/metrics.py (live windows), engine/steps.py (step
+results) or engine/telemetry (server, GPUs, client health).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class Snapshot:
     state: str  # running | paused | probe | preset | stopped | server gone
     target_c: int
     previous_c: int | None
-    in_flight: int
+    in_flight: int  # requests on the wire
+    backing_off: int = 0  # slots waiting after an overload answer (429/503), not in flight
     max_concurrency: int = 0
     probing: bool = False
     preset_running: bool = False
@@ -72,4 +73,5 @@ class Snapshot:
     row: dict = field(default_factory=dict)
     log: tuple[LogLine, ...] = ()  # the most recent event lines
     session_dir: str = ""
+    session_error: str | None = None  # the session log's first write error (disk full, ...)
     done: bool = False  # the engine stopped (preset finished or stop())

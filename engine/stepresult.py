@@ -13,11 +13,11 @@ from typing import Any
 class StepResult:
     concurrency: int
     duration_s: float
-    completed: int
+    completed: int  # of the step's own requests (sent at its C after warm-up)
     failed: int
     output_throughput: float  # output tok/s, counted as tokens arrived inside the window
-    input_throughput: float  # input tok/s of requests completed inside the window
-    request_throughput: float  # completed requests/s
+    input_throughput: float  # input tok/s of the step's own requests (sent after warm-up)
+    request_throughput: float  # the step's own requests sent per second (= completions/s at steady state)
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
     p99_ttft_ms: float | None = None
@@ -26,7 +26,7 @@ class StepResult:
     mean_tpot_ms: float | None = None
     median_e2e_latency_ms: float | None = None
     p99_e2e_latency_ms: float | None = None
-    steady: bool = False  # throughput of the window's halves agree (see engine/steps.py)
+    steady: bool = False  # the window's halves agree on tok/s, silent seconds counted (engine/steps.py)
     server_max_running: float | None = None  # most requests the server reported running
     # Beyond bench_serving:
     index: int = 0
@@ -36,6 +36,14 @@ class StepResult:
     mean_power_w: float | None = None  # summed over GPUs, when telemetry exists
     tokens_per_joule: float | None = None
     joules_per_token: float | None = None
+    requests_sent: int = 0  # own requests sent after warm-up
+    requests_first_token: int = 0  # ... of which got a first token before the step closed
+    cancelled: int = 0  # ... cancelled (abort, exit) before they ended
+    warmup_s: float = 0.0  # from the concurrency change to the start of measurement
+    output_throughput_se: float | None = None  # standard error of the per-second tok/s (noise)
+    median_chunk_gap_ms: float | None = None  # raw gap between chunks (differs from ITL on /generate)
+    p99_chunk_gap_ms: float | None = None
+    median_ttfat_ms: float | None = None  # time to the first answer token (reasoning models)
 
     @property
     def error_rate(self) -> float:

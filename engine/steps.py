@@ -1,97 +1,226 @@
-"""Step accumulation: everything measured while one concurrency was held.
+"""Step accumulation: what one period held at one concurrency measured (DESIGN.md, README
+"What the numbers mean").
 
-A step's window is [t0, t_end]. Output tokens count when they arrive inside it; requests
-count when they end inside it (completed for latencies and input tokens, failed apart).
-ITLs go into a fixed-size histogram (exact to +-0.5 %) so an hour-long step stays small.
+A step is opened when its concurrency is set; requests sent from then on carry its index.
+Its warm-up ends (begin_measure) once the batch has settled; requests sent during warm-up
+are phase `warmup` and are not its own. Two kinds of figures:
+
+- **Its own requests** (sent at its concurrency after warm-up): TTFT (counted when the first
+  token arrives), E2E, TPOT, request rate and input tokens; how many were sent, got a first
+  token, completed or failed. A request that outlives the step still belongs to it; what
+  it had not done when the step closed is simply not in the result.
+- **Its window** [t0, t_end] (what arrived, whoever sent it: the server's state at that
+  load): output tokens, counted when they arrive, and inter-token latencies, by the arrival
+  time of the chunk that ends each gap.
+
+Percentiles are linear interpolations (numpy's default, as bench_serving), exact while a
+series is small and from a log histogram beyond (engine/histogram.py Digest), so a long step
+stays small and its live result costs no sort of every value.
 """
 
 from __future__ import annotations
 
-from array import array
+import math
 from collections import Counter
+from typing import Sequence
 
 from . import records as R
-from .constants import STEADY_TOLERANCE
-from .histogram import LogHistogram, quantile
+from .constants import STEADY_MIN_S, STEADY_TOLERANCE
+from .histogram import Digest
 from .records import Clock, RequestRecord
 from .stepresult import StepResult
+
+WARMUP = "warmup"
+NOT_OWN = (WARMUP, "calibration")
 
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1000.0, 3)
 
 
+def new_gaps(rec: RequestRecord, start: int) -> tuple[int, list[tuple[float, float, int]]]:
+    """Gaps of `rec` completed by chunks from index `start` on: (next start, [(arrival,
+    gap, tokens of the chunk)]). The first chunk ends no gap (it is the TTFT)."""
+    ts = rec.chunk_times
+    n = len(ts)
+    if n <= start:
+        return start, []
+    toks = rec.chunk_tokens
+    i0 = max(start, 1)
+    return n, [(ts[i], ts[i] - ts[i - 1], toks[i] if i < len(toks) else 1) for i in range(i0, n)]
+
+
+def itl_values(gaps: Sequence[tuple[float, float, int]], spread: bool) -> list[float]:
+    """Inter-token latencies of gaps as bench_serving defines them for the API: one per
+    chunk on OpenAI streams; on SGLang /generate a chunk of k tokens is k gaps of gap/k."""
+    if not spread:
+        return [g for _, g, _ in gaps]
+    out: list[float] = []
+    for _, g, k in gaps:
+        if k > 1:
+            out.extend([g / k] * k)
+        else:
+            out.append(g)
+    return out
+
+
+def per_second_noise(per_second: Sequence[float]) -> float | None:
+    """Standard error of the mean per-second rate (None with fewer than 2 seconds)."""
+    n = len(per_second)
+    if n < 2:
+        return None
+    mean = sum(per_second) / n
+    var = sum((x - mean) ** 2 for x in per_second) / (n - 1)
+    return math.sqrt(var / n)
+
+
 class StepAccumulator:
-    def __init__(self, index: int, concurrency: int, phase: str, t0: float, clock: Clock) -> None:
+    def __init__(
+        self,
+        index: int,
+        concurrency: int,
+        phase: str,
+        t_open: float,
+        clock: Clock,
+        *,
+        measure: bool = True,
+        warmup_requests: int = 0,
+    ) -> None:
         self.index = index
         self.concurrency = concurrency
         self.phase = phase
-        self.t0 = t0
         self.clock = clock
+        self.t_open = t_open  # the step's concurrency was set (warm-up starts)
+        self.t0: float | None = t_open if measure else None  # measurement starts
         self.t_end: float | None = None
+        self.warmup_ended = 0  # requests of this step that ended during warm-up
+        self.warmup_requests = warmup_requests  # measuring starts once this many ended (0: told)
+        # its window
         self.out_tokens = 0
-        self.in_tokens = 0
-        self.completed = 0
-        self.failed = 0
-        self.errors: Counter[str] = Counter()
-        # one float per request (8 bytes each: an hour at 100 req/s is ~3 MB per series)
-        self.ttft = array("d")
-        self.e2e = array("d")
-        self.tpot = array("d")
-        self.itl = LogHistogram()
-        self.per_second: list[int] = []  # output tokens per second of the step
+        self.per_second: list[float] = []  # output tokens in each second of the window
+        self.itl = Digest()
+        self.chunk_gap = Digest()
         self.server_max_running: float | None = None
         self._power_sum = 0.0
         self._power_n = 0
+        # its own requests
+        self.sent = 0
+        self.first_token = 0
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.in_tokens = 0
+        self.errors: Counter[str] = Counter()
+        self.ttft = Digest()
+        self.ttfat = Digest()
+        self.e2e = Digest()
+        self.tpot = Digest()
+
+    # -- phases -----------------------------------------------------------------------
+    @property
+    def measuring(self) -> bool:
+        return self.t0 is not None and self.t_end is None
+
+    @property
+    def send_phase(self) -> str:
+        """The phase stamped on a request sent now."""
+        return self.phase if self.t0 is not None else WARMUP
+
+    def begin_measure(self, t: float) -> None:
+        if self.t0 is None:
+            self.t0 = t
+
+    def close(self, t: float) -> None:
+        if self.t0 is None:
+            self.t0 = t  # closed during warm-up: an empty window
+        self.t_end = t
+
+    def owns(self, rec: RequestRecord) -> bool:
+        return rec.step == self.index and rec.phase not in NOT_OWN
+
+    def _in_window(self, t: float) -> bool:
+        return self.t0 is not None and t >= self.t0 and (self.t_end is None or t <= self.t_end)
+
+    # -- feeding ----------------------------------------------------------------------
+    def on_send(self, rec: RequestRecord) -> None:
+        if self.t_end is None and self.owns(rec):
+            self.sent += 1
+            self.in_tokens += rec.expected_input_tokens
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if self.t_end is None and self.owns(rec) and rec.ttft is not None:
+            self.first_token += 1
+            self.ttft.add(rec.ttft)
 
     def on_tokens(self, t: float, n: int) -> None:
-        if t < self.t0 or (self.t_end is not None and t > self.t_end):
+        if not self._in_window(t):
             return
         self.out_tokens += n
-        i = int(t - self.t0)
+        i = int(t - self.t0)  # type: ignore[operator]
         ps = self.per_second
         while len(ps) <= i:
             ps.append(0)
         ps[i] += n
 
-    def on_request_end(self, rec: RequestRecord) -> None:
-        t = rec.t_end
-        if t is None or t < self.t0 or (self.t_end is not None and t > self.t_end):
+    def on_gaps(self, gaps: Sequence[tuple[float, float, int]], spread: bool) -> None:
+        inside = [x for x in gaps if self._in_window(x[0])]
+        if inside:
+            self.itl.add_many(itl_values(inside, spread))
+            self.chunk_gap.add_many([g for _, g, _ in inside])
+
+    def on_end(self, rec: RequestRecord) -> None:
+        if self.t_end is not None or rec.step != self.index:
+            return
+        if rec.phase == WARMUP:
+            self.warmup_ended += 1
+            if self.warmup_requests and self.warmup_ended >= self.warmup_requests and rec.t_end is not None:
+                self.begin_measure(rec.t_end)
+            return
+        if not self.owns(rec):
             return
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
-        elif rec.status == R.OK:
+        elif rec.status == R.CANCELLED:
+            self.cancelled += 1
+        else:
             self.completed += 1
-            self.in_tokens += rec.input_tokens
-            if rec.ttft is not None:
-                self.ttft.append(rec.ttft)
+            if rec.usage_reported:
+                self.in_tokens += rec.input_tokens - rec.expected_input_tokens
             if rec.e2e is not None:
-                self.e2e.append(rec.e2e)
+                self.e2e.add(rec.e2e)
             if rec.tpot is not None:
-                self.tpot.append(rec.tpot)
-            for g in rec.itls():
-                self.itl.add(g)
+                self.tpot.add(rec.tpot)
+            ttfat = getattr(rec, "ttfat", None)
+            if ttfat is not None:
+                self.ttfat.add(ttfat)
 
     def note_server_running(self, running: float | None) -> None:
-        if running is not None and (self.server_max_running is None or running > self.server_max_running):
+        if self.measuring and running is not None and (self.server_max_running is None or running > self.server_max_running):
             self.server_max_running = running
 
     def note_power(self, watts: float | None) -> None:
-        if watts is not None:
+        if self.measuring and watts is not None:
             self._power_sum += watts
             self._power_n += 1
 
-    def close(self, t: float) -> None:
-        self.t_end = t
-
+    # -- reading ----------------------------------------------------------------------
     def duration(self, now: float) -> float:
+        if self.t0 is None:
+            return 0.0
         return (self.t_end if self.t_end is not None else now) - self.t0
 
+    def seconds(self, now: float) -> list[float]:
+        """Output tokens of each whole second of the window, silent seconds included."""
+        n = int(self.duration(now))
+        ps = self.per_second[:n]
+        return ps + [0] * (n - len(ps))
+
     def steady(self, now: float) -> bool:
-        """Both halves of the window produced tokens at rates within STEADY_TOLERANCE."""
-        full = self.per_second[: int(self.duration(now))]  # whole seconds only
-        if len(full) < 4:
+        """The window's two halves produced tokens at rates within STEADY_TOLERANCE, over
+        at least STEADY_MIN_S whole seconds (silent ones count)."""
+        full = self.seconds(now)
+        if len(full) < STEADY_MIN_S:
             return False
         h = len(full) // 2
         a, b = sum(full[:h]) / h, sum(full[h : 2 * h]) / h
@@ -100,35 +229,43 @@ class StepAccumulator:
         return abs(a - b) / max(a, b) <= STEADY_TOLERANCE
 
     def result(self, now: float) -> StepResult:
-        d = max(self.duration(now), 1e-9)
-        tt = sorted(self.ttft)
-        ee = sorted(self.e2e)
+        d = self.duration(now)
+        dd = max(d, 1e-9)
         mean_power = self._power_sum / self._power_n if self._power_n else None
-        out_tps = self.out_tokens / d
+        out_tps = self.out_tokens / dd if d > 0 else 0.0
         tpj = out_tps / mean_power if mean_power else None
+        se = per_second_noise(self.seconds(now))
         return StepResult(
             concurrency=self.concurrency,
             duration_s=round(d, 3),
             completed=self.completed,
             failed=self.failed,
             output_throughput=round(out_tps, 3),
-            input_throughput=round(self.in_tokens / d, 3),
-            request_throughput=round(self.completed / d, 4),
-            mean_ttft_ms=_ms(sum(tt) / len(tt)) if tt else None,
-            median_ttft_ms=_ms(quantile(tt, 0.5)),
-            p99_ttft_ms=_ms(quantile(tt, 0.99)),
+            input_throughput=round(self.in_tokens / dd, 3) if d > 0 else 0.0,
+            request_throughput=round(self.sent / dd, 4) if d > 0 else 0.0,
+            mean_ttft_ms=_ms(self.ttft.mean()),
+            median_ttft_ms=_ms(self.ttft.quantile(0.5)),
+            p99_ttft_ms=_ms(self.ttft.quantile(0.99)),
             median_itl_ms=_ms(self.itl.quantile(0.5)),
             p99_itl_ms=_ms(self.itl.quantile(0.99)),
-            mean_tpot_ms=_ms(sum(self.tpot) / len(self.tpot)) if self.tpot else None,
-            median_e2e_latency_ms=_ms(quantile(ee, 0.5)),
-            p99_e2e_latency_ms=_ms(quantile(ee, 0.99)),
+            mean_tpot_ms=_ms(self.tpot.mean()),
+            median_e2e_latency_ms=_ms(self.e2e.quantile(0.5)),
+            p99_e2e_latency_ms=_ms(self.e2e.quantile(0.99)),
             steady=self.steady(now),
             server_max_running=self.server_max_running,
             index=self.index,
             phase=self.phase,
-            t_start=round(self.clock.wall(self.t0), 3),
+            t_start=round(self.clock.wall(self.t0 if self.t0 is not None else self.t_open), 3),
             errors_by_kind=dict(self.errors) or None,
             mean_power_w=round(mean_power, 1) if mean_power else None,
             tokens_per_joule=round(tpj, 4) if tpj else None,
             joules_per_token=round(1 / tpj, 4) if tpj else None,
+            requests_sent=self.sent,
+            requests_first_token=self.first_token,
+            cancelled=self.cancelled,
+            warmup_s=round((self.t0 if self.t0 is not None else now) - self.t_open, 3),
+            output_throughput_se=round(se, 3) if se is not None else None,
+            median_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.5)),
+            p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
+            median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
         )

@@ -1,6 +1,6 @@
 """The operator's screen: live control of concurrency against one server.
 
-The engine runs on its own thread (engine/host.py); this app reads its latest Snapshot four
+The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
 from the Snapshot (see engine/snapshot.py for where each is computed).
 """
@@ -22,7 +22,8 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Footer
 
-from redline.engine.builtin_presets import builtin_dir
+from redline.engine.preset import builtin_dir
+from redline.engine import commands as C
 from redline.engine.controller import ConcurrencyError, check_concurrency
 from redline.engine.host import EngineProcess, EngineThread
 from redline.engine.preset import Preset, PresetError, load_preset
@@ -169,7 +170,7 @@ class RedlineApp(App[int]):
     def _send_concurrency(self, n: int, raise_max: bool = False) -> None:
         if raise_max:
             self._raised_max = max(self._raised_max, n)
-        self.host.send("raise_max" if raise_max else "set_concurrency", n)
+        self.host.send(C.SetConcurrency(n, raise_max=raise_max))
         self._want, self._want_until = n, time.monotonic() + WANT_HOLD_S
         snap = self.snapshot
         if snap is not None:  # show the new C at once; the next snapshot confirms it
@@ -202,17 +203,17 @@ class RedlineApp(App[int]):
 
     def action_probe(self) -> None:
         self._want = None
-        self.host.send("probe")
+        self.host.send(C.Probe())
 
     def action_restore(self) -> None:
         if self.snapshot is not None and not self.snapshot.probing:
             self.notify("not in a probe: nothing to return to")
             return
         self._want = None
-        self.host.send("restore")
+        self.host.send(C.Restore())
 
     def action_pause(self) -> None:
-        self.host.send("toggle_pause")
+        self.host.send(C.TogglePause())
 
     # -- presets -----------------------------------------------------------------------
     def action_preset(self) -> None:
@@ -235,7 +236,7 @@ class RedlineApp(App[int]):
 
     def run_preset(self, preset: Preset) -> None:
         self._want = None
-        self.host.send("start_preset", preset)
+        self.host.send(C.StartPreset(preset))
 
     def action_graph(self) -> None:
         """Switch between the live panels and the live saturation curve."""
@@ -249,8 +250,12 @@ class RedlineApp(App[int]):
         if d is None:
             self.notify("no session directory", severity="warning")
             return
-        self.host.send("flush")
-        await asyncio.sleep(0.2)
+        try:  # every row recorded so far is on disk before the export reads it
+            err = await asyncio.wrap_future(self.host.send(C.Flush()))
+        except Exception as exc:  # noqa: BLE001 - the engine is gone: export what was written
+            err = str(exc)
+        if err:
+            self.notify(f"session log: {err}", severity="warning")
         try:
             paths = await asyncio.to_thread(export_session, d, "parquet", None)
         except SessionError as exc:
@@ -258,7 +263,7 @@ class RedlineApp(App[int]):
             return
         where = paths[0].parent if paths else d
         self.notify(f"exported {len(paths)} tables to {where}")
-        self.host.send("log", "notice", f"exported parquet to {where}")
+        self.host.send(C.Log("notice", f"exported parquet to {where}"))
 
     async def action_quit_redline(self, reason: str = "quit") -> None:
         """Stop all load, complete the session log, exit."""

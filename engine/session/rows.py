@@ -16,6 +16,7 @@ from operator import sub
 from pathlib import PurePath
 from typing import Any, Iterable
 
+from .. import records as R
 from ..records import Clock, RequestRecord
 from .scrub import Scrubber, as_scrubber
 
@@ -141,8 +142,9 @@ def request_row(
             err = as_scrubber(secrets).text(err)
         err = one_line(err, ERROR_TEXT_MAX)
     ttft = rec.ttft
-    e2e = rec.e2e
-    tpot = rec.tpot
+    cancelled = rec.status == R.CANCELLED  # it never ended by itself: no end-to-end latency
+    e2e = None if cancelled else rec.e2e
+    tpot = None if cancelled else rec.tpot
     return {
         "rid": rec.rid,
         "phase": rec.phase,

@@ -25,6 +25,7 @@ from .model import BatchModel, ModelSnapshot, SimRequest, SimShutdown
 from .profiles import SimProfile
 from .stats import RequestCounters, RequestTracker
 from .tokens import TokenStream
+from .truth import TruthLog, TruthRecord
 from .wire import (DONE_EVENT, Api, BadRequest, GenerationRequest, ResponseShape,
                    encode_event, error_body, make_shape, parse_request)
 
@@ -58,6 +59,7 @@ class SimService:
         self.created = int(time.time())
         self._on_crash = on_crash
         self._arrivals = 0
+        self.truth = TruthLog()  # per-request ground truth, /sim/requests
         self._registry = make_registry(profile, self._read_state)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
@@ -77,6 +79,7 @@ class SimService:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
         app.router.add_get("/sim/state", self.sim_state)
+        app.router.add_get("/sim/requests", self.sim_requests)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/generate", self.generate)
@@ -212,6 +215,10 @@ class SimService:
         """Exact counters for tests."""
         return _json(self.state())
 
+    async def sim_requests(self, request: web.Request) -> web.Response:
+        """The ground truth of every streamed request (``?chunks=1``: with chunk times)."""
+        return _json(self.truth.dump(chunks=request.query.get("chunks") == "1"))
+
     # ---- generation -----------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -231,8 +238,9 @@ class SimService:
         self._arrivals += 1
         rng = random.Random(f"redline-sim:{self.seed}:{index}")
         tracker = self.counters.receive()
+        truth = self.truth.start(index)
         try:
-            return await self._serve_generation(request, api, rng, tracker)
+            return await self._serve_generation(request, api, rng, tracker, truth)
         except asyncio.CancelledError:
             tracker.abort()
             raise
@@ -243,9 +251,11 @@ class SimService:
         except SimShutdown:
             tracker.fail("shutdown")
             raise web.HTTPServiceUnavailable(text="server shutting down") from None
+        finally:
+            truth.end(tracker.outcome.value if tracker.outcome is not None else "aborted")
 
     async def _serve_generation(
-        self, request: web.Request, api: Api, rng: random.Random, tracker: RequestTracker
+        self, request: web.Request, api: Api, rng: random.Random, tracker: RequestTracker, truth: TruthRecord
     ) -> web.StreamResponse:
         try:
             try:
@@ -280,8 +290,9 @@ class SimService:
             self.guard.observe(self.model.load)
             shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()))
             tokens = TokenStream(rng)
+            truth.prompt_tokens = req.prompt_tokens
             if req.stream:
-                return await self._stream(request, req, sim_req, shape, tokens, plan, tracker)
+                return await self._stream(request, req, sim_req, shape, tokens, plan, tracker, truth)
             return await self._whole(request, req, sim_req, shape, tokens, plan, tracker)
         finally:
             self.model.release(sim_req)
@@ -295,6 +306,7 @@ class SimService:
         tokens: TokenStream,
         plan: FaultPlan,
         tracker: RequestTracker,
+        truth: TruthRecord,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
@@ -316,6 +328,7 @@ class SimService:
                     k = min(per_chunk, produced - sent)
                     chunk = shape.token_chunk(tokens.next_text(k), sent + k, sent + k == total)
                     await _send(resp, chunk)
+                    truth.chunk(chunk["sim_t"], k)
                     sent += k
                     tracker.sent_tokens(k)
                     if plan.kind is FaultKind.DISCONNECT and sent >= plan.at_token:

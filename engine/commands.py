@@ -1,0 +1,69 @@
+"""Operator commands, as typed messages: what the TUI, a host or a test asks the engine to do.
+
+Every host (engine/host.py: a thread or a child process) carries these objects unchanged
+and answers each with a concurrent.futures.Future of the engine's reply, so a caller that
+needs an acknowledgement (export waits for the session flush) can wait for one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+
+@dataclass(frozen=True)
+class SetConcurrency:
+    n: int
+    raise_max: bool = False  # the operator confirmed a value above --max-concurrency
+
+
+@dataclass(frozen=True)
+class TogglePause:
+    pass
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Abort everything in flight, then hold C=1 (the previous C is remembered)."""
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Back to the concurrency held before the probe."""
+
+
+@dataclass(frozen=True)
+class Abort:
+    pass
+
+
+@dataclass(frozen=True)
+class StartPreset:
+    preset: Any  # redline.engine.preset.Preset
+
+
+@dataclass(frozen=True)
+class CancelPreset:
+    pass
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Hand every buffered session row to the OS; the reply comes once it is written."""
+
+
+@dataclass(frozen=True)
+class Log:
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str = "quit"
+
+
+Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, Log, Stop]
+
+# commands that take the wheel from a running preset
+OPERATOR_TAKES_OVER = (SetConcurrency, Probe, Abort)

@@ -1,0 +1,75 @@
+"""The Snapshot the screen draws, built from the engine's parts a few times a second.
+
+Nothing is computed here: every number comes from where it is measured (metrics.py for the
+live windows, steps.py through stepbook.py for steps, telemetry/ for server, GPUs and the
+client itself), so a reader finds the source of a figure in one hop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from .core import Engine
+
+
+def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
+    m = engine.metrics
+    out, inp, req, err = m.rates(now)
+    st = m.percentiles
+    ctl = engine.controller
+    tgt = engine.target
+    cfg = engine.config
+    book = engine.book
+    h = engine._health
+    tel = engine.telemetry
+    return Snapshot(
+        t=now,
+        elapsed_s=now - engine._t0,
+        state=engine.state,
+        target_c=ctl.target if ctl else cfg.concurrency,
+        previous_c=ctl.previous if ctl else None,
+        in_flight=engine.in_flight,
+        backing_off=engine.sender.backing_off if engine.sender else 0,
+        max_concurrency=ctl.max_concurrency if ctl else cfg.max_concurrency,
+        probing=ctl.probing if ctl else False,
+        preset_running=engine.driver_running,
+        url=tgt.url if tgt else cfg.url,
+        model=tgt.model if tgt else "",
+        api=tgt.api if tgt else "",
+        server_kind=tgt.info.kind if tgt else "",
+        caps=tgt.info.caps_text() if tgt else "",
+        output_tok_s=out,
+        input_tok_s=inp,
+        req_s=req,
+        errors_s=err,
+        ttft_ms=st.ttft.ms(),
+        itl_ms=st.itl.ms(),
+        tpot_ms=st.tpot.ms(),
+        e2e_ms=st.e2e.ms(),
+        completed=m.completed,
+        failed=m.failed,
+        cancelled=m.cancelled,
+        errors_by_kind=dict(m.errors_by_kind),
+        output_tokens_total=m.output_tokens_total,
+        steps=tuple(book.steps),
+        current_step=book.live_result,
+        break_result=book.break_result,
+        probe_result=book.probe_result,
+        preset=engine.preset_line,
+        server=tel.server if tel else None,
+        gpus=tuple(tel.gpus) if tel else (),
+        client_cpu_pct=h.cpu_pct if h else None,
+        loop_lag_ms=h.loop_lag_ms if h else None,
+        client_overloaded=h.overloaded if h else False,
+        warnings=engine.events.warnings(),
+        tok_per_joule=engine._row.get("tok_per_joule"),
+        second=engine._second,
+        row=engine._row,
+        log=engine.events.recent(50),
+        session_dir=str(cfg.out_dir or ""),
+        session_error=engine.session.error if engine.session else None,
+        done=done,
+    )

@@ -1,0 +1,105 @@
+"""The simulator's own record of every streamed request: the ground truth tests measure
+redline against (served at ``/sim/requests``).
+
+Times are the sim's wall clock (``time.time()``) on the same host as the client: when the
+request's handler started (arrival), when each token chunk was written (the same stamp it
+carries as ``sim_t``), and when the stream ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+TRUTH_KEEP = 50_000  # most recent requests kept
+
+
+class TruthRecord:
+    __slots__ = ("index", "t_arrive", "chunk_times", "chunk_tokens", "t_end", "outcome", "prompt_tokens")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.t_arrive = time.time()
+        self.chunk_times: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.t_end: float | None = None
+        self.outcome: str | None = None
+        self.prompt_tokens: int | None = None
+
+    def chunk(self, t: float, tokens: int) -> None:
+        self.chunk_times.append(t)
+        self.chunk_tokens.append(tokens)
+
+    def end(self, outcome: str) -> None:
+        if self.t_end is None:
+            self.t_end = time.time()
+            self.outcome = outcome
+
+    def to_dict(self, chunks: bool) -> dict[str, Any]:
+        ct = self.chunk_times
+        d: dict[str, Any] = {
+            "index": self.index,
+            "t_arrive": self.t_arrive,
+            "t_first": ct[0] if ct else None,
+            "t_last": ct[-1] if ct else None,
+            "t_end": self.t_end,
+            "tokens": sum(self.chunk_tokens),
+            "chunks": len(ct),
+            "prompt_tokens": self.prompt_tokens,
+            "outcome": self.outcome,
+        }
+        if chunks:
+            d["chunk_times"] = list(ct)
+            d["chunk_tokens"] = list(self.chunk_tokens)
+        return d
+
+
+class TruthLog:
+    def __init__(self) -> None:
+        self.records: deque[TruthRecord] = deque(maxlen=TRUTH_KEEP)
+
+    def start(self, index: int) -> TruthRecord:
+        rec = TruthRecord(index)
+        self.records.append(rec)
+        return rec
+
+    def dump(self, chunks: bool = False) -> list[dict[str, Any]]:
+        return [r.to_dict(chunks) for r in self.records]
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    n = len(s)
+    mid = (n - 1) / 2
+    lo = int(mid)
+    return s[lo] + (s[min(lo + 1, n - 1)] - s[lo]) * (mid - lo)
+
+
+def window_truth(records: list[dict[str, Any]], t_start: float, t_end: float) -> dict[str, Any]:
+    """What the sim's clock says about a step window [t_start, t_end] (epoch seconds), in
+    redline's step terms: TTFT of the requests that arrived in it and got their first token
+    before it ended, E2E of those that also ended, the gaps between chunks written in it.
+    Records come from ``/sim/requests?chunks=1``."""
+    sent = [r for r in records if t_start <= r["t_arrive"] < t_end]
+    ttft = [(r["t_first"] - r["t_arrive"]) * 1000 for r in sent if r["t_first"] is not None and r["t_first"] <= t_end]
+    e2e = [(r["t_end"] - r["t_arrive"]) * 1000 for r in sent if r["outcome"] == "completed" and r["t_end"] is not None and r["t_end"] <= t_end]
+    ttft_all = [(r["t_first"] - r["t_arrive"]) * 1000 for r in sent if r["t_first"] is not None]
+    gaps: list[float] = []
+    for r in records:
+        ct = r.get("chunk_times") or []
+        gaps.extend((ct[i] - ct[i - 1]) * 1000 for i in range(1, len(ct)) if t_start <= ct[i] <= t_end)
+    gaps.sort()
+    return {
+        "sent": len(sent),
+        "first_token": len(ttft),
+        "completed": len(e2e),
+        "median_ttft_ms": _median(ttft),
+        "median_ttft_all_ms": _median(ttft_all),  # every request sent in it, first token whenever
+        "median_e2e_ms": _median(e2e),
+        "median_gap_ms": _median(gaps),
+        "p90_gap_ms": gaps[int(0.9 * (len(gaps) - 1))] if gaps else None,
+        "gaps": len(gaps),
+    }

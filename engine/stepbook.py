@@ -1,0 +1,114 @@
+"""Step bookkeeping: which step a request belongs to, the open accumulators, the results.
+
+The preset runner opens and closes its own steps; in live mode (the TUI) every period held at
+one concurrency is a step, rolled when the operator changes it. Results land in `steps` (or
+`probe_result`) and in summary.json.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .constants import MIN_LIVE_STEP_S
+from .records import Clock, RequestRecord
+from .stepresult import BreakResult, StepResult
+from .steps import StepAccumulator
+
+LIVE = "live"
+PROBE = "probe"
+
+
+class StepBook:
+    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None]) -> None:
+        self.clock = clock
+        self._on_result = on_result
+        self.index = 0
+        self.open: list[StepAccumulator] = []
+        self.current: StepAccumulator | None = None  # the step a request sent now belongs to
+        self.live: StepAccumulator | None = None  # the live-mode step, when one is open
+        self.live_result: StepResult | None = None  # its result, refreshed once a second
+        self.steps: list[StepResult] = []
+        self.probe_result: StepResult | None = None
+        self.break_result: BreakResult | None = None
+        self.default_phase = LIVE
+
+    # -- requests -----------------------------------------------------------------------
+    def stamp(self, concurrency: int) -> tuple[int, int, str]:
+        """(step index, concurrency, phase) for a request sent now."""
+        cur = self.current
+        if cur is None:
+            return self.index, concurrency, self.default_phase
+        return cur.index, concurrency, cur.send_phase
+
+    def on_send(self, rec: RequestRecord) -> None:
+        for acc in self.open:
+            acc.on_send(rec)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        for acc in self.open:
+            acc.on_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        for acc in self.open:
+            acc.on_tokens(t, n)
+
+    def on_gaps(self, gaps: list[tuple[float, float, int]], spread: bool) -> None:
+        for acc in self.open:
+            acc.on_gaps(gaps, spread)
+
+    def on_end(self, rec: RequestRecord) -> None:
+        for acc in self.open:
+            acc.on_end(rec)
+
+    def each_second(self, now: float, server_running: float | None, power_w: float | None) -> None:
+        for acc in self.open:
+            acc.note_server_running(server_running)
+            acc.note_power(power_w)
+        self.live_result = self.live.result(now) if self.live is not None else None
+
+    # -- steps --------------------------------------------------------------------------
+    def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0) -> StepAccumulator:
+        """A new step; requests sent from now on carry its index."""
+        self.index += 1
+        acc = StepAccumulator(self.index, concurrency, phase, t or time.perf_counter(), self.clock, measure=measure, warmup_requests=warmup_requests)
+        self.open.append(acc)
+        self.current = acc
+        return acc
+
+    def close_step(self, acc: StepAccumulator, now: float | None = None) -> StepResult:
+        now = now or time.perf_counter()
+        acc.close(now)
+        if acc in self.open:
+            self.open.remove(acc)
+        if self.current is acc:
+            self.current = None
+        return acc.result(now)
+
+    def record(self, res: StepResult) -> None:
+        if res.phase == PROBE:
+            self.probe_result = res
+        else:
+            self.steps.append(res)
+        self._on_result(res)
+
+    # -- live mode ----------------------------------------------------------------------
+    def open_live(self, concurrency: int, probing: bool) -> None:
+        if probing:  # the first request after an abort is its warm-up
+            self.live = self.open_step(concurrency, PROBE, measure=False, warmup_requests=1)
+        else:
+            self.live = self.open_step(concurrency, LIVE)
+        self.live_result = None
+
+    def close_live(self, now: float) -> None:
+        acc, self.live = self.live, None
+        self.live_result = None
+        if acc is None:
+            return
+        res = self.close_step(acc, now)
+        if res.duration_s >= MIN_LIVE_STEP_S and (res.requests_sent or res.completed or res.failed or res.output_throughput > 0):
+            self.record(res)
+
+    def live_matches(self, concurrency: int, probing: bool) -> bool:
+        live = self.live
+        return live is not None and live.concurrency == concurrency and live.phase == (PROBE if probing else LIVE)
