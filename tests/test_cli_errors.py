@@ -2,7 +2,7 @@
 exactly one line on stderr naming the value and what is accepted, no traceback, and nothing
 connected to or started before the arguments are checked.
 
-Every case runs `python -m redline.tui.cli ...` in a subprocess (CI=true, no tty, stdin closed); the
+A case of each kind runs the installed `redline` in a subprocess (CI=true, no tty, stdin closed); the
 cases run concurrently once per module, each test then checks its own result. Where a case
 needs a syntactically good --url, it points at a listener the test owns that counts the
 connections it gets: it must get none.
@@ -10,6 +10,7 @@ connections it gets: it must get none.
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
@@ -122,6 +123,9 @@ CASES: dict[str, Case] = {
     "preset-bad-dataset": Case(["run", "{D}/ds.toml", "--headless", "--url", "{URL}"], BAD, ("ds.toml", "dataset file not found")),
     "preset-no-url": Case(["run", "{D}/c0.toml", "--headless"], BAD, ("c0.toml",)),
     "preset-url-ftp": Case(["run", QUICK, "--headless", "--url", "ftp://127.0.0.1:1"], BAD, ("scheme 'ftp'",)),
+    "preset-url-in-file": Case(["run", "{D}/ftp.toml", "--headless"], BAD, ("ftp.toml", "[target].url", "'ftp://127.0.0.1:1'", "http://HOST[:PORT]")),
+    "preset-unknown-name": Case(["run", "nosuch", "--headless", "--url", "{URL}"], BAD, ("nosuch", "built-in", "quick")),
+    "preset-above-max-concurrency": Case(["run", QUICK, "--headless", "--url", "{URL}", "--max-concurrency", "100"], BAD, ("--max-concurrency 100", "C=256")),
     "preset-concurrency-option": Case(["run", QUICK, "--headless", "--url", "{URL}", "--concurrency", "3"], BAD, ("--concurrency",)),
     # unreachable target: exit 3
     "unreachable": Case(["--url", "{CLOSED}"], UNREACHABLE, ("cannot reach", "{CLOSED}", "connection refused")),
@@ -142,6 +146,7 @@ def write_data(d: Path) -> None:
     (d / "c0.toml").write_text("[ramp]\nconcurrency = [0, 8]\n")
     (d / "typo.toml").write_text("[ramp]\nconcurrency = [8]\nhold_seconds = 3\n")
     (d / "ds.toml").write_text('[workload]\ndataset = "jsonl:absent.jsonl"\n[ramp]\nconcurrency = [8]\n')
+    (d / "ftp.toml").write_text('[target]\nurl = "ftp://127.0.0.1:1"\n[ramp]\nconcurrency = [8]\n')
 
 
 # The real process for a case of each kind (a subprocess costs ~0.5 s of CPU: the rest of the
@@ -156,7 +161,7 @@ def redline_command() -> list[str]:
     script = Path(sys.executable).with_name("redline")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main())"]
+    return [sys.executable, "-m", "redline.tui"]
 
 
 def run_cli(argv: list[str], env_extra: dict | None = None, timeout: float = 60, command: list[str] | None = None) -> subprocess.CompletedProcess:
@@ -252,10 +257,10 @@ def booby_traps(monkeypatch) -> list[str]:
 
     import redline.tui.run_app
 
-    monkeypatch.setattr(engine.sim.serve, "spawn_sim_process", no_sim)
-    monkeypatch.setattr(engine.sim.serve, "start_sim_thread", no_sim)
+    monkeypatch.setattr(redline.engine.sim.serve, "spawn_sim_process", no_sim)
+    monkeypatch.setattr(redline.engine.sim.serve, "start_sim_thread", no_sim)
     monkeypatch.setattr(httpx.AsyncClient, "send", no_send)
-    monkeypatch.setattr(tui.run_app, "run_tui", no_tui)  # it runs the engine in another process
+    monkeypatch.setattr(redline.tui.run_app, "run_tui", no_tui)  # it runs the engine in another process
     return touched
 
 
@@ -281,25 +286,104 @@ def test_operator_fault_in_process(data_dir, booby_traps, capsys, name):
 
 
 # -- nothing started before the arguments are checked (the built-in sim included) ------------
-NO_URL_CASES = {
-    "dataset-missing": ["--dataset", "jsonl:{D}/missing.jsonl"],
-    "concurrency-above-max": ["--concurrency", "2000"],
-    "profile-unknown": ["--profile", "nope"],
-    "preset-bad": ["run", "{D}/c0.toml", "--headless"],
-    "preset-bad-dataset": ["run", "{D}/ds.toml", "--headless"],
-    "preset-good-but-bad-out": ["run", QUICK, "--headless", "--out", "{D}/c0.toml"],
+# With no --url redline starts its built-in sim: every kind of bad input must be refused first.
+BAD_KEY = {"OPENAI_API_KEY": "sk-with a space"}
+NO_URL_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "api-key-bad": (["--concurrency", "4"], BAD_KEY),
+    "api-key-bad-run": (["run", "quick", "--headless"], BAD_KEY),
+    "api-key-env-not-a-name": (["run", "quick", "--headless", "--api-key-env", "sk-123"], {}),
+    "out-bad": (["--out", "{D}/c0.toml"], {}),
+    "out-bad-run": (["run", "quick", "--headless", "--out", "{D}/c0.toml"], {}),
+    "dataset-missing": (["--dataset", "jsonl:{D}/missing.jsonl"], {}),
+    "preset-bad": (["run", "{D}/c0.toml", "--headless"], {}),
+    "preset-bad-tui": (["run", "{D}/c0.toml"], {}),
+    "preset-bad-dataset": (["run", "{D}/ds.toml", "--headless"], {}),
+    "preset-unknown-name": (["run", "nosuch"], {}),
+    "profile-unknown": (["--profile", "nope"], {}),
+    "profile-unknown-run": (["run", "quick", "--headless", "--profile", "nope"], {}),
+    "url-bad": (["--url", "ftp://127.0.0.1:1"], {}),
+    "url-bad-in-preset": (["run", "{D}/ftp.toml", "--headless"], {}),
+    "compare-bad": (["--compare", "{D}/no-session"], {}),
+    "concurrency-above-max": (["--concurrency", "2000"], {}),
 }
 
 
 @pytest.mark.parametrize("name", list(NO_URL_CASES))
-def test_bad_input_without_url_starts_no_sim(tmp_path, booby_traps, capsys, name):
-    """With no --url redline would start its built-in sim: not before the arguments pass."""
+def test_bad_input_without_url_starts_no_sim(tmp_path, booby_traps, capsys, monkeypatch, name):
+    """Refused with one line and exit 2 before the built-in sim (or anything else) starts."""
     write_data(tmp_path)
-    rc = main_in_process([a.replace("{D}", str(tmp_path)) for a in NO_URL_CASES[name]])
+    argv, env = NO_URL_CASES[name]
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rc = main_in_process([a.replace("{D}", str(tmp_path)) for a in argv])
     err = capsys.readouterr().err
     assert rc == BAD, err
     assert booby_traps == []
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and err.startswith("redline: error: ") and "Traceback" not in err
+    assert "sk-with" not in err  # the key itself is never echoed
+
+
+# -- the command line itself ------------------------------------------------------------------
+def test_unknown_command_is_one_line_exit_2_through_the_cli(tmp_path):
+    """`redline bogus` (run where an operator would, outside the checkout) opens no TUI."""
+    r = subprocess.run([*redline_command(), "bogus"], cwd=tmp_path, env={**os.environ, "CI": "true"},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == BAD and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "'bogus'" in lines[0] and "run" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--no-nvml", "sim"], ("'--no-nvml'", "'sim'", "after")),
+    (["--url", "http://127.0.0.1:9", "run", "quick"], ("'--url'", "'run'", "after")),
+    (["-c", "4", "presets"], ("'-c'", "'presets'")),
+    (["quick"], ("'quick'", "invalid choice")),
+    (["sim", "--port", "99999"], ("99999", "port")),
+    (["sim", "--no-nvml"], ("--no-nvml",)),
+    (["presets", "extra"], ("extra",)),
+])
+def test_command_line_errors_are_one_line(booby_traps, capsys, argv, needles):
+    """Options before a command, unknown commands and a command's own bad options: one line,
+    exit 2, and nothing (no sim, no TUI) started."""
+    rc = main_in_process(argv)
+    out = capsys.readouterr()
+    assert rc == BAD and out.out == "" and booby_traps == []
+    lines = out.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("redline"), out.err
+    assert all(n in lines[0] for n in needles), out.err
+
+
+def test_every_command_dispatches_to_one_handler():
+    from redline.tui import cli, commands
+
+    parser = cli.build_parser()
+    assert parser.get_default("handler") is commands.cmd_tui  # plain `redline`
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"run", "presets", "export", "report", "preset-from", "sim"}
+    handlers = {name: p.get_default("handler") for name, p in sub.choices.items()}
+    assert handlers["sim"] is commands.cmd_sim and handlers["report"] is commands.cmd_report
+    assert all(callable(h) for h in handlers.values()) and len(set(handlers.values())) == len(handlers)
+
+
+def test_presets_lists_the_builtin_presets(capsys):
+    assert main_in_process(["presets"]) == 0
+    out = capsys.readouterr().out
+    names = {line.split()[0] for line in out.splitlines()}
+    assert {"quick", "until-it-breaks", "c1-probe", "doubling"} <= names
+    quick = next(line for line in out.splitlines() if line.startswith("quick "))
+    assert "C=8, 32, 128, 256" in quick  # its description
+
+
+def test_sim_command_takes_the_sims_own_arguments(monkeypatch):
+    """`redline sim ...` is parsed by the sim's own options and handed to the sim."""
+    import redline.engine.sim.serve
+
+    seen = []
+    monkeypatch.setattr(redline.engine.sim.serve, "run_from_args", lambda a: seen.append(a) or 0)
+    assert main_in_process(["sim", "--port", "30123", "--profile", "fragile", "--seed", "7", "--set", "error_429_rate=0.1"]) == 0
+    (a,) = seen
+    assert (a.host, a.port, a.profile, a.seed, a.overrides) == ("127.0.0.1", 30123, "fragile", 7, [("error_429_rate", "0.1")])
 
 
 def test_deeply_nested_preset_is_one_line_not_a_traceback(tmp_path, booby_traps, capsys):

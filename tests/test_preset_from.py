@@ -7,12 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
-from redline.engine.preset import load_preset
+from redline.engine.preset import PresetError, load_preset, preset_from_session
+from redline.engine.session import SessionWriter
 from redline.engine.workload import WorkloadConfig
+from redline.tui import cli
 
 ROOT = Path(__file__).resolve().parent.parent
+REDLINE = [sys.executable, "-m", "redline.tui"]
 
 
 async def test_preset_from_replays_the_timeline(healthy_sim, tmp_path):
@@ -31,7 +36,7 @@ async def test_preset_from_replays_the_timeline(healthy_sim, tmp_path):
     finally:
         await e.stop()
     f = tmp_path / "replay.toml"
-    r = subprocess.run([sys.executable, "-m", "tui", "preset-from", str(out), "-o", str(f)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run([*REDLINE, "preset-from", str(out), "-o", str(f)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     p = load_preset(f)
     assert p.ramp.concurrency == (4, 12, 2)  # the paused period is left out
@@ -42,6 +47,59 @@ async def test_preset_from_replays_the_timeline(healthy_sim, tmp_path):
 
 
 def test_preset_from_bad_dir_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tui", "preset-from", str(tmp_path / "nope"), "-o", str(tmp_path / "x.toml")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run([*REDLINE, "preset-from", str(tmp_path / "nope"), "-o", str(tmp_path / "x.toml")],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "nope" in r.stderr
+
+
+# -- a session written by SessionWriter (no server): fast checks of the command's edges ------
+def recorded(tmp_path: Path, url: str = "http://gpu-host:30000") -> Path:
+    """A session that held C=8 for 3 s, paused 2 s, then C=16 for 4 s, against `url`."""
+    d = tmp_path / "session"
+    w = SessionWriter(d, {"target": {"url": url, "api": "completions"}, "server_info": {"kind": "sglang"},
+                          "workload": {"dataset": "random", "input_len": 100, "output_len": 200}}, fsync=False)
+    t0 = 1.7e9
+    for i in range(9):
+        state, c = ("paused", 8) if 3 <= i < 5 else ("running", 8 if i < 3 else 16)
+        w.add_timeline({"t": t0 + i, "elapsed_s": float(i), "state": state, "target_c": c})
+    w.close()
+    return d
+
+
+def test_preset_from_session_keeps_target_and_workload(tmp_path):
+    replay = preset_from_session(recorded(tmp_path), "again")
+    f = tmp_path / "again.toml"
+    f.write_text(replay.toml)
+    p = load_preset(f)
+    assert p.name == "again" and p.target.url == "http://gpu-host:30000"
+    assert p.workload.api == "completions" and (p.workload.input_len, p.workload.output_len) == (100, 200)
+    assert p.ramp.concurrency == (8, 16) and p.ramp.durations_s == (3, 4)
+    assert replay.segments == 3 and replay.seconds == pytest.approx(9)
+
+
+def test_preset_from_session_not_a_session(tmp_path):
+    with pytest.raises(PresetError, match="session directory not found"):
+        preset_from_session(tmp_path / "none", "x")
+
+
+@pytest.mark.parametrize("where", ["missing-dir/replay.toml", "a-directory"])
+def test_preset_from_unwritable_output_is_one_line(tmp_path, capsys, where):
+    """-o into a folder that does not exist, or onto a directory: one line naming it, exit 2."""
+    d = recorded(tmp_path)
+    (tmp_path / "a-directory").mkdir()
+    target = tmp_path / where
+    rc = cli.main(["preset-from", str(d), "-o", str(target)])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == ""
+    lines = out.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("redline: error: -o ") and str(target) in lines[0], out.err
+    assert "cannot write" in lines[0]
+
+
+def test_preset_from_prints_what_it_wrote(tmp_path, capsys):
+    f = tmp_path / "r.toml"
+    assert cli.main(["preset-from", str(recorded(tmp_path)), "-o", str(f)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {f}: 3 segments, 9 s"
+    assert load_preset(f).ramp.concurrency == (8, 16)

@@ -1,7 +1,13 @@
-"""The command line: `redline` (TUI), `redline sim`, `run`, `export`, `report`, `preset-from`.
+"""The command line: parse, then hand the arguments to one handler (tui/commands.py).
 
-Arguments are checked before any connection. Bad input: one line on stderr naming the value
-and what is accepted, exit 2. Target unreachable at the start: exit 3. No traceback.
+    redline [OPTIONS]                    the TUI (on the built-in sim when there is no --url)
+    redline COMMAND [ARGS]               run, presets, export, report, preset-from, sim
+
+Each command is an argparse subcommand whose `handler` default is its function; plain
+`redline` (no command) is the TUI. Options go after the command: `redline --no-nvml sim`
+is refused (one line, exit 2), as is an unknown command. Arguments are checked before any
+connection and before the built-in sim starts. Bad input: one line on stderr naming the
+value and what is accepted, exit 2. Target unreachable at the start: exit 3. No traceback.
 Textual is imported only when the TUI opens, so `--help` and headless runs stay fast.
 """
 
@@ -22,7 +28,9 @@ from redline.engine.constants import (
     DEFAULT_STEP,
 )
 from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS
+from redline.engine.sim.serve import add_sim_arguments
 
+from . import commands
 from .errors import EXIT_BAD_INPUT, UsageError
 
 
@@ -82,8 +90,8 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="redline",
-        description="Live load controller for LLM inference servers. With no --url, opens on the built-in simulated server.",
-        epilog="commands: sim, run, export, report, preset-from (redline COMMAND --help)",
+        description="Live load controller for LLM inference servers. With no --url, opens on the built-in simulated server. "
+                    "Options of a command go after it: redline COMMAND --help.",
     )
     p.add_argument("--version", action="version", version=f"redline {__version__}")
     _target_options(p, url_help="server base URL, e.g. http://127.0.0.1:30000 (default: start the built-in sim)")
@@ -94,67 +102,56 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--output-len", type=_positive_int("--output-len"), default=DEFAULT_OUTPUT_LEN, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN})")
     w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p.set_defaults(handler=commands.cmd_tui)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
-    # `redline sim ...` is handed whole to the sim's own parser (main below): listed here only
-    sub.add_parser("sim", help="serve the simulated SGLang/OpenAI server (redline sim --help)", add_help=False)
-
-    r = sub.add_parser("run", help="run a preset (TUI, or --headless)")
-    r.add_argument("preset", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
+    r = sub.add_parser("run", help="run a preset, by name or file (TUI, or --headless)")
+    r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
     r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
     _target_options(r, url_help="server base URL (overrides the preset's [target].url; default: the built-in sim)")
+    r.set_defaults(handler=commands.cmd_run)
 
-    sub.add_parser("presets", help="list the built-in presets with their descriptions")
+    ps = sub.add_parser("presets", help="list the built-in presets with their descriptions")
+    ps.set_defaults(handler=commands.cmd_presets)
 
     e = sub.add_parser("export", help="export a session's tables with polars")
     e.add_argument("session_dir", type=Path)
     e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
     e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
+    e.set_defaults(handler=commands.cmd_export)
 
     rp = sub.add_parser("report", help="step tables, break results and saturation curves of one or more sessions")
     rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
     rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
     rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
+    rp.set_defaults(handler=commands.cmd_report)
 
     pf = sub.add_parser("preset-from", help="write a preset that replays a session's concurrency timeline")
     pf.add_argument("session_dir", type=Path)
     pf.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    pf.set_defaults(handler=commands.cmd_preset_from)
+
+    s = sub.add_parser(
+        "sim", help="serve the simulated SGLang/OpenAI server",
+        description="Simulated SGLang/OpenAI inference server with a continuous-batching performance model, "
+                    "simulated GPUs and fault profiles.",
+    )
+    add_sim_arguments(s)  # the sim's own options (engine/sim/serve.py), exactly as python -m redline.engine.sim
+    s.set_defaults(handler=commands.cmd_sim)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["sim"]:
-        from redline.engine.sim.serve import main as sim_main
-
-        return sim_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)  # a parse error: one line, exit 2 (OneLineParser)
+    if args.command is not None and argv[0] != args.command:
+        # `redline --no-nvml sim`: the TUI's options do not apply to a command
+        print(f"redline: error: {argv[0]!r} comes before the command {args.command!r}; a command's options go after it "
+              f"(see redline {args.command} --help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     args.argv = ["redline", *argv]
     try:
-        if args.command == "export":
-            from .commands import cmd_export
-
-            return cmd_export(args)
-        if args.command == "report":
-            from .report_cmd import cmd_report
-
-            return cmd_report(args)
-        if args.command == "preset-from":
-            from .commands import cmd_preset_from
-
-            return cmd_preset_from(args)
-        if args.command == "presets":
-            from .commands import cmd_presets
-
-            return cmd_presets(args)
-        if args.command == "run":
-            from .commands import cmd_run
-
-            return cmd_run(args)
-        from .commands import cmd_tui
-
-        return cmd_tui(args)
+        return args.handler(args)
     except UsageError as exc:
         print(f"redline: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

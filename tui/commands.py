@@ -1,23 +1,25 @@
-"""What each `redline` command does once its arguments parsed."""
+"""One handler per `redline` command (tui/cli.py parses and dispatches here).
+
+Each takes the parsed arguments and returns the exit status; a bad value raises UsageError
+(one line, exit 2, printed by cli.main). The work itself is the engine's: these only pick
+it, and print.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 
+from redline.engine.preset import Preset, PresetError, builtin_presets, load_preset, preset_from_session, resolve_preset
 from redline.engine.session import SessionError
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from .launch import (
-    check_args,
-    engine_config,
-    target_url,
-    workload_from_args,
-    workload_from_preset,
-)
+from .launch import checked_config, running_target
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -26,41 +28,38 @@ def _err(text: str) -> None:
     print(f"redline: error: {text}", file=sys.stderr)
 
 
-def _load_preset(path: str):
-    from redline.engine.builtin_presets import resolve_preset
-    from redline.engine.preset import PresetError, load_preset
+# -- redline (no command): the TUI ---------------------------------------------------------
+def cmd_tui(args: argparse.Namespace) -> int:
+    cfg = checked_config(args)
+    return _tui(args, cfg, preset=None)
 
+
+def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
+    from .report_cmd import load_compare_session
+    from .run_app import run_tui
+
+    compare = load_compare_session(getattr(args, "compare", None))  # before the sim starts too
+    with running_target(cfg, args) as cfg:
+        return run_tui(cfg, args, preset=preset, compare=compare)
+
+
+# -- redline run PRESET --------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
     try:
-        return load_preset(resolve_preset(path))
+        preset = load_preset(resolve_preset(args.preset))
     except PresetError as exc:
         raise UsageError(str(exc)) from None
-
-
-# -- run (headless) ------------------------------------------------------------------------
-def cmd_run(args: argparse.Namespace) -> int:
-    preset = _load_preset(args.preset)
-    check_args(args)
-    workload = workload_from_preset(preset, args.seed)
-    if args.url is None and preset.target.url is None and args.profile is None:
-        pass  # the built-in sim, healthy profile
+    cfg = checked_config(args, preset)
     if not args.headless:
-        return cmd_tui(args, preset=preset)
-    with target_url(args, preset.target.url) as url:
-        cfg = engine_config(
-            args,
-            url,
-            workload,
-            concurrency=preset.ramp.concurrency[0],
-            api=args.api or preset.workload.api,
-            model=args.model or preset.workload.model,
-            live_steps=False,
-        )
+        return _tui(args, cfg, preset=preset)
+    with running_target(cfg, args) as cfg:
         return asyncio.run(_headless(cfg, preset))
 
 
-async def _headless(cfg, preset) -> int:
+async def _headless(cfg, preset: Preset) -> int:
     from redline.engine.core import Engine
     from redline.engine.runner import run_preset
+    from redline.engine.session import format_step_table
     from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
@@ -105,38 +104,13 @@ async def _headless(cfg, preset) -> int:
         print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
         return 128 + caught[0].value
     print()
-    from redline.engine.session import format_step_table
-
     print(format_step_table(out.steps, out.break_result, out.probe))
     print(f"\nsession: {cfg.out_dir}")
     return EXIT_OK
 
 
-# -- the TUI -------------------------------------------------------------------------------
-def cmd_tui(args: argparse.Namespace, preset=None) -> int:
-    check_args(args)
-    if preset is not None:
-        workload = workload_from_preset(preset, args.seed)
-        concurrency = preset.ramp.concurrency[0]
-        api = args.api or preset.workload.api
-        model = args.model or preset.workload.model
-        preset_url = preset.target.url
-    else:
-        workload = workload_from_args(args)
-        concurrency = args.concurrency
-        api, model, preset_url = args.api, args.model, None
-    from .report_cmd import load_compare_session
-    from .run_app import run_tui
-
-    compare = load_compare_session(getattr(args, "compare", None))
-    with target_url(args, preset_url) as url:
-        cfg = engine_config(args, url, workload, concurrency=concurrency, api=api, model=model, live_steps=preset is None)
-        return run_tui(cfg, args, preset=preset, compare=compare)
-
-
+# -- redline presets -----------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
-    from redline.engine.builtin_presets import builtin_presets
-
     found = builtin_presets()
     width = max((len(b.name) for b in found), default=0)
     for b in found:
@@ -144,7 +118,14 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- sessions ------------------------------------------------------------------------------
+# -- redline sim ---------------------------------------------------------------------------
+def cmd_sim(args: argparse.Namespace) -> int:
+    from redline.engine.sim.serve import run_from_args
+
+    return run_from_args(args)
+
+
+# -- sessions: export, report, preset-from -------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
     from redline.engine.session import export_session
 
@@ -157,37 +138,75 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_preset_from(args: argparse.Namespace) -> int:
-    import json
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report_cmd import report_text
 
-    from redline.engine.preset import PresetError, WorkloadSpec, timeline_preset
-    from redline.engine.session import concurrency_timeline
-    from redline.engine.session.paths import check_session_dir
-
+    png: Path | None = args.png
+    if png is not None:
+        _check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
     try:
-        d = check_session_dir(args.session_dir)
-        meta = json.loads((d / "meta.json").read_text())
-        segs = concurrency_timeline(d)
-    except (SessionError, ValueError) as exc:
+        text, sessions = report_text(args.session_dirs)
+    except SessionError as exc:
         raise UsageError(str(exc)) from None
-    points, t = [], 0.0
-    for dur, c in segs:
-        points.append((t, c))
-        t += dur
-    wl = meta.get("workload") or {}
-    tgt = meta.get("target") or {}
+    if png is not None:  # before any output too: an error is the only line printed
+        from .curves import PngUnavailable, write_png
+
+        try:
+            write_png(sessions, png)
+        except PngUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"--png {png}: cannot write: {exc.strerror or exc}") from None
     try:
-        spec = WorkloadSpec(
-            api=tgt.get("api") or "chat",
-            dataset=wl.get("dataset") or "random",
-            input_len=int(wl.get("input_len") or 32),
-            output_len=int(wl.get("output_len") or 128),
-        )
-        # a session against the built-in sim had an ephemeral port: replay on a new sim
-        url = None if "redline_sim" in (meta.get("server_info") or {}) else tgt.get("url")
-        text = timeline_preset(Path(args.output).stem, url, spec, points, end_s=t)
+        print(text)
+        if not args.no_plot:
+            from .curves import terminal_curves
+
+            w, h = _plot_size()
+            print()
+            print(terminal_curves(sessions, w, h, color=_use_color()))
+        if png is not None:
+            print(f"\nwrote {png}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `redline report ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
+
+
+def _check_png_target(path: Path) -> None:
+    from .curves import PNG_EXTRA_HINT, png_available
+
+    if not png_available():
+        raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
+    if not parent.is_dir():
+        raise UsageError(f"--png {path}: directory {parent} does not exist")
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _plot_size() -> tuple[int, int]:
+    if not sys.stdout.isatty():
+        return 80, 24
+    cols = shutil.get_terminal_size((80, 24)).columns
+    return max(60, min(cols, 160)), 24
+
+
+def cmd_preset_from(args: argparse.Namespace) -> int:
+    out: Path = args.output
+    try:
+        replay = preset_from_session(args.session_dir, out.stem or "replay")
     except PresetError as exc:
-        raise UsageError(f"{d}: {exc}") from None
-    Path(args.output).write_text(text)
-    print(f"wrote {args.output}: {len(segs)} segments, {t:.0f} s")
+        raise UsageError(str(exc)) from None
+    try:
+        out.write_text(replay.toml, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"-o {str(out)!r}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {out}: {replay.segments} segments, {replay.seconds:.0f} s")
     return EXIT_OK

@@ -1,9 +1,16 @@
-"""From parsed arguments to a running target and an EngineConfig, checked before connecting."""
+"""From parsed arguments to a checked EngineConfig, then to a running target.
+
+Order is the contract (README, "Faults", bad input): `checked_config` checks every user value
+(options, API key, dataset, preset, --out, --compare) and builds the whole EngineConfig
+before anything starts; only then does `running_target` start the built-in sim, when there
+is no URL. A bad value is a one-line UsageError (exit 2) with no connection and no sim.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 from pathlib import Path
 from typing import Iterator
@@ -18,10 +25,56 @@ from redline.engine.workload import WorkloadConfig, WorkloadError, load_dataset
 from .errors import UsageError
 
 DEFAULT_PROFILE = "healthy"
+BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
+
+
+def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> EngineConfig:
+    """Every user value checked, and the EngineConfig built from them, before any connection
+    or sim process. Its url is BUILTIN_SIM when the built-in sim is to be started."""
+    check_args(args)
+    url = args.url
+    if preset is None:
+        if args.concurrency > args.max_concurrency:
+            raise UsageError(f"--concurrency {args.concurrency}: above --max-concurrency {args.max_concurrency}")
+        workload = workload_from_args(args)
+        concurrency, api, model, live_steps = args.concurrency, args.api, args.model, True
+    else:
+        workload = workload_from_preset(preset, args.seed)
+        concurrency = preset.ramp.concurrency[0]
+        api = args.api or preset.workload.api
+        model = args.model or preset.workload.model
+        live_steps = False
+        top = max(preset.ramp.concurrency)
+        if top > args.max_concurrency:
+            raise UsageError(f"--max-concurrency {args.max_concurrency}: preset {preset.name} steps up to C={top}; "
+                             "give a --max-concurrency at least that high")
+        if url is None and preset.target.url is not None:
+            if args.profile is not None:
+                raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
+                                 f"[target].url {preset.target.url} (give --url to override it)")
+            url = preset.target.url
+    return engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
+                         live_steps=live_steps)
+
+
+@contextlib.contextmanager
+def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[EngineConfig]:
+    """The config with a URL to load: its own, or a built-in sim started here (stopped on exit)."""
+    if cfg.url != BUILTIN_SIM:
+        yield cfg
+        return
+    from redline.engine.sim.serve import spawn_sim_process
+
+    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
+    try:
+        yield dataclasses.replace(cfg, url=sim.url)
+    finally:
+        sim.stop()
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Every user value checked before any connection; UsageError names the bad one."""
+    """The options every command that loads a target has, checked before any connection;
+    UsageError names the bad one."""
     if args.url is not None:
         try:
             validate_url(args.url)
@@ -40,9 +93,7 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, opt)
         if v is not None and not v.startswith(("http://", "https://")):
             raise UsageError(f"--{opt.replace('_', '-')} {v!r}: expected an http(s):// URL of Prometheus text")
-    conc = getattr(args, "concurrency", None)
-    if conc is not None and conc > args.max_concurrency:
-        raise UsageError(f"--concurrency {conc}: above --max-concurrency {args.max_concurrency}")
+    api_key(args)
     if args.out is not None:
         check_out_dir(args.out)
     compare = getattr(args, "compare", None)
@@ -109,22 +160,6 @@ def check_workload(wl: WorkloadConfig) -> None:
             raise UsageError(str(exc)) from None
 
 
-@contextlib.contextmanager
-def target_url(args: argparse.Namespace, preset_url: str | None = None) -> Iterator[str]:
-    """The URL to load: --url, the preset's, or a built-in sim started (and stopped) here."""
-    url = args.url or preset_url
-    if url is not None:
-        yield url
-        return
-    from redline.engine.sim.serve import spawn_sim_process
-
-    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
-    try:
-        yield sim.url
-    finally:
-        sim.stop()
-
-
 def engine_config(
     args: argparse.Namespace,
     url: str,
@@ -135,6 +170,7 @@ def engine_config(
     model: str | None,
     live_steps: bool,
 ) -> EngineConfig:
+    """The EngineConfig of checked arguments (benchmarks/lag.py builds one the same way)."""
     out: Path = args.out or default_session_dir()
     return EngineConfig(
         url=url,

@@ -1,4 +1,5 @@
-"""`redline report SESSION_DIR [SESSION_DIR ...] [--png FILE] [--no-plot]`.
+"""The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/commands.py cmd_report
+prints it, and the curves of tui/curves.py).
 
 One session: its step table, break and probe (engine.session.report_session), the efficiency
 table when GPU telemetry exists, and its curves. Several: one table aligned by concurrency
@@ -11,10 +12,6 @@ Cell formats come from engine/session/report.py, so every report agrees; what "b
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -33,7 +30,7 @@ from redline.engine.session.compare import (
 from redline.engine.session.report import fmt_ms
 from redline.engine.stepresult import StepResult
 
-from .errors import EXIT_OK, UsageError
+from .errors import UsageError
 
 BEST_MARK = "*"
 _GROUP_GAP = "   "
@@ -187,69 +184,18 @@ def load_compare_session(path: Path | None) -> SessionSummary | None:
         raise UsageError(f"--compare: {exc}") from None
 
 
-def _use_color() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+def report_text(session_dirs: Sequence[Path]) -> tuple[str, list[SessionSummary]]:
+    """The text of `redline report` (curves apart) and the sessions it read.
 
-
-def _plot_size() -> tuple[int, int]:
-    if not sys.stdout.isatty():
-        return 80, 24
-    cols = shutil.get_terminal_size((80, 24)).columns
-    return max(60, min(cols, 160)), 24
-
-
-def _check_png_target(path: Path) -> None:
-    from .curves import PNG_EXTRA_HINT, png_available
-
-    if not png_available():
-        raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
-    if not parent.is_dir():
-        raise UsageError(f"--png {path}: directory {parent} does not exist")
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    dirs: list[Path] = list(args.session_dirs)
-    png: Path | None = getattr(args, "png", None)
-    no_plot: bool = bool(getattr(args, "no_plot", False))
-    if png is not None:
-        _check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
-    try:
-        sessions = load_sessions(dirs)
-        if len(dirs) == 1:
-            text = report_session(dirs[0])
-            eff = format_efficiency_table(sessions)
-            if eff:
-                text += "\n\n" + eff
-            text += f"\n{_knee_note(sessions[0])}"
-        else:
-            text = format_comparison(sessions)
-    except SessionError as exc:
-        raise UsageError(str(exc)) from None
-    if png is not None:  # before any output too: an error is the only line printed
-        from .curves import PngUnavailable, write_png
-
-        try:
-            write_png(sessions, png)
-        except PngUnavailable as exc:
-            raise UsageError(str(exc)) from None
-        except OSError as exc:
-            raise UsageError(f"--png {png}: cannot write: {exc.strerror or exc}") from None
-    try:
-        print(text)
-        if not no_plot:
-            from .curves import terminal_curves
-
-            w, h = _plot_size()
-            print()
-            print(terminal_curves(sessions, w, h, color=_use_color()))
-        if png is not None:
-            print(f"\nwrote {png}")
-        sys.stdout.flush()
-    except BrokenPipeError:  # `redline report ... | head`: the reader has what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return EXIT_OK
+    One session: its step table, break and probe (engine.session.report_session), then the
+    efficiency table and its knee. Several: format_comparison. Raises SessionError."""
+    dirs = list(session_dirs)
+    sessions = load_sessions(dirs)
+    if len(dirs) != 1:
+        return format_comparison(sessions), sessions
+    text = report_session(dirs[0])
+    eff = format_efficiency_table(sessions)
+    if eff:
+        text += "\n\n" + eff
+    text += f"\n{_knee_note(sessions[0])}"
+    return text, sessions

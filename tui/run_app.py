@@ -1,4 +1,4 @@
-"""Start the engine thread, then the app; whatever happens, stop the load on the way out."""
+"""Start the engine process, then the app; whatever happens, stop the load on the way out."""
 
 from __future__ import annotations
 
