@@ -88,7 +88,7 @@ def validate_url(url: object) -> str:
         raise BadURL(url, f"bad host name {parts.hostname!r}")
     path = parts.path.rstrip("/")
     if path not in ("", "/v1"):
-        raise BadURL(url, f"path {parts.path!r} not accepted (give the server's base URL)")
+        raise BadURL(url, f"path {parts.path!r} not accepted: give the server's base URL")
     if parts.query or parts.fragment or text.endswith(("?", "#")):
         raise BadURL(url, "query or fragment not accepted")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
