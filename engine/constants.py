@@ -12,7 +12,8 @@ MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not 
 STEADY_TOLERANCE = 0.10  # halves of a step within 10 % of each other = steady state
 STEADY_MIN_S = 4  # a step needs this many whole measured seconds to be judged steady
 NOISE_SIGMAS = 2.0  # plateau/collapse margin: this many standard errors of the steps' tok/s
-KNEE_MIN_STEPS = 3  # no knee is named on fewer steps
+KNEE_MIN_STEPS = 3  # no knee is named on fewer steps ...
+KNEE_PLATEAU_GAIN = 0.05  # ... nor while the top step still gains more than this over the best below
 SETTLE_MAX_S = 120.0  # warm-up waits at most this long (after warmup_s) for in-flight to reach C
 PROBE_MIN_REQUESTS = 3  # a probe holds until this many of its own requests completed ...
 PROBE_MAX_HOLD_S = 600.0  # ... but no longer than this (a live probe: until the operator moves on)

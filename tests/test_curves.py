@@ -25,7 +25,8 @@ def sessions():
 def test_fixture_sessions_are_the_two_profiles(sessions):
     healthy, capped = sessions
     assert knee(capped) == capped.break_result.last_good_concurrency == 8
-    assert healthy.break_result is None and knee(healthy) == 48
+    # four steps, but the top one still gains +155 % over the best below: no knee yet
+    assert healthy.break_result is None and knee(healthy) is None
 
 
 def test_png_is_a_real_image(sessions, tmp_path):
@@ -53,7 +54,7 @@ def test_terminal_curves_fit_80x24(sessions, color):
     plain = "\n".join(lines) if not color else "".join(__import__("re").sub(r"\x1b\[[0-9;]*m", "", text))
     for s in sessions:
         assert s.label in plain
-    assert "knee C=8" in plain and "knee C=48" in plain
+    assert "knee C=8" in plain and "knee C=48" not in plain
     assert "output tok/s vs C" in plain and "p99 TTFT" in plain
     for c in ("4", "8", "16", "48"):
         assert f" {c} " in plain.split("\n")[-1] + " "  # x ticks at the measured concurrencies
@@ -73,7 +74,7 @@ def test_terminal_curves_degenerate_inputs():
                                                 output_throughput=50.0, input_throughput=0,
                                                 request_throughput=1, p99_ttft_ms=None)])
     text = terminal_curves([one, session_from_steps("none", [])])
-    assert "knee C=32" in text and "(no steps)" in text
+    assert "knee C=32" not in text and "(no steps)" in text  # one step names no knee
     assert "(no steps)" in terminal_curves([session_from_steps("none", [])])
 
 
@@ -111,7 +112,7 @@ async def test_curve_view_renders_in_an_80x24_app(sessions):
         await pilot.pause()
         # no step yet: the earlier session's curve already shows
         assert sessions[1].label in view.content.plain and "this session  (no steps)" in view.content.plain
-        steps = [_step(4, 90, 80, 0), _step(8, 180, 85, 1), _step(16, 350, 95, 2)]
+        steps = [_step(4, 90, 80, 0), _step(8, 180, 85, 1), _step(16, 350, 95, 2), _step(32, 340, 140, 3)]
         view.show(_snap(steps))
         await pilot.pause()
         n = view.renders
@@ -185,3 +186,13 @@ async def test_g_toggle_recipe_with_the_real_stylesheet(sessions):
         await pilot.press("g")
         await pilot.pause()
         assert not view.display and app.query_one("#body").display
+
+
+def test_knee_needs_three_steps_and_a_flattening_curve():
+    def s(c, tok):
+        return StepResult(concurrency=c, duration_s=5, completed=5, failed=0, output_throughput=tok, input_throughput=0, request_throughput=1)
+
+    assert knee(session_from_steps("two", [s(32, 500.0), s(64, 505.0)])) is None  # flat, but only two steps
+    assert knee(session_from_steps("rising", [s(8, 100.0), s(16, 190.0), s(32, 300.0)])) is None  # +58 %: still rising
+    assert knee(session_from_steps("flat", [s(8, 100.0), s(16, 190.0), s(32, 195.0)])) == 32  # most tok/s, curve flat
+    assert knee(session_from_steps("fell", [s(8, 100.0), s(16, 190.0), s(32, 150.0)])) == 16

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SessionError, check_session_dir
 from .report import _load_json, as_break, load_summary
+from ..constants import KNEE_MIN_STEPS, KNEE_PLATEAU_GAIN
 
 
 @dataclass(frozen=True)
@@ -208,13 +209,23 @@ def best_per_row(rows: Sequence[Row]) -> list[int | None]:
 
 
 def knee(session: SessionSummary) -> int | None:
-    """The session's knee concurrency (see the module docstring)."""
+    """The session's knee concurrency (see the module docstring).
+
+    Without a break result, a knee is named only on at least KNEE_MIN_STEPS concurrencies,
+    and not while the highest one still gains more than KNEE_PLATEAU_GAIN over the best
+    below it (throughput still rising: the knee is further up)."""
     b = session.break_result
     if b is not None:
         return b.last_good_concurrency
-    if not session.steps:
+    by_c = session.by_concurrency()
+    if len(by_c) < KNEE_MIN_STEPS:
         return None
-    best = max(session.steps, key=lambda s: (s.output_throughput, -s.concurrency))
+    cs = sorted(by_c)
+    top = by_c[cs[-1]]
+    below = max(by_c[c].output_throughput for c in cs[:-1])
+    if top.output_throughput > below * (1 + KNEE_PLATEAU_GAIN):
+        return None
+    best = max(by_c.values(), key=lambda s: (s.output_throughput, -s.concurrency))
     return best.concurrency
 
 
