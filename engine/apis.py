@@ -6,8 +6,10 @@
 
 Each decoder turns one SSE payload into an `Event`: how many output tokens it carries (a
 provisional 1 per content chunk for OpenAI APIs, exact deltas for SGLang), whether it had
-content (TTFT ends at the first such event, not at a role-only chunk), usage counts when the
-server reports them, and an error text if the server put an error object in the stream.
+content of any kind (reasoning or answer: TTFT ends at the first such event, not at a
+role-only chunk) and whether it had answer content (the time to the first answer token),
+usage counts when the server reports them (cumulative: with `continuous_usage_stats` on
+every chunk), and an error text if the server put an error object in the stream.
 """
 
 from __future__ import annotations
@@ -39,15 +41,28 @@ class MalformedEvent(ValueError):
 @dataclass(slots=True)
 class Event:
     tokens: int = 0  # output tokens this event adds (provisional for OpenAI APIs)
-    content: bool = False
+    content: bool = False  # a token of any kind: reasoning or answer
     prompt_tokens: int | None = None
     completion_tokens: int | None = None  # server's exact total, when it says
     error: str | None = None
     sim_t: float | None = None  # the sim's send time (ground truth for lag)
+    answer: bool = False  # answer content (chat: delta.content; not reasoning)
 
 
-def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """A streaming request that generates exactly `max_tokens` (ignore_eos)."""
+# stream_options for OpenAI APIs. continuous_usage_stats (vLLM, SGLang) puts the cumulative
+# usage on every chunk, so tokens are credited exactly as they arrive; include_usage alone
+# gives one usage chunk at the end.
+STREAM_OPTIONS = {"include_usage": True}
+STREAM_OPTIONS_CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def build_body(api: str, model: str, prompt: str, max_tokens: int, continuous_usage: bool = True) -> dict[str, Any]:
+    """A streaming request that generates exactly `max_tokens` (ignore_eos).
+
+    `continuous_usage`: ask for usage on every chunk (chat and completions; /generate always
+    reports its count in meta_info). A server that refuses it answers HTTP 400 (see
+    `continuous_usage_refused`): build the body again with `continuous_usage=False`.
+    """
     if api in (CHAT, COMPLETIONS):
         body: dict[str, Any] = {"model": model}
         if api == CHAT:
@@ -59,7 +74,7 @@ def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, 
             ignore_eos=True,
             temperature=0.0,
             stream=True,
-            stream_options={"include_usage": True},
+            stream_options=dict(STREAM_OPTIONS_CONTINUOUS if continuous_usage else STREAM_OPTIONS),
         )
         return body
     if api == GENERATE:
@@ -69,6 +84,26 @@ def build_body(api: str, model: str, prompt: str, max_tokens: int) -> dict[str, 
             "stream": True,
         }
     raise ValueError(f"unknown api {api!r} (expected one of: {', '.join(APIS)})")
+
+
+# Words in a 400/422 answer that say the server rejected the stream_options we sent (vLLM,
+# SGLang, OpenAI-style "Unrecognized request argument", pydantic "Extra inputs are not
+# permitted" with the field's location).
+_USAGE_OPTION_WORDS = ("continuous_usage_stats", "stream_options", "continuous usage")
+
+
+def continuous_usage_refused(http_status: int, error_text: str) -> bool:
+    """True when an HTTP error says the server refused `stream_options.continuous_usage_stats`.
+
+    `http_status` / `error_text` are a failed RequestRecord's (`rec.http_status`,
+    `rec.error_text`) for a body built with `continuous_usage=True`. Only a client error that
+    names the option counts: 400 (vLLM, SGLang, OpenAI) or 422 (FastAPI's validation error).
+    Then send again with `build_body(..., continuous_usage=False)`.
+    """
+    if http_status not in (400, 422) or not error_text:
+        return False
+    text = error_text.lower()
+    return any(w in text for w in _USAGE_OPTION_WORDS)
 
 
 def _loads(payload: bytes) -> dict[str, Any]:
@@ -122,57 +157,135 @@ def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
             ev.sim_t = f
 
 
-# Anything in a chunk that the fast path cannot judge without parsing sends it to json.loads.
-_SLOW_MARKERS = (b'"usage"', b'"error"', b'"reasoning', b'"tool_calls"', b'"function_call"')
+# Keys the fast path accepts only with a null value (anything else takes the full parse).
+_NULL_ONLY = (b'"error"', b'"tool_calls"', b'"function_call"')
+_END = (b",", b"}")
+_DIGITS = frozenset(b"0123456789")
 _NUMBER = frozenset(b"0123456789.eE+-")
+
+
+def _str_field(payload: bytes, key: bytes) -> int:
+    """A string field by its quoted key, found at most once: 0 when absent, null or "",
+    1 when a non-empty string, -1 for anything the fast path does not judge."""
+    i = payload.find(key)
+    if i < 0:
+        return 0
+    j = i + len(key)
+    if payload[j : j + 1] != b":" or payload.find(key, j) >= 0:
+        return -1
+    c = payload[j + 1 : j + 2]
+    if c == b'"':
+        return 0 if payload[j + 2 : j + 3] == b'"' else 1
+    if c == b"n" and payload[j + 1 : j + 5] == b"null" and payload[j + 5 : j + 6] in _END:
+        return 0
+    return -1
+
+
+def _usage_int(seg: bytes, key: bytes) -> int | None:
+    """A count in a flat usage object: None when absent or null, -1 when not judged here."""
+    i = seg.find(key)
+    if i < 0:
+        return None
+    j = i + len(key)
+    if seg.find(key, j) >= 0:
+        return -1
+    e, n = j, len(seg)
+    while e < n and seg[e] in _DIGITS:
+        e += 1
+    if e == j:
+        return None if seg[j : j + 4] == b"null" and seg[j + 4 : j + 5] in _END else -1
+    if seg[e : e + 1] not in _END or (seg[j] == 48 and e - j > 1):  # no leading zeros (not JSON)
+        return -1
+    return int(seg[j:e])
 
 
 class OpenAIDecoder:
     """chat and completions: one content chunk = one provisional token; usage is exact.
 
-    Most chunks are the same small shape ({"choices":[{"delta":{"content":"..."}}]}); the
-    client's CPU per token is the ceiling of what redline can measure, so those are read
-    without json.loads: a content key found exactly once, empty or not. Every other shape
-    (usage, errors, reasoning, tool calls, several choices, anything odd) takes the full
-    parse. tests/test_fuzz.py proves both paths give the same Event.
+    Most chunks are the same small shape ({"choices":[{"delta":{"content":"..."}}]}, with a
+    flat cumulative "usage" object under continuous usage); the client's CPU per token is
+    the ceiling of what redline can measure, so those are read without json.loads: each
+    text key (content, and for chat reasoning_content / reasoning) found at most once, a
+    string or null; "error" / "tool_calls" / "function_call" only as null (SGLang writes
+    them on every chunk); usage flat with plain integer counts. Every other shape (errors,
+    tool calls, several choices, nested usage details, anything odd) takes the full parse.
+    tests/test_fuzz.py and tests/test_apis.py prove both paths give the same Event.
     """
 
-    __slots__ = ("_field", "_key")
+    __slots__ = ("_field",)
 
     def __init__(self, api: str) -> None:
         self._field = api
-        self._key = b'"content":"' if api == CHAT else b'"text":"'
 
     def decode(self, payload: bytes) -> Event:
         ev = self.fast(payload)
         return ev if ev is not None else self.full(payload)
 
     def fast(self, payload: bytes) -> Event | None:
-        """The Event of a plain content chunk, or None when it needs the full parse."""
+        """The Event of a plain chunk, or None when it needs the full parse."""
         if payload[:1] != b"{" or payload[-1:] != b"}" or b'"choices":[{' not in payload:
             return None
         if payload.count(b"{") != payload.count(b"}") or payload.count(b"[") != payload.count(b"]"):
             return None  # truncated or odd (or braces inside the text): let the parser judge
-        for marker in _SLOW_MARKERS:
-            if marker in payload:
-                return None
-        key = self._key
-        i = payload.find(key)
-        if i < 0 or payload.find(key, i + len(key)) >= 0 or payload.count(b'"index":') > 1:
+        for marker in _NULL_ONLY:
+            i = payload.find(marker)
+            if i >= 0:
+                j = i + len(marker)
+                if payload[j : j + 5] != b":null" or payload[j + 5 : j + 6] not in _END or payload.find(marker, j) >= 0:
+                    return None
+        if payload.count(b'"index":') > 1:
             return None
         ev = Event()
-        if payload[i + len(key) : i + len(key) + 1] != b'"':
-            ev.content = True
-            ev.tokens = 1
-        k = payload.find(b'"sim_t":')
-        if k >= 0:
-            if payload.find(b'"sim_t":', k + 8) >= 0:
+        if self._field == CHAT:
+            a = _str_field(payload, b'"content"')
+            r = _str_field(payload, b'"reasoning_content"')
+            r2 = _str_field(payload, b'"reasoning"')
+            if a < 0 or r < 0 or r2 < 0:
                 return None
-            j = end = k + 8
+            if a or r or r2:
+                ev.content = True
+                ev.answer = a == 1
+                ev.tokens = 1
+        else:
+            a = _str_field(payload, b'"text"')
+            if a < 0:
+                return None
+            if a:
+                ev.content = ev.answer = True
+                ev.tokens = 1
+        k = payload.find(b'"usage"')
+        if k >= 0:
+            j = k + 7
+            if payload[j : j + 1] != b":" or payload.find(b'"usage"', j) >= 0:
+                return None
+            j += 1
+            c = payload[j : j + 1]
+            if c == b"{":
+                end = payload.find(b"}", j)
+                seg = payload[j : end + 1]
+                if b"{" in seg[1:] or b"[" in seg:
+                    return None  # nested details: the parser reads them
+                # top level only: one brace open before it, every bracket closed
+                if payload.count(b"{", 0, k) - payload.count(b"}", 0, k) != 1 or payload.count(b"[", 0, k) != payload.count(b"]", 0, k):
+                    return None
+                pt = _usage_int(seg, b'"prompt_tokens":')
+                ct = _usage_int(seg, b'"completion_tokens":')
+                if pt == -1 or ct == -1:
+                    return None
+                ev.prompt_tokens = pt
+                ev.completion_tokens = ct
+            elif not (payload[j : j + 4] == b"null" and payload[j + 4 : j + 5] in _END):
+                return None
+        k = payload.find(b'"sim_t"')
+        if k >= 0:
+            j = end = k + 7
+            if payload[j : j + 1] != b":" or payload.find(b'"sim_t"', j) >= 0:
+                return None
+            j = end = j + 1
             n = len(payload)
             while end < n and payload[end] in _NUMBER:
                 end += 1
-            if end == j or payload[end : end + 1] not in (b",", b"}"):
+            if end == j or payload[end : end + 1] not in _END:
                 return None
             try:
                 t = float(payload[j:end])
@@ -197,14 +310,14 @@ class OpenAIDecoder:
             c0 = choices[0]
             if self._field == CHAT:
                 delta = c0.get("delta")
-                text = delta.get("content") if isinstance(delta, dict) else None
-                if not text and isinstance(delta, dict):
-                    # reasoning models stream thinking tokens first: they are output tokens
-                    text = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(delta, dict):
+                    ev.answer = bool(delta.get("content"))
+                    # reasoning models stream thinking tokens first: they are output tokens,
+                    # and the first of them ends TTFT (vLLM: reasoning / reasoning_content)
+                    ev.content = ev.answer or bool(delta.get("reasoning_content") or delta.get("reasoning"))
             else:
-                text = c0.get("text")
-            if text:
-                ev.content = True
+                ev.content = ev.answer = bool(c0.get("text"))
+            if ev.content:
                 ev.tokens = 1
         _usage(ev, obj)
         return ev
@@ -240,7 +353,7 @@ class GenerateDecoder:
                 self._tokens = max(self._tokens, ct)
         elif n_text > self._text_len:
             ev.tokens = 1
-        ev.content = ev.tokens > 0 or n_text > self._text_len
+        ev.content = ev.answer = ev.tokens > 0 or n_text > self._text_len
         self._text_len = max(self._text_len, n_text)
         return ev
 

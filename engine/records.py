@@ -78,9 +78,12 @@ class Clock:
 class RequestRecord:
     """One request, from send to its end in any way.
 
-    `chunk_times`/`chunk_tokens` hold one entry per content chunk (a socket read may carry
-    several chunks; they share that read's timestamp). They live only until the record is
-    summarised and spooled, so memory does not grow with session length.
+    `chunk_times`/`chunk_tokens` hold one entry per content chunk (a chunk with reasoning or
+    answer text; a socket read may carry several chunks: they share that read's timestamp,
+    taken where the bytes arrived). `chunk_tokens` is how many output tokens the chunk
+    carried: the server's exact count where it says (SGLang meta_info, OpenAI continuous
+    usage), else a provisional 1. They live only until the record is summarised and
+    spooled, so memory does not grow with session length.
     """
 
     rid: int
@@ -90,10 +93,10 @@ class RequestRecord:
     t_send: float
     expected_input_tokens: int = 0
     max_tokens: int = 0
-    t_first: float | None = None  # first chunk with non-empty content
+    t_first: float | None = None  # first chunk with a token of any kind (reasoning or answer)
     t_end: float | None = None
     input_tokens: int = 0
-    output_tokens: int = 0
+    output_tokens: int = 0  # reasoning tokens included
     usage_reported: bool = False  # token counts came from the server's usage / meta_info
     status: str = OK
     http_status: int = 0
@@ -102,22 +105,57 @@ class RequestRecord:
     chunk_times: array = field(default_factory=lambda: array("d"))
     chunk_tokens: array = field(default_factory=lambda: array("l"))
     max_lag_s: float | None = None  # worst (receive time - server's sim_t), sim only
+    t_first_answer: float | None = None  # first chunk with answer content (not reasoning)
+    spread_itl: bool = False  # ITL spreads a k-token chunk's gap over its k tokens (SGLang /generate)
 
-    # -- derived figures (DESIGN.md "Metric definitions") --------------------------------
+    # -- derived figures (README "What the numbers mean") ----------------------------------
     @property
     def ttft(self) -> float | None:
-        """Request sent -> first content token received."""
+        """Request sent -> first token of any kind (reasoning or answer) received."""
         return None if self.t_first is None else self.t_first - self.t_send
+
+    @property
+    def ttfat(self) -> float | None:
+        """Request sent -> first answer token received (after any reasoning)."""
+        return None if self.t_first_answer is None else self.t_first_answer - self.t_send
 
     @property
     def e2e(self) -> float | None:
         """Request sent -> last byte."""
         return None if self.t_end is None else self.t_end - self.t_send
 
-    def itls(self) -> list[float]:
-        """Gaps between consecutive content chunks (a k-token chunk is one gap)."""
+    def chunk_gaps(self) -> list[float]:
+        """Raw gaps between consecutive content chunks (a k-token chunk is one gap)."""
         ts = self.chunk_times
         return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
+
+    def itls(self) -> list[float]:
+        """Inter-token latencies as SGLang's bench_serving computes them for this API.
+
+        OpenAI APIs (chat, completions): one gap per content chunk, as `chunk_gaps()`.
+        SGLang /generate (`spread_itl`): a chunk that brings k new tokens gives k entries of
+        gap/k (bench_serving's `adjust_itl`); a chunk that brings none gives no entry and its
+        gap rolls into the next chunk's; the first chunk's tokens give none (that is TTFT).
+        """
+        ts = self.chunk_times
+        if not self.spread_itl:
+            return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
+        out: list[float] = []
+        if not ts:
+            return out
+        ks = self.chunk_tokens
+        last = ts[0]
+        for i in range(1, len(ts)):
+            k = ks[i] if i < len(ks) else 1
+            if k <= 0:
+                continue
+            g = (ts[i] - last) / k
+            if k == 1:
+                out.append(g)
+            else:
+                out.extend([g] * k)
+            last = ts[i]
+        return out
 
     @property
     def tpot(self) -> float | None:

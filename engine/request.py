@@ -1,8 +1,15 @@
 """One streamed request, timed where its bytes arrive.
 
 One timestamp per socket read: every event completed by that read shares it (the bytes
-arrived together). TTFT ends at the first event with content; ITL gaps are between content
-events; output tokens come from the server's usage / meta_info when it reports them.
+arrived together). The lean transport stamps each read in its protocol's data_received,
+before any parsing, and hands the stamp along with the bytes (`Stamped.t`), so a slow parse
+of one stream never delays another stream's timestamp; other transports get perf_counter()
+when the read reaches this loop. TTFT ends at the first event with a token of any kind
+(reasoning or answer), `t_first_answer` at the first answer token; chunk gaps are between
+content events (RequestRecord.itls() spreads them per token on SGLang /generate, as
+bench_serving does). Output tokens are credited as they arrive: the exact delta of the
+server's cumulative count where a chunk carries one (SGLang meta_info, OpenAI continuous
+usage), else a provisional 1 per content chunk that the final usage corrects.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Callable
 import httpx
 
 from . import records as R
-from .apis import Event, MalformedEvent, make_decoder
+from .apis import GENERATE, Event, MalformedEvent, make_decoder
 from .constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from .records import RequestRecord
 from .sse import DONE, SSEDecoder
@@ -27,6 +34,8 @@ from .sse import DONE, SSEDecoder
 # on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
 TokensCallback = Callable[[float, int], None]
 LagCallback = Callable[[float], None]
+# on_first(rec) once, when rec.t_first (the first token of any kind) is set.
+FirstCallback = Callable[[RequestRecord], None]
 
 
 def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | None = None) -> None:
@@ -151,19 +160,25 @@ async def run_request(
     on_tokens: TokensCallback,
     on_lag: LagCallback | None = None,
     wall_offset: float = 0.0,
+    *,
+    on_first: FirstCallback | None = None,
 ) -> RequestRecord:
     """Send, stream, record. Never raises except CancelledError (then rec is CANCELLED).
 
+    `on_tokens(t, n)`: n output tokens arrived at t (exact deltas where the server counts,
+    provisional otherwise; the exact total is settled by the end).
+    `on_first(rec)`: called once, right when rec.t_first is set (first token of any kind).
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
     decode = make_decoder(api)
     sse = SSEDecoder()
     done = False
-    counted = 0  # provisional output tokens reported through on_tokens
+    counted = 0  # output tokens reported through on_tokens so far
     ts = rec.chunk_times
     toks = rec.chunk_tokens
     completion_tokens: int | None = None
+    rec.spread_itl = api == GENERATE
     rec.t_send = perf()
     try:
         async with client.stream("POST", url, json=body) as resp:
@@ -181,7 +196,9 @@ async def run_request(
             events = 0
             first_bytes = b""
             async for data in resp.aiter_raw():
-                t = perf()
+                t = getattr(data, "t", None)  # the lean transport's stamp of this read
+                if t is None:
+                    t = perf()
                 try:
                     payloads = sse.feed(data)
                 except MalformedEvent as exc:  # an event past the size limit: stop reading
@@ -210,16 +227,24 @@ async def run_request(
                     if ev.prompt_tokens is not None:
                         rec.input_tokens = ev.prompt_tokens
                         rec.usage_reported = True
-                    if ev.completion_tokens is not None:
-                        completion_tokens = ev.completion_tokens
+                    ct = ev.completion_tokens
+                    if ct is not None:  # cumulative: credit exactly what is new
+                        completion_tokens = ct
+                        n = ct - counted if ct > counted else 0
+                    else:
+                        n = ev.tokens
                     if ev.content:
                         if rec.t_first is None:
                             rec.t_first = t
+                            if on_first is not None:
+                                on_first(rec)
+                        if ev.answer and rec.t_first_answer is None:
+                            rec.t_first_answer = t
                         ts.append(t)
-                        toks.append(ev.tokens)
-                        if ev.tokens:
-                            counted += ev.tokens
-                            on_tokens(t, ev.tokens)
+                        toks.append(n)
+                    if n:
+                        counted += n
+                        on_tokens(t, n)
             if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
                 try:
                     for payload in sse.close():

@@ -8,10 +8,20 @@ transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us
   is the cap). Idle connections are reused newest first; one idle longer than
   `keepalive_expiry`, or closed by the server, is dropped, not reused.
 - TLS through an ssl.SSLContext: verified by default (certifi, as httpx), `verify=False` off.
-- The response body is an httpx.AsyncByteStream that yields, each time the consumer asks,
-  everything that arrived since it last asked: on a consumer that keeps up, one item per
-  socket read, so run_request's one-timestamp-per-read holds. Chunked framing is removed by
+- Timestamps are taken where bytes arrive: data_received reads perf_counter() before it
+  feeds the parser, and the body bytes of that read travel to the consumer as one `Stamped`
+  item (a bytes subclass; `.t` is that stamp). The response body is an
+  httpx.AsyncByteStream that yields one item per socket read, never merging two reads under
+  one stamp: a consumer that fell behind gets several items in a row, each with its own
+  read's time, so one stream's slow parse never delays another stream's timestamp.
+  httpx's aiter_raw() passes the items through unchanged. Chunked framing is removed by
   llhttp; Content-Length and close-delimited bodies are supported.
+- A pooled keep-alive connection that the server closed while idle is not used: before
+  reuse its socket is polled (an idle socket that is readable has an EOF, a reset or bytes
+  nobody asked for). If one still fails before any byte of the request was written (the
+  socket refuses the first write), the request is sent again, once, on a new connection:
+  safe for any method, POST included, since the server got nothing. Once a byte was
+  written only idempotent methods are retried.
 - Errors are httpx's: ConnectError / ConnectTimeout before the request is on the wire,
   ReadTimeout after request.extensions["timeout"]["read"] seconds without a byte,
   RemoteProtocolError when the server closes before the response is complete (or sends
@@ -26,13 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import select
 import ssl
+from time import perf_counter
 from typing import Any
 
 import httptools
 import httpx
 
-__all__ = ["LeanTransport"]
+__all__ = ["LeanTransport", "Stamped"]
 
 HIGH_WATER = 256 * 1024  # bytes buffered for a slow consumer before reading pauses (TCP backpressure)
 KEEPALIVE_EXPIRY_S = 4.0  # under uvicorn's 5 s keep-alive: never reuse what it may be closing
@@ -41,6 +53,13 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # RFC 9110 field names are tokens; a value may not hold CR, LF or NUL (header injection), as h11 checks.
 _NAME_OK = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+\Z")
 _VALUE_BAD = re.compile(rb"[\x00\r\n]")
+
+
+class Stamped(bytes):
+    """Body bytes of one socket read; `t` is time.perf_counter() when that read arrived
+    (taken in data_received, before any parsing)."""
+
+    t: float
 
 
 def ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
@@ -61,7 +80,7 @@ class _Conn(asyncio.Protocol):
     __slots__ = (
         "key", "loop", "owner", "transport", "parser", "closed", "active", "head",
         "status", "reason", "headers", "headers_done", "complete", "keep_alive", "informational",
-        "chunks", "buffered", "paused", "got_bytes", "exc", "waiter",
+        "chunks", "pieces", "buffered", "paused", "got_bytes", "sent", "exc", "waiter",
         "timeout", "wait_since", "timer", "idle_since", "write_paused", "drain",
     )
 
@@ -74,7 +93,9 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.active = False  # a request is in progress on this connection
         self.head = False
-        self.chunks: list[bytes] = []
+        self.chunks: list[Stamped] = []  # one item per read, waiting for the consumer
+        self.pieces: list[bytes] = []  # body pieces of the read being parsed
+        self.sent = False  # a byte of the current request was handed to the socket
         self.buffered = 0
         self.paused = False
         self.waiter: asyncio.Future | None = None
@@ -97,6 +118,7 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False
         self.exc: Exception | None = None
         self.chunks.clear()
+        self.pieces.clear()
         self.buffered = 0
 
     # -- asyncio.Protocol ----------------------------------------------------------------
@@ -104,17 +126,23 @@ class _Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        t = perf_counter()  # when these bytes arrived: before any parsing
         if not self.active:  # bytes on an idle connection: not HTTP we asked for
             self._close()
             return
         self.got_bytes = True
+        pieces = self.pieces
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            if pieces:
+                self._stamp(t)
             if not self.complete:
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             self._close()
             return
+        if pieces:
+            self._stamp(t)
         w = self.waiter
         if w is not None and (self.chunks or self.complete or self.headers_done):
             self.waiter = None
@@ -174,7 +202,7 @@ class _Conn(asyncio.Protocol):
             self.keep_alive = False
 
     def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
+        self.pieces.append(body)  # several per read with chunked framing: one item per read
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
@@ -189,6 +217,14 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = self.keep_alive and self.parser.should_keep_alive()
 
     # -- helpers ---------------------------------------------------------------------------
+    def _stamp(self, t: float) -> None:
+        """The body bytes of this read become one item, stamped with the read's time."""
+        pieces = self.pieces
+        item = Stamped(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        item.t = t
+        pieces.clear()
+        self.chunks.append(item)
+
     def _close_delimited(self) -> bool:
         for name, value in self.headers:
             n = name.lower()
@@ -248,6 +284,12 @@ class _Conn(asyncio.Protocol):
         if self.closed or self.transport is None or self.transport.is_closing():
             raise httpx.WriteError("connection closed before the request was sent")
         self.transport.write(data)
+        if not self.sent:
+            # The socket transport sends at once; when that send fails (the server reset
+            # the connection) it closes before returning, and nothing was written.
+            if self.transport.is_closing():
+                raise httpx.WriteError("connection closed before the request was sent")
+            self.sent = True
         if self.write_paused:
             self.drain = self.loop.create_future()
             try:
@@ -261,7 +303,7 @@ class _Conn(asyncio.Protocol):
 
 
 class _Body(httpx.AsyncByteStream):
-    """The response body: what arrived since the consumer last asked, one bytes per ask."""
+    """The response body: one Stamped item per socket read, in order."""
 
     __slots__ = ("_conn", "_done")
 
@@ -271,17 +313,20 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self):  # type: ignore[override]
         c = self._conn
-        chunks = c.chunks
         while True:
+            chunks = c.chunks
             if chunks:
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
+                c.chunks = []
                 c.buffered = 0
                 if c.paused:
                     c.paused = False
                     if not c.closed and c.transport is not None:
                         c.transport.resume_reading()
-                yield data
+                if len(chunks) == 1:
+                    yield chunks[0]
+                else:
+                    for item in chunks:
+                        yield item
                 continue
             if c.exc is not None:
                 exc = c.exc
@@ -302,6 +347,23 @@ class _Body(httpx.AsyncByteStream):
         if not self._done:
             self._done = True
             self._conn.owner._release(self._conn)
+
+
+def _dropped(transport: asyncio.BaseTransport) -> bool:
+    """An idle connection whose socket is readable: the server closed or reset it (or sent
+    something nobody asked for) and the loop has not processed it yet. Not for reuse."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return True
+        p = select.poll()
+        p.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(p.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 class LeanTransport(httpx.AsyncBaseTransport):
@@ -362,6 +424,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if conn is None:
                 conn = await self._connect(key, timeouts.get("connect"))
             conn.active = True
+            conn.sent = False
             conn.head = method == b"HEAD"
             conn.timeout = timeouts.get("read")
             try:
@@ -375,9 +438,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
                         raise httpx.RemoteProtocolError("server closed the connection without sending a response")
                     await conn.wait()
             except BaseException as exc:
+                # A reused connection the server had closed: send again on a new one when
+                # nothing of the request was written (any method), or, for an idempotent
+                # request with a body we still hold, when nothing of a response came back.
                 retry = (
-                    reused and attempt == 0 and not conn.got_bytes and method in IDEMPOTENT
-                    and body is not None and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+                    reused and attempt == 0 and not conn.got_bytes
+                    and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+                    and (not conn.sent or (method in IDEMPOTENT and body is not None))
                 )
                 self._discard(conn)
                 if retry:
@@ -410,8 +477,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn = idle.pop()  # newest first
             if conn.closed or conn.transport is None or conn.transport.is_closing():
                 continue
-            if exp is not None and now - conn.idle_since > exp:
-                conn._close()
+            if (exp is not None and now - conn.idle_since > exp) or _dropped(conn.transport):
+                self._discard(conn)
                 continue
             return conn
         return None

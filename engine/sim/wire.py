@@ -7,6 +7,10 @@
 Shapes follow the vLLM captures in ``shared/samples/vllm`` (compact JSON, ``logprobs: null``,
 ``finish_reason: "length"`` on the last token's chunk, a usage chunk with ``choices: []``) and
 SGLang's ``/generate`` stream (cumulative ``text`` plus ``meta_info``).
+
+``stream_options: {"include_usage": true, "continuous_usage_stats": true}`` puts the
+cumulative usage on every chunk (the role chunk with 0 completion tokens, then each token
+chunk), as vLLM does; the closing usage chunk still comes.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # usage on every chunk (needs include_usage, as in vLLM)
 
 
 def _int_field(body: dict[str, Any], key: str) -> int | None:
@@ -113,7 +118,7 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
             prompt_tokens = _plain_prompt_tokens(body["input_ids"], "input_ids")
         else:
             raise BadRequest("text or input_ids is required")
-        include_usage = False
+        include_usage = continuous_usage = False
     else:
         max_tokens = _int_field(body, "max_tokens")
         if api == "chat":
@@ -125,6 +130,7 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
             prompt_tokens = _plain_prompt_tokens(body["prompt"], "prompt")
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+        continuous_usage = include_usage and bool(options.get("continuous_usage_stats"))
     if max_tokens is None:
         max_tokens = profile.default_max_tokens
     if prompt_tokens + max_tokens > profile.max_model_len:
@@ -141,6 +147,7 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         max_tokens=max_tokens,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
     )
 
 
@@ -183,12 +190,18 @@ class ChatShape(ResponseShape):
                 "model": self.req.model, "choices": choices}
 
     def opening(self) -> dict[str, Any]:
-        return self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                             "logprobs": None, "finish_reason": None}])
+        chunk = self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                              "logprobs": None, "finish_reason": None}])
+        if self.req.continuous_usage:
+            chunk["usage"] = self.usage(0)
+        return chunk
 
     def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        return self._chunk([{"index": 0, "delta": {"content": text}, "logprobs": None,
-                             "finish_reason": "length" if last else None}])
+        chunk = self._chunk([{"index": 0, "delta": {"content": text}, "logprobs": None,
+                              "finish_reason": "length" if last else None}])
+        if self.req.continuous_usage:
+            chunk["usage"] = self.usage(completion_tokens)
+        return chunk
 
     def closing(self, completion_tokens: int) -> dict[str, Any] | None:
         if not self.req.include_usage:
@@ -213,8 +226,11 @@ class CompletionShape(ResponseShape):
                 "model": self.req.model, "choices": choices}
 
     def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        return self._chunk([{"index": 0, "text": text, "logprobs": None,
-                             "finish_reason": "length" if last else None}])
+        chunk = self._chunk([{"index": 0, "text": text, "logprobs": None,
+                              "finish_reason": "length" if last else None}])
+        if self.req.continuous_usage:
+            chunk["usage"] = self.usage(completion_tokens)
+        return chunk
 
     def closing(self, completion_tokens: int) -> dict[str, Any] | None:
         if not self.req.include_usage:
