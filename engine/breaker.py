@@ -9,11 +9,12 @@ Rules (each off unless its [stop] key is set, except server_gone which is always
 - latency:     the step's p99_ttft_ms > p99_ttft_ms, or its p99_itl_ms > p99_itl_ms.
                A step without that percentile (no data) does not fire.
 - collapse:    output_throughput + margin < best earlier x (1 - collapse). Needs an earlier step.
-- plateau:     output_throughput + margin < best earlier x (1 + plateau_gain). Needs an earlier step.
+- plateau:     output_throughput - margin < best earlier x (1 + plateau_gain). Needs an earlier step.
 
 `margin` is the noise of the two measurements: NOISE_SIGMAS standard errors of their
-per-second throughput (StepResult.output_throughput_se), so noise alone never fires a
-throughput rule. A step that was not steady is never judged by them (the runner held it as
+per-second throughput (StepResult.output_throughput_se). A collapse must be a drop larger
+than the noise; a gain counts only when it clears the threshold by more than the noise (a
+step whose gain is lost in the noise has not shown that more load buys more tokens). A step that was not steady is never judged by them (the runner held it as
 long as it could); the error and latency rules still apply to it.
 
 When several fire on the same step, one is reported, in this order of precedence:
@@ -125,7 +126,7 @@ class StopRules:
         best = _best(history)
         if gain is None or best is None or not cur.steady:
             return None
-        if not cur.output_throughput + noise_margin(cur, best) < best.output_throughput * (1 + gain):
+        if not cur.output_throughput - noise_margin(cur, best) < best.output_throughput * (1 + gain):
             return None
         change = _change(cur.output_throughput, best.output_throughput)
         return (
