@@ -426,3 +426,12 @@ def test_bad_paths_are_one_line_before_any_connection(data_dir, booby_traps, cap
     assert booby_traps == [], "connected before checking the path"
     assert rc == BAD and len(err.splitlines()) == 1, err
     assert all(n in err for n in needles), err
+
+
+def test_commands_other_than_sim_do_not_load_the_sim():
+    """The sim's options come from engine/sim/serve.py (aiohttp: ~0.2 s to import), added only
+    when `sim` is parsed: `redline --help` and the other commands start without it."""
+    code = ("import sys; from redline.tui.cli import build_parser; p = build_parser(); "
+            "p.parse_args(['presets']); p.format_help(); print('redline.engine.sim.serve' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr

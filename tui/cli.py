@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from redline.engine import __version__
 from redline.engine.constants import (
@@ -28,17 +28,49 @@ from redline.engine.constants import (
     DEFAULT_STEP,
 )
 from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS
-from redline.engine.sim.serve import add_sim_arguments
 
 from . import commands
 from .errors import EXIT_BAD_INPUT, UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but an error is one line (no usage dump) and exits 2."""
+    """argparse, but an error is one line (no usage dump) and exits 2.
+
+    `add_arguments(parser)`, when given, adds the arguments the first time this parser
+    parses or prints help: `redline sim` takes its options from engine/sim/serve.py, whose
+    aiohttp import would otherwise double the start-up of `redline --help` and every command.
+    """
+
+    def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_arguments = add_arguments
+
+    def _complete(self) -> None:
+        if self._add_arguments is not None:
+            add, self._add_arguments = self._add_arguments, None
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sim's own options, exactly as `python -m redline.engine.sim` takes them."""
+    from redline.engine.sim.serve import add_sim_arguments
+
+    add_sim_arguments(parser)
 
 
 def _positive_int(name: str):
@@ -135,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sim", help="serve the simulated SGLang/OpenAI server",
         description="Simulated SGLang/OpenAI inference server with a continuous-batching performance model, "
                     "simulated GPUs and fault profiles.",
+        add_arguments=_sim_arguments,
     )
-    add_sim_arguments(s)  # the sim's own options (engine/sim/serve.py), exactly as python -m redline.engine.sim
     s.set_defaults(handler=commands.cmd_sim)
     return p
 
