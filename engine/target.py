@@ -56,6 +56,13 @@ def _shown(url: object) -> str:
     return repr(url) if len(url) <= 120 else repr(url[:117]) + "..."
 
 
+def _masked(url: str) -> str:
+    """The URL with any `user:password@` replaced by `***@`: an error never echoes a password."""
+    start = url.find("://") + 3 if "://" in url else 0
+    at = url.rfind("@")
+    return url[:start] + "***" + url[at:] if at >= start else url
+
+
 def validate_url(url: object) -> str:
     """The target's base URL, normalised: `scheme://host[:port]` (lower-case scheme and host,
     no trailing `/` or `/v1`). Anything else raises BadURL (a TargetError), one line naming
@@ -63,6 +70,7 @@ def validate_url(url: object) -> str:
     if not isinstance(url, str):
         raise BadURL(url, "not a string")
     text = url.strip()
+    url = _masked(url)  # as errors show it
     if not text:
         raise BadURL(url, "empty")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text):
@@ -80,8 +88,7 @@ def validate_url(url: object) -> str:
     if port == -1 or port == 0 or parts.netloc.endswith(":"):
         raise BadURL(url, "bad port (expected 1..65535)")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        shown = text.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)  # never echo a password
-        raise BadURL(shown, "credentials in the URL are not accepted", hint="put the API key in OPENAI_API_KEY")
+        raise BadURL(url, "credentials in the URL are not accepted", hint="put the API key in OPENAI_API_KEY")
     if not parts.hostname:
         raise BadURL(url, "no host")
     if ":" not in parts.hostname and not set(parts.hostname) <= _HOST_CHARS:

@@ -271,10 +271,14 @@ def test_bad_url(url):
     assert repr(url) in msg
 
 
-def test_url_with_a_password_is_refused_without_echoing_it():
-    msg = err({"ramp": RAMP, "target": {"url": "http://user:secret@host:30000"}})
-    assert "[target].url: expected http://HOST[:PORT]" in msg and "credentials" in msg
+@pytest.mark.parametrize("url", ["http://user:secret@host:30000", "http://user:secret@host:abc", "ftp://user:secret@host"])
+def test_url_with_a_password_is_refused_without_echoing_it(url):
+    msg = err({"ramp": RAMP, "target": {"url": url}})
+    assert "[target].url: expected http://HOST[:PORT]" in msg and "***@host" in msg
     assert "secret" not in msg
+    with pytest.raises(ValueError) as e:  # --url: the same
+        validate_url(url)
+    assert "secret" not in str(e.value)
 
 
 @pytest.mark.parametrize(
