@@ -568,3 +568,103 @@ async def test_refuses_header_injection_before_writing(headers):
         finally:
             await client.aclose()
     assert len(srv.requests) == 1 and b"X-Injected" not in srv.requests[0]
+
+
+# -- a keep-alive connection the server closed while idle (issue 13) -------------------------------
+from test_request_truth import ThreadServer  # noqa: E402  (threaded: closes while our loop is blocked)
+
+import socket as _socket  # noqa: E402
+import struct as _struct  # noqa: E402
+import threading as _threading  # noqa: E402
+
+import redline.engine.transport as transport_mod  # noqa: E402
+
+OK_2 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"  # keep-alive: nothing says close
+
+
+def _closes_idle(close_now: _threading.Event, reset: bool):
+    """Answers, keeps the connection open (the client pools it), then closes it when told:
+    a FIN, or with reset=True an RST (SO_LINGER 0), as a server's idle timeout does."""
+
+    def handler(c, head, body, i):
+        c.sendall(OK_2)
+        if c is not None and i == 0:
+            close_now.wait(5)
+            if reset:
+                c.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, _struct.pack("ii", 1, 0))
+            return False
+        return True
+
+    return handler
+
+
+def _count_dropped(monkeypatch, force: bool | None = None) -> list[bool]:
+    seen: list[bool] = []
+    real = transport_mod._dropped
+
+    def spy(t):
+        r = real(t) if force is None else force
+        seen.append(r)
+        return r
+
+    monkeypatch.setattr(transport_mod, "_dropped", spy)
+    return seen
+
+
+async def test_idle_connection_closed_by_the_server_is_not_reused_for_a_post(monkeypatch):
+    """The FIN has reached the socket but not the loop: the poll before reuse sees it."""
+    close_now = _threading.Event()
+    seen = _count_dropped(monkeypatch)
+    with ThreadServer(_closes_idle(close_now, reset=False)) as srv:
+        client = lean()
+        try:
+            assert (await client.post(srv.url + "/", content=b"1")).text == "ok"
+            close_now.set()
+            time.sleep(0.05)  # blocks the loop: the close arrives unseen by it
+            assert (await client.post(srv.url + "/", content=b"2")).text == "ok"
+            assert opened(client) == 2
+        finally:
+            await client.aclose()
+    assert seen == [True]  # the stale one was found by the poll, not by the loop
+    assert srv.connections == 2 and [b for _, _, b in srv.requests] == [b"1", b"2"]
+
+
+async def test_post_retried_once_when_no_byte_of_it_was_written(monkeypatch):
+    """A reset connection handed out anyway (the poll off): the first write fails, nothing
+    reached the server, so the POST goes again on a new connection, once."""
+    close_now = _threading.Event()
+    seen = _count_dropped(monkeypatch, force=False)
+    with ThreadServer(_closes_idle(close_now, reset=True)) as srv:
+        client = lean()
+        try:
+            assert (await client.post(srv.url + "/", content=b"1")).text == "ok"
+            close_now.set()
+            time.sleep(0.05)  # the RST arrives unseen by the loop
+            r = await client.post(srv.url + "/", content=b"2")
+            assert r.text == "ok"
+            assert opened(client) == 2
+        finally:
+            await client.aclose()
+    assert seen == [False]
+    assert srv.connections == 2 and [b for _, _, b in srv.requests] == [b"1", b"2"]
+
+
+async def test_post_not_retried_once_written():
+    """The request reached the server, which closed without answering: a POST is not sent
+    again (the server may have acted on it); the error is the caller's."""
+
+    def handler(c, head, body, i):
+        if i == 0:
+            c.sendall(OK_2)
+            return True
+        return False  # read the second request, then close without a word
+
+    with ThreadServer(handler) as srv:
+        client = lean()
+        try:
+            assert (await client.post(srv.url + "/", content=b"1")).text == "ok"
+            with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+                await client.post(srv.url + "/", content=b"2")
+        finally:
+            await client.aclose()
+    assert srv.connections == 1 and [b for _, _, b in srv.requests] == [b"1", b"2"]

@@ -1,0 +1,226 @@
+"""engine/apis.py: request bodies, the continuous-usage fallback decision, and the decoders.
+
+- build_body asks for usage on every chunk (stream_options.continuous_usage_stats) unless
+  told not to; continuous_usage_refused reads a 400 that names the option.
+- The OpenAI decoder's fast path (no json.loads) gives exactly the full parse's Event on the
+  shapes real servers send: vLLM content chunks (the captures in tests/fixtures), vLLM with
+  continuous usage, SGLang's chunks with every unused field null, reasoning chunks
+  (reasoning_content / reasoning), and on generated variants of all of them (property).
+- Reasoning: content (a token of any kind) but not answer; the answer flag on answer text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from redline.engine.apis import (
+    CHAT, COMPLETIONS, GENERATE, Event, GenerateDecoder, OpenAIDecoder, build_body, continuous_usage_refused, make_decoder,
+)
+from redline.engine.sse import DONE, SSEDecoder
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+# -- bodies -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("api", [CHAT, COMPLETIONS])
+def test_openai_bodies_ask_for_continuous_usage_unless_told_not_to(api):
+    b = build_body(api, "m", "hi", 7)
+    assert b["stream"] is True and b["max_tokens"] == 7 and b["ignore_eos"] is True
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    off = build_body(api, "m", "hi", 7, continuous_usage=False)
+    assert off["stream_options"] == {"include_usage": True}
+    b["stream_options"]["x"] = 1  # each body has its own dict
+    assert build_body(api, "m", "hi", 7)["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_generate_body_is_unchanged_by_the_option():
+    assert build_body(GENERATE, "m", "hi", 7) == build_body(GENERATE, "m", "hi", 7, continuous_usage=False)
+    assert "stream_options" not in build_body(GENERATE, "m", "hi", 7)
+
+
+@pytest.mark.parametrize("status,text,refused", [
+    # vLLM / pydantic (extra="forbid"), as run_request writes it
+    (400, "HTTP 400: [{'type': 'extra_forbidden', 'loc': ('body', 'stream_options', 'continuous_usage_stats'), "
+          "'msg': 'Extra inputs are not permitted'}]", True),
+    (400, "HTTP 400: Unrecognized request argument supplied: continuous_usage_stats", True),
+    (400, "HTTP 400: stream_options is not supported", True),
+    (422, "HTTP 422: body.stream_options.continuous_usage_stats: extra fields not permitted", True),
+    (400, "HTTP 400: This model's maximum context length is 4096 tokens", False),
+    (400, "", False),
+    (500, "HTTP 500: continuous_usage_stats crashed the server", False),
+    (429, "HTTP 429: stream_options rate limited", False),
+    (0, "connection refused", False),
+])
+def test_continuous_usage_refused(status, text, refused):
+    assert continuous_usage_refused(status, text) is refused
+
+
+# -- the decoders ---------------------------------------------------------------------------
+def both(api: str, payload: bytes) -> Event:
+    """The fast path's Event, checked equal to the full parse's."""
+    d = OpenAIDecoder(api)
+    fast = d.fast(payload)
+    full = d.full(payload)
+    assert fast is not None, payload  # these shapes must not cost a json.loads
+    assert fast == full, payload
+    return fast
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def vllm_chunk(delta: dict, usage: dict | None = None, **extra) -> bytes:
+    obj = {"id": "chatcmpl-b92a", "object": "chat.completion.chunk", "created": 1, "model": "m",
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None, "token_ids": None}]}
+    if usage is not None:
+        obj["usage"] = usage
+    obj.update(extra)
+    return dumps(obj)
+
+
+def sglang_chunk(content=None, reasoning=None, usage=None) -> bytes:
+    """SGLang's pydantic model_dump_json(): every field, null when unused."""
+    return dumps({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "delta": {"role": None, "content": content, "reasoning_content": reasoning,
+                                                     "tool_calls": None},
+                               "logprobs": None, "finish_reason": None, "matched_stop": None}],
+                  "usage": usage})
+
+
+def test_fast_path_on_the_real_vllm_captures():
+    for api, name in ((CHAT, "vllm_chat_stream.txt"), (COMPLETIONS, "vllm_completions_stream.txt")):
+        payloads = SSEDecoder().feed((FIXTURES / name).read_bytes())
+        assert payloads[-1] == DONE
+        d = OpenAIDecoder(api)
+        evs = [d.decode(p) for p in payloads[:-1]]
+        fast_ones = 0
+        for p in payloads[:-1]:
+            fast = d.fast(p)
+            # the closing usage-only chunk takes the full parse, and so does text with
+            # unbalanced brackets (the capture has "]))"): the fast path does not guess
+            obj = json.loads(p)
+            text = "".join(str(c.get("text") or (c.get("delta") or {}).get("content") or "") for c in obj["choices"])
+            if obj["choices"] and not set(text) & set("{}[]"):
+                assert fast is not None, p
+            if fast is not None:
+                fast_ones += 1
+                assert fast == d.full(p)
+        assert fast_ones >= len(payloads) - 3
+        assert sum(e.tokens for e in evs) == 12 and all(e.answer == e.content for e in evs)
+        assert [e.completion_tokens for e in evs if e.completion_tokens is not None] == [12]
+
+
+def test_continuous_usage_chunks_take_the_fast_path():
+    u = {"prompt_tokens": 15, "total_tokens": 18, "completion_tokens": 3}
+    ev = both(CHAT, vllm_chunk({"content": "ab"}, u))
+    assert ev == Event(tokens=1, content=True, answer=True, prompt_tokens=15, completion_tokens=3)
+    ev = both(CHAT, vllm_chunk({"role": "assistant", "content": ""}, dict(u, completion_tokens=0, total_tokens=15)))
+    assert not ev.content and ev.completion_tokens == 0 and ev.prompt_tokens == 15
+    # the sim's shape: usage, then its send stamp
+    ev = both(COMPLETIONS, dumps({"id": "cmpl-1", "choices": [{"index": 0, "text": "x", "finish_reason": None}],
+                                  "usage": u, "sim_t": 1700000000.25}))
+    assert ev.completion_tokens == 3 and ev.sim_t == 1700000000.25 and ev.answer
+    # usage details, null or not, in any order
+    both(CHAT, vllm_chunk({"content": "ab"}, {"completion_tokens": 3, "prompt_tokens_details": None, "prompt_tokens": 15}))
+
+
+def test_sglang_chunks_take_the_fast_path():
+    assert both(CHAT, sglang_chunk(content="hi")) == Event(tokens=1, content=True, answer=True)
+    assert both(CHAT, sglang_chunk(reasoning="hmm")) == Event(tokens=1, content=True, answer=False)
+    assert both(CHAT, sglang_chunk()) == Event()
+    ev = both(CHAT, sglang_chunk(content="hi", usage={"prompt_tokens": 4, "total_tokens": 9, "completion_tokens": 5}))
+    assert ev.completion_tokens == 5 and ev.prompt_tokens == 4
+
+
+def test_reasoning_is_content_not_answer():
+    for delta in ({"reasoning_content": "Let"}, {"reasoning": "Let"}, {"reasoning": "Let", "reasoning_content": "Let"},
+                  {"content": None, "reasoning_content": "Let"}, {"content": "", "reasoning": "Let"}):
+        ev = both(CHAT, vllm_chunk(delta))
+        assert ev.content and not ev.answer and ev.tokens == 1, delta
+    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}))
+    assert ev.content and ev.answer
+    assert both(CHAT, vllm_chunk({"reasoning": "", "content": ""})) == Event()
+
+
+def test_shapes_left_to_the_full_parse():
+    d = OpenAIDecoder(CHAT)
+    slow = [
+        vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1}}),
+        vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4.0}),  # a float is not a count
+        vllm_chunk({"content": "x"}, {"prompt_tokens": True, "completion_tokens": 4}),
+        vllm_chunk({"content": None, "tool_calls": [{"index": 0, "function": {"name": "f"}}]}),
+        vllm_chunk({"content": "x"}, error={"message": "boom"}),
+        vllm_chunk({"content": "x"}, usage=None, nested={"usage": {"completion_tokens": 9}}),
+        vllm_chunk({"content": 5}),
+        b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":04}}',  # not JSON
+    ]
+    for p in slow:
+        assert d.fast(p) is None, p
+    assert d.decode(slow[0]).completion_tokens == 4
+    assert d.decode(slow[4]).error == "boom"
+
+
+def test_generate_events_are_answers():
+    d = GenerateDecoder()
+    ev = d.decode(dumps({"text": "ab", "meta_info": {"completion_tokens": 3, "prompt_tokens": 5}}))
+    assert ev.content and ev.answer and ev.tokens == 3 and ev.completion_tokens == 3
+    ev = d.decode(dumps({"text": "abc", "meta_info": {"completion_tokens": 3}}))
+    assert ev.content and ev.tokens == 0  # text without a new token: bench_serving skips it in ITL
+    assert make_decoder(GENERATE)(dumps({"text": "", "meta_info": {"completion_tokens": 0}})) == Event(completion_tokens=0)
+
+
+# -- property: the fast path equals the full parse on the shapes above and their variants --------
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8) | st.sampled_from(
+    ['"', "\\", "{", "}", "[", "]", '"content":"', '"usage":{', "null", "\u00e9"])
+_maybe_text = st.one_of(_text, st.just(""), st.none())
+_count = st.one_of(st.integers(0, 10**6), st.none(), st.just(-1), st.just(2.5), st.just(True))
+
+
+@st.composite
+def _chunk(draw):
+    api = draw(st.sampled_from([CHAT, COMPLETIONS]))
+    choice: dict = {"index": 0, "finish_reason": draw(st.sampled_from([None, "length"]))}
+    if api == CHAT:
+        delta: dict = {}
+        for key in draw(st.permutations(["role", "content", "reasoning_content", "reasoning", "tool_calls"])):
+            if draw(st.booleans()):
+                delta[key] = None if key == "tool_calls" and draw(st.booleans()) else draw(_maybe_text)
+        choice["delta"] = delta
+    else:
+        choice["text"] = draw(_maybe_text)
+    obj: dict = {"id": draw(_text), "choices": [choice]}
+    if draw(st.booleans()):
+        usage: dict = {}
+        for key in draw(st.permutations(["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details"])):
+            if draw(st.booleans()):
+                usage[key] = draw(_count) if key != "prompt_tokens_details" else draw(st.sampled_from([None, {"cached_tokens": 2}]))
+        obj["usage"] = usage if draw(st.booleans()) else None
+    if draw(st.booleans()):
+        obj["error"] = draw(st.sampled_from([None, {"message": "x"}, "bad"]))
+    if draw(st.booleans()):
+        obj["sim_t"] = draw(st.floats(min_value=0, max_value=2e9, allow_nan=False))
+    keys = list(obj)
+    order = draw(st.permutations(keys))
+    obj = {k: obj[k] for k in order}
+    seps = draw(st.sampled_from([(",", ":"), (",", ":"), (", ", ": ")]))
+    payload = json.dumps(obj, separators=seps, ensure_ascii=draw(st.booleans())).encode()
+    if draw(st.integers(0, 5)) == 0:
+        payload = payload[: draw(st.integers(0, len(payload)))]
+    return api, payload
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_chunk())
+def test_fast_path_equals_the_full_parse_on_real_shapes(case):
+    api, payload = case
+    d = OpenAIDecoder(api)
+    fast = d.fast(payload)
+    if fast is None:
+        return
+    assert fast == d.full(payload), payload
