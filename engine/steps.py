@@ -1,4 +1,4 @@
-"""Step accumulation: what one period held at one concurrency measured (DESIGN.md, README
+"""Step accumulation: what one period held at one concurrency measured (README
 "What the numbers mean").
 
 A step is opened when its concurrency is set; requests sent from then on carry its index.

@@ -1,4 +1,4 @@
 """The shipped presets (TOML files beside this one), read with importlib.resources.
 
-`redline.engine.preset_catalog` lists them and resolves a name such as `quick`.
+`redline.engine.preset.builtin` lists them and resolves a name such as `quick`.
 """

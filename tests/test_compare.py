@@ -47,7 +47,7 @@ probe_s = 2
 """
 RUN_TIMEOUT_S = 60
 
-REDLINE = [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main())"]
+REDLINE = [sys.executable, "-c", "import sys; from redline.tui.cli import main; sys.exit(main())"]
 
 
 @pytest.fixture(scope="module")

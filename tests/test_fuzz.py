@@ -211,7 +211,7 @@ def replay(api: str, pieces: list[bytes], status: int = 200, clock=None, api_key
 
     if clock is None:
         return asyncio.run(go()), tokens
-    with mock.patch.object(engine.request, "time", types.SimpleNamespace(perf_counter=clock)):
+    with mock.patch.object(redline.engine.request, "time", types.SimpleNamespace(perf_counter=clock)):
         return asyncio.run(go()), tokens
 
 

@@ -131,7 +131,7 @@ def test_headless_cli_writes_summary_and_exits_0(tmp_path):
     env = {**os.environ, "CI": "true"}
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "run", str(f), "--headless", "--profile", "pp-capped", "--out", str(out)],
+        [sys.executable, "-m", "redline.tui", "run", str(f), "--headless", "--profile", "pp-capped", "--out", str(out)],
         capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
@@ -145,5 +145,5 @@ def test_headless_cli_writes_summary_and_exits_0(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["end_reason"] == "preset finished"
     # the report command prints the same table from the directory
-    rep = subprocess.run([sys.executable, "-m", "tui", "report", str(out)], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    rep = subprocess.run([sys.executable, "-m", "redline.tui", "report", str(out)], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert rep.returncode == 0 and "last good C=8" in rep.stdout
