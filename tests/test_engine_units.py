@@ -1,0 +1,246 @@
+"""Engine parts on their own, no server: the pool's bound, per-slot back-off, server-gone by
+/health, live TTFT at first token, and a module graph without cycles."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import random
+from pathlib import Path
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redline.engine import records as R
+from redline.engine.controller import Controller
+from redline.engine.metrics import LiveMetrics
+from redline.engine.records import RequestRecord
+from redline.engine.sender import FAST_FAIL_S, Sender
+from redline.engine.server_watch import ServerWatch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.integers(1, 12)),
+        st.tuples(st.just("sleep"), st.integers(0, 3)),
+        st.tuples(st.just("pause"), st.just(0)),
+        st.tuples(st.just("resume"), st.just(0)),
+        st.tuples(st.just("abort"), st.just(0)),
+        st.tuples(st.just("probe"), st.just(0)),
+        st.tuples(st.just("restore"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(OPS, st.integers(0, 2**32 - 1))
+def test_controller_never_starts_a_request_at_or_above_c(ops, seed):
+    """Whatever the operator does, a request is only started while fewer than C are in
+    flight; once settled, in-flight equals C (lowering lets running requests finish)."""
+    rng = random.Random(seed)
+    violations: list[tuple[int, int]] = []
+
+    async def go() -> None:
+        ctl: Controller
+
+        def launch():
+            if ctl.in_flight >= ctl.target:
+                violations.append((ctl.in_flight, ctl.target))
+            return asyncio.sleep(rng.choice((0, 0.001, 0.003, 0.01)))
+
+        ctl = Controller(launch, 4, 64)
+        ctl.start()
+        for op, n in ops:
+            if op == "set":
+                ctl.set_concurrency(n)
+            elif op == "sleep":
+                await asyncio.sleep(n * 0.002)
+            elif op == "pause":
+                ctl.pause()
+            elif op == "resume":
+                ctl.resume()
+            elif op == "abort":
+                await ctl.abort()
+            elif op == "probe":
+                await ctl.probe()
+            else:
+                ctl.restore()
+            assert ctl.in_flight <= max(ctl.target, ctl.in_flight)  # reads never raise
+        ctl.resume()
+        for _ in range(200):  # settle: bounded
+            await asyncio.sleep(0.002)
+            if ctl.in_flight == ctl.target:
+                break
+        assert ctl.in_flight == ctl.target and ctl.settled_at is not None
+        await ctl.stop()
+
+    asyncio.run(go())
+    assert not violations, violations
+
+
+def _sender() -> Sender:
+    """A Sender whose requests end as their prompt says: "ok" or an error kind (no network)."""
+    s = Sender.__new__(Sender)
+    s._free, s.backing_off, s.in_flight, s.cursor = [], 0, {}, {}
+    s._on_overload = lambda kind: None
+
+    async def send(prompt, max_tokens, expected, phase=None):
+        kind = prompt
+        rec = RequestRecord(rid=0, phase="live", step=1, concurrency=2, t_send=0.0)
+        rec.t_end = 0.001
+        if kind != "ok":
+            rec.status, rec.error_kind = R.FAILED, kind
+        await asyncio.sleep(0)
+        return rec
+
+    s.send = send
+    return s
+
+
+def test_back_off_belongs_to_the_slot_not_the_pool():
+    """One slot answered 503 three times backs off 100, 200, 400 ms; a healthy slot beside
+    it never waits, and backing_off counts only the waiting slot."""
+    s = _sender()
+    seen: list[int] = []
+
+    async def go():
+        loop = asyncio.get_running_loop()
+
+        async def failing_slot():
+            t = loop.time()
+            for _ in range(3):
+                await s.slot_request("http_503", 1, 1)
+            return loop.time() - t
+
+        async def healthy_slot():
+            t = loop.time()
+            for _ in range(20):
+                await s.slot_request("ok", 1, 1)
+                seen.append(s.backing_off)
+                await asyncio.sleep(0.01)
+            return loop.time() - t
+
+        return await asyncio.gather(failing_slot(), healthy_slot())
+
+    slow, fast = asyncio.run(go())
+    assert slow >= 2 * FAST_FAIL_S + 4 * FAST_FAIL_S + 8 * FAST_FAIL_S - 0.02  # 0.1 + 0.2 + 0.4 s
+    assert fast < 0.6  # 20 x 10 ms plus scheduling: never held by the other slot's streak
+    assert max(seen) == 1 and s.backing_off == 0
+
+
+async def _watch(health_ok: list[bool]) -> tuple[ServerWatch, list[str]]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if health_ok[0]:
+            return httpx.Response(200, text="ok")
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    events: list[str] = []
+    w = ServerWatch(client, "http://127.0.0.1:1/health", lambda: events.append("gone"), lambda: events.append("back"), lambda k, t: events.append(k))
+    return w, events
+
+
+def test_server_is_gone_only_when_health_fails_too():
+    async def go():
+        up = [True]
+        w, events = await _watch(up)
+        for _ in range(3):
+            w.connect_failed()
+        await asyncio.sleep(0.05)
+        assert not w.gone and events == ["notice"]  # refused connections, but /health answers
+        up[0] = False
+        for _ in range(3):
+            w.connect_failed()
+        await asyncio.sleep(0.05)
+        assert w.gone and events[-1] == "gone"
+        up[0] = True
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if not w.gone:
+                break
+        assert not w.gone and events[-1] == "back"
+        await w.stop()
+
+    asyncio.run(go())
+
+
+def test_live_ttft_enters_the_window_at_the_first_token():
+    m = LiveMetrics()
+    rec = RequestRecord(rid=1, phase="live", step=1, concurrency=1, t_send=100.0)
+    rec.t_first = 100.25
+    m.on_first(rec)
+    st_ = m.recompute_percentiles(100.3)
+    assert st_.ttft.p50 == 0.25 and st_.e2e.p50 is None  # still streaming: no E2E yet
+    rec.t_end = 160.0
+    m.on_request_end(rec)
+    st_ = m.recompute_percentiles(160.1)
+    assert st_.ttft.p50 is None  # its first token left the 10 s window long ago
+    assert st_.e2e.p50 == 60.0
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Modules of the package that `path` imports at run time (TYPE_CHECKING blocks aside)."""
+    tree = ast.parse(path.read_text())
+    mod_parts = package.split(".")
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.dump(child.test):
+                continue
+            if isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = mod_parts[: len(mod_parts) - child.level + (1 if path.name == "__init__.py" else 0)]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                for a in child.names:
+                    out.add(f"{mod}.{a.name}")
+                    out.add(mod)
+            elif isinstance(child, ast.Import):
+                out.update(a.name for a in child.names)
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    mods: dict[str, Path] = {}
+    for folder, pkg in (("engine", "redline.engine"), ("tui", "redline.tui")):
+        for p in (ROOT / folder).rglob("*.py"):
+            rel = p.relative_to(ROOT / folder).with_suffix("")
+            parts = [x for x in rel.parts if x != "__init__"]
+            mods[".".join([pkg, *parts])] = p
+    graph = {}
+    for name, p in mods.items():
+        here = name if p.name == "__init__.py" else name
+        graph[name] = {m for m in _imports(p, here) if m in mods and m != name}
+    assert "redline.engine.core" in graph["redline.engine.runner"]  # the runner drives the engine ...
+    assert not any(m.startswith("redline.engine.runner") for m in graph["redline.engine.core"])  # ... never the reverse
+    assert not any(m.startswith("redline.tui") for n, ms in graph.items() if n.startswith("redline.engine") for m in ms)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in graph[n]:
+            if state.get(m) == 1 and not (n.startswith(m + ".") or m.startswith(n + ".")):
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                cyc = dfs(m)
+                if cyc:
+                    return cyc
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in graph:
+        if n not in state:
+            cyc = dfs(n)
+            assert cyc is None, " -> ".join(cyc)
