@@ -29,7 +29,7 @@ import httpx
 from . import __version__
 from . import commands as C
 from . import records as R
-from .apis import GENERATE
+from .apis import GENERATE, continuous_usage_refused
 from .config import EngineConfig
 from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
 from .controller import PAUSED, PROBE, Controller
@@ -44,7 +44,7 @@ from .session import SessionWriter, format_step_line
 from .snapshot import Snapshot
 from .stepbook import StepBook
 from .stepresult import StepResult
-from .steps import itl_values, new_gaps
+from .steps import new_gaps
 from .target import Target, TargetUnreachable, detect, validate_url
 from .telemetry.cap import CapDetector
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
@@ -333,16 +333,13 @@ class Engine:
     # -- requests (Sender's listener) -----------------------------------------------------
     async def _check_continuous_usage(self) -> None:
         """Per-chunk usage where the server offers it; a server that refuses the option
-        (HTTP 4xx) gets plain streams, and tokens are corrected at each request's end."""
+        (an HTTP 400/422 naming it) gets plain streams, and tokens are corrected from usage at
+        each request's end."""
         assert self.sender is not None
         rec = await self.sender.send("Hi", 1, 0, "calibration")
-        if rec.status == R.FAILED and rec.error_kind == R.ERR_HTTP_4XX:
+        if rec.status == R.FAILED and continuous_usage_refused(rec.http_status, rec.error_text):
             self.sender.continuous_usage = False
-            retry = await self.sender.send("Hi", 1, 0, "calibration")
-            if retry.status == R.OK:
-                self.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
-            else:
-                self.sender.continuous_usage = True  # the 4xx was about something else
+            self.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
 
     async def _measure_prompt_tokens(self, prompt: str) -> int | None:
         """One max_tokens=1 request; the server's prompt_tokens for `prompt`."""
@@ -390,9 +387,8 @@ class Engine:
         nxt, gaps = new_gaps(rec, start)
         cursor[rec.rid] = nxt
         if gaps:
-            spread = self.target is not None and self.target.api == GENERATE
-            self.metrics.on_gaps(gaps[-1][0], itl_values(gaps, spread))
-            self.book.on_gaps(gaps, spread)
+            self.metrics.on_gaps(gaps[-1][0], [v for _, vs, _ in gaps for v in vs])
+            self.book.on_gaps(gaps)
 
     # -- server gone / back ------------------------------------------------------------
     def _server_gone(self) -> None:

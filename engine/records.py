@@ -129,33 +129,50 @@ class RequestRecord:
         ts = self.chunk_times
         return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
 
-    def itls(self) -> list[float]:
-        """Inter-token latencies as SGLang's bench_serving computes them for this API.
+    def gaps_from(self, start: int) -> list[tuple[float, list[float], float]]:
+        """For each content chunk from index `start` on (the first chunk closes no gap: it is
+        the TTFT): (its arrival time, the inter-token latencies it closes, its raw chunk gap).
 
-        OpenAI APIs (chat, completions): one gap per content chunk, as `chunk_gaps()`.
+        Inter-token latencies as SGLang's bench_serving computes them for this API:
+        OpenAI APIs (chat, completions): one gap per content chunk, the chunk gap itself.
         SGLang /generate (`spread_itl`): a chunk that brings k new tokens gives k entries of
         gap/k (bench_serving's `adjust_itl`); a chunk that brings none gives no entry and its
-        gap rolls into the next chunk's; the first chunk's tokens give none (that is TTFT).
+        gap rolls into the next chunk's. The engine harvests these incrementally (by arrival
+        time, once a second); `itls()` is the whole request's.
         """
         ts = self.chunk_times
+        n = len(ts)
+        start = max(start, 1)
+        out: list[tuple[float, list[float], float]] = []
+        if start >= n:
+            return out
         if not self.spread_itl:
-            return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
-        out: list[float] = []
-        if not ts:
+            for i in range(start, n):
+                g = ts[i] - ts[i - 1]
+                out.append((ts[i], [g], g))
             return out
         ks = self.chunk_tokens
-        last = ts[0]
-        for i in range(1, len(ts)):
-            k = ks[i] if i < len(ks) else 1
+
+        def k_at(i: int) -> int:
+            return ks[i] if i < len(ks) else 1
+
+        j = start - 1
+        while j > 0 and k_at(j) <= 0:
+            j -= 1
+        last = ts[j]
+        for i in range(start, n):
+            raw = ts[i] - ts[i - 1]
+            k = k_at(i)
             if k <= 0:
+                out.append((ts[i], [], raw))
                 continue
-            g = (ts[i] - last) / k
-            if k == 1:
-                out.append(g)
-            else:
-                out.extend([g] * k)
+            out.append((ts[i], [(ts[i] - last) / k] * k, raw))
             last = ts[i]
         return out
+
+    def itls(self) -> list[float]:
+        """The request's inter-token latencies (see gaps_from)."""
+        return [v for _, vs, _ in self.gaps_from(1) for v in vs]
 
     @property
     def tpot(self) -> float | None:

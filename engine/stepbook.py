@@ -13,7 +13,7 @@ from typing import Callable
 from .constants import MIN_LIVE_STEP_S
 from .records import Clock, RequestRecord
 from .stepresult import BreakResult, StepResult
-from .steps import StepAccumulator
+from .steps import Gaps, StepAccumulator
 
 LIVE = "live"
 PROBE = "probe"
@@ -53,9 +53,9 @@ class StepBook:
         for acc in self.open:
             acc.on_tokens(t, n)
 
-    def on_gaps(self, gaps: list[tuple[float, float, int]], spread: bool) -> None:
+    def on_gaps(self, gaps: Gaps) -> None:
         for acc in self.open:
-            acc.on_gaps(gaps, spread)
+            acc.on_gaps(gaps)
 
     def on_end(self, rec: RequestRecord) -> None:
         for acc in self.open:

@@ -38,30 +38,12 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1000.0, 3)
 
 
-def new_gaps(rec: RequestRecord, start: int) -> tuple[int, list[tuple[float, float, int]]]:
-    """Gaps of `rec` completed by chunks from index `start` on: (next start, [(arrival,
-    gap, tokens of the chunk)]). The first chunk ends no gap (it is the TTFT)."""
-    ts = rec.chunk_times
-    n = len(ts)
-    if n <= start:
-        return start, []
-    toks = rec.chunk_tokens
-    i0 = max(start, 1)
-    return n, [(ts[i], ts[i] - ts[i - 1], toks[i] if i < len(toks) else 1) for i in range(i0, n)]
+Gaps = list[tuple[float, list[float], float]]  # RequestRecord.gaps_from: (arrival, ITLs, chunk gap)
 
 
-def itl_values(gaps: Sequence[tuple[float, float, int]], spread: bool) -> list[float]:
-    """Inter-token latencies of gaps as bench_serving defines them for the API: one per
-    chunk on OpenAI streams; on SGLang /generate a chunk of k tokens is k gaps of gap/k."""
-    if not spread:
-        return [g for _, g, _ in gaps]
-    out: list[float] = []
-    for _, g, k in gaps:
-        if k > 1:
-            out.extend([g / k] * k)
-        else:
-            out.append(g)
-    return out
+def new_gaps(rec: RequestRecord, start: int) -> tuple[int, Gaps]:
+    """The gaps of `rec` closed by chunks from index `start` on, and the next start."""
+    return len(rec.chunk_times), rec.gaps_from(start)
 
 
 def per_second_noise(per_second: Sequence[float]) -> float | None:
@@ -162,11 +144,11 @@ class StepAccumulator:
             ps.append(0)
         ps[i] += n
 
-    def on_gaps(self, gaps: Sequence[tuple[float, float, int]], spread: bool) -> None:
+    def on_gaps(self, gaps: Gaps) -> None:
         inside = [x for x in gaps if self._in_window(x[0])]
         if inside:
-            self.itl.add_many(itl_values(inside, spread))
-            self.chunk_gap.add_many([g for _, g, _ in inside])
+            self.itl.add_many([v for _, vs, _ in inside for v in vs])
+            self.chunk_gap.add_many([g for _, _, g in inside])
 
     def on_end(self, rec: RequestRecord) -> None:
         if self.t_end is not None or rec.step != self.index:

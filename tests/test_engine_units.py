@@ -244,3 +244,32 @@ def test_no_import_cycle_between_modules():
         if n not in state:
             cyc = dfs(n)
             assert cyc is None, " -> ".join(cyc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.0, 0.5), st.integers(0, 5)), min_size=1, max_size=40),
+    st.lists(st.integers(1, 40), max_size=5),
+    st.booleans(),
+)
+def test_harvesting_gaps_in_pieces_equals_the_whole_request(chunks, cuts, spread):
+    """The engine harvests ITLs once a second from where it stopped while chunks still
+    arrive: any split gives the request's own ITLs (bench_serving's definition, /generate
+    spreading included)."""
+    from redline.engine.steps import new_gaps
+
+    rec = RequestRecord(rid=1, phase="live", step=1, concurrency=1, t_send=0.0)
+    rec.spread_itl = spread
+    got: list[float] = []
+    cursor, t, added = 0, 0.0, 0
+    for cut in sorted(cuts) + [len(chunks)]:
+        while added < min(cut, len(chunks)):  # chunks arrive ...
+            dt, k = chunks[added]
+            t += dt
+            rec.chunk_times.append(t)
+            rec.chunk_tokens.append(k)
+            added += 1
+        cursor, gaps = new_gaps(rec, cursor)  # ... and a harvest takes what is new
+        got.extend(v for _, vs, _ in gaps for v in vs)
+    assert got == rec.itls()
+    assert len(rec.itls()) == (sum(k for _, k in chunks[1:] if k > 0) if spread else len(chunks) - 1)
