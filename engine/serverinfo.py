@@ -20,12 +20,6 @@ class ServerInfo:
     version: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def effective_running_cap(self) -> int | None:
-        """The most requests the server will run at once, as far as its info tells."""
-        caps = [c for c in (self.max_running_requests, self.pp_micro_batch_cap, self.max_num_seqs) if c]
-        return min(caps) if caps else None
-
     def caps_text(self) -> str:
         """Short text for the header: 'max_running=64 tp=1 pp=8 micro-batch cap=8'."""
         parts = []

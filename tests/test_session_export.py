@@ -10,6 +10,7 @@ from redline.engine.session import (
     EVENTS_SCHEMA,
     REQUESTS_SCHEMA,
     TIMELINE_SCHEMA,
+    STATES,
     SessionError,
     SessionWriter,
     concurrency_timeline,
@@ -209,3 +210,20 @@ def test_concurrency_timeline(tmp_path):
     d2 = tmp_path / "e"
     SessionWriter(d2, {}).close("quit")
     assert concurrency_timeline(d2) == []
+
+
+def test_server_gone_seconds_replay_as_no_load(tmp_path):
+    """While the server was gone redline sent nothing (target_c stays at the set C): preset-from
+    must replay those seconds as C=0, as it does paused and stopped ones, not as load."""
+    assert {"server gone", "paused", "stopped"} <= set(STATES)
+    d = tmp_path / "s"
+    w = SessionWriter(d, {})
+    sec = 0
+    for c, n, state in ((64, 2, "preset"), (64, 3, "server gone"), (64, 2, "preset"),
+                        (64, 1, "stopped")):
+        for _ in range(n):
+            w.add_timeline(_tl(sec, c, state=state))
+            sec += 1
+    w.close("quit")
+    assert read_table(d, "timeline")["state"].to_list()[2:5] == ["server gone"] * 3
+    assert concurrency_timeline(d) == [(2.0, 64), (3.0, 0), (2.0, 64), (1.0, 0)]

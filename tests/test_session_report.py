@@ -32,8 +32,8 @@ def test_step_line():
     assert "\n" not in line
     assert line.startswith("C=64 ")
     assert "60.0s" in line and "1210.4 tok/s" in line
-    assert "TTFT p50   52 ms p99  180 ms" in line
-    assert "ITL p99   61 ms" in line
+    assert "TTFT p50 52.4 ms p99  180 ms" in line
+    assert "ITL p99 61.0 ms" in line
     assert line.endswith("err 0  steady")
     bad = format_step_line(
         _step(128, 900.0, failed=3, steady=False, errors_by_kind={"http_503": 2, "timeout": 1})
@@ -64,7 +64,7 @@ def test_step_table_cells():
     row64 = next(ln for ln in lines if ln.lstrip().startswith("64 "))
     cells = row64.split()
     assert cells[:6] == ["64", "60.0", "640", "0", "1210.4", "12.8"]
-    assert cells[6:15] == ["52", "180", "6.1", "61", "6.5", "8100", "9400", "8", "yes"]
+    assert cells[6:15] == ["52.4", "180", "6.1", "61.0", "6.5", "8100", "9400", "8", "yes"]
     assert row64.endswith("<- last good")
     row96 = next(ln for ln in lines if ln.lstrip().startswith("96 "))
     assert row96.split()[13] == "-"  # no server telemetry

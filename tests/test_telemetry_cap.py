@@ -1,14 +1,12 @@
-"""Server-cap detection and energy efficiency."""
+"""Server-cap detection and summed GPU power."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from redline.engine.serverinfo import ServerInfo
 from redline.engine.telemetry.cap import CapDetector, cap_cause
-from redline.engine.telemetry.efficiency import EnergyWindow, joules_per_token, tokens_per_watt, total_power_w
+from redline.engine.telemetry.efficiency import total_power_w
 from redline.engine.telemetry.server_metrics import parse_server_metrics
 from redline.engine.telemetry.types import GpuSample, ServerSample
 
@@ -129,54 +127,11 @@ def test_real_vllm_capture_fires_with_max_num_seqs():
 # -- efficiency ----------------------------------------------------------------------------
 
 
-def gpus(*powers, energies=None):
-    energies = energies or [None] * len(powers)
-    return [GpuSample(index=i, power_w=p, energy_j=e) for i, (p, e) in enumerate(zip(powers, energies))]
+def gpus(*powers):
+    return [GpuSample(index=i, power_w=p) for i, p in enumerate(powers)]
 
 
-def test_instant_efficiency():
-    g = gpus(300.0, 200.0, None)
-    assert total_power_w(g) == 500.0
-    assert tokens_per_watt(1000.0, g) == pytest.approx(2.0)
-    assert joules_per_token(1000.0, g) == pytest.approx(0.5)
-    assert tokens_per_watt(None, g) is None
-    assert joules_per_token(0.0, g) is None
-    assert tokens_per_watt(1000.0, gpus(None, None)) is None
-    assert tokens_per_watt(1000.0, []) is None
-
-
-def test_energy_window_prefers_counters():
-    w = EnergyWindow(window_s=10.0)
-    # counters say 1000 J per second in total; power readings (wrongly) say 100 W
-    for i in range(6):
-        w.add(float(i), tokens_total=500.0 * i, gpus=gpus(50.0, 50.0, energies=[1e6 + 400 * i, 2e6 + 600 * i]))
-    assert w.energy_j() == pytest.approx(5000.0)
-    assert w.tokens() == pytest.approx(2500.0)
-    assert w.joules_per_token() == pytest.approx(2.0)
-    assert w.tokens_per_joule() == pytest.approx(0.5)
-
-
-def test_energy_window_integrates_power_without_counters_and_on_reset():
-    w = EnergyWindow(window_s=100.0)
-    for i in range(5):
-        w.add(float(i), tokens_total=100.0 * i, gpus=gpus(100.0, 100.0))
-    assert w.energy_j() == pytest.approx(800.0)  # 200 W x 4 s
-    assert w.joules_per_token() == pytest.approx(2.0)
-    # counters that go backwards (driver reload) fall back to the integral
-    r = EnergyWindow(window_s=100.0)
-    r.add(0.0, 0.0, gpus(100.0, energies=[5000.0]))
-    r.add(2.0, 100.0, gpus(100.0, energies=[10.0]))
-    assert r.energy_j() == pytest.approx(200.0)
-
-
-def test_energy_window_slides_and_handles_no_data():
-    w = EnergyWindow(window_s=3.0)
-    assert w.joules_per_token() is None
-    for i in range(10):
-        w.add(float(i), tokens_total=10.0 * i, gpus=gpus(100.0))
-    assert w.tokens() == pytest.approx(30.0)  # last 3 s only
-    assert w.energy_j() == pytest.approx(300.0)
-    n = EnergyWindow()
-    n.add(0.0, 0.0, [])
-    n.add(1.0, 10.0, [])
-    assert n.energy_j() is None and n.joules_per_token() is None
+def test_total_power_sums_the_gpus_that_report_power():
+    assert total_power_w(gpus(300.0, 200.0, None)) == 500.0
+    assert total_power_w(gpus(None, None)) is None
+    assert total_power_w([]) is None

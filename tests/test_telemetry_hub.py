@@ -161,7 +161,6 @@ async def test_hub_fills_server_and_gpus_from_http_and_stops_cleanly():
             assert hub.server_max_running_since(t0) == 58.0
             assert hub.server_max_queued_since(t0) == 7.0
             assert hub.server_max_running_since(time.perf_counter() + 10) is None
-            assert len(hub.server_history(t0)) >= 3
             assert hub.notices == [] and notices == []
             await hub.stop()
             assert not hub.running

@@ -1,29 +1,11 @@
-"""Number formatting shared by the widgets (one place, so every panel agrees)."""
+"""Number formatting for the widgets: the engine's formatters (engine/fmt.py, so the screen,
+the step report and the stop-rule texts agree) and the shapes only the screen draws."""
 
 from __future__ import annotations
 
+from redline.engine.fmt import ms, num, rate
 
-def ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 10_000:
-        return f"{v / 1000:.1f} s"
-    if v >= 100:
-        return f"{v:.0f} ms"
-    return f"{v:.1f} ms"
-
-
-def rate(v: float | None, unit: str = "") -> str:
-    if v is None:
-        return "-"
-    s = f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
-    return f"{s}{unit}"
-
-
-def num(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.0f}" if abs(v - round(v)) < 1e-9 or abs(v) >= 100 else f"{v:.1f}"
+__all__ = ["bar", "duration", "ms", "num", "rate"]
 
 
 def duration(s: float) -> str:

@@ -1,6 +1,6 @@
 """Session log: spool to disk as it runs, read back and export with polars, text report.
 
-Layout and every column: docs/session.md.
+Layout and every column: README, "Session directory".
 
 The writer side (SessionWriter, request_row, paths, report formatting) does not import
 polars; the reading/export side (read_table, export_session, concurrency_timeline, the
@@ -31,6 +31,7 @@ from .rows import (
     EVENT_KINDS,
     EVENTS_COLUMNS,
     GPU_FIELDS,
+    IDLE_STATES,
     PHASES,
     REQUESTS_COLUMNS,
     STATES,
@@ -64,7 +65,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "COLUMNS", "DEFAULT_BASE", "EVENT_KINDS", "EVENTS_COLUMNS", "EXPORT_DIR", "FORMATS",
-    "GPU_FIELDS", "META", "PHASES", "REQUESTS_COLUMNS", "STATES", "SUMMARY", "TABLES",
+    "GPU_FIELDS", "IDLE_STATES", "META", "PHASES", "REQUESTS_COLUMNS", "STATES", "SUMMARY", "TABLES",
     "TIMELINE_COLUMNS", "Scrubber", "SessionError", "SessionWriter", "check_session_dir",
     "default_session_dir", "format_break_line", "format_step_line", "format_step_table",
     "gpu_columns", "load_summary", "redact_argv", "report_session", "request_row",

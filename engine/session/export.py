@@ -11,11 +11,11 @@ from pathlib import Path
 import polars as pl
 
 from .paths import EXPORT_DIR, FORMATS, TABLES, SessionError, check_session_dir, table_path
-from .rows import COLUMNS, GPU_COLUMN, gpu_sort_key
+from .rows import COLUMNS, GPU_COLUMN, IDLE_STATES, gpu_sort_key
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
 
-# The documented schema of each table as polars dtypes (docs/session.md).
+# The documented schema of each table as polars dtypes (README, "Session directory").
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     table: {c: _DTYPES[k] for c, k in cols.items()} for table, cols in COLUMNS.items()
 }
@@ -220,9 +220,9 @@ def concurrency_timeline(session_dir: str | os.PathLike) -> list[tuple[float, in
     """The session's concurrency over time as (duration_s, C) segments, for preset-from.
 
     From timeline rows: each row lasts until the next row's elapsed_s (the last one for the
-    median row interval); rows whose state is paused or stopped count as C=0 (no load was
-    sent); rows with no target_c are skipped; consecutive equal C merge. Durations are
-    rounded to 0.1 s.
+    median row interval); rows whose state is paused, stopped or server gone (IDLE_STATES)
+    count as C=0, since no load was sent; rows with no target_c are skipped; consecutive
+    equal C merge. Durations are rounded to 0.1 s.
     """
     df = read_table(session_dir, "timeline")
     df = df.filter(pl.col("target_c").is_not_null() & pl.col("elapsed_s").is_not_null())
@@ -239,7 +239,7 @@ def concurrency_timeline(session_dir: str | os.PathLike) -> list[tuple[float, in
         dur = (el[i + 1] - t) if i + 1 < len(el) else step
         if dur <= 0:
             continue
-        c = 0 if st in ("paused", "stopped") else int(c)
+        c = 0 if st in IDLE_STATES else int(c)
         if segs and segs[-1][1] == c:
             segs[-1][0] += dur
         else:

@@ -10,6 +10,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
+from ..fmt import ms, num, rate
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SUMMARY, SessionError, check_session_dir
 
@@ -62,22 +63,8 @@ def as_break(b: BreakResult | dict[str, Any] | None) -> BreakResult | None:
 # -- cells ---------------------------------------------------------------------------------
 
 def fmt_ms(v: float | None) -> str:
-    """Latency in ms: '-' when unknown, one decimal under 10 ms, else whole ms."""
-    if v is None:
-        return "-"
-    return f"{v:.1f}" if abs(v) < 10 else f"{v:.0f}"
-
-
-def fmt_rate(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
-
-
-def fmt_count(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+    """A latency cell in ms, no unit (engine/fmt.py's ms); kept for tui/report_cmd.py."""
+    return ms(v, unit=False)
 
 
 def _errors(step: StepResult) -> str:
@@ -90,13 +77,13 @@ def _errors(step: StepResult) -> str:
 
 def format_step_line(step: StepResult | dict[str, Any]) -> str:
     """One line per finished step, e.g.
-    C=64    60.0s   1210.4 tok/s  TTFT p50   52 ms p99  180 ms  ITL p99   61 ms  err 0  steady
+    C=64    60.0s   1210.4 tok/s  TTFT p50 52.0 ms p99  180 ms  ITL p99 61.3 ms  err 0  steady
     """
     s = as_step(step)
     return (
         f"C={s.concurrency:<4d}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
-        f"  TTFT p50 {fmt_ms(s.median_ttft_ms):>4} ms p99 {fmt_ms(s.p99_ttft_ms):>4} ms"
-        f"  ITL p99 {fmt_ms(s.p99_itl_ms):>4} ms  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
+        f"  TTFT p50 {ms(s.median_ttft_ms):>7} p99 {ms(s.p99_ttft_ms):>7}"
+        f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
     )
 
 
@@ -111,10 +98,11 @@ _COLUMNS = (  # header, right-aligned
 def _row(s: StepResult, note: str) -> list[str]:
     return [
         str(s.concurrency), f"{s.duration_s:.1f}", str(s.completed), str(s.failed),
-        f"{s.output_throughput:.1f}", fmt_rate(s.request_throughput),
-        fmt_ms(s.median_ttft_ms), fmt_ms(s.p99_ttft_ms), fmt_ms(s.median_itl_ms),
-        fmt_ms(s.p99_itl_ms), fmt_ms(s.mean_tpot_ms), fmt_ms(s.median_e2e_latency_ms),
-        fmt_ms(s.p99_e2e_latency_ms), fmt_count(s.server_max_running),
+        f"{s.output_throughput:.1f}", rate(s.request_throughput),
+        *(ms(v, unit=False) for v in (
+            s.median_ttft_ms, s.p99_ttft_ms, s.median_itl_ms, s.p99_itl_ms, s.mean_tpot_ms,
+            s.median_e2e_latency_ms, s.p99_e2e_latency_ms)),
+        num(s.server_max_running),
         "yes" if s.steady else "no", note,
     ]
 

@@ -18,12 +18,15 @@ from typing import Any, Iterable
 
 from .. import records as R
 from ..records import Clock, RequestRecord
+from ..text import one_line
 from .scrub import Scrubber, as_scrubber
 
 ERROR_TEXT_MAX = 200
 
 PHASES = ("calibration", "warmup", "measure", "live", "probe")
-STATES = ("running", "paused", "probe", "preset", "stopped")
+STATES = ("running", "paused", "probe", "preset", "stopped", "server gone")
+# States in which redline sends no request, whatever the set concurrency (target_c) says.
+IDLE_STATES = ("paused", "stopped", "server gone")
 EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe")
 
 REQUESTS_COLUMNS: dict[str, str] = {
@@ -112,11 +115,6 @@ def gpu_sort_key(col: str) -> tuple[int, int, str]:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
-
-
-def one_line(text: str, limit: int | None = None) -> str:
-    s = " ".join(str(text).split())
-    return s if limit is None else s[:limit]
 
 
 def request_row(

@@ -22,8 +22,9 @@ from typing import Any, Iterable
 
 from .. import __version__
 from ..records import Clock, RequestRecord
+from ..text import one_line
 from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
-from .rows import dumps_doc, dumps_row, one_line, request_row
+from .rows import dumps_doc, dumps_row, request_row
 from .scrub import Scrubber, redact_argv, redact_url
 
 FORMAT_VERSION = 1
@@ -50,7 +51,7 @@ def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
 
 
 class SessionWriter:
-    """Writes one session directory (see docs/session.md for the layout).
+    """Writes one session directory (the layout: README, "Session directory").
 
     Thread-safety: add_* may be called from any thread (deque appends are atomic);
     flush()/close() serialise on a lock. Do not call them from inside a signal handler

@@ -20,6 +20,7 @@ once per episode and re-arms after the condition has been false for CLEAR_S seco
 
 from __future__ import annotations
 
+from ..fmt import num
 from ..serverinfo import ServerInfo
 from .types import ServerSample
 
@@ -32,10 +33,6 @@ MIN_SERVER_SAMPLES = 3
 CLEAR_S = 3.0
 MAX_GAP_S = 5.0  # observations further apart than this do not make one episode
 KV_FULL = 0.9  # KV-cache usage at which a short running count is the token budget's doing
-
-
-def _num(x: float) -> str:
-    return str(int(round(x))) if abs(x - round(x)) < 1e-6 else f"{x:.1f}"
 
 
 def _near(running: float, cap: int) -> bool:
@@ -70,7 +67,7 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     if server.kv_usage is not None and server.kv_usage >= KV_FULL:
         return f"KV cache full ({100 * server.kv_usage:.0f} % used): the token budget limits the batch"
     if server.kind == "vllm" and (info is None or not info.max_num_seqs):
-        return f"likely vLLM --max-num-seqs {_num(running)} (vLLM does not report it)"
+        return f"likely vLLM --max-num-seqs {num(running)} (vLLM does not report it)"
     if info is None:
         return "unknown cause (no server info)"
     caps = info.caps_text()
@@ -80,8 +77,8 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
 def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
     """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``."""
     return (
-        f"server cap: client holds {in_flight} in flight, server runs {_num(server.running or 0.0)}, "
-        f"queue {_num(server.queued or 0.0)} — {cap_cause(info, server)}"
+        f"server cap: client holds {in_flight} in flight, server runs {num(server.running or 0.0)}, "
+        f"queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
     )
 
 
@@ -114,13 +111,6 @@ class CapDetector:
             and server.running < target_c
             and server.queued > 0
         )
-
-    def reset(self) -> None:
-        """Forget any episode (e.g. after the operator aborts everything)."""
-        self.active = False
-        self._start = None
-        self._server_ts.clear()
-        self._false_since = None
 
     def update(self, t: float, target_c: int, in_flight: int, server: ServerSample | None) -> str | None:
         """One observation at time ``t`` (seconds, any monotonic clock). Returns the warning

@@ -115,10 +115,6 @@ class TelemetryHub:
             return []
         return list(self._gpus)
 
-    def server_history(self, since: float = float("-inf")) -> list[ServerSample]:
-        """Server samples taken at or after ``since`` (oldest first; bounded history)."""
-        return [s for s in self._history if s.t >= since]
-
     def server_max_running_since(self, t0: float) -> float | None:
         """The most requests the server reported running at or after ``t0`` (None if no
         sample since). Step code uses it to show "server ran at most 8"."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from ..text import one_line
 from .types import GpuSample
 
 __all__ = ["NvmlSource", "NVML_ABSENT_PREFIX"]
@@ -119,7 +120,7 @@ class NvmlSource:
     # -- internals -------------------------------------------------------------------
 
     def _absent(self, why: object) -> str:
-        reason = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
+        reason = one_line(why, 160, ellipsis=True) or type(why).__name__
         self.notice = f"{NVML_ABSENT_PREFIX}{reason})"
         return self.notice
 

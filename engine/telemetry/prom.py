@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..text import one_line
+
 __all__ = [
     "PromParser",
     "PromSamples",
     "TelemetryParseError",
     "check_prometheus_head",
     "describe_error",
-    "one_line",
     "parse_prometheus",
 ]
 
@@ -36,16 +37,9 @@ class TelemetryParseError(ValueError):
     """
 
 
-def one_line(text: object, limit: int = _MAX_MESSAGE) -> str:
-    """First line of ``str(text)``, trimmed to ``limit`` characters."""
-    s = str(text).strip()
-    s = s.splitlines()[0].strip() if s else ""
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
 def describe_error(exc: BaseException) -> str:
-    """``"ConnectError: All connection attempts failed"`` — type and first line."""
-    detail = one_line(exc)
+    """``"ConnectError: All connection attempts failed"`` — type and message, on one line."""
+    detail = one_line(exc, _MAX_MESSAGE, ellipsis=True)
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
@@ -96,7 +90,7 @@ def _parse_text(text: str, declared: set[str]) -> list[tuple[str, dict[str, str]
                     name = family.name
                 out.append((name, dict(s.labels), float(s.value)))
     except Exception as exc:  # untrusted input: any parser failure is a parse error
-        detail = one_line(exc) or type(exc).__name__
+        detail = one_line(exc, _MAX_MESSAGE, ellipsis=True) or type(exc).__name__
         raise TelemetryParseError(f"not Prometheus text: {detail}") from exc
     return out
 
