@@ -1,53 +1,44 @@
-"""Shared fixtures: simulated servers the tests start themselves, on 127.0.0.1 only."""
+"""Shared fixtures: simulated servers the tests start themselves, on 127.0.0.1 only.
+
+Tests that start a server are marked `server`: automatically when they use one of the
+fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a test starts one
+itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
+formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Iterator
 
-import httpx
 import pytest
 
 from redline.engine.sim.serve import SimProcess, spawn_sim_process
 
+# Re-exported for the modules that import them from here.
+from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401
 
-def sim_state(url: str) -> dict:
-    """The sim's exact counters (its /sim/state)."""
-    r = httpx.get(url + "/sim/state", timeout=5.0)
-    r.raise_for_status()
-    return r.json()
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll pred until true or timeout (bounded); returns the last value."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+# Fixtures that start a simulated server, an HTTP server or a redline process that starts one:
+# every test that uses one (directly or through another fixture) is marked `server`.
+SERVER_FIXTURES = frozenset({
+    "sim_factory",  # here
+    "healthy_sim",  # here
+    "shared_sim",  # here: one sim per module
+    "compare_runs",  # tests/test_compare.py: two `redline run --headless` against built-in sims
+    "capped_run",  # tests/test_step_truth.py: a preset run against its own sim
+    "results",  # tests/test_cli_errors.py: redline processes against a listening socket
+})
 
 
-async def sim_state_async(url: str) -> dict:
-    """The sim's exact counters, from async tests."""
-    async with httpx.AsyncClient() as c:
-        return (await c.get(url + "/sim/state", timeout=5.0)).json()
-
-
-async def until(pred, timeout: float, interval: float = 0.02) -> float | None:
-    """Seconds until `await pred()` holds, or None after timeout (bounded polling)."""
-    import asyncio
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if await pred():
-            return time.monotonic() - t0
-        await asyncio.sleep(interval)
-    return None
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    server = pytest.mark.server
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(server)
 
 
 @pytest.fixture
 def sim_factory() -> Iterator[Callable[..., SimProcess]]:
+    """make(profile, seed, extra_args) -> a sim process of this test's own (stopped after it)."""
     started: list[SimProcess] = []
 
     def make(profile: str = "healthy", seed: int = 0, extra_args: tuple[str, ...] = ()) -> SimProcess:
@@ -63,4 +54,24 @@ def sim_factory() -> Iterator[Callable[..., SimProcess]]:
 
 @pytest.fixture
 def healthy_sim(sim_factory) -> SimProcess:
+    """A healthy sim of this test's own (for tests whose counts must start from zero)."""
     return sim_factory("healthy")
+
+
+@pytest.fixture(scope="module")
+def shared_sim() -> Iterator[Callable[..., SimProcess]]:
+    """get(profile="healthy", *extra_args) -> one sim per module and settings, shared by the
+    module's tests that leave it as they found it (their requests ended, no fault injected
+    mid-test); stopped after the module."""
+    sims: dict[tuple, SimProcess] = {}
+
+    def get(profile: str = "healthy", *extra_args: str) -> SimProcess:
+        key = (profile, extra_args)
+        if key not in sims:
+            sims[key] = spawn_sim_process(profile=profile, seed=0, extra_args=extra_args)
+            assert sims[key].url.startswith("http://127.0.0.1:")
+        return sims[key]
+
+    yield get
+    for sim in sims.values():
+        sim.stop()

@@ -1,13 +1,14 @@
-"""Presets "until it breaks" against the sim's profiles, in-process and through the CLI."""
+"""Presets "until it breaks" against the sim's profiles, run in-process; every step's
+throughput checked against the sim's own token counter. (The same through the CLI, with its
+printed lines and exit status: tests/test_compare.py, which runs it for its sessions.)
+
+Each ramp starts near the interesting part of its profile's curve: a step costs at least
+warm-up + STEADY_MIN_S (4 s) of measurement, and a run stops at its first break."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,10 +19,7 @@ from redline.engine.preset import parse_preset
 from redline.engine.runner import run_preset
 from redline.engine.workload import WorkloadConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def preset(concurrency, *, output_len=32, warmup=1.5, hold=4.0, probe=0.0, **stop):
+def preset(concurrency, *, output_len=32, warmup=1.0, hold=4.0, probe=0.0, **stop):
     stop = stop or {"plateau_gain": 0.05}
     return parse_preset(
         {
@@ -87,10 +85,11 @@ def assert_steps_match_sim(out, samples) -> None:
 
 async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
     sim = sim_factory("healthy")
-    out, samples = await run_against(sim.url, preset([32, 96, 160, 224]), tmp_path)
+    # the model: ~1620 tok/s at C=96, its 2000 tok/s ceiling from C=160 on
+    out, samples = await run_against(sim.url, preset([96, 160, 224]), tmp_path)
     br = out.break_result
     assert br is not None and br.reason == "plateau", br
-    assert 96 <= br.last_good_concurrency <= 160, br  # the sim saturates around C=128
+    assert (br.concurrency, br.last_good_concurrency) == (224, 160), br  # saturated near C=128
     assert all(s.server_max_running == s.concurrency for s in out.steps)
     assert_steps_match_sim(out, samples)
     summary = json.loads((tmp_path / "session" / "summary.json").read_text())
@@ -102,7 +101,7 @@ async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
 
 async def test_pp_capped_breaks_by_plateau_at_its_cap(sim_factory, tmp_path):
     sim = sim_factory("pp-capped")
-    out, samples = await run_against(sim.url, preset([4, 8, 16, 32]), tmp_path)
+    out, samples = await run_against(sim.url, preset([8, 16, 32]), tmp_path)
     br = out.break_result
     assert br is not None and br.reason == "plateau", br
     assert br.last_good_concurrency == 8, br  # the micro-batch cap
@@ -111,39 +110,12 @@ async def test_pp_capped_breaks_by_plateau_at_its_cap(sim_factory, tmp_path):
     assert_steps_match_sim(out, samples)
 
 
-async def test_fragile_breaks_by_errors_or_server_gone(sim_factory, tmp_path):
+async def test_fragile_breaks_by_errors(sim_factory, tmp_path):
+    """At C=64 the fragile server (503s from 48 in it, dies above 96) refuses requests but lives."""
     sim = sim_factory("fragile")
     p = preset([16, 64, 160], error_rate=0.05, plateau_gain=0.05)
     out, _ = await run_against(sim.url, p, tmp_path)
     br = out.break_result
-    assert br is not None and br.reason in ("errors", "server_gone"), br
-    assert br.last_good_concurrency == 16, br
-
-
-def test_headless_cli_writes_summary_and_exits_0(tmp_path):
-    f = tmp_path / "tiny.toml"
-    f.write_text(
-        "[workload]\ninput_len = 16\noutput_len = 24\n"
-        "[ramp]\nconcurrency = [2, 8, 16]\nwarmup_s = 1\nhold_s = 3\nmin_requests = 2\n"
-        "[stop]\nplateau_gain = 0.05\n[after]\nprobe_s = 2\n"
-    )
-    out = tmp_path / "run"
-    env = {**os.environ, "CI": "true"}
-    t0 = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "redline.tui", "run", str(f), "--headless", "--profile", "pp-capped", "--out", str(out)],
-        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr
-    assert time.monotonic() - t0 < 60
-    lines = r.stdout.splitlines()
-    assert any(l.startswith("C=2 ") for l in lines) and any(l.startswith("C=8 ") for l in lines)
-    assert any(l.startswith("break: plateau at C=16") for l in lines), r.stdout
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["break"] == {**summary["break"], "reason": "plateau", "concurrency": 16, "last_good_concurrency": 8}
-    assert summary["probe"]["concurrency"] == 1
-    meta = json.loads((out / "meta.json").read_text())
-    assert meta["end_reason"] == "preset finished"
-    # the report command prints the same table from the directory
-    rep = subprocess.run([sys.executable, "-m", "redline.tui", "report", str(out)], capture_output=True, text=True, timeout=30, cwd=ROOT)
-    assert rep.returncode == 0 and "last good C=8" in rep.stdout
+    assert br is not None and br.reason == "errors", br
+    assert (br.concurrency, br.last_good_concurrency) == (64, 16), br
+    assert sim.proc.poll() is None  # the ramp stopped before the load that kills it

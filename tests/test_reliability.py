@@ -9,20 +9,17 @@ sim does not make (a server that accepts and hangs up: an SSH tunnel to a dead s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 
 from redline.engine import records as R
 from redline.engine.apis import CHAT, PATHS, build_body
@@ -35,33 +32,24 @@ from redline.engine.session import read_table
 from redline.engine.sim.serve import LISTENING_PREFIX
 from redline.engine.workload import WorkloadConfig
 
-from conftest import sim_state_async as state
+from helpers import (
+    ROOT,
+    MiniServer,
+    finish,
+    free_port,
+    raw_server,
+    sim_running,
+    sim_state_async as state,
+    start_headless,
+    until,
+    wait_for,
+    write_preset,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 SHORT = WorkloadConfig(input_len=16, output_len=16)
 
 
 # -- helpers ------------------------------------------------------------------------------
-async def until(pred, timeout: float, interval: float = 0.05) -> bool:
-    """Poll a sync predicate until true (bounded)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await asyncio.sleep(interval)
-    return pred()
-
-
-async def until_async(pred, timeout: float, interval: float = 0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with contextlib.suppress(httpx.HTTPError):
-            if await pred():
-                return True
-        await asyncio.sleep(interval)
-    return False
-
-
 async def started(url: str, c: int, tmp_path: Path | None = None, **kw) -> Engine:
     kw.setdefault("workload", SHORT)
     kw.setdefault("telemetry", False)
@@ -80,12 +68,6 @@ async def stop_within(e: Engine, seconds: float = 5.0) -> float:
 def attempts(e: Engine) -> int:
     m = e.metrics
     return m.completed + m.failed + m.cancelled
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn_sim_on(port: int, profile: str = "healthy", *extra: str) -> subprocess.Popen:
@@ -110,135 +92,6 @@ def end_proc(p: subprocess.Popen) -> None:
     for f in (p.stdout, p.stderr):
         if f is not None:
             f.close()
-
-
-class MiniServer:
-    """A tiny OpenAI-compatible server on 127.0.0.1 (own thread and loop) for what the sim
-    does not do: it records every request's headers, can echo the bearer token in errors,
-    and can play dead (accept the connection, then hang up without a response)."""
-
-    def __init__(self, *, ssl_context=None, chunks: int = 4, echo_key_every: int = 0, delay_s: float = 0.0) -> None:
-        self.seen: list[tuple[str, str | None]] = []  # (path, Authorization header)
-        self.injected = 0  # requests that carried an X-Injected header (header injection)
-        self.dead = False
-        self.chunks = chunks
-        self.echo_key_every = echo_key_every
-        self.delay_s = delay_s
-        self.generations = 0
-        self._ssl = ssl_context
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
-
-    def auth_seen(self, path_prefix: str = "") -> list[str | None]:
-        return [a for p, a in list(self.seen) if p.startswith(path_prefix)]
-
-    # -- handlers ---------------------------------------------------------------------
-    async def _hang_up(self, request: web.Request) -> web.StreamResponse:
-        if request.transport is not None:
-            request.transport.close()
-        return web.Response()
-
-    @web.middleware
-    async def _record(self, request: web.Request, handler):
-        self.seen.append((request.path, request.headers.get("Authorization")))
-        self.injected += "X-Injected" in request.headers
-        if self.dead:
-            return await self._hang_up(request)
-        return await handler(request)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "mini-model", "object": "model", "owned_by": "mini"}]})
-
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.generations += 1
-        auth = request.headers.get("Authorization") or ""
-        if self.echo_key_every and self.generations % self.echo_key_every == 0:
-            # as some servers do: the key, verbatim, in the error message
-            return web.json_response({"error": {"message": f"Incorrect API key provided: {auth[7:]}", "code": 401}}, status=401)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        n = min(int(body.get("max_tokens") or self.chunks), self.chunks)
-
-        async def send(obj) -> None:
-            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-
-        await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-        for i in range(n):
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-            await send({"choices": [{"index": 0, "delta": {"content": f" w{i}"}}]})
-        if self.echo_key_every and self.generations % self.echo_key_every == 1 and self.generations > 1:
-            await send({"error": {"message": f"in-stream failure for key {auth[7:]}"}})
-        await send({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": n}})
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    # -- life cycle -------------------------------------------------------------------
-    def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        app = web.Application(middlewares=[self._record])
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
-        app.router.add_post("/v1/chat/completions", self._chat)
-
-        async def start() -> None:
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
-
-        loop.run_until_complete(start())
-        self._ready.set()
-        loop.run_forever()
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
-
-    def __enter__(self) -> "MiniServer":
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-
-@contextlib.contextmanager
-def raw_server(handler):
-    """An asyncio TCP server on 127.0.0.1 in its own thread: handler(reader, writer)."""
-    ready, box = threading.Event(), {}
-
-    def main() -> None:
-        loop = asyncio.new_event_loop()
-        srv = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0))
-        box.update(loop=loop, port=srv.sockets[0].getsockname()[1])
-        ready.set()
-        loop.run_forever()
-        srv.close()
-        loop.close()
-
-    t = threading.Thread(target=main, daemon=True)
-    t.start()
-    assert ready.wait(10)
-    try:
-        yield box["port"]
-    finally:
-        box["loop"].call_soon_threadsafe(box["loop"].stop)
-        t.join(5)
 
 
 # -- HTTP errors, disconnects, malformed events: counted by kind, shown, logged -------------
@@ -311,7 +164,7 @@ async def test_killed_server_is_gone_without_hot_loop_and_load_resumes_on_restar
     try:
         e = await started(url, c, tmp_path / "s", workload=WorkloadConfig(input_len=16, output_len=200))
         try:
-            assert await until_async(lambda: _running_is(url, c), 10)
+            assert await until(lambda: _running_is(url, c), 10)
             first.kill()
             first.wait(5)
             t0 = time.monotonic()
@@ -331,7 +184,7 @@ async def test_killed_server_is_gone_without_hot_loop_and_load_resumes_on_restar
             # the same server comes back on the same port: load resumes at C
             second = spawn_sim_on(port)
             t1 = time.monotonic()
-            assert await until_async(lambda: _running_is(url, c), 10), "load did not resume at C"
+            assert await until(lambda: _running_is(url, c), 10), "load did not resume at C"
             assert not e.server_gone and e.snapshot.state in ("running", "server gone")
             assert time.monotonic() - t1 < 6
             assert e.controller.target == c
@@ -378,7 +231,7 @@ async def test_frozen_server_does_not_hang_stop(sim_factory):
     sim = sim_factory("healthy")
     e = await started(sim.url, 8, telemetry=True, workload=WorkloadConfig(input_len=16, output_len=400))
     try:
-        assert await until_async(lambda: _running_is(sim.url, 8), 10)
+        assert await until(lambda: _running_is(sim.url, 8), 10)
         os.kill(sim.proc.pid, signal.SIGSTOP)
         await asyncio.sleep(1.0)
         assert e.controller.in_flight == 8
@@ -389,7 +242,7 @@ async def test_frozen_server_does_not_hang_stop(sim_factory):
             os.kill(sim.proc.pid, signal.SIGCONT)
     assert took < 3
     assert e.controller.in_flight == 0
-    assert await until_async(lambda: _running_is(sim.url, 0), 3)  # the server saw every client leave
+    assert await until(lambda: _running_is(sim.url, 0), 3)  # the server saw every client leave
 
 
 async def test_server_that_hangs_up_is_gone_and_comes_back(tmp_path):
@@ -481,44 +334,8 @@ async def test_detection_against_a_silent_server_gives_up_after_one_timeout(monk
 # -- signals: no load keeps running, no hang, the exit status says which signal -------------
 # (tests/test_session_signals.py covers signals during a healthy run and what the session log
 # holds; these cover the moments around it: a server that hangs, and start-up.)
-def start_headless(url: str, preset: Path, out: Path) -> subprocess.Popen:
-    from test_cli_errors import redline_command
-
-    return subprocess.Popen(
-        [*redline_command(), "run", str(preset), "--headless", "--url", url, "--out", str(out), "--no-nvml"],
-        cwd=ROOT, env={**os.environ, "CI": "true"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-
-
 def long_preset(tmp_path: Path, c: int = 8) -> Path:
-    f = tmp_path / "long.toml"
-    f.write_text(f"[workload]\ninput_len = 16\noutput_len = 400\n[ramp]\nconcurrency = [{c}]\nwarmup_s = 0\nhold_s = 60\nmin_requests = 1\n")
-    return f
-
-
-def running_now(url: str) -> int:
-    return httpx.get(url + "/sim/state", timeout=5).json()["running"]
-
-
-def wait_sync(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with contextlib.suppress(httpx.HTTPError):
-            if pred():
-                return True
-        time.sleep(0.05)
-    return False
-
-
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return None, out, err
+    return write_preset(tmp_path, "long", concurrency=[c], output_len=400)
 
 
 def test_signal_while_the_server_hangs_exits_at_once_and_leaves_no_load(sim_factory, tmp_path):
@@ -528,7 +345,7 @@ def test_signal_while_the_server_hangs_exits_at_once_and_leaves_no_load(sim_fact
     sim = sim_factory("healthy")
     proc = start_headless(sim.url, long_preset(tmp_path), tmp_path / "s")
     try:
-        assert wait_sync(lambda: running_now(sim.url) == 8, 20), proc.stderr
+        assert wait_for(lambda: sim_running(sim.url) == 8, 20), proc.stderr
         os.kill(sim.proc.pid, signal.SIGSTOP)
         time.sleep(0.5)
         t0 = time.monotonic()
@@ -542,7 +359,7 @@ def test_signal_while_the_server_hangs_exits_at_once_and_leaves_no_load(sim_fact
     assert rc == 128 + signal.SIGHUP, (rc, err)
     assert took < 4, took
     assert "Traceback" not in err
-    assert wait_sync(lambda: running_now(sim.url) == 0, 3), "load survived redline"
+    assert wait_for(lambda: sim_running(sim.url) == 0, 3), "load survived redline"
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     assert meta["ended_at"] and meta["end_reason"] == "signal SIGHUP"
 
@@ -558,10 +375,10 @@ def test_signal_during_startup_stops_everything_and_completes_the_log(slow_start
     sim = slow_start_sim
     proc = start_headless(sim.url, long_preset(tmp_path), tmp_path / "s")
     try:
-        assert wait_sync(lambda: running_now(sim.url) >= 1, 20)  # a calibration request is in flight
+        assert wait_for(lambda: sim_running(sim.url) >= 1, 20)  # a calibration request is in flight
         t0 = time.monotonic()
         proc.send_signal(sig)
-        assert wait_sync(lambda: running_now(sim.url) == 0, 2), "load kept running after the signal"
+        assert wait_for(lambda: sim_running(sim.url) == 0, 2), "load kept running after the signal"
         rc, out, err = finish(proc, 10)
         took = time.monotonic() - t0
     finally:

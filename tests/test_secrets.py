@@ -2,7 +2,7 @@
 is never shown, logged or exported, even when the server echoes it back; TLS certificates are
 verified unless --insecure, which is warned about.
 
-Against MiniServer (tests/test_reliability.py): a small OpenAI-compatible server on 127.0.0.1
+Against MiniServer (tests/helpers.py): a small OpenAI-compatible server on 127.0.0.1
 that records the Authorization header of every request it gets and can echo the key in its
 errors, as some servers do. The tests/test_session_signals.py check (the key against the sim,
 in files) is not repeated here.
@@ -34,21 +34,13 @@ from redline.engine.session import export_session
 from redline.engine.target import TargetUnreachable, detect, validate_url
 from redline.engine.workload import WorkloadConfig
 
-from test_cli_errors import main_in_process, redline_command
-from test_reliability import MiniServer, until
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT, MiniServer, main_in_process, redline_command, until, write_preset
 KEY = "sk-redline-secret-K1-6f0c2a9e"
 OTHER_KEY = "sk-redline-secret-K2-b51d7e03"
 
 
 def short_preset(tmp_path: Path) -> Path:
-    f = tmp_path / "short.toml"
-    f.write_text(
-        "[workload]\ninput_len = 8\noutput_len = 4\n"
-        "[ramp]\nconcurrency = [3]\nwarmup_s = 0\nhold_s = 1.5\nmin_requests = 1\n"
-    )
-    return f
+    return write_preset(tmp_path, "short", concurrency=[3], input_len=8, output_len=4, hold_s=1.5, exact=True)
 
 
 def clean_env(**extra: str) -> dict:
@@ -73,6 +65,7 @@ def every_string(df: pl.DataFrame) -> list[str]:
 
 
 # -- the key: where it comes from, where it goes -------------------------------------------
+@pytest.mark.server
 def test_key_only_from_the_environment_sent_as_bearer_never_shown_or_logged(tmp_path):
     """Three real runs: OPENAI_API_KEY; --api-key-env naming another variable; no key at all.
     The server echoes the key in 401 bodies and in-stream errors: it still appears nowhere."""
@@ -115,6 +108,7 @@ def test_key_only_from_the_environment_sent_as_bearer_never_shown_or_logged(tmp_
         assert masked, "the echoed key should be there, masked"
 
 
+@pytest.mark.server
 async def test_echoed_key_is_not_on_screen(tmp_path):
     """What the TUI draws (the engine's snapshot and its log) never holds the key, even when
     the server puts it in an error message."""
@@ -134,6 +128,7 @@ async def test_echoed_key_is_not_on_screen(tmp_path):
     assert set(srv.auth_seen("/v1/")) == {f"Bearer {KEY}"}
 
 
+@pytest.mark.server
 async def test_key_is_not_sent_to_other_origins():
     with MiniServer() as target, MiniServer() as dcgm:
         e = Engine(EngineConfig(url=target.url, concurrency=1, workload=WorkloadConfig(input_len=8, output_len=4),
@@ -154,14 +149,7 @@ def test_key_pasted_into_api_key_env_is_not_echoed(capsys):
     assert KEY not in err, err
 
 
-KEY_CHECK = ("needs lead fix: tui/launch.py api_key() must refuse a key that cannot go in an HTTP header "
-             "(CR, LF, other control or non-ASCII characters) with one line naming the variable, exit 2. Today "
-             "a non-ASCII key is a UnicodeEncodeError traceback (engine/core.py make_client), and with the "
-             "lean transport (engine/transport.py, now the default) a CR LF in the key is written to the wire "
-             "as is: header injection. The lean transport should also refuse CR/LF/NUL in header names and "
-             "values (httpx.LocalProtocolError, as h11 does)")
-
-
+@pytest.mark.server
 @pytest.mark.parametrize(
     "bad_key",
     [
@@ -186,6 +174,7 @@ def test_unsendable_key_is_one_line_not_a_traceback(capsys, monkeypatch, tmp_pat
     assert len(err.splitlines()) == 1 and KEY not in err and "OPENAI_API_KEY" in err
 
 
+@pytest.mark.server
 async def test_lean_transport_refuses_header_injection():
     with MiniServer() as srv:
         client = make_client(transport="lean", api_key="sk-x\r\nX-Injected: 1")
@@ -229,6 +218,7 @@ def server_ssl(cert) -> ssl.SSLContext:
     return ctx
 
 
+@pytest.mark.server
 def test_self_signed_certificate_fails_by_default_and_insecure_works_with_a_warning(tmp_path, cert):
     preset = short_preset(tmp_path)
     env = trust_only(cert[2])  # not the server's certificate
@@ -253,6 +243,7 @@ def test_self_signed_certificate_fails_by_default_and_insecure_works_with_a_warn
     assert any(ev["kind"] == "warning" and "TLS certificate verification is OFF" in ev["text"] for ev in events)
 
 
+@pytest.mark.server
 def test_insecure_headless_warns_on_screen(tmp_path, cert):
     with MiniServer(ssl_context=server_ssl(cert)) as srv:
         r = headless(short_preset(tmp_path), srv.url, tmp_path / "s", trust_only(cert[2]), "--insecure")
@@ -260,6 +251,7 @@ def test_insecure_headless_warns_on_screen(tmp_path, cert):
     assert "TLS certificate verification is OFF" in r.stderr + r.stdout
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_verification_is_real_on_every_transport(cert, monkeypatch, transport):
     """Not just 'https fails': a certificate the client trusts (SSL_CERT_FILE) verifies; the

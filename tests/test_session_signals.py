@@ -6,8 +6,6 @@ import json
 import os
 import pty
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,32 +13,13 @@ import pytest
 
 from redline.engine.session import export_session, read_table
 
-from conftest import sim_state, wait_for
+from helpers import ROOT, redline_command, sim_running as running, sim_state, start_headless, wait_for, write_preset
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-redline-test-5ecret-0f-the-day"
 
 
 def long_preset(tmp_path: Path) -> Path:
-    f = tmp_path / "long.toml"
-    f.write_text(
-        "[workload]\ninput_len = 16\noutput_len = 64\n"
-        "[ramp]\nconcurrency = [12, 24]\nwarmup_s = 0\nhold_s = 60\nmin_requests = 1\n"
-    )
-    return f
-
-
-def start_headless(url: str, preset: Path, out: Path, env_extra: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "CI": "true", **(env_extra or {})}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tui", "run", str(preset), "--headless", "--url", url, "--out", str(out)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
-        start_new_session=True, text=True,
-    )
-
-
-def running(url: str) -> int:
-    return sim_state(url)["running"]
+    return write_preset(tmp_path, "long", concurrency=[12, 24], output_len=64)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -98,9 +77,8 @@ def test_sigkill_loses_at_most_the_last_second(healthy_sim, tmp_path):
 
 def test_api_key_leaves_no_trace(healthy_sim, tmp_path):
     out = tmp_path / "s"
-    f = tmp_path / "short.toml"
-    f.write_text("[workload]\ninput_len = 16\noutput_len = 16\n[ramp]\nconcurrency = [4]\nwarmup_s = 0\nhold_s = 2\nmin_requests = 2\n")
-    proc = start_headless(healthy_sim.url, f, out, {"OPENAI_API_KEY": SECRET})
+    f = write_preset(tmp_path, "short", concurrency=[4], output_len=16, hold_s=2, exact=True)
+    proc = start_headless(healthy_sim.url, f, out, env={"OPENAI_API_KEY": SECRET})
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert SECRET not in stdout + stderr
@@ -118,7 +96,8 @@ def test_tui_stops_load_and_completes_log(healthy_sim, tmp_path, how):
     if pid == 0:  # child: redline's TUI on a pseudo-terminal
         os.chdir(ROOT)
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-        os.execvpe(sys.executable, [sys.executable, "-m", "tui", "--url", healthy_sim.url, "--concurrency", "6", "--out", str(out)], env)
+        cmd = redline_command()
+        os.execvpe(cmd[0], [*cmd, "--url", healthy_sim.url, "--concurrency", "6", "--out", str(out), "--no-nvml"], env)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and running(healthy_sim.url) != 6:

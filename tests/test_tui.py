@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
 import pytest
 
 from redline.engine.config import EngineConfig
@@ -16,12 +15,9 @@ from redline.tui.widgets.eventlog import EventLog
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.steps import StepTable
 
+from helpers import sim_running_async as running, sim_state_async
+
 LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
-
-
-async def running(url: str) -> int:
-    async with httpx.AsyncClient() as c:
-        return (await c.get(url + "/sim/state", timeout=5)).json()["running"]
 
 
 async def settle(pilot, pred, timeout: float = 3.0) -> bool:
@@ -62,9 +58,11 @@ async def test_keys_change_concurrency_and_server_follows(host, healthy_sim):
         await pilot.press("plus")
         assert await settle(pilot, lambda: _q(url, 16), 1.5)
         assert host.engine.controller.target == 16
+        aborted = (await sim_state_async(url))["aborted"]
         await pilot.press("minus")
-        assert host_target(host) in (16, 8)  # lowering waits for requests to finish
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 8))
+        assert await settle(pilot, lambda: _is(host_target(host) == 8 and host.snapshot.target_c == 8))
+        # lowering cancels nothing: the requests running finish normally (no new one starts)
+        assert (await sim_state_async(url))["aborted"] == aborted
         await pilot.press("left_square_bracket")
         assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4))
         await pilot.press("up")

@@ -1,0 +1,270 @@
+"""Helpers shared by the test modules: polling, the sim's counters, running redline itself, and
+small servers on 127.0.0.1 for what the simulated server does not do.
+
+The fixtures that start servers (and mark their tests `server`) are in tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- polling (every wait is bounded) --------------------------------------------------------
+def wait_for(pred: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll a plain predicate until it holds or `timeout` s passed; its last answer. A server
+    that does not answer (httpx.HTTPError) counts as "not yet"."""
+    end = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if pred():
+                return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(interval)
+
+
+async def until(pred: Callable[[], Any], timeout: float, interval: float = 0.02) -> float | None:
+    """Seconds (> 0, so the result is true) until `pred()` holds (plain or awaitable), or
+    None after `timeout` s. A server that does not answer (httpx.HTTPError) counts as "not yet"."""
+    t0 = time.monotonic()
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            ok = pred()
+            if inspect.isawaitable(ok):
+                ok = await ok
+            if ok:
+                return max(time.monotonic() - t0, 1e-9)
+        if time.monotonic() - t0 >= timeout:
+            return None
+        await asyncio.sleep(interval)
+
+
+# -- the simulated server's exact counters (its /sim/state) ----------------------------------
+def sim_state(url: str) -> dict:
+    r = httpx.get(url + "/sim/state", timeout=5.0)
+    r.raise_for_status()
+    return r.json()
+
+
+async def sim_state_async(url: str) -> dict:
+    async with httpx.AsyncClient() as c:
+        r = await c.get(url + "/sim/state", timeout=5.0)
+        r.raise_for_status()
+        return r.json()
+
+
+def sim_running(url: str) -> int:
+    """Requests the sim is running now."""
+    return sim_state(url)["running"]
+
+
+async def sim_running_async(url: str) -> int:
+    return (await sim_state_async(url))["running"]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (at the time of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- redline itself ---------------------------------------------------------------------------
+def redline_command() -> list[str]:
+    """The installed console script (what an operator runs), else its exact equivalent."""
+    script = Path(sys.executable).with_name("redline")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "redline.tui"]
+
+
+def main_in_process(argv: list[str]) -> int:
+    """`redline ARGV` in this process; the exit status (argparse's errors included)."""
+    from redline.tui import cli
+
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def write_preset(tmp_path: Path, name: str, *, concurrency: list[int], input_len: int = 16,
+                 output_len: int = 64, hold_s: float = 60, exact: bool = False, extra: str = "") -> Path:
+    """A preset file holding each concurrency `hold_s` seconds (long by default: a run to stop).
+    `exact`: each step lasts exactly hold_s, all of it measured (no warm-up, no waiting for a
+    steady window): a short run that only has to send load."""
+    ramp = (f"durations_s = {[hold_s] * len(concurrency)}\n" if exact
+            else f"warmup_s = 0\nhold_s = {hold_s}\nmin_requests = 1\n")
+    f = tmp_path / f"{name}.toml"
+    f.write_text(
+        f"[workload]\ninput_len = {input_len}\noutput_len = {output_len}\n"
+        f"[ramp]\nconcurrency = {list(concurrency)}\n{ramp}{extra}"
+    )
+    return f
+
+
+def start_headless(url: str, preset: Path, out: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """`redline run PRESET --headless --url URL --out OUT --no-nvml ARGS` in its own session
+    (a signal to it reaches redline alone); text pipes."""
+    return subprocess.Popen(
+        [*redline_command(), "run", str(preset), "--headless", "--url", url, "--out", str(out), "--no-nvml", *args],
+        cwd=ROOT, env={**os.environ, "CI": "true", **(env or {})}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str, str]:
+    """(exit status or None if it had to be killed, stdout, stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return None, out, err
+
+
+# -- small servers on 127.0.0.1 ---------------------------------------------------------------
+class MiniServer:
+    """A tiny OpenAI-compatible server on 127.0.0.1 (own thread and loop) for what the sim
+    does not do: it records every request's headers, can echo the bearer token in errors,
+    and can play dead (accept the connection, then hang up without a response)."""
+
+    def __init__(self, *, ssl_context=None, chunks: int = 4, echo_key_every: int = 0, delay_s: float = 0.0) -> None:
+        self.seen: list[tuple[str, str | None]] = []  # (path, Authorization header)
+        self.injected = 0  # requests that carried an X-Injected header (header injection)
+        self.dead = False
+        self.chunks = chunks
+        self.echo_key_every = echo_key_every
+        self.delay_s = delay_s
+        self.generations = 0
+        self._ssl = ssl_context
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
+
+    def auth_seen(self, path_prefix: str = "") -> list[str | None]:
+        return [a for p, a in list(self.seen) if p.startswith(path_prefix)]
+
+    # -- handlers ---------------------------------------------------------------------
+    async def _hang_up(self, request: web.Request) -> web.StreamResponse:
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response()
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler):
+        self.seen.append((request.path, request.headers.get("Authorization")))
+        self.injected += "X-Injected" in request.headers
+        if self.dead:
+            return await self._hang_up(request)
+        return await handler(request)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "mini-model", "object": "model", "owned_by": "mini"}]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.generations += 1
+        auth = request.headers.get("Authorization") or ""
+        if self.echo_key_every and self.generations % self.echo_key_every == 0:
+            # as some servers do: the key, verbatim, in the error message
+            return web.json_response({"error": {"message": f"Incorrect API key provided: {auth[7:]}", "code": 401}}, status=401)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        n = min(int(body.get("max_tokens") or self.chunks), self.chunks)
+
+        async def send(obj) -> None:
+            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        for i in range(n):
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            await send({"choices": [{"index": 0, "delta": {"content": f" w{i}"}}]})
+        if self.echo_key_every and self.generations % self.echo_key_every == 1 and self.generations > 1:
+            await send({"error": {"message": f"in-stream failure for key {auth[7:]}"}})
+        await send({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": n}})
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    # -- life cycle -------------------------------------------------------------------
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = web.Application(middlewares=[self._record])
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/v1/chat/completions", self._chat)
+
+        async def start() -> None:
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
+            await site.start()
+            self.port = self._runner.addresses[0][1]
+
+        loop.run_until_complete(start())
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(self._runner.cleanup())
+        loop.close()
+
+    def __enter__(self) -> "MiniServer":
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@contextlib.contextmanager
+def raw_server(handler):
+    """An asyncio TCP server on 127.0.0.1 in its own thread: handler(reader, writer). Yields its port."""
+    ready, box = threading.Event(), {}
+
+    def main() -> None:
+        loop = asyncio.new_event_loop()
+        srv = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0))
+        box.update(loop=loop, port=srv.sockets[0].getsockname()[1])
+        ready.set()
+        loop.run_forever()
+        srv.close()
+        loop.close()
+
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    assert ready.wait(10)
+    try:
+        yield box["port"]
+    finally:
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(5)
