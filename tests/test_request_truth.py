@@ -37,7 +37,7 @@ from redline.engine.records import RequestRecord
 from redline.engine.request import run_request
 from redline.engine.transport import Stamped
 
-from conftest import sim_state_async as sim_state
+from helpers import sim_state_async as sim_state
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
