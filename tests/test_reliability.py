@@ -48,6 +48,8 @@ from helpers import (
 
 SHORT = WorkloadConfig(input_len=16, output_len=16)
 
+pytestmark = pytest.mark.server  # every test here starts a server (the sim, MiniServer, raw_server)
+
 
 # -- helpers ------------------------------------------------------------------------------
 async def started(url: str, c: int, tmp_path: Path | None = None, **kw) -> Engine:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -33,10 +33,9 @@ GENERATE = "/generate"
 
 
 @pytest.fixture(scope="module")
-def healthy() -> Iterator[SimProcess]:
+def healthy(shared_sim) -> SimProcess:
     """One healthy simulator shared by the read-only shape tests of this module."""
-    with spawn_sim_process("healthy", seed=0) as sim:
-        yield sim
+    return shared_sim("healthy")
 
 
 @pytest.fixture
@@ -295,6 +294,7 @@ async def test_bad_request_is_400(healthy: SimProcess, session: aiohttp.ClientSe
 # ---- performance model over HTTP -------------------------------------------------------
 
 
+@pytest.mark.server
 async def test_pp_cap_is_visible_and_aborts_clear_at_once(
         session: aiohttp.ClientSession) -> None:
     with spawn_sim_process("pp-capped") as sim:
@@ -351,6 +351,7 @@ async def _server_rate(s: aiohttp.ClientSession, url: str, concurrency: int,
     return rate, gpus
 
 
+@pytest.mark.server
 async def test_healthy_throughput_plateaus(session: aiohttp.ClientSession) -> None:
     with spawn_sim_process("healthy") as sim:
         idle = await metric_values(session, sim.url + "/dcgm/metrics")
@@ -380,6 +381,7 @@ async def test_healthy_throughput_plateaus(session: aiohttp.ClientSession) -> No
 # ---- faults ----------------------------------------------------------------------------
 
 
+@pytest.mark.server
 async def test_fragile_refuses_then_dies(session: aiohttp.ClientSession) -> None:
     with spawn_sim_process("fragile") as sim:
         async with session.get(sim.url + "/health") as r:
@@ -430,15 +432,16 @@ async def test_fragile_refuses_then_dies(session: aiohttp.ClientSession) -> None
         assert "redline sim: crashed" in sim.stderr_text()
 
 
+@pytest.mark.server
 async def test_flaky_produces_each_fault(session: aiohttp.ClientSession) -> None:
     client: Counter[str] = Counter()
     with spawn_sim_process("flaky", seed=0) as sim:
-        sem = asyncio.Semaphore(25)
+        sem = asyncio.Semaphore(50)
 
         async def one() -> None:
             async with sem:
                 try:
-                    async with session.post(sim.url + CHAT, json=chat_body(max_tokens=8)) as r:
+                    async with session.post(sim.url + CHAT, json=chat_body(max_tokens=4)) as r:
                         if r.status != 200:
                             client[f"http_{r.status}"] += 1
                             return
@@ -467,6 +470,7 @@ async def test_flaky_produces_each_fault(session: aiohttp.ClientSession) -> None
 # ---- thread form and custom profiles ---------------------------------------------------
 
 
+@pytest.mark.server
 async def test_thread_form_custom_profile(session: aiohttp.ClientSession) -> None:
     profile = dataclasses.replace(get_profile("healthy"), name="custom", tokens_per_chunk=4,
                                   decode_base_s=0.005)
@@ -496,6 +500,7 @@ async def test_thread_form_custom_profile(session: aiohttp.ClientSession) -> Non
             await r.read()
 
 
+@pytest.mark.server
 async def test_429_and_stall_faults(session: aiohttp.ClientSession) -> None:
     base = dataclasses.replace(get_profile("healthy"), decode_base_s=0.005)
     with start_sim_thread(dataclasses.replace(base, name="limits", error_429_rate=1.0)) as h:
@@ -514,6 +519,7 @@ async def test_429_and_stall_faults(session: aiohttp.ClientSession) -> None:
         assert state["failures"] == {"stall": 1} and state["running"] == 0
 
 
+@pytest.mark.server
 async def test_thread_crash_closes_the_server(session: aiohttp.ClientSession) -> None:
     profile = dataclasses.replace(get_profile("healthy"), name="tiny-fragile",
                                   crash_sustained_above=4, crash_sustain_s=0.5)
@@ -562,6 +568,7 @@ async def test_model_kv_budget_queues_and_release_frees() -> None:
         await asyncio.gather(runner, return_exceptions=True)
 
 
+@pytest.mark.server
 async def test_process_overrides_and_sigterm(session: aiohttp.ClientSession) -> None:
     sim = spawn_sim_process("healthy", seed=1, extra_args=("--set", "tokens_per_chunk=3"))
     try:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,20 +17,11 @@ from redline.engine.telemetry.hub import TelemetryHub
 from redline.engine.telemetry.nvml import NvmlSource
 from redline.engine.telemetry.server_metrics import ServerMetricsPoller
 
+from helpers import FakeNvml, free_port, until
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _load_fake_nvml():
-    """FakeNvml from test_telemetry_nvml.py, loaded by path (works in any import mode)."""
-    path = Path(__file__).with_name("test_telemetry_nvml.py")
-    spec = importlib.util.spec_from_file_location("_redline_test_fake_nvml", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FakeNvml
-
-
-FakeNvml = _load_fake_nvml()
 SGLANG = (FIXTURES / "sglang_metrics.txt").read_text()
 VLLM = (FIXTURES / "vllm_metrics_under_load.txt").read_text()
 DCGM = (FIXTURES / "dcgm_metrics.txt").read_text()
@@ -56,20 +45,6 @@ async def serve(routes: dict[str, str]) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def wait_for(cond, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 # -- pollers -------------------------------------------------------------------------------
@@ -138,6 +113,7 @@ async def test_dcgm_poller_ok_and_errors():
 # -- hub -----------------------------------------------------------------------------------
 
 
+@pytest.mark.server
 async def test_hub_fills_server_and_gpus_from_http_and_stops_cleanly():
     notices: list[str] = []
     async with serve({"/metrics": SGLANG, "/dcgm": DCGM}) as base:
@@ -152,7 +128,7 @@ async def test_hub_fills_server_and_gpus_from_http_and_stops_cleanly():
             t0 = time.perf_counter()
             await hub.start()
             assert hub.running and hub.gpu_source == "dcgm"
-            await wait_for(lambda: hub.server is not None and len(hub.gpus) == 4 and hub.ticks >= 3)
+            assert await until(lambda: hub.server is not None and len(hub.gpus) == 4 and hub.ticks >= 3, 5.0)
             server = hub.server
             assert server is not None and server.kind == "sglang"
             assert (server.running, server.queued) == (58.0, 7.0)
@@ -185,13 +161,14 @@ async def test_hub_reports_unreachable_server_once_and_keeps_running():
             on_notice=notices.append,
         )
         await hub.start()
-        await wait_for(lambda: hub.ticks >= 5)
+        assert await until(lambda: hub.ticks >= 5, 5.0)
         await hub.stop()
     assert hub.server is None and hub.gpus == [] and hub.gpu_source == "none"
     assert len(notices) == 1 and hub.notices == notices
     assert notices[0].startswith(f"server /metrics unavailable at {url}: ConnectError")
 
 
+@pytest.mark.server
 async def test_hub_with_nvml_backend_samples_off_the_loop():
     fake = FakeNvml(n=4)
     async with serve({"/metrics": VLLM}) as base:
@@ -205,7 +182,7 @@ async def test_hub_with_nvml_backend_samples_off_the_loop():
             )
             await hub.start()
             assert hub.gpu_source == "nvml"
-            await wait_for(lambda: len(hub.gpus) == 4 and hub.server is not None)
+            assert await until(lambda: len(hub.gpus) == 4 and hub.server is not None, 5.0)
             assert hub.gpus[0].power_w == pytest.approx(300.0)
             assert hub.server is not None and (hub.server.running, hub.server.queued) == (8.0, 24.0)
             await hub.stop()

@@ -22,10 +22,18 @@ from redline.engine.request import run_request
 from redline.engine.transport import LeanTransport, ssl_context
 from redline.engine.workload import WorkloadConfig
 
-from conftest import sim_state_async as sim_state, until
+from helpers import sim_state_async as sim_state, until
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+# A decode step of 5 ms instead of 40: what these tests check does not depend on the pace.
+FAST = ("--set", "decode_base_s=0.005")
+
+
+@pytest.fixture
+def fast_sim(shared_sim):
+    """The module's healthy sim at the fast pace; every test leaves it with nothing running."""
+    return shared_sim("healthy", *FAST)
 
 
 async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
@@ -53,10 +61,10 @@ def test_lean_is_selectable():
 
 
 @pytest.mark.parametrize("api", [CHAT, COMPLETIONS, GENERATE])
-async def test_streams_every_api(healthy_sim, api):
+async def test_streams_every_api(fast_sim, api):
     client = lean()
     try:
-        rec = await one(client, healthy_sim.url, api, 37)
+        rec = await one(client, fast_sim.url, api, 37)
     finally:
         await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -66,15 +74,15 @@ async def test_streams_every_api(healthy_sim, api):
     assert 0 < rec.ttft < rec.e2e
 
 
-async def test_plain_get_and_status_codes(healthy_sim):
+async def test_plain_get_and_status_codes(fast_sim):
     client = lean()
     try:
-        r = await client.get(healthy_sim.url + "/get_server_info")
+        r = await client.get(fast_sim.url + "/get_server_info")
         assert r.status_code == 200 and r.json()["tp_size"] == 8
         assert r.reason_phrase == "OK" and r.http_version == "HTTP/1.1"
-        r = await client.get(healthy_sim.url + "/no/such/path")
+        r = await client.get(fast_sim.url + "/no/such/path")
         assert r.status_code == 404
-        r = await client.post(healthy_sim.url + PATHS[CHAT], json={"model": MODEL, "messages": "nope"})
+        r = await client.post(fast_sim.url + PATHS[CHAT], json={"model": MODEL, "messages": "nope"})
         assert r.status_code == 400 and "messages" in r.text
         assert opened(client) == 1  # error bodies read to the end: the connection stays
     finally:
@@ -83,7 +91,7 @@ async def test_plain_get_and_status_codes(healthy_sim):
 
 @pytest.mark.parametrize("setting,status,kind", [("error_500_rate=1", 500, R.ERR_HTTP_500), ("error_429_rate=1", 429, R.ERR_HTTP_429)])
 async def test_error_status_maps_to_its_kind(sim_factory, setting, status, kind):
-    sim = sim_factory("healthy", extra_args=("--set", setting))
+    sim = sim_factory("healthy", extra_args=("--set", setting, *FAST))
     client = lean()
     try:
         rec = await one(client, sim.url)
@@ -96,17 +104,17 @@ async def test_error_status_maps_to_its_kind(sim_factory, setting, status, kind)
         assert f"HTTP {status}" in r.error_text
 
 
-async def test_keep_alive_reuse(healthy_sim):
+async def test_keep_alive_reuse(fast_sim):
     client = lean()
     try:
         for _ in range(5):
-            assert (await one(client, healthy_sim.url, max_tokens=8)).status == R.OK
+            assert (await one(client, fast_sim.url, max_tokens=8)).status == R.OK
         assert opened(client) == 1
-        recs = await asyncio.gather(*(one(client, healthy_sim.url, max_tokens=8) for _ in range(8)))
+        recs = await asyncio.gather(*(one(client, fast_sim.url, max_tokens=8) for _ in range(8)))
         assert all(r.status == R.OK for r in recs)
         n = opened(client)
         assert n == 8  # the idle one is reused, 7 more opened for 8 at once
-        recs = await asyncio.gather(*(one(client, healthy_sim.url, max_tokens=8) for _ in range(8)))
+        recs = await asyncio.gather(*(one(client, fast_sim.url, max_tokens=8) for _ in range(8)))
         assert all(r.status == R.OK for r in recs) and opened(client) == n
     finally:
         await client.aclose()
@@ -160,7 +168,7 @@ async def _state_is(url: str, pred) -> bool:
 
 
 async def test_disconnect_mid_stream_is_a_disconnect(sim_factory):
-    sim = sim_factory("healthy", extra_args=("--set", "disconnect_rate=1"))
+    sim = sim_factory("healthy", extra_args=("--set", "disconnect_rate=1", *FAST))
     client = lean()
     try:
         recs = [await one(client, sim.url, api, 40) for api in (CHAT, COMPLETIONS, GENERATE)]
@@ -177,7 +185,7 @@ async def test_disconnect_mid_stream_is_a_disconnect(sim_factory):
 
 
 async def test_read_timeout_on_a_stalled_stream(sim_factory):
-    sim = sim_factory("healthy", extra_args=("--set", "stall_after_tokens=5"))
+    sim = sim_factory("healthy", extra_args=("--set", "stall_after_tokens=5", *FAST))
     client = lean(request_timeout=0.5)
     try:
         t0 = time.monotonic()
@@ -208,8 +216,8 @@ async def test_connect_error():
 
 
 @pytest.mark.parametrize("api", [CHAT, COMPLETIONS, GENERATE])
-async def test_same_tokens_through_every_transport(sim_factory, api):
-    sim = sim_factory("healthy", extra_args=("--set", "tokens_per_chunk=3"))
+async def test_same_tokens_through_every_transport(shared_sim, api):
+    sim = shared_sim("healthy", "--set", "tokens_per_chunk=3", *FAST)
     got = {}
     for name in ("lean", "aiohttp", "httpx"):
         client = make_client(transport=name)
@@ -222,21 +230,21 @@ async def test_same_tokens_through_every_transport(sim_factory, api):
     assert figures["lean"][0] == R.OK and figures["lean"][1] == 50 and figures["lean"][3] == 17  # ceil(50/3) chunks
 
 
-def test_streams_and_cancels_on_uvloop(healthy_sim):
+def test_streams_and_cancels_on_uvloop(fast_sim):
     """The engine's own loop is uvloop (engine/host.py): same behaviour there."""
     uvloop = pytest.importorskip("uvloop")
 
     async def main() -> None:
         client = lean()
         try:
-            rec = await one(client, healthy_sim.url, GENERATE, 30)
+            rec = await one(client, fast_sim.url, GENERATE, 30)
             assert rec.status == R.OK and rec.output_tokens == 30
-            tasks = [asyncio.create_task(one(client, healthy_sim.url, max_tokens=2000)) for _ in range(10)]
-            assert await until(lambda: _running(healthy_sim.url, lambda n: n == 10), 5.0) is not None
+            tasks = [asyncio.create_task(one(client, fast_sim.url, max_tokens=2000)) for _ in range(10)]
+            assert await until(lambda: _running(fast_sim.url, lambda n: n == 10), 5.0) is not None
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            assert await until(lambda: _running(healthy_sim.url, lambda n: n == 0), 1.0) is not None
+            assert await until(lambda: _running(fast_sim.url, lambda n: n == 0), 1.0) is not None
         finally:
             await client.aclose()
 
@@ -285,6 +293,7 @@ class Raw:
             writer.close()
 
 
+@pytest.mark.server
 async def test_chunked_body_and_one_item_per_read():
     async def script(w, head, body):
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -310,6 +319,7 @@ async def test_chunked_body_and_one_item_per_read():
             await client.aclose()
 
 
+@pytest.mark.server
 async def test_content_length_and_connection_close():
     async def script(w, head, body):
         w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\n" + b"x" * len(body) + b"payload"[len(body):])
@@ -328,6 +338,7 @@ async def test_content_length_and_connection_close():
             await client.aclose()
 
 
+@pytest.mark.server
 async def test_close_delimited_body_ends_at_eof():
     async def script(w, head, body):
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
@@ -343,6 +354,7 @@ async def test_close_delimited_body_ends_at_eof():
             await client.aclose()
 
 
+@pytest.mark.server
 async def test_server_closing_mid_body_is_a_protocol_error():
     async def chunked(w, head, body):
         w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -372,6 +384,7 @@ async def test_server_closing_mid_body_is_a_protocol_error():
                 await client.aclose()
 
 
+@pytest.mark.server
 async def test_streamed_request_body_is_chunked():
     async def script(w, head, body):
         w.write(b"HTTP/1.1 204 No Content\r\n\r\n")
@@ -404,6 +417,7 @@ async def test_streamed_request_body_is_chunked():
     assert received[0].endswith(b"\r\n\r\n3\r\nabc\r\n5\r\ndefgh\r\n0\r\n\r\n")
 
 
+@pytest.mark.server
 async def test_stale_idle_connection_is_not_reused_for_a_post():
     """The server closes idle keep-alive connections; the pool notices before reusing one."""
 
@@ -423,12 +437,12 @@ async def test_stale_idle_connection_is_not_reused_for_a_post():
             await client.aclose()
 
 
-async def test_transport_close_ends_open_streams(healthy_sim):
+async def test_transport_close_ends_open_streams(fast_sim):
     client = lean()
     got = []
 
     async def reader():
-        async with client.stream("POST", healthy_sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 5000)) as resp:
+        async with client.stream("POST", fast_sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 5000)) as resp:
             async for part in resp.aiter_raw():
                 got.append(part)
 
@@ -437,7 +451,7 @@ async def test_transport_close_ends_open_streams(healthy_sim):
     await client.aclose()
     with pytest.raises(httpx.HTTPError):
         await asyncio.wait_for(task, 2.0)
-    assert await until(lambda: _running(healthy_sim.url, lambda n: n == 0), 1.0) is not None
+    assert await until(lambda: _running(fast_sim.url, lambda n: n == 0), 1.0) is not None
 
 
 async def _true(v: bool) -> bool:
@@ -458,6 +472,7 @@ def test_engine_config_accepts_lean():
     assert cfg.transport == "lean"
 
 
+@pytest.mark.server
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a test certificate")
 async def test_tls_verifies_by_default_and_insecure_skips(tmp_path):
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
@@ -501,6 +516,7 @@ async def test_tls_verifies_by_default_and_insecure_skips(tmp_path):
         await server.wait_closed()
 
 
+@pytest.mark.server
 async def test_lean_asks_for_an_uncompressed_stream():
     async def script(w, head, body):
         w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -518,6 +534,7 @@ async def test_lean_asks_for_an_uncompressed_stream():
     assert b"authorization: bearer sk-test\r\n" in head
 
 
+@pytest.mark.server
 async def test_slow_consumer_pauses_reading_and_loses_nothing():
     size = 4 * 1024 * 1024
 
@@ -545,6 +562,7 @@ async def test_slow_consumer_pauses_reading_and_loses_nothing():
             await client.aclose()
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("headers", [
     {"Authorization": "Bearer sk-x\r\nX-Injected: 1"},
     {"X-Thing": "a\nb"},
