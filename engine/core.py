@@ -22,6 +22,7 @@ import asyncio
 import platform
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable
 
 import httpx
@@ -85,6 +86,9 @@ class Engine:
         self._last_row_t: float | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._session_error: str | None = None
+        # The loop that stamps bytes never waits on the disk: session flushes and summary
+        # rewrites (fsync) run in order on this one thread.
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redline-disk")
         self._closed = False
         self._t0 = time.perf_counter()
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
@@ -175,6 +179,8 @@ class Engine:
         if self.session is not None:
             self._timeline_row(now)
             self.write_summary()
+        self._disk.shutdown(wait=True)  # what was queued is written before the log closes
+        if self.session is not None:
             self.session.close(reason)
         if self.client is not None:
             await self.client.aclose()
@@ -302,7 +308,7 @@ class Engine:
     async def flush(self) -> str | None:
         """Hand buffered rows to the OS (off the loop); returns the session's write error."""
         if self.session is not None:
-            await asyncio.to_thread(self.session.flush)
+            await asyncio.wrap_future(self._disk.submit(self.session.flush))
             return self.session.error
         return None
 
@@ -450,7 +456,8 @@ class Engine:
         if self.session is None or self.target is None:
             return
         b = self.book
-        self.session.write_summary(
+        self._to_disk(
+            self.session.write_summary,
             {
                 "target": self.target.describe(),
                 "label": self.config.label or default_label(self.target),
@@ -501,7 +508,14 @@ class Engine:
         ev.each_second(now)
         self._timeline_row(now)
         if self.session is not None:
-            self.session.flush()
+            self._to_disk(self.session.flush)
+
+    def _to_disk(self, fn: Callable[..., object], *args: object) -> None:
+        """Run a session write off the loop (errors land in the writer's `error`)."""
+        try:
+            self._disk.submit(fn, *args)
+        except RuntimeError:  # shut down: the engine is stopping, write in place
+            fn(*args)
 
     @property
     def in_flight(self) -> int:
