@@ -19,7 +19,8 @@ SECRET = "sk-redline-test-5ecret-0f-the-day"
 
 
 def long_preset(tmp_path: Path) -> Path:
-    return write_preset(tmp_path, "long", concurrency=[12, 24], output_len=64)
+    """C=12 for a minute (the test ends it), in short requests: many complete each second."""
+    return write_preset(tmp_path, "long", concurrency=[12, 24], output_len=16)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -28,7 +29,7 @@ def test_signal_stops_load_and_completes_log(healthy_sim, tmp_path, sig):
     proc = start_headless(healthy_sim.url, long_preset(tmp_path), out)
     try:
         assert wait_for(lambda: running(healthy_sim.url) == 12, 20), proc.stderr
-        time.sleep(1.5)  # some requests complete and get flushed
+        assert wait_for(lambda: sim_state(healthy_sim.url)["completed"] >= 12, 10)  # some complete
         os.kill(proc.pid, sig)
         t0 = time.monotonic()
         assert wait_for(lambda: running(healthy_sim.url) == 0, 2.0), "load kept running after the signal"

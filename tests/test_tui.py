@@ -8,6 +8,7 @@ import time
 import pytest
 
 from redline.engine.config import EngineConfig
+from redline.engine.constants import MIN_LIVE_STEP_S
 from redline.engine.host import EngineProcess, EngineThread
 from redline.engine.workload import WorkloadConfig
 from redline.tui.app import RedlineApp
@@ -18,6 +19,7 @@ from redline.tui.widgets.steps import StepTable
 from helpers import sim_running_async as running, sim_state_async
 
 LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
+SHORT = WorkloadConfig(input_len=16, output_len=8)  # requests that complete at once
 
 
 async def settle(pilot, pred, timeout: float = 3.0) -> bool:
@@ -39,15 +41,22 @@ async def _is(v) -> bool:
 
 
 @pytest.fixture
-def host(healthy_sim, tmp_path):
-    h = EngineThread(EngineConfig(url=healthy_sim.url, concurrency=4, workload=LONG, out_dir=tmp_path / "session"))
+def sim(shared_sim):
+    """One healthy sim for the module: every test's engine stops (cancelling its requests)
+    before the next starts, and each waits for the counts it asserts."""
+    return shared_sim("healthy")
+
+
+@pytest.fixture
+def host(sim, tmp_path):
+    h = EngineThread(EngineConfig(url=sim.url, concurrency=4, workload=LONG, out_dir=tmp_path / "session", calibrate=False))
     h.start()
     yield h
     h.stop()
 
 
-async def test_keys_change_concurrency_and_server_follows(host, healthy_sim):
-    url = healthy_sim.url
+async def test_keys_change_concurrency_and_server_follows(host, sim):
+    url = sim.url
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
         assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4 and "C=4" in header(app)))
@@ -83,8 +92,8 @@ async def _le(url: str, n: int) -> bool:
     return await running(url) <= n
 
 
-async def test_abort_probe_restore_pause(host, healthy_sim):
-    url = healthy_sim.url
+async def test_abort_probe_restore_pause(host, sim):
+    url = sim.url
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("right_square_bracket", "right_square_bracket")  # 16
@@ -105,7 +114,7 @@ async def test_abort_probe_restore_pause(host, healthy_sim):
         assert await settle(pilot, lambda: _is(not host.engine.controller.paused))
 
 
-async def test_typed_concurrency_and_bad_value(host, healthy_sim):
+async def test_typed_concurrency_and_bad_value(host, sim):
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await pilot.press("c")
@@ -129,10 +138,12 @@ async def test_typed_concurrency_and_bad_value(host, healthy_sim):
         assert host.snapshot.target_c == 12
 
 
-async def test_step_table_and_log_fill(host, healthy_sim):
+async def test_step_table_and_log_fill(host, sim):
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, lambda: _is(False), 4.0)  # hold C=4 long enough to be a step
+        # hold C=4 long enough to be a step
+        cur = lambda: host.snapshot.current_step  # noqa: E731
+        assert await settle(pilot, lambda: _is(cur() is not None and cur().duration_s >= MIN_LIVE_STEP_S + 0.2), 6.0)
         await pilot.press("right_square_bracket")
         assert await settle(pilot, lambda: _is(len(host.snapshot.steps) >= 1), 3.0)
         table = app.query_one(StepTable)
@@ -142,15 +153,15 @@ async def test_step_table_and_log_fill(host, healthy_sim):
         assert any("C=8" in line for line in log.lines_text)
 
 
-async def test_quit_stops_load_and_completes_session(healthy_sim, tmp_path):
+async def test_quit_stops_load_and_completes_session(sim, tmp_path):
     """q with the engine in its own process (as `redline` runs it)."""
     out = tmp_path / "s"
-    host = EngineProcess(EngineConfig(url=healthy_sim.url, concurrency=6, workload=LONG, out_dir=out))
+    host = EngineProcess(EngineConfig(url=sim.url, concurrency=6, workload=LONG, out_dir=out))
     host.start()
     try:
         app = RedlineApp(host, step=8)
         async with app.run_test(size=(80, 24)) as pilot:
-            assert await settle(pilot, lambda: _q(healthy_sim.url, 6), 5.0)
+            assert await settle(pilot, lambda: _q(sim.url, 6), 5.0)
             assert await settle(pilot, lambda: _is("C=6" in header(app)))
             t0 = time.monotonic()
             await pilot.press("q")
@@ -158,13 +169,13 @@ async def test_quit_stops_load_and_completes_session(healthy_sim, tmp_path):
         assert time.monotonic() - t0 < 3.0
     finally:
         host.stop()
-    assert await running(healthy_sim.url) == 0
+    assert await running(sim.url) == 0
     meta = json.loads((out / "meta.json").read_text())
     assert meta["ended_at"] and meta["end_reason"] == "quit"
     assert (out / "requests.ndjson").stat().st_size > 0
 
 
-async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, healthy_sim, tmp_path):
+async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, sim, tmp_path):
     d = tmp_path / "presets"
     d.mkdir()
     (d / "mini.toml").write_text(
@@ -178,13 +189,16 @@ async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, healthy_sim, 
         await pilot.press("enter")
         assert await settle(pilot, lambda: _is(host.snapshot.preset_running and host.snapshot.target_c == 6), 3.0)
         assert await settle(pilot, lambda: _is("PRESET" in header(app) and "mini step 1/2" in header(app)), 3.0)
-        assert await settle(pilot, lambda: _q(healthy_sim.url, 6), 2.0)
+        assert await settle(pilot, lambda: _q(sim.url, 6), 2.0)
         await pilot.press("right_square_bracket")  # the operator takes over
         assert await settle(pilot, lambda: _is(not host.snapshot.preset_running and host.snapshot.target_c == 12), 3.0)
         assert await settle(pilot, lambda: _is(any("cancelled by the operator" in l.text for l in host.snapshot.log)), 2.0)
 
 
-async def test_export_key_writes_parquet(host, healthy_sim, tmp_path):
+async def test_export_key_writes_parquet(sim, tmp_path, request):
+    host = EngineThread(EngineConfig(url=sim.url, concurrency=4, workload=SHORT, out_dir=tmp_path / "session", calibrate=False))
+    host.start()
+    request.addfinalizer(host.stop)
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         assert await settle(pilot, lambda: _is(host.snapshot.completed >= 1), 8.0)
@@ -197,7 +211,7 @@ async def test_export_key_writes_parquet(host, healthy_sim, tmp_path):
     assert pl.read_parquet(export / "requests.parquet").height >= 1
 
 
-async def test_graph_key_switches_to_the_curve(host, healthy_sim):
+async def test_graph_key_switches_to_the_curve(host, sim):
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("g")
