@@ -157,11 +157,13 @@ def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
             ev.sim_t = f
 
 
-# Keys the fast path accepts only with a null value (anything else takes the full parse).
-_NULL_ONLY = (b'"error"', b'"tool_calls"', b'"function_call"')
+# Anything in a chunk that the fast path does not judge sends it to json.loads: usage counts
+# (every chunk under continuous usage), errors, reasoning, tool calls (SGLang writes
+# "reasoning_content":null and "tool_calls":null on every chunk). Scanning those shapes
+# here was measured slower than json.loads itself (issue 13 notes), so they go straight there.
+_SLOW_MARKERS = (b'"usage"', b'"error"', b'"reasoning', b'"tool_calls"', b'"function_call"')
 _END = (b",", b"}")
-_DIGITS = frozenset(b"0123456789")
-_NUMBER = frozenset(b"0123456789.eE+-")
+_NUM_CHARS = b"0123456789.eE+-"
 
 
 def _str_field(payload: bytes, key: bytes) -> int:
@@ -181,114 +183,63 @@ def _str_field(payload: bytes, key: bytes) -> int:
     return -1
 
 
-def _usage_int(seg: bytes, key: bytes) -> int | None:
-    """A count in a flat usage object: None when absent or null, -1 when not judged here."""
-    i = seg.find(key)
-    if i < 0:
-        return None
-    j = i + len(key)
-    if seg.find(key, j) >= 0:
-        return -1
-    e, n = j, len(seg)
-    while e < n and seg[e] in _DIGITS:
-        e += 1
-    if e == j:
-        return None if seg[j : j + 4] == b"null" and seg[j + 4 : j + 5] in _END else -1
-    if seg[e : e + 1] not in _END or (seg[j] == 48 and e - j > 1):  # no leading zeros (not JSON)
-        return -1
-    return int(seg[j:e])
+def _value_end(payload: bytes, j: int) -> int:
+    """Where a scalar value starting at j ends: the next comma or closing brace."""
+    e = payload.find(b",", j)
+    b = payload.find(b"}", j)
+    return b if e < 0 or (0 <= b < e) else e
 
 
 class OpenAIDecoder:
     """chat and completions: one content chunk = one provisional token; usage is exact.
 
-    Most chunks are the same small shape ({"choices":[{"delta":{"content":"..."}}]}, with a
-    flat cumulative "usage" object under continuous usage); the client's CPU per token is
-    the ceiling of what redline can measure, so those are read without json.loads: each
-    text key (content, and for chat reasoning_content / reasoning) found at most once, a
-    string or null; "error" / "tool_calls" / "function_call" only as null (SGLang writes
-    them on every chunk); usage flat with plain integer counts. Every other shape (errors,
-    tool calls, several choices, nested usage details, anything odd) takes the full parse.
-    tests/test_fuzz.py and tests/test_apis.py prove both paths give the same Event.
+    Most chunks are the same small shape ({"choices":[{"delta":{"content":"..."}}]}); the
+    client's CPU per token is the ceiling of what redline can measure, so those are read
+    without json.loads: the text key (content / text) found at most once, a string or null.
+    Every other shape (usage, errors, reasoning, tool calls, several choices, anything odd)
+    takes the full parse. tests/test_fuzz.py and tests/test_apis.py prove both paths give
+    the same Event.
     """
 
-    __slots__ = ("_field",)
+    __slots__ = ("_field", "_key")
 
     def __init__(self, api: str) -> None:
         self._field = api
+        self._key = b'"content"' if api == CHAT else b'"text"'
 
     def decode(self, payload: bytes) -> Event:
         ev = self.fast(payload)
         return ev if ev is not None else self.full(payload)
 
     def fast(self, payload: bytes) -> Event | None:
-        """The Event of a plain chunk, or None when it needs the full parse."""
-        if payload[:1] != b"{" or payload[-1:] != b"}" or b'"choices":[{' not in payload:
+        """The Event of a plain content chunk, or None when it needs the full parse."""
+        if payload[:1] != b"{" or payload[-1:] != b"}":
+            return None
+        for marker in _SLOW_MARKERS:
+            if marker in payload:
+                return None
+        if b'"choices":[{' not in payload or payload.count(b'"index":') > 1:
             return None
         if payload.count(b"{") != payload.count(b"}") or payload.count(b"[") != payload.count(b"]"):
             return None  # truncated or odd (or braces inside the text): let the parser judge
-        for marker in _NULL_ONLY:
-            i = payload.find(marker)
-            if i >= 0:
-                j = i + len(marker)
-                if payload[j : j + 5] != b":null" or payload[j + 5 : j + 6] not in _END or payload.find(marker, j) >= 0:
-                    return None
-        if payload.count(b'"index":') > 1:
+        a = _str_field(payload, self._key)
+        if a < 0:
             return None
         ev = Event()
-        if self._field == CHAT:
-            a = _str_field(payload, b'"content"')
-            r = _str_field(payload, b'"reasoning_content"')
-            r2 = _str_field(payload, b'"reasoning"')
-            if a < 0 or r < 0 or r2 < 0:
-                return None
-            if a or r or r2:
-                ev.content = True
-                ev.answer = a == 1
-                ev.tokens = 1
-        else:
-            a = _str_field(payload, b'"text"')
-            if a < 0:
-                return None
-            if a:
-                ev.content = ev.answer = True
-                ev.tokens = 1
-        k = payload.find(b'"usage"')
-        if k >= 0:
-            j = k + 7
-            if payload[j : j + 1] != b":" or payload.find(b'"usage"', j) >= 0:
-                return None
-            j += 1
-            c = payload[j : j + 1]
-            if c == b"{":
-                end = payload.find(b"}", j)
-                seg = payload[j : end + 1]
-                if b"{" in seg[1:] or b"[" in seg:
-                    return None  # nested details: the parser reads them
-                # top level only: one brace open before it, every bracket closed
-                if payload.count(b"{", 0, k) - payload.count(b"}", 0, k) != 1 or payload.count(b"[", 0, k) != payload.count(b"]", 0, k):
-                    return None
-                pt = _usage_int(seg, b'"prompt_tokens":')
-                ct = _usage_int(seg, b'"completion_tokens":')
-                if pt == -1 or ct == -1:
-                    return None
-                ev.prompt_tokens = pt
-                ev.completion_tokens = ct
-            elif not (payload[j : j + 4] == b"null" and payload[j + 4 : j + 5] in _END):
-                return None
+        if a:
+            ev.content = ev.answer = True
+            ev.tokens = 1
         k = payload.find(b'"sim_t"')
         if k >= 0:
-            j = end = k + 7
+            j = k + 7
             if payload[j : j + 1] != b":" or payload.find(b'"sim_t"', j) >= 0:
                 return None
-            j = end = j + 1
-            n = len(payload)
-            while end < n and payload[end] in _NUMBER:
-                end += 1
-            if end == j or payload[end : end + 1] not in _END:
+            j += 1
+            v = payload[j : _value_end(payload, j)]
+            if not v or v.translate(None, _NUM_CHARS):
                 return None
             try:
-                t = float(payload[j:end])
+                t = float(v)
             except ValueError:
                 return None
             if math.isfinite(t):

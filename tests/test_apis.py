@@ -2,10 +2,10 @@
 
 - build_body asks for usage on every chunk (stream_options.continuous_usage_stats) unless
   told not to; continuous_usage_refused reads a 400 that names the option.
-- The OpenAI decoder's fast path (no json.loads) gives exactly the full parse's Event on the
-  shapes real servers send: vLLM content chunks (the captures in tests/fixtures), vLLM with
-  continuous usage, SGLang's chunks with every unused field null, reasoning chunks
-  (reasoning_content / reasoning), and on generated variants of all of them (property).
+- The OpenAI decoder's fast path (no json.loads) gives exactly the full parse's Event and
+  takes the plain chunks real servers send (the vLLM captures in tests/fixtures, answer
+  chunks of reasoning models); usage, reasoning and SGLang's all-fields chunks take the
+  full parse; the property test covers generated variants of all of them.
 - Reasoning: content (a token of any kind) but not answer; the answer flag on answer text.
 """
 
@@ -61,14 +61,16 @@ def test_continuous_usage_refused(status, text, refused):
 
 
 # -- the decoders ---------------------------------------------------------------------------
-def both(api: str, payload: bytes) -> Event:
-    """The fast path's Event, checked equal to the full parse's."""
+def both(api: str, payload: bytes, fast_path: bool = True) -> Event:
+    """decode()'s Event; the fast path's, when it takes one, equal to the full parse's.
+    `fast_path`: this shape must not cost a json.loads (False: it must take the full parse)."""
     d = OpenAIDecoder(api)
     fast = d.fast(payload)
     full = d.full(payload)
-    assert fast is not None, payload  # these shapes must not cost a json.loads
-    assert fast == full, payload
-    return fast
+    assert (fast is not None) == fast_path, payload
+    assert fast is None or fast == full, payload
+    assert d.decode(payload) == full
+    return full
 
 
 def dumps(obj) -> bytes:
@@ -116,36 +118,41 @@ def test_fast_path_on_the_real_vllm_captures():
         assert [e.completion_tokens for e in evs if e.completion_tokens is not None] == [12]
 
 
-def test_continuous_usage_chunks_take_the_fast_path():
+def test_continuous_usage_chunks_are_read_exactly():
+    """Chunks with usage counts take json.loads (no cheaper scan exists); the Event is exact."""
+    d = OpenAIDecoder(CHAT)
     u = {"prompt_tokens": 15, "total_tokens": 18, "completion_tokens": 3}
-    ev = both(CHAT, vllm_chunk({"content": "ab"}, u))
-    assert ev == Event(tokens=1, content=True, answer=True, prompt_tokens=15, completion_tokens=3)
-    ev = both(CHAT, vllm_chunk({"role": "assistant", "content": ""}, dict(u, completion_tokens=0, total_tokens=15)))
+    p = vllm_chunk({"content": "ab"}, u)
+    assert d.fast(p) is None
+    assert d.decode(p) == Event(tokens=1, content=True, answer=True, prompt_tokens=15, completion_tokens=3)
+    ev = d.decode(vllm_chunk({"role": "assistant", "content": ""}, dict(u, completion_tokens=0, total_tokens=15)))
     assert not ev.content and ev.completion_tokens == 0 and ev.prompt_tokens == 15
-    # the sim's shape: usage, then its send stamp
-    ev = both(COMPLETIONS, dumps({"id": "cmpl-1", "choices": [{"index": 0, "text": "x", "finish_reason": None}],
-                                  "usage": u, "sim_t": 1700000000.25}))
+    ev = OpenAIDecoder(COMPLETIONS).decode(dumps({"id": "cmpl-1", "choices": [{"index": 0, "text": "x", "finish_reason": None}],
+                                                  "usage": u, "sim_t": 1700000000.25}))
     assert ev.completion_tokens == 3 and ev.sim_t == 1700000000.25 and ev.answer
-    # usage details, null or not, in any order
-    both(CHAT, vllm_chunk({"content": "ab"}, {"completion_tokens": 3, "prompt_tokens_details": None, "prompt_tokens": 15}))
 
 
-def test_sglang_chunks_take_the_fast_path():
-    assert both(CHAT, sglang_chunk(content="hi")) == Event(tokens=1, content=True, answer=True)
-    assert both(CHAT, sglang_chunk(reasoning="hmm")) == Event(tokens=1, content=True, answer=False)
-    assert both(CHAT, sglang_chunk()) == Event()
-    ev = both(CHAT, sglang_chunk(content="hi", usage={"prompt_tokens": 4, "total_tokens": 9, "completion_tokens": 5}))
-    assert ev.completion_tokens == 5 and ev.prompt_tokens == 4
+def test_sglang_chunks():
+    """SGLang writes every field, null when unused: those take the full parse (measured no
+    slower than judging them here)."""
+    assert both(CHAT, sglang_chunk(content="hi"), False) == Event(tokens=1, content=True, answer=True)
+    assert both(CHAT, sglang_chunk(reasoning="hmm"), False) == Event(tokens=1, content=True, answer=False)
+    assert both(CHAT, sglang_chunk(), False) == Event()
+    ev = both(CHAT, sglang_chunk(content="hi", usage={"prompt_tokens": 4, "total_tokens": 9, "completion_tokens": 5}), False)
+    assert ev.completion_tokens == 5 and ev.prompt_tokens == 4 and ev.answer
 
 
 def test_reasoning_is_content_not_answer():
     for delta in ({"reasoning_content": "Let"}, {"reasoning": "Let"}, {"reasoning": "Let", "reasoning_content": "Let"},
                   {"content": None, "reasoning_content": "Let"}, {"content": "", "reasoning": "Let"}):
-        ev = both(CHAT, vllm_chunk(delta))
+        ev = both(CHAT, vllm_chunk(delta), False)
         assert ev.content and not ev.answer and ev.tokens == 1, delta
-    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}))
+    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}), False)
     assert ev.content and ev.answer
-    assert both(CHAT, vllm_chunk({"reasoning": "", "content": ""})) == Event()
+    assert both(CHAT, vllm_chunk({"reasoning": "", "content": ""}), False) == Event()
+    # answer chunks of a reasoning model (vLLM leaves the reasoning field out) are plain
+    assert both(CHAT, vllm_chunk({"content": "The"})) == Event(tokens=1, content=True, answer=True)
+    assert both(CHAT, vllm_chunk({"content": None})) == Event()
 
 
 def test_shapes_left_to_the_full_parse():
@@ -158,7 +165,7 @@ def test_shapes_left_to_the_full_parse():
         vllm_chunk({"content": "x"}, error={"message": "boom"}),
         vllm_chunk({"content": "x"}, usage=None, nested={"usage": {"completion_tokens": 9}}),
         vllm_chunk({"content": 5}),
-        b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":04}}',  # not JSON
+        vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4}),
     ]
     for p in slow:
         assert d.fast(p) is None, p
