@@ -21,12 +21,10 @@ import asyncio
 import json
 import socket
 import statistics
-import struct
 import threading
 import time
 from typing import Callable
 
-import httpx
 import pytest
 
 import redline.engine.request as request_mod
