@@ -108,6 +108,7 @@ def test_sessions_load_with_labels_steps_break_probe(sessions):
     assert [s.concurrency for s in healthy.steps] == [8, 16, 48]
     assert capped.steps and all(s.phase != "probe" for s in capped.steps)
     assert capped.break_result is not None and capped.break_result.reason == "plateau"
+    assert [s.server_max_running for s in capped.steps] == [8, 8]  # the micro-batch cap
     assert healthy.probe is not None and healthy.probe.concurrency == 1
     assert capped.probe is not None and capped.probe.concurrency == 1
 

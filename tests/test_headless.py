@@ -1,6 +1,8 @@
 """Presets "until it breaks" against the sim's profiles, run in-process; every step's
 throughput checked against the sim's own token counter. (The same through the CLI, with its
-printed lines and exit status: tests/test_compare.py, which runs it for its sessions.)
+printed lines and exit status, and the pp-capped profile's plateau at its cap:
+tests/test_compare.py, which runs both for its sessions; live throughput against the sim's
+counter on pp-capped: tests/test_engine.py.)
 
 Each ramp starts near the interesting part of its profile's curve: a step costs at least
 warm-up + STEADY_MIN_S (4 s) of measurement, and a run stops at its first break."""
@@ -19,12 +21,12 @@ from redline.engine.preset import parse_preset
 from redline.engine.runner import run_preset
 from redline.engine.workload import WorkloadConfig
 
-def preset(concurrency, *, output_len=32, warmup=1.0, hold=4.0, probe=0.0, **stop):
+def preset(concurrency, *, output_len=32, warmup=0.5, hold=4.0, max_hold=8.0, probe=0.0, **stop):
     stop = stop or {"plateau_gain": 0.05}
     return parse_preset(
         {
             "workload": {"api": "chat", "input_len": 16, "output_len": output_len},
-            "ramp": {"concurrency": list(concurrency), "warmup_s": warmup, "hold_s": hold, "min_requests": 2, "max_hold_s": hold * 2},
+            "ramp": {"concurrency": list(concurrency), "warmup_s": warmup, "hold_s": hold, "min_requests": 2, "max_hold_s": max_hold},
             "stop": stop,
             "after": {"probe_s": probe},
         },
@@ -99,21 +101,11 @@ async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
         assert key in summary["steps"][0]
 
 
-async def test_pp_capped_breaks_by_plateau_at_its_cap(sim_factory, tmp_path):
-    sim = sim_factory("pp-capped")
-    out, samples = await run_against(sim.url, preset([8, 16, 32]), tmp_path)
-    br = out.break_result
-    assert br is not None and br.reason == "plateau", br
-    assert br.last_good_concurrency == 8, br  # the micro-batch cap
-    assert br.concurrency == 16
-    assert out.steps[-1].server_max_running == 8
-    assert_steps_match_sim(out, samples)
-
-
 async def test_fragile_breaks_by_errors(sim_factory, tmp_path):
     """At C=64 the fragile server (503s from 48 in it, dies above 96) refuses requests but lives."""
     sim = sim_factory("fragile")
-    p = preset([16, 64, 160], error_rate=0.05, plateau_gain=0.05)
+    # each step ends after hold_s, steady or not: a server refusing requests is not steady
+    p = preset([16, 64, 160], max_hold=4.0, error_rate=0.05, plateau_gain=0.05)
     out, _ = await run_against(sim.url, p, tmp_path)
     br = out.break_result
     assert br is not None and br.reason == "errors", br

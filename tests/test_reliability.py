@@ -114,7 +114,7 @@ async def test_server_errors_are_counted_by_kind_shown_and_logged(sim_factory, t
         assert await until(lambda: all(e.metrics.errors_by_kind.get(k, 0) >= 2 for k in kinds.values()), 10)
         e.pause()  # let in-flight requests end, so the counts compare exactly
         assert await until(lambda: e.controller.in_flight == 0, 10)
-        await asyncio.sleep(1.1)  # one tick: error lines reach the log
+        await asyncio.sleep(1.1)  # one tick: error lines reach the log, the last errors the snapshot
         st = await state(sim.url)
         snap = e.snapshot
         assert snap.state == "paused"  # not crashed, not gone

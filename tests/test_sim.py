@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
@@ -23,6 +23,8 @@ from redline.engine.sim.model import BatchModel
 from redline.engine.sim.profiles import PROFILES, SimProfile, apply_overrides, get_profile
 from redline.engine.sim.serve import SimProcess, spawn_sim_process, start_sim_thread
 from redline.engine.sim.tokens import count_tokens
+
+from helpers import until
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -81,18 +83,6 @@ async def metric_values(s: aiohttp.ClientSession, url: str) -> dict[str, float]:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             out[name] = float(line.rsplit(" ", 1)[1])
     return out
-
-
-async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float,
-                   interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` s passed; its last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if await predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(interval)
 
 
 async def hold_streams(s: aiohttp.ClientSession, url: str, n: int,
@@ -307,7 +297,7 @@ async def test_pp_cap_is_visible_and_aborts_clear_at_once(
                 m = await metric_values(session, sim.url + "/metrics")
                 return (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (8, 24)
 
-            assert await wait_for(capped, 10)
+            assert await until(capped, 10)
             await asyncio.sleep(0.5)
             m = await metric_values(session, sim.url + "/metrics")
             assert (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (8, 24)
@@ -322,7 +312,7 @@ async def test_pp_cap_is_visible_and_aborts_clear_at_once(
             st = await get_json(session, sim.url + "/sim/state")
             return st["running"] == 0 and st["queued"] == 0
 
-        assert await wait_for(drained, 1.0, interval=0.02)
+        assert await until(drained, 1.0, interval=0.02)
         assert time.monotonic() - t0 <= 1.0
         state = await get_json(session, sim.url + "/sim/state")
         assert state["aborted"] == 32 and state["received"] == 32
@@ -339,7 +329,7 @@ async def _server_rate(s: aiohttp.ClientSession, url: str, concurrency: int,
         async def all_running() -> bool:
             return (await get_json(s, url + "/sim/state"))["running"] == concurrency
 
-        assert await wait_for(all_running, 10)
+        assert await until(all_running, 10)
         await asyncio.sleep(0.3)
         a = await get_json(s, url + "/sim/state")
         await asyncio.sleep(window)
@@ -364,7 +354,7 @@ async def test_healthy_throughput_plateaus(session: aiohttp.ClientSession) -> No
             st = await get_json(session, sim.url + "/sim/state")
             return st["running"] == 0 and st["queued"] == 0
 
-        assert await wait_for(drained, 1.0)
+        assert await until(drained, 1.0)
         after = await metric_values(session, sim.url + "/dcgm/metrics")
     assert rates[128] > 2.0 * rates[32], rates
     assert rates[192] < 1.10 * rates[128], rates
@@ -392,7 +382,7 @@ async def test_fragile_refuses_then_dies(session: aiohttp.ClientSession) -> None
             st = await get_json(session, sim.url + "/sim/state")
             return st["running"] + st["queued"] == 48
 
-        assert await wait_for(loaded, 10)
+        assert await until(loaded, 10)
         async with session.get(sim.url + "/health") as r:
             assert r.status == 503
         statuses: list[int] = []

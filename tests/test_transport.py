@@ -447,15 +447,11 @@ async def test_transport_close_ends_open_streams(fast_sim):
                 got.append(part)
 
     task = asyncio.create_task(reader())
-    assert await until(lambda: _true(len(got) > 3), 5.0) is not None
+    assert await until(lambda: len(got) > 3, 5.0) is not None
     await client.aclose()
     with pytest.raises(httpx.HTTPError):
         await asyncio.wait_for(task, 2.0)
     assert await until(lambda: _running(fast_sim.url, lambda n: n == 0), 1.0) is not None
-
-
-async def _true(v: bool) -> bool:
-    return v
 
 
 def test_ssl_context_verifies_by_default():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 
@@ -23,21 +24,22 @@ SHORT = WorkloadConfig(input_len=16, output_len=8)  # requests that complete at 
 
 
 async def settle(pilot, pred, timeout: float = 3.0) -> bool:
-    """Let the app run until pred() (async) holds; bounded."""
+    """Let the app run until pred() (plain or awaitable) holds; bounded."""
+
+    async def holds() -> bool:
+        ok = pred()
+        return bool(await ok if inspect.isawaitable(ok) else ok)
+
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if await pred():
+        if await holds():
             return True
         await pilot.pause(0.1)
-    return await pred()
+    return await holds()
 
 
 def header(app: RedlineApp) -> str:
     return app.query_one(StatusHeader).render().plain
-
-
-async def _is(v) -> bool:
-    return bool(v)
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ async def test_keys_change_concurrency_and_server_follows(host, sim):
     url = sim.url
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4 and "C=4" in header(app)))
+        assert await settle(pilot, lambda: host.snapshot.target_c == 4 and "C=4" in header(app))
         assert await settle(pilot, lambda: _q(url, 4))
         await pilot.press("right_square_bracket")
         assert await settle(pilot, lambda: _q(url, 8), 1.5)
@@ -69,15 +71,15 @@ async def test_keys_change_concurrency_and_server_follows(host, sim):
         assert host.engine.controller.target == 16
         aborted = (await sim_state_async(url))["aborted"]
         await pilot.press("minus")
-        assert await settle(pilot, lambda: _is(host_target(host) == 8 and host.snapshot.target_c == 8))
+        assert await settle(pilot, lambda: host_target(host) == 8 and host.snapshot.target_c == 8)
         # lowering cancels nothing: the requests running finish normally (no new one starts)
         assert (await sim_state_async(url))["aborted"] == aborted
         await pilot.press("left_square_bracket")
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 4))
+        assert await settle(pilot, lambda: host.snapshot.target_c == 4)
         await pilot.press("up")
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 12))
+        assert await settle(pilot, lambda: host.snapshot.target_c == 12)
         await pilot.press("down", "down")
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 1)), "never below 1"
+        assert await settle(pilot, lambda: host.snapshot.target_c == 1), "never below 1"
 
 
 def host_target(host) -> int:
@@ -102,16 +104,16 @@ async def test_abort_probe_restore_pause(host, sim):
         await pilot.press("a")
         assert await settle(pilot, lambda: _le(url, 1), 1.0)
         assert time.monotonic() - t0 < 1.5
-        assert await settle(pilot, lambda: _is("PROBE" in header(app) and "C=1" in header(app)))
+        assert await settle(pilot, lambda: "PROBE" in header(app) and "C=1" in header(app))
         assert "was C=16" in header(app)
         await pilot.press("r")
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 16 and "RUNNING" in header(app)))
+        assert await settle(pilot, lambda: host.snapshot.target_c == 16 and "RUNNING" in header(app))
         assert await settle(pilot, lambda: _q(url, 16), 1.5)
         await pilot.press("space")
-        assert await settle(pilot, lambda: _is("PAUSED" in header(app)))
+        assert await settle(pilot, lambda: "PAUSED" in header(app))
         assert host.engine.controller.paused
         await pilot.press("space")
-        assert await settle(pilot, lambda: _is(not host.engine.controller.paused))
+        assert await settle(pilot, lambda: not host.engine.controller.paused)
 
 
 async def test_typed_concurrency_and_bad_value(host, sim):
@@ -119,7 +121,7 @@ async def test_typed_concurrency_and_bad_value(host, sim):
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await pilot.press("c")
         await pilot.press(*"12", "enter")
-        assert await settle(pilot, lambda: _is(host.snapshot.target_c == 12))
+        assert await settle(pilot, lambda: host.snapshot.target_c == 12)
         await pilot.press("c")
         await pilot.press(*"abc", "enter")
         await pilot.pause(0.3)
@@ -143,11 +145,11 @@ async def test_step_table_and_log_fill(host, sim):
     async with app.run_test(size=(80, 24)) as pilot:
         # hold C=4 long enough to be a step
         cur = lambda: host.snapshot.current_step  # noqa: E731
-        assert await settle(pilot, lambda: _is(cur() is not None and cur().duration_s >= MIN_LIVE_STEP_S + 0.2), 6.0)
+        assert await settle(pilot, lambda: cur() is not None and cur().duration_s >= MIN_LIVE_STEP_S + 0.2, 6.0)
         await pilot.press("right_square_bracket")
-        assert await settle(pilot, lambda: _is(len(host.snapshot.steps) >= 1), 3.0)
+        assert await settle(pilot, lambda: len(host.snapshot.steps) >= 1, 3.0)
         table = app.query_one(StepTable)
-        assert await settle(pilot, lambda: _is(table.row_count >= 2), 3.0)  # C=4 done, C=8 live
+        assert await settle(pilot, lambda: table.row_count >= 2, 3.0)  # C=4 done, C=8 live
         assert str(table.get_row_at(0)[0]).startswith("4")
         log = app.query_one(EventLog)
         assert any("C=8" in line for line in log.lines_text)
@@ -162,10 +164,10 @@ async def test_quit_stops_load_and_completes_session(sim, tmp_path):
         app = RedlineApp(host, step=8)
         async with app.run_test(size=(80, 24)) as pilot:
             assert await settle(pilot, lambda: _q(sim.url, 6), 5.0)
-            assert await settle(pilot, lambda: _is("C=6" in header(app)))
+            assert await settle(pilot, lambda: "C=6" in header(app))
             t0 = time.monotonic()
             await pilot.press("q")
-            await settle(pilot, lambda: _is(not app.is_running), 5.0)
+            await settle(pilot, lambda: not app.is_running, 5.0)
         assert time.monotonic() - t0 < 3.0
     finally:
         host.stop()
@@ -187,12 +189,12 @@ async def test_preset_key_runs_a_preset_and_a_key_cancels_it(host, sim, tmp_path
         await pilot.press("p")
         await pilot.pause(0.3)
         await pilot.press("enter")
-        assert await settle(pilot, lambda: _is(host.snapshot.preset_running and host.snapshot.target_c == 6), 3.0)
-        assert await settle(pilot, lambda: _is("PRESET" in header(app) and "mini step 1/2" in header(app)), 3.0)
+        assert await settle(pilot, lambda: host.snapshot.preset_running and host.snapshot.target_c == 6, 3.0)
+        assert await settle(pilot, lambda: "PRESET" in header(app) and "mini step 1/2" in header(app), 3.0)
         assert await settle(pilot, lambda: _q(sim.url, 6), 2.0)
         await pilot.press("right_square_bracket")  # the operator takes over
-        assert await settle(pilot, lambda: _is(not host.snapshot.preset_running and host.snapshot.target_c == 12), 3.0)
-        assert await settle(pilot, lambda: _is(any("cancelled by the operator" in l.text for l in host.snapshot.log)), 2.0)
+        assert await settle(pilot, lambda: not host.snapshot.preset_running and host.snapshot.target_c == 12, 3.0)
+        assert await settle(pilot, lambda: any("cancelled by the operator" in l.text for l in host.snapshot.log), 2.0)
 
 
 async def test_export_key_writes_parquet(sim, tmp_path, request):
@@ -201,11 +203,11 @@ async def test_export_key_writes_parquet(sim, tmp_path, request):
     request.addfinalizer(host.stop)
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
-        assert await settle(pilot, lambda: _is(host.snapshot.completed >= 1), 8.0)
+        assert await settle(pilot, lambda: host.snapshot.completed >= 1, 8.0)
         await pilot.press("e")
         export = tmp_path / "session" / "export"
-        assert await settle(pilot, lambda: _is((export / "requests.parquet").exists()), 5.0)
-        assert await settle(pilot, lambda: _is(any("exported 3 tables" in str(n.message) for n in app._notifications)), 3.0)
+        assert await settle(pilot, lambda: (export / "requests.parquet").exists(), 5.0)
+        assert await settle(pilot, lambda: any("exported 3 tables" in str(n.message) for n in app._notifications), 3.0)
     import polars as pl
 
     assert pl.read_parquet(export / "requests.parquet").height >= 1
