@@ -41,7 +41,7 @@ input_len = 16
 output_len = 24
 [ramp]
 concurrency = [8, 16, 48]
-warmup_s = 1
+warmup_s = 0.5
 hold_s = 2
 min_requests = 2
 [stop]

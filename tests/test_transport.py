@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
+import struct
 import subprocess
+import threading
 import time
 
 import httpx
 import pytest
 
+import redline.engine.transport as transport_mod
 from redline.engine import records as R
 from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.config import EngineConfig
@@ -22,7 +26,7 @@ from redline.engine.request import run_request
 from redline.engine.transport import LeanTransport, ssl_context
 from redline.engine.workload import WorkloadConfig
 
-from helpers import sim_state_async as sim_state, until
+from helpers import ThreadServer, sim_state_async as sim_state, until
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
@@ -584,19 +588,12 @@ async def test_refuses_header_injection_before_writing(headers):
     assert len(srv.requests) == 1 and b"X-Injected" not in srv.requests[0]
 
 
-# -- a keep-alive connection the server closed while idle (issue 13) -------------------------------
-from test_request_truth import ThreadServer  # noqa: E402  (threaded: closes while our loop is blocked)
-
-import socket as _socket  # noqa: E402
-import struct as _struct  # noqa: E402
-import threading as _threading  # noqa: E402
-
-import redline.engine.transport as transport_mod  # noqa: E402
-
+# -- a keep-alive connection the server closed while idle (a threaded server: it closes while
+# our loop is blocked) -----------------------------------------------------------------------
 OK_2 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"  # keep-alive: nothing says close
 
 
-def _closes_idle(close_now: _threading.Event, reset: bool):
+def _closes_idle(close_now: threading.Event, reset: bool):
     """Answers, keeps the connection open (the client pools it), then closes it when told:
     a FIN, or with reset=True an RST (SO_LINGER 0), as a server's idle timeout does."""
 
@@ -605,7 +602,7 @@ def _closes_idle(close_now: _threading.Event, reset: bool):
         if c is not None and i == 0:
             close_now.wait(5)
             if reset:
-                c.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, _struct.pack("ii", 1, 0))
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return False
         return True
 
@@ -625,9 +622,10 @@ def _count_dropped(monkeypatch, force: bool | None = None) -> list[bool]:
     return seen
 
 
+@pytest.mark.server
 async def test_idle_connection_closed_by_the_server_is_not_reused_for_a_post(monkeypatch):
     """The FIN has reached the socket but not the loop: the poll before reuse sees it."""
-    close_now = _threading.Event()
+    close_now = threading.Event()
     seen = _count_dropped(monkeypatch)
     with ThreadServer(_closes_idle(close_now, reset=False)) as srv:
         client = lean()
@@ -643,10 +641,11 @@ async def test_idle_connection_closed_by_the_server_is_not_reused_for_a_post(mon
     assert srv.connections == 2 and [b for _, _, b in srv.requests] == [b"1", b"2"]
 
 
+@pytest.mark.server
 async def test_post_retried_once_when_no_byte_of_it_was_written(monkeypatch):
     """A reset connection handed out anyway (the poll off): the first write fails, nothing
     reached the server, so the POST goes again on a new connection, once."""
-    close_now = _threading.Event()
+    close_now = threading.Event()
     seen = _count_dropped(monkeypatch, force=False)
     with ThreadServer(_closes_idle(close_now, reset=True)) as srv:
         client = lean()
@@ -663,6 +662,7 @@ async def test_post_retried_once_when_no_byte_of_it_was_written(monkeypatch):
     assert srv.connections == 2 and [b for _, _, b in srv.requests] == [b"1", b"2"]
 
 
+@pytest.mark.server
 async def test_post_not_retried_once_written():
     """The request reached the server, which closed without answering: a POST is not sent
     again (the server may have acted on it); the error is the caller's."""
