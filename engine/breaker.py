@@ -17,8 +17,11 @@ than the noise; a gain counts only when it clears the threshold by more than the
 step whose gain is lost in the noise has not shown that more load buys more tokens). A step that was not steady is never judged by them (the runner held it as
 long as it could); the error and latency rules still apply to it.
 
+- slo:         the step misses its SLO (engine/slo.py: too few of its requests met the
+               per-request bounds, or a p99 bound is exceeded).
+
 When several fire on the same step, one is reported, in this order of precedence:
-server_gone, errors, latency, collapse, plateau (the most severe first; a collapse is also
+server_gone, errors, latency, slo, collapse, plateau (the most severe first; a collapse is also
 always a plateau).
 
 last_good_concurrency is the concurrency of the highest-output-throughput step, among the
@@ -39,11 +42,12 @@ import math
 
 from .constants import NOISE_SIGMAS
 from .preset import StopSpec
+from .slo import Slo
 from .stepresult import BreakResult, StepResult
 
 __all__ = ["PRECEDENCE", "StopRules", "last_good"]
 
-PRECEDENCE = ("server_gone", "errors", "latency", "collapse", "plateau")
+PRECEDENCE = ("server_gone", "errors", "latency", "slo", "collapse", "plateau")
 
 
 def _rate(x: float) -> str:
@@ -77,8 +81,9 @@ def _best(steps: Sequence[StepResult]) -> StepResult | None:
 class StopRules:
     """The [stop] rules of a preset, applied step by step."""
 
-    def __init__(self, spec: StopSpec | None = None) -> None:
+    def __init__(self, spec: StopSpec | None = None, slo: Slo | None = None) -> None:
         self.spec = spec if spec is not None else StopSpec()
+        self.slo = slo if slo is not None and slo.any else None
 
     # -- the rules, one at a time; each returns a detail line or None
 
@@ -142,6 +147,7 @@ class StopRules:
         for reason, detail in (
             ("errors", self._errors(current)),
             ("latency", self._latency(current)),
+            ("slo", self.slo.judge(current) if self.slo is not None else None),
             ("collapse", self._collapse(history, current)),
             ("plateau", self._plateau(history, current)),
         ):

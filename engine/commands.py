@@ -53,6 +53,11 @@ class Flush:
 
 
 @dataclass(frozen=True)
+class SetSlo:
+    slo: Any  # redline.engine.slo.Slo, or None to turn SLOs off
+
+
+@dataclass(frozen=True)
 class Log:
     kind: str
     text: str
@@ -63,7 +68,7 @@ class Stop:
     reason: str = "quit"
 
 
-Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, Log, Stop]
+Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, SetSlo, Log, Stop]
 
 # commands that take the wheel from a running preset
 OPERATOR_TAKES_OVER = (SetConcurrency, Probe, Abort)

@@ -11,6 +11,8 @@ from .constants import (
     DEFAULT_REQUEST_TIMEOUT_S,
 )
 from .http import DEFAULT_TRANSPORT
+from .guard import GuardSpec
+from .slo import Slo
 from .workload import WorkloadConfig
 
 
@@ -37,3 +39,5 @@ class EngineConfig:
     start_paused: bool = False
     command_line: list[str] = field(default_factory=list)
     seed: int = 0
+    slo: Slo | None = None  # goodput live and per step; an SLO miss ends a preset ramp
+    guard: GuardSpec | None = None  # crossed for a while: the load drops to the last good C

@@ -13,6 +13,7 @@ STEADY_TOLERANCE = 0.10  # halves of a step within 10 % of each other = steady s
 STEADY_MIN_S = 4  # a step needs this many whole measured seconds to be judged steady
 NOISE_SIGMAS = 2.0  # plateau/collapse margin: this many standard errors of the steps' tok/s
 KNEE_MIN_STEPS = 3  # no knee is named on fewer steps ...
+DEFAULT_PLATEAU_GAIN = 0.05  # a knee search's plateau gain when the preset sets none
 KNEE_PLATEAU_GAIN = 0.05  # ... nor while the top step still gains more than this over the best below
 SETTLE_MAX_S = 120.0  # warm-up waits at most this long (after warmup_s) for in-flight to reach C
 PROBE_MIN_REQUESTS = 3  # a probe holds until this many of its own requests completed ...

@@ -42,6 +42,7 @@ from .records import Clock, RequestRecord
 from .sender import Sender
 from .server_watch import ServerWatch
 from .session import SessionWriter, format_step_line
+from .slo import Slo
 from .snapshot import Snapshot
 from .stepbook import StepBook
 from .stepresult import StepResult
@@ -91,6 +92,7 @@ class Engine:
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redline-disk")
         self._closed = False
         self._t0 = time.perf_counter()
+        self.set_slo(config.slo, log=False)
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
 
     # -- life cycle --------------------------------------------------------------------
@@ -241,6 +243,8 @@ class Engine:
             res = self.cancel_driver()
         elif isinstance(cmd, C.Flush):
             return self._then_publish(self.flush())
+        elif isinstance(cmd, C.SetSlo):
+            res = self.set_slo(cmd.slo)
         elif isinstance(cmd, C.Log):
             res = self.log(cmd.kind, cmd.text)
         else:
@@ -304,6 +308,16 @@ class Engine:
             ctl.max_concurrency = n
             self.log("warning", f"--max-concurrency raised to {n} by the operator")
         return self.set_concurrency(n)
+
+    def set_slo(self, slo: Slo | None, *, log: bool = True) -> None:
+        """SLOs from now on: goodput live and for steps opened from now, and the SLO stop
+        rule of a preset started from now (None: no SLO)."""
+        self.config.slo = slo if slo is not None and slo.any else None
+        per_request = slo if slo is not None and slo.per_request else None
+        self.metrics.slo = per_request
+        self.book.slo = per_request
+        if log:
+            self.log("key", f"SLO {slo.describe()}" if slo is not None else "SLO off")
 
     async def flush(self) -> str | None:
         """Hand buffered rows to the OS (off the loop); returns the session's write error."""
@@ -464,6 +478,8 @@ class Engine:
                 "steps": [s.to_dict() for s in b.steps],
                 "break": b.break_result.to_dict() if b.break_result else None,
                 "probe": b.probe_result.to_dict() if b.probe_result else None,
+                **({"search": b.search} if b.search is not None else {}),
+                **({"slo": self.config.slo.to_dict()} if self.config.slo is not None else {}),
             }
         )
 

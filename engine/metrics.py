@@ -19,6 +19,7 @@ from . import records as R
 from .constants import LATENCY_WINDOW_S, RATE_WINDOW_S
 from .histogram import LogHistogram, RollingDigest, quantile
 from .records import RequestRecord
+from .slo import Slo
 
 BUCKET_S = 0.1
 
@@ -95,6 +96,9 @@ class LiveMetrics:
         self.in_tokens = RateWindow()
         self.requests = RateWindow()
         self.errors = RateWindow()
+        self.slo: Slo | None = None  # per-request bounds: goodput counts the requests meeting them
+        self.good_requests = RateWindow()
+        self.good_tokens = RateWindow()
         # sliding windows: TTFT enters when the first token arrives, E2E/TPOT when the
         # request ends, ITL when the chunk ending each gap arrives
         self._ttft = RollingDigest(LATENCY_WINDOW_S)
@@ -146,6 +150,9 @@ class LiveMetrics:
         self.input_tokens_total += rec.input_tokens
         self._sec["req"] += 1
         self._sec["in"] += rec.input_tokens
+        if self.slo is not None and self.slo.met(rec):
+            self.good_requests.add(t, 1)
+            self.good_tokens.add(t, rec.output_tokens)
         if rec.e2e is not None:
             self._e2e.add(t, rec.e2e)
         if rec.tpot is not None:
@@ -159,6 +166,12 @@ class LiveMetrics:
             self.requests.rate(now),
             self.errors.rate(now),
         )
+
+    def goodput(self, now: float) -> tuple[float | None, float | None]:
+        """(good req/s, their output tok/s) over the rate window; Nones without an SLO."""
+        if self.slo is None:
+            return None, None
+        return self.good_requests.rate(now), self.good_tokens.rate(now)
 
     def recompute_percentiles(self, now: float) -> LiveStats:
         """Once a second (not per frame): exact while the window is small, binned beyond."""

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
     m = engine.metrics
     out, inp, req, err = m.rates(now)
+    good_req, good_tok = m.goodput(now)
     st = m.percentiles
     ctl = engine.controller
     tgt = engine.target
@@ -45,6 +46,9 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         input_tok_s=inp,
         req_s=req,
         errors_s=err,
+        goodput_req_s=good_req,
+        goodput_tok_s=good_tok,
+        slo=cfg.slo.describe() if cfg.slo is not None else "",
         ttft_ms=st.ttft.ms(),
         itl_ms=st.itl.ms(),
         tpot_ms=st.tpot.ms(),

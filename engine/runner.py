@@ -25,9 +25,10 @@ from typing import Callable
 
 from . import commands as C
 from .breaker import StopRules
-from .constants import PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
+from .constants import DEFAULT_PLATEAU_GAIN, PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
 from .core import Engine
 from .preset import Preset, StepPlan
+from .search import KneeSearch
 from .session import format_step_line
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
@@ -40,6 +41,7 @@ class RunOutcome:
     steps: list[StepResult] = field(default_factory=list)
     break_result: BreakResult | None = None
     probe: StepResult | None = None
+    search: dict | None = None  # summary.json's "search" object, after a knee search
 
 
 async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> bool:
@@ -83,34 +85,54 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
     return engine.book.close_step(acc), gone
 
 
+async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult | None, bool]:
+    """One step at plan.concurrency: open, warm up, measure, record. (result, server gone)."""
+    book = engine.book
+    acc = book.open_step(plan.concurrency, "measure", measure=False)
+    engine.set_concurrency(plan.concurrency, kind="preset")
+    engine.log("preset", f"{label}: warm-up", concurrency=plan.concurrency)
+    gone = await _warm_up(engine, acc, plan, label)
+    if gone:
+        book.close_step(acc)
+        return None, True
+    replay = plan.min_requests == 0
+    res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
+    if gone:
+        return None, True
+    book.record(res)
+    return res, False
+
+
 async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], None] = lambda s: None) -> RunOutcome:
     """Run the ramp on a started engine; results also land in engine.steps / summary.json."""
-    rules = StopRules(preset.stop)
+    if preset.slo is not None and engine.config.slo is None:
+        engine.set_slo(preset.slo)  # --slo, when given, wins over the preset's [slo]
+    rules = StopRules(preset.stop, slo=engine.config.slo)
     out = RunOutcome()
-    plans = preset.ramp.steps()
     book = engine.book
-    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
     if engine.controller is not None and engine.controller.paused:
         engine.controller.resume()
     book.default_phase = "measure"
+    if preset.ramp.search is not None:
+        try:
+            await _search(engine, preset, rules, out, on_line)
+            if preset.after.probe_s > 0 and not engine.server_gone:
+                out.probe = await _probe(engine, preset, on_line)
+        finally:
+            book.default_phase = "live"
+            engine.preset_line = ""
+            engine.write_summary()
+        return out
+    plans = preset.ramp.steps()
+    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
     gone = False
     try:
         for i, plan in enumerate(plans, 1):
             label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
-            acc = book.open_step(plan.concurrency, "measure", measure=False)
-            engine.set_concurrency(plan.concurrency, kind="preset")
-            engine.log("preset", f"{label}: warm-up", concurrency=plan.concurrency)
-            res = None
-            gone = await _warm_up(engine, acc, plan, label)
-            if not gone:
-                replay = plan.min_requests == 0
-                res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
-                if not gone:
-                    book.record(res)
-                    out.steps.append(res)
-                    on_line(format_step_line(res))
-            else:
-                book.close_step(acc)
+            res, gone = await _step(engine, plan, label)
+            if res is not None:
+                out.steps.append(res)
+                on_line(format_step_line(res))
             if gone:
                 br = rules.evaluate(out.steps, res, server_gone=True)
                 br.concurrency = plan.concurrency  # the step the server went in
@@ -149,6 +171,43 @@ async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None])
     book.record(res)
     on_line(format_step_line(res))
     return res
+
+
+async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcome, on_line: Callable[[str], None]) -> None:
+    """The adaptive knee search (engine/search.py chooses C; each point is a full step)."""
+    sp = preset.ramp.search
+    assert sp is not None
+    r = preset.ramp
+    search = KneeSearch(
+        sp.start, sp.max, resolution=sp.resolution, factor=sp.factor,
+        plateau_gain=preset.stop.plateau_gain if preset.stop.plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
+        slo=engine.config.slo, error_rate=preset.stop.error_rate,
+    )
+    engine.log("preset", f"preset {preset.name}: knee search from C={sp.start} up to {sp.max}, resolution {sp.resolution * 100:g} %")
+    t0 = time.perf_counter()
+    book = engine.book
+    while (c := search.next()) is not None:
+        label = f"{preset.name} search point {len(search.points) + 1} C={c}"
+        res, gone = await _step(engine, StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s), label)
+        if gone:
+            br = rules.evaluate(out.steps, None, server_gone=True)
+            br.concurrency = c
+            out.break_result = book.break_result = br
+            engine.log("break", br.detail, concurrency=c)
+            on_line(f"break: {br.reason} at C={c}; last good C={br.last_good_concurrency}")
+            break
+        assert res is not None
+        out.steps.append(res)
+        search.observe(c, res)
+        on_line(format_step_line(res))
+        book.search = search.result(time.perf_counter() - t0).to_dict()
+        engine.write_summary()
+    result = search.result(time.perf_counter() - t0)
+    out.search = book.search = result.to_dict()
+    slo_part = f", largest C meeting the SLO {result.max_slo_concurrency}" if search.slo is not None else ""
+    line = f"search: knee C={result.knee_concurrency}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {result.points})"
+    engine.log("preset", line)
+    on_line(line)
 
 
 def start_preset(engine: Engine, preset: Preset) -> None:

@@ -43,6 +43,10 @@ class Snapshot:
     input_tok_s: float = 0.0
     req_s: float = 0.0
     errors_s: float = 0.0
+    # goodput (engine/slo.py): requests meeting every per-request SLO bound; None without one
+    goodput_req_s: float | None = None
+    goodput_tok_s: float | None = None
+    slo: str = ""  # the SLO as one line ("TTFT≤2 s, ITL p99≤100 ms (90 % of requests)")
     # live percentiles in ms (LATENCY_WINDOW_S): {"p50","p90","p99","max"}
     ttft_ms: dict = field(default_factory=dict)
     itl_ms: dict = field(default_factory=dict)

@@ -12,6 +12,7 @@ from typing import Callable
 
 from .constants import MIN_LIVE_STEP_S
 from .records import Clock, RequestRecord
+from .slo import Slo
 from .stepresult import BreakResult, StepResult
 from .steps import Gaps, StepAccumulator
 
@@ -31,7 +32,9 @@ class StepBook:
         self.steps: list[StepResult] = []
         self.probe_result: StepResult | None = None
         self.break_result: BreakResult | None = None
+        self.search: dict | None = None  # a knee search's answer (engine/search.py), for summary.json
         self.default_phase = LIVE
+        self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput
 
     # -- requests -----------------------------------------------------------------------
     def stamp(self, concurrency: int) -> tuple[int, int, str]:
@@ -71,7 +74,7 @@ class StepBook:
     def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0) -> StepAccumulator:
         """A new step; requests sent from now on carry its index."""
         self.index += 1
-        acc = StepAccumulator(self.index, concurrency, phase, t or time.perf_counter(), self.clock, measure=measure, warmup_requests=warmup_requests)
+        acc = StepAccumulator(self.index, concurrency, phase, t or time.perf_counter(), self.clock, measure=measure, warmup_requests=warmup_requests, slo=self.slo)
         self.open.append(acc)
         self.current = acc
         return acc

@@ -44,6 +44,10 @@ class StepResult:
     median_chunk_gap_ms: float | None = None  # raw gap between chunks (differs from ITL on /generate)
     p99_chunk_gap_ms: float | None = None
     median_ttfat_ms: float | None = None  # time to the first answer token (reasoning models)
+    # with SLOs (engine/slo.py): own requests that met every per-request bound
+    request_goodput: float | None = None  # req/s
+    output_goodput: float | None = None  # their output tok/s
+    slo_attainment: float | None = None  # share of own finished requests that met the SLO
 
     @property
     def error_rate(self) -> float:

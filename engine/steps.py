@@ -28,6 +28,7 @@ from . import records as R
 from .constants import STEADY_MIN_S, STEADY_TOLERANCE
 from .histogram import Digest
 from .records import Clock, RequestRecord
+from .slo import Slo
 from .stepresult import StepResult
 
 WARMUP = "warmup"
@@ -67,8 +68,13 @@ class StepAccumulator:
         *,
         measure: bool = True,
         warmup_requests: int = 0,
+        slo: Slo | None = None,
     ) -> None:
         self.index = index
+        self.slo = slo if slo is not None and slo.per_request else None
+        self.good = 0  # own requests that met every per-request SLO bound
+        self.good_tokens = 0
+        self._own_live: dict[int, RequestRecord] = {}  # own requests in flight (SLO: already missed?)
         self.concurrency = concurrency
         self.phase = phase
         self.clock = clock
@@ -128,6 +134,8 @@ class StepAccumulator:
         if self.t_end is None and self.owns(rec):
             self.sent += 1
             self.in_tokens += rec.expected_input_tokens
+            if self.slo is not None:
+                self._own_live[rec.rid] = rec
 
     def on_first(self, rec: RequestRecord) -> None:
         if self.t_end is None and self.owns(rec) and rec.ttft is not None:
@@ -160,6 +168,7 @@ class StepAccumulator:
             return
         if not self.owns(rec):
             return
+        self._own_live.pop(rec.rid, None)
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
@@ -167,6 +176,9 @@ class StepAccumulator:
             self.cancelled += 1
         else:
             self.completed += 1
+            if self.slo is not None and self.slo.met(rec):
+                self.good += 1
+                self.good_tokens += rec.output_tokens
             if rec.usage_reported:
                 self.in_tokens += rec.input_tokens - rec.expected_input_tokens
             if rec.e2e is not None:
@@ -250,4 +262,19 @@ class StepAccumulator:
             median_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.5)),
             p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
             median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
+            **self._goodput(d),
         )
+
+    def _goodput(self, d: float) -> dict:
+        if self.slo is None:
+            return {}
+        # own requests still in flight that already missed a bound count as missing it: a
+        # step whose requests all wait in a queue has not met a TTFT bound
+        end = self.t_end if self.t_end is not None else (self.t0 or 0.0) + d
+        late = sum(1 for rec in self._own_live.values() if self.slo.missed_by(rec, end))
+        finished = self.completed + self.failed + late
+        return {
+            "request_goodput": round(self.good / d, 4) if d > 0 else 0.0,
+            "output_goodput": round(self.good_tokens / d, 3) if d > 0 else 0.0,
+            "slo_attainment": round(self.good / finished, 4) if finished else None,
+        }

@@ -169,7 +169,7 @@ def test_server_gone_without_current_step():
 
 
 def test_precedence_order():
-    assert PRECEDENCE == ("server_gone", "errors", "latency", "collapse", "plateau")
+    assert PRECEDENCE == ("server_gone", "errors", "latency", "slo", "collapse", "plateau")
     rules = StopRules(ALL)
     worst = step(192, 100, completed=50, failed=50, ttft=99999, itl=9999)
     assert rules.evaluate(RISING, worst, server_gone=True).reason == "server_gone"

@@ -113,6 +113,9 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g.add_argument("--gpu-metrics", default=None, metavar="URL", help="dcgm-exporter metrics, e.g. http://host:9400/metrics (default: local NVML)")
     g.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
     g.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT, help=argparse.SUPPRESS)
+    lim = p.add_argument_group("limits")
+    lim.add_argument("--slo", default=None, metavar="SPEC", help="SLOs: per request ttft=2s,tpot=50ms,itl=100ms,e2e=60s; per step ttft_p99=,itl_p99=,e2e_p99=; attainment=0.9 (goodput counts the requests meeting them; a preset ramp stops when a step misses them)")
+    lim.add_argument("--guard", default=None, metavar="SPEC", help="guard rails: errors=5%%,ttft_p99=10s,gpu_temp=85; crossed for 5 s, the load drops to the last good C by itself")
     o = p.add_argument_group("session")
     o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
     o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")
@@ -140,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a preset, by name or file (TUI, or --headless)")
     r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
     r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
+    r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
     _target_options(r, url_help="server base URL (overrides the preset's [target].url; default: the built-in sim)")
     r.set_defaults(handler=commands.cmd_run)
 

@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from redline.engine.preset import Preset, PresetError, builtin_presets, load_preset, preset_from_session, resolve_preset
+from redline.engine.preset import Preset, PresetError, as_search, builtin_presets, load_preset, preset_from_session, resolve_preset
 from redline.engine.session import SessionError
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
@@ -49,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         preset = load_preset(resolve_preset(args.preset))
     except PresetError as exc:
         raise UsageError(str(exc)) from None
+    if getattr(args, "search", False):
+        preset = as_search(preset, args.max_concurrency)
     cfg = checked_config(args, preset)
     if not args.headless:
         return _tui(args, cfg, preset=preset)

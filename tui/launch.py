@@ -53,8 +53,23 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
                 raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
                                  f"[target].url {preset.target.url} (give --url to override it)")
             url = preset.target.url
-    return engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
-                         live_steps=live_steps)
+    cfg = engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
+                        live_steps=live_steps)
+    cfg.slo, cfg.guard = limits(args, preset)
+    return cfg
+
+
+def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
+    """(SLO, guard) from --slo / --guard, else the preset's [slo] / [guard]."""
+    from redline.engine.guard import parse_guard
+    from redline.engine.slo import SloError, parse_slo
+
+    try:
+        slo = parse_slo(args.slo) if getattr(args, "slo", None) else (preset.slo if preset else None)
+        guard = parse_guard(args.guard) if getattr(args, "guard", None) else (preset.guard if preset else None)
+    except SloError as exc:  # GuardError is one too
+        raise UsageError(str(exc)) from None
+    return slo, guard
 
 
 @contextlib.contextmanager

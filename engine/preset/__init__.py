@@ -29,14 +29,18 @@ from .spec import (
     Preset,
     PresetError,
     RampSpec,
+    SearchSpec,
     StepPlan,
     StopSpec,
     TargetSpec,
     WorkloadSpec,
+    as_search,
 )
 from .toml_out import preset_to_toml
 
 __all__ = [
+    "SearchSpec",
+    "as_search",
     "AfterSpec",
     "BuiltinPreset",
     "DEFAULT_HOLD_S",

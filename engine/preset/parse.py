@@ -46,6 +46,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 from redline.engine.apis import APIS
 
 from .fields import Ctx, has_control, key_name, num, show
+from ..guard import GuardSpec
+from ..slo import Slo
 from .spec import (
     DEFAULT_HOLD_S,
     DEFAULT_MAX_HOLD_FACTOR,
@@ -58,13 +60,14 @@ from .spec import (
     Preset,
     PresetError,
     RampSpec,
+    SearchSpec,
     StopSpec,
     TargetSpec,
     WorkloadSpec,
 )
 
 TOP_KEYS = ("name", "description")
-TABLES = ("target", "workload", "ramp", "stop", "after")
+TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard")
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "target": ("url", "api"),
     "workload": ("api", "dataset", "input_len", "output_len", "model"),
@@ -79,7 +82,11 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "min_requests",
         "max_hold_s",
         "durations_s",
+        "mode",
+        "resolution",
     ),
+    "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
+    "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
     "stop": ("plateau_gain", "p99_ttft_ms", "p99_itl_ms", "error_rate", "collapse"),
     "after": ("probe_s",),
 }
@@ -170,8 +177,10 @@ def parse_preset(data: dict, source: str) -> Preset:
     ramp = _parse_ramp(ctx, data["ramp"])
     stop = _parse_stop(ctx, data.get("stop", {}))
     after = _parse_after(ctx, data.get("after", {}))
+    slo = _parse_slo(ctx, data["slo"]) if "slo" in data else None
+    guard = _parse_guard(ctx, data["guard"]) if "guard" in data else None
     path = Path(str(source)) if source else None
-    return Preset(name, path, target, workload, ramp, stop, after, description)
+    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard)
 
 
 def _parse_target(ctx: Ctx, t: dict) -> tuple[TargetSpec, str | None]:
@@ -217,6 +226,14 @@ def _parse_workload(ctx: Ctx, w: dict, alias_api: str | None, base: Path) -> Wor
 def _parse_ramp(ctx: Ctx, r: Any) -> RampSpec:
     if not isinstance(r, dict):
         raise ctx.bad("[ramp]", "a table", r)
+    if "mode" in r:
+        mode = r["mode"]
+        if mode not in ("list", "search"):
+            raise ctx.bad("[ramp].mode", 'one of "list" (the steps as given) or "search" (an adaptive knee search)', mode)
+        if mode == "search":
+            return _parse_search(ctx, r)
+    if "resolution" in r:
+        raise ctx.err("[ramp].resolution", 'only used with mode = "search"')
     list_form = "concurrency" in r
     gen_keys = [k for k in ("start", "factor", "step", "max") if k in r]
     if list_form and gen_keys:
@@ -403,6 +420,71 @@ def _parse_stop(ctx: Ctx, s: dict) -> StopSpec:
                 what="a number of milliseconds > 0",
             )
     return StopSpec(**vals)
+
+
+def _hold_keys(ctx: Ctx, r: dict) -> tuple[float, float, int, float]:
+    warmup = ctx.seconds("[ramp].warmup_s", r["warmup_s"], zero_ok=True) if "warmup_s" in r else DEFAULT_WARMUP_S
+    hold = ctx.seconds("[ramp].hold_s", r["hold_s"], zero_ok=False) if "hold_s" in r else DEFAULT_HOLD_S
+    min_req = ctx.integer("[ramp].min_requests", r["min_requests"], maximum=10_000_000) if "min_requests" in r else DEFAULT_MIN_REQUESTS
+    if "max_hold_s" in r:
+        max_hold = ctx.seconds("[ramp].max_hold_s", r["max_hold_s"], zero_ok=False)
+        if max_hold < hold:
+            raise ctx.bad("[ramp].max_hold_s", f"a number of seconds >= hold_s ({num(hold)})", r["max_hold_s"])
+    else:
+        max_hold = min(hold * DEFAULT_MAX_HOLD_FACTOR, MAX_SECONDS)
+    return warmup, hold, min_req, max_hold
+
+
+def _parse_search(ctx: Ctx, r: dict) -> RampSpec:
+    for k in ("concurrency", "step", "durations_s"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", 'not used with mode = "search" (it takes start, max, resolution and factor)')
+    if "start" not in r or "max" not in r:
+        raise ctx.err("[ramp]", 'mode = "search" needs start and max (e.g. start = 8, max = 512)')
+    start = ctx.integer("[ramp].start", r["start"], maximum=MAX_CONCURRENCY)
+    top = ctx.integer("[ramp].max", r["max"], maximum=MAX_CONCURRENCY)
+    if top < start:
+        raise ctx.bad("[ramp].max", f"an integer >= start ({start})", r["max"])
+    resolution = 0.05
+    if "resolution" in r:
+        resolution = ctx.number("[ramp].resolution", r["resolution"], lo=0.0, hi=1.0, lo_open=True, hi_open=True,
+                                what="a fraction of C, 0 < x < 1 (0.05: bisect until the bracket is 5 % of C)")
+    factor = 2.0
+    if "factor" in r:
+        factor = ctx.number("[ramp].factor", r["factor"], lo=1.0, hi=1e6, lo_open=True, what="a number > 1 (the growth factor before bisecting)")
+    warmup, hold, min_req, max_hold = _hold_keys(ctx, r)
+    return RampSpec((start,), warmup, hold, min_req, max_hold, None, SearchSpec(start, top, resolution, factor))
+
+
+def _parse_slo(ctx: Ctx, s: Any) -> Slo:
+    if not isinstance(s, dict):
+        raise ctx.bad("[slo]", "a table", s)
+    vals: dict[str, float] = {}
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        if key in s:
+            vals[key] = ctx.number(f"[slo].{key}", s[key], lo=0.0, hi=math.inf, lo_open=True, what="a number of milliseconds > 0")
+    if "attainment" in s:
+        vals["attainment"] = ctx.number("[slo].attainment", s["attainment"], lo=0.0, hi=1.0, lo_open=True,
+                                        what="a fraction 0 < x <= 1 of requests that must meet the bounds")
+    if not any(k != "attainment" for k in vals):
+        raise ctx.err("[slo]", "expected at least one of ttft_ms, tpot_ms, itl_ms, e2e_ms")
+    return Slo(**vals)
+
+
+def _parse_guard(ctx: Ctx, g: Any) -> GuardSpec:
+    if not isinstance(g, dict):
+        raise ctx.bad("[guard]", "a table", g)
+    vals: dict[str, float] = {}
+    if "error_rate" in g:
+        vals["error_rate"] = ctx.number("[guard].error_rate", g["error_rate"], lo=0.0, hi=1.0, lo_open=False, hi_open=True,
+                                        what="a fraction 0 <= x < 1 (0.05 = 5 % of requests failed)")
+    if "ttft_p99_ms" in g:
+        vals["ttft_p99_ms"] = ctx.number("[guard].ttft_p99_ms", g["ttft_p99_ms"], lo=0.0, hi=math.inf, lo_open=True, what="a number of milliseconds > 0")
+    if "gpu_temp_c" in g:
+        vals["gpu_temp_c"] = ctx.number("[guard].gpu_temp_c", g["gpu_temp_c"], lo=0.0, hi=200.0, lo_open=True, hi_open=True, what="degrees Celsius, e.g. 85")
+    if not vals:
+        raise ctx.err("[guard]", "expected at least one of error_rate, ttft_p99_ms, gpu_temp_c")
+    return GuardSpec(**vals)
 
 
 def _parse_after(ctx: Ctx, a: dict) -> AfterSpec:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..guard import GuardSpec
+from ..slo import Slo
+
 DEFAULT_WARMUP_S = 10.0
 DEFAULT_HOLD_S = 30.0
 DEFAULT_MIN_REQUESTS = 20
@@ -64,6 +67,16 @@ class StepPlan:
 
 
 @dataclass(frozen=True)
+class SearchSpec:
+    """`[ramp] mode = "search"`: an adaptive knee search (engine/search.py)."""
+
+    start: int
+    max: int
+    resolution: float = 0.05  # bisect until the bracket is this fraction of C (or 1)
+    factor: float = 2.0  # the growth factor before bisecting
+
+
+@dataclass(frozen=True)
 class RampSpec:
     concurrency: tuple[int, ...]
     warmup_s: float = DEFAULT_WARMUP_S
@@ -73,6 +86,7 @@ class RampSpec:
     # Replay mode: step i lasts exactly durations_s[i] seconds, all of it measured,
     # with no warm-up and no min_requests extension. None = a normal ramp.
     durations_s: tuple[float, ...] | None = None
+    search: SearchSpec | None = None  # mode = "search": steps are chosen as results come
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""
@@ -120,8 +134,24 @@ class Preset:
     stop: StopSpec
     after: AfterSpec
     description: str = ""
+    slo: Slo | None = None
+    guard: GuardSpec | None = None
 
     def duration_bounds(self) -> tuple[float, float]:
-        """(shortest, longest) wall time of ramp + probe if no stop rule fires."""
+        """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:
+        its first point only; it chooses the others as results come)."""
         lo, hi = self.ramp.duration_bounds()
         return lo + self.after.probe_s, hi + self.after.probe_s
+
+
+def as_search(preset: Preset, max_concurrency: int) -> Preset:
+    """`redline run PRESET --search`: the preset's steps become a knee search from its first
+    concurrency up to `max_concurrency`, with its warm-up and hold keys."""
+    import dataclasses
+
+    r = preset.ramp
+    if r.search is not None:
+        return preset
+    start = r.concurrency[0]
+    search = SearchSpec(start=start, max=max(start, max_concurrency))
+    return dataclasses.replace(preset, ramp=dataclasses.replace(r, concurrency=(start,), durations_s=None, search=search))

@@ -1,0 +1,149 @@
+"""Adaptive knee search: which concurrency to measure next, given the steps measured so far.
+
+Two answers, from the same steps:
+- the **throughput knee**: the smallest C whose output tok/s is within `plateau_gain` of the
+  most the server gave (more C past it buys no tokens);
+- the **largest C that meets the SLOs** (maximum goodput), when SLOs are set.
+
+From `start` the search grows C by `factor` while the steps still gain more than the plateau
+gain and meet the SLOs (and nothing failed or collapsed), and keeps growing until each
+answer is bracketed between a good C and a bad C (or `max` is reached). Then it bisects each
+bracket, the widest first, until its width is at most `resolution` x C (or 1). Every point
+is a full step (warm-up, hold until steady), measured by engine/runner.py; the search only
+chooses C. It knows no engine: the runner feeds it StepResults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .slo import Slo
+from .stepresult import StepResult
+
+
+@dataclass
+class SearchResult:
+    knee_concurrency: int | None
+    max_slo_concurrency: int | None
+    duration_s: float
+    points: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "knee_concurrency": self.knee_concurrency,
+            "max_slo_concurrency": self.max_slo_concurrency,
+            "duration_s": round(self.duration_s, 3),
+            "points": list(self.points),
+        }
+
+
+class KneeSearch:
+    def __init__(
+        self,
+        start: int,
+        max_c: int,
+        *,
+        resolution: float = 0.05,
+        factor: float = 2.0,
+        plateau_gain: float = 0.05,
+        slo: Slo | None = None,
+        error_rate: float | None = None,
+    ) -> None:
+        self.start = start
+        self.max_c = max_c
+        self.resolution = resolution
+        self.factor = factor
+        self.gain = plateau_gain
+        self.slo = slo if slo is not None and slo.any else None
+        self.error_rate = error_rate
+        self.results: dict[int, StepResult] = {}
+        self.points: list[int] = []
+        self._growing = True
+        self._hard_stop: int | None = None  # C where errors or a collapse began: never go above
+
+    # -- judging one point -----------------------------------------------------------
+    def _failed(self, s: StepResult) -> bool:
+        limit = self.error_rate if self.error_rate is not None else 0.5
+        return s.completed + s.failed > 0 and s.error_rate > limit
+
+    def slo_ok(self, s: StepResult) -> bool:
+        return not self._failed(s) and (self.slo is None or self.slo.judge(s) is None)
+
+    def _best_tps(self) -> float:
+        return max((s.output_throughput for s in self.results.values()), default=0.0)
+
+    def saturated(self, c: int) -> bool:
+        """C gives within plateau_gain of the most tok/s seen (or more)."""
+        return self.results[c].output_throughput >= (1 - self.gain) * self._best_tps()
+
+    # -- brackets ---------------------------------------------------------------------
+    def knee_bracket(self) -> tuple[int | None, int | None]:
+        """(largest C not saturated, smallest C saturated), among measured points."""
+        cs = sorted(self.results)
+        sat = [c for c in cs if self.saturated(c)]
+        hi = sat[0] if sat else None
+        below = [c for c in cs if hi is not None and c < hi]
+        return (below[-1] if below else None), hi
+
+    def slo_bracket(self) -> tuple[int | None, int | None]:
+        """(largest C meeting the SLO below the first miss, smallest C missing it)."""
+        cs = sorted(self.results)
+        bad = [c for c in cs if not self.slo_ok(self.results[c])]
+        hi = bad[0] if bad else None
+        good = [c for c in cs if self.slo_ok(self.results[c]) and (hi is None or c < hi)]
+        return (good[-1] if good else None), hi
+
+    def _knee_found(self) -> bool:
+        """Growing has shown the curve flattening: the last step gained at most the plateau gain."""
+        cs = sorted(self.results)
+        if len(cs) < 2:
+            return False
+        last, prev = self.results[cs[-1]], max(self.results[c].output_throughput for c in cs[:-1])
+        return last.output_throughput < prev * (1 + self.gain)
+
+    def _narrow(self, lo: int | None, hi: int | None) -> bool:
+        if lo is None or hi is None:
+            return True
+        return hi - lo <= max(1, math.ceil(self.resolution * hi))
+
+    # -- the plan -----------------------------------------------------------------------
+    def observe(self, c: int, res: StepResult) -> None:
+        self.results[c] = res
+        self.points.append(c)
+        best_before = max((s.output_throughput for k, s in self.results.items() if k < c), default=None)
+        collapsed = best_before is not None and res.output_throughput < 0.5 * best_before
+        if self._failed(res) or collapsed:
+            self._hard_stop = c if self._hard_stop is None else min(self._hard_stop, c)
+
+    def next(self) -> int | None:
+        """The next C to measure, or None when both answers are narrow enough."""
+        if not self.results:
+            return self.start
+        top = max(self.results)
+        if self._growing:
+            need_knee = not self._knee_found()
+            need_slo = self.slo is not None and self.slo_bracket()[1] is None
+            if self._hard_stop is not None or top >= self.max_c or not (need_knee or need_slo):
+                self._growing = False
+            else:
+                return min(self.max_c, max(top + 1, round(top * self.factor)))
+        # bisect the widest bracket that is not narrow yet
+        brackets = [self.knee_bracket()]
+        if self.slo is not None:
+            brackets.append(self.slo_bracket())
+        open_ = [(hi - lo, lo, hi) for lo, hi in brackets if not self._narrow(lo, hi)]
+        if not open_:
+            return None
+        _, lo, hi = max(open_)
+        mid = (lo + hi) // 2
+        if mid in self.results or mid <= lo or mid >= hi:
+            return None
+        return mid
+
+    def result(self, duration_s: float) -> SearchResult:
+        knee = self.knee_bracket()[1] if self.results else None
+        max_slo = None
+        if self.slo is not None:
+            max_slo = self.slo_bracket()[0]
+        return SearchResult(knee, max_slo, duration_s, list(self.points))
