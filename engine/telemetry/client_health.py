@@ -1,11 +1,24 @@
-"""Is redline itself the bottleneck? Event-loop lag and CPU of redline's own processes.
+"""Can redline's timings be trusted this second? Event-loop lag, and what caused it.
 
-redline timestamps tokens when their bytes reach its event loop. If the loop is late (busy
-parsing hundreds of streams, or held by drawing), every latency it reports is inflated by
-that lateness. ``LoopLagMonitor`` measures the lateness directly: a task that sleeps a fixed
-interval and records how late it woke. ``ClientHealth`` adds the CPU of redline's process
-tree (an interpreter at ~100 % of one core cannot keep up, whatever the loop says) and turns
-both into a one-line operator warning.
+redline timestamps tokens when their bytes reach its event loop. If the loop is late, every
+latency it reports is inflated by that lateness. ``LoopLagMonitor`` measures the lateness
+directly: a task that sleeps a fixed interval and records how late it woke.
+
+Lateness has different causes, and the operator needs the one that was measured:
+
+- ``client_cpu``: the process running redline's loop is near a full core (or busy while the
+  loop lags): redline itself is the bottleneck.
+- ``machine_busy``: the loop lags while its thread waited for a CPU (Linux counts that wait in
+  /proc/<pid>/task/<tid>/schedstat) and other processes use the CPUs, or while the hypervisor
+  steals CPU time: redline is descheduled, not busy.
+- ``loop_blocked``: the loop lags with little CPU of its own and without waiting for a CPU:
+  something held it without computing (a blocking call, a disk write).
+
+A busy machine with a healthy loop is not a problem for the measurement: nothing is said.
+
+``ClientHealth`` reads the lag, the CPU of redline's processes, the machine's CPU times
+(``/proc/stat`` through psutil) and the loop thread's run-queue wait, and turns them into a
+verdict with a one-line warning.
 """
 
 from __future__ import annotations
@@ -14,37 +27,74 @@ import asyncio
 import contextlib
 import math
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import psutil
 
 from .types import ClientHealthSample
 
 __all__ = [
+    "CAUSES",
     "CHILDREN_REFRESH_S",
     "CPU_OVERLOAD_PCT",
+    "IOWAIT_NOTE_PCT",
     "LAG_INTERVAL_S",
     "LAG_OVERLOAD_MS",
     "LAG_WINDOW_S",
+    "LOOP_BUSY_PCT",
+    "MACHINE_BUSY_PCT",
+    "OTHERS_BUSY_PCT",
+    "RUN_WAIT_LAG_SHARE",
+    "STEAL_BUSY_PCT",
     "ClientHealth",
     "LagStats",
     "LoopLagMonitor",
+    "MachineCpu",
+    "MachineCpuReader",
+    "MachineView",
+    "OwnCpu",
+    "ProcessTreeCpu",
+    "Reading",
+    "RunQueueWait",
+    "machine_busy",
+    "machine_view",
+    "verdict",
 ]
 
 # -- thresholds, all in one place ---------------------------------------------------------
 LAG_INTERVAL_S = 0.05  # the monitor's sleep; its overshoot is the lag
-LAG_WINDOW_S = 5.0  # lag statistics cover this many recent seconds
+LAG_WINDOW_S = 5.0  # lag statistics (and the CPU readings that explain them) cover this window
 # Lag p99 above this makes measured TTFT/ITL untrustworthy: at 20 ms the measurement error is
 # already comparable to a decode step (ITL of a busy server is 10-50 ms).
 LAG_OVERLOAD_MS = 20.0
 # One Python interpreter cannot use more than one core for its event loop: above this share
-# of a core it is saturated and starts to queue its own work.
+# of a core the loop's process is saturated and queues its own work (a warning even without lag).
 CPU_OVERLOAD_PCT = 90.0
+# While the loop lags: at or above this share of a core, the loop's own work explains the lag;
+# below it, redline had "little CPU of its own" and the lag came from elsewhere.
+LOOP_BUSY_PCT = 50.0
+# While the loop lags, it was descheduled when its thread waited on the run queue, in some
+# reading of the window, at least this share of the lag (ms per second vs the lag's ms): a
+# 32 ms lag from descheduling is one wait of about 32 ms; a 200 ms blocking call is not.
+RUN_WAIT_LAG_SHARE = 0.5
+# ... and the machine is busy when the loop was descheduled and processes other than redline's
+# use at least OTHERS_BUSY_PCT (100 = one core), or when the hypervisor steals at least
+# STEAL_BUSY_PCT of the machine's CPU time. Where the run-queue wait cannot be read (not
+# Linux), the machine is busy when its CPUs are at least MACHINE_BUSY_PCT full (% of all
+# cores, steal included) and other processes use at least OTHERS_BUSY_PCT.
+OTHERS_BUSY_PCT = 50.0
+STEAL_BUSY_PCT = 5.0
+MACHINE_BUSY_PCT = 85.0
+# A stalled loop's warning names the machine's iowait when it is at least this (% of all cores).
+IOWAIT_NOTE_PCT = 5.0
 # Finding child processes scans /proc; do it this often, not on every status() call.
 CHILDREN_REFRESH_S = 5.0
+
+CAUSES = ("", "client_cpu", "loop_blocked", "machine_busy")
 
 
 class LagStats(NamedTuple):
@@ -55,6 +105,27 @@ class LagStats(NamedTuple):
     n: int
 
 
+class OwnCpu(NamedTuple):
+    """CPU of redline's processes since the last reading (100 = one full core)."""
+
+    total_pct: float  # the whole process tree (redline and its children, e.g. a --sim server)
+    loop_pct: float  # the process that runs the event loop (the tree's root)
+    busiest_pct: float  # the busiest single process of the tree
+
+
+class MachineCpu(NamedTuple):
+    """The whole machine's CPU since the last reading."""
+
+    busy_pct: float  # all processes, 100 = one full core, up to 100 * ncpu (steal not included)
+    steal_pct: float  # CPU time taken by the hypervisor, % of all cores (0-100)
+    iowait_pct: float  # idle CPUs waiting on disk, % of all cores (0-100)
+    ncpu: int
+
+
+class LagSource(Protocol):
+    def lag_ms(self) -> LagStats: ...
+
+
 def _p99(values: list[float]) -> float:
     """Nearest-rank 99th percentile (the max for fewer than 100 values)."""
     ordered = sorted(values)
@@ -62,7 +133,11 @@ def _p99(values: list[float]) -> float:
 
 
 class LoopLagMonitor:
-    """Measures how late the running event loop wakes a task that sleeps ``interval_s``."""
+    """Measures how late the running event loop wakes a task that sleeps ``interval_s``.
+
+    The loop records; ``lag_ms()`` may be read from another thread (the engine reads it from a
+    worker thread), so both hold a small lock.
+    """
 
     def __init__(
         self,
@@ -76,7 +151,9 @@ class LoopLagMonitor:
         self.window_s = window_s
         self.clock = clock
         self._lags: deque[tuple[float, float]] = deque(maxlen=int(window_s / interval_s) + 64)
+        self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
+        self.thread_id: int | None = None  # native id of the thread that runs the loop
 
     @property
     def running(self) -> bool:
@@ -97,17 +174,20 @@ class LoopLagMonitor:
 
     def record(self, t: float, lag_s: float) -> None:
         """Add one observation (the task does this; exposed for tests and other sources)."""
-        self._lags.append((t, max(0.0, lag_s)))
+        with self._lock:
+            self._lags.append((t, max(0.0, lag_s)))
 
     def lag_ms(self, now: float | None = None) -> LagStats:
         """p99 and max lag over the last ``window_s`` seconds."""
         now = self.clock() if now is None else now
-        recent = [lag for t, lag in self._lags if t >= now - self.window_s]
+        with self._lock:
+            recent = [lag for t, lag in self._lags if t >= now - self.window_s]
         if not recent:
             return LagStats(0.0, 0.0, 0)
         return LagStats(1000.0 * _p99(recent), 1000.0 * max(recent), len(recent))
 
     async def _run(self) -> None:
+        self.thread_id = threading.get_native_id()
         while True:
             t0 = self.clock()
             await asyncio.sleep(self.interval_s)
@@ -115,25 +195,14 @@ class LoopLagMonitor:
             self.record(t1, t1 - t0 - self.interval_s)
 
 
-class ClientHealth:
-    """Combines loop lag with the CPU % of redline's process tree (itself and children).
+class ProcessTreeCpu:
+    """CPU % of a process and its children since the previous call (None until primed).
 
-    ``status()`` is cheap enough for once a second on the event loop (the child list is
-    refreshed every CHILDREN_REFRESH_S).
+    Each call reads one /proc/<pid>/stat per process; the child list (a /proc scan) is
+    refreshed every CHILDREN_REFRESH_S.
     """
 
-    def __init__(
-        self,
-        monitor: LoopLagMonitor | None = None,
-        *,
-        pid: int | None = None,
-        lag_threshold_ms: float = LAG_OVERLOAD_MS,
-        cpu_threshold_pct: float = CPU_OVERLOAD_PCT,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.monitor = monitor
-        self.lag_threshold_ms = lag_threshold_ms
-        self.cpu_threshold_pct = cpu_threshold_pct
+    def __init__(self, pid: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self._root: psutil.Process | None
         try:
@@ -144,7 +213,7 @@ class ClientHealth:
         self._primed: set[int] = set()
         self._children_at = -math.inf
         self._refresh_tree()
-        self._cpu()  # prime psutil's counters: its first reading of a process is meaningless
+        self()  # prime psutil's counters: its first reading of a process is meaningless
 
     def _refresh_tree(self) -> None:
         if self._root is None:
@@ -161,11 +230,11 @@ class ClientHealth:
         self._procs = fresh
         self._children_at = self.clock()
 
-    def _cpu(self) -> tuple[float | None, float | None]:
-        """(total %, busiest process %) over the time since the last call."""
+    def __call__(self) -> OwnCpu | None:
         if self.clock() - self._children_at >= CHILDREN_REFRESH_S:
             self._refresh_tree()
-        total, busiest, any_value = 0.0, 0.0, False
+        root_pid = self._root.pid if self._root is not None else None
+        total, busiest, loop, any_value = 0.0, 0.0, None, False
         for pid, p in list(self._procs.items()):
             try:
                 pct = p.cpu_percent(interval=None)
@@ -179,35 +248,258 @@ class ClientHealth:
             any_value = True
             total += pct
             busiest = max(busiest, pct)
-        return (total, busiest) if any_value else (None, None)
+            if pid == root_pid:
+                loop = pct
+        if not any_value:
+            return None
+        return OwnCpu(total, busiest if loop is None else loop, busiest)
+
+
+class MachineCpuReader:
+    """The machine's CPU times (one read of /proc/stat) since the previous call.
+
+    Keeps its own previous reading, so other users of psutil's module-level
+    ``cpu_times_percent`` state do not disturb it. None on the first call.
+    """
+
+    def __init__(self, times: Callable[[], object] = psutil.cpu_times, ncpu: int | None = None) -> None:
+        self._times = times
+        self.ncpu = ncpu or psutil.cpu_count() or 1
+        self._last = self._read()
+
+    def _read(self) -> dict[str, float] | None:
+        try:
+            t = self._times()
+        except (psutil.Error, OSError):
+            return None
+        fields = t._asdict() if hasattr(t, "_asdict") else dict(t)  # type: ignore[call-overload]
+        # Linux counts guest time inside user (and guest_nice inside nice): not twice.
+        return {k: float(v) for k, v in fields.items() if k not in ("guest", "guest_nice")}
+
+    def __call__(self) -> MachineCpu | None:
+        now = self._read()
+        last, self._last = self._last, now
+        if now is None or last is None:
+            return None
+        delta = {k: max(0.0, now[k] - last.get(k, 0.0)) for k in now}
+        all_s = sum(delta.values())
+        if all_s <= 0:
+            return None
+        idle = delta.get("idle", 0.0) + delta.get("iowait", 0.0)
+        steal = delta.get("steal", 0.0)
+        busy = max(0.0, all_s - idle - steal)
+        return MachineCpu(
+            busy_pct=100.0 * self.ncpu * busy / all_s,
+            steal_pct=100.0 * steal / all_s,
+            iowait_pct=100.0 * delta.get("iowait", 0.0) / all_s,
+            ncpu=self.ncpu,
+        )
+
+
+class RunQueueWait:
+    """How long the loop's thread waited for a CPU (runnable, not running), in ms per second
+    since the previous call: the second field of /proc/<pid>/task/<tid>/schedstat, in ns.
+
+    ``thread_id`` gives the loop thread's native id (the monitor learns it when it starts);
+    None until then, and wherever the file cannot be read (not Linux).
+    """
+
+    def __init__(
+        self,
+        thread_id: Callable[[], int | None],
+        pid: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.thread_id = thread_id
+        self.pid = pid if pid is not None else os.getpid()
+        self.clock = clock
+        self._last: tuple[int, float, float] | None = None  # (tid, t, wait ns)
+
+    def _read(self, tid: int) -> float | None:
+        try:
+            with open(f"/proc/{self.pid}/task/{tid}/schedstat", "rb") as f:
+                return float(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def __call__(self) -> float | None:
+        tid = self.thread_id()
+        if tid is None:
+            return None
+        wait_ns, t = self._read(tid), self.clock()
+        last = self._last
+        self._last = None if wait_ns is None else (tid, t, wait_ns)
+        if wait_ns is None or last is None or last[0] != tid or t <= last[1]:
+            return None
+        return max(0.0, wait_ns - last[2]) / 1e6 / (t - last[1])
+
+
+class MachineView(NamedTuple):
+    """The machine as the loop saw it over one reading: what other processes took."""
+
+    others_pct: float  # CPU of processes other than redline's tree, 100 = one core
+    full_pct: float  # how full the machine's CPUs were, steal included, % of all cores
+    steal_pct: float  # % of all cores
+    iowait_pct: float  # % of all cores
+    ncpu: int
+
+
+def machine_view(own: OwnCpu | None, machine: MachineCpu) -> MachineView:
+    """Other processes' share of one machine reading (the machine less redline's tree)."""
+    others = max(0.0, machine.busy_pct - (own.total_pct if own is not None else 0.0))
+    full = machine.busy_pct / machine.ncpu + machine.steal_pct
+    return MachineView(others, full, machine.steal_pct, machine.iowait_pct, machine.ncpu)
+
+
+def machine_busy(v: MachineView, run_wait_ms: float | None = None, lag_ms: float = 0.0) -> bool:
+    """Did the machine hold the loop up? Steal; or the loop's thread waited for a CPU (about as
+    long as it lagged) while other processes used the CPUs. Without the wait (not Linux): full
+    CPUs that other processes fill.
+    """
+    if v.steal_pct >= STEAL_BUSY_PCT:
+        return True
+    if v.others_pct < OTHERS_BUSY_PCT:
+        return False
+    if run_wait_ms is not None:
+        return run_wait_ms >= RUN_WAIT_LAG_SHARE * lag_ms
+    return v.full_pct >= MACHINE_BUSY_PCT
+
+
+class Reading(NamedTuple):
+    """What one status() call read (None: that source could not be read)."""
+
+    t: float
+    own: OwnCpu | None
+    machine: MachineView | None
+    run_wait_ms: float | None  # ms per second the loop's thread waited for a CPU
+
+
+def _fmt(pct: float) -> str:
+    return f"{pct:.0f} %"
+
+
+def verdict(
+    lag_p99_ms: float | None,
+    readings: list[Reading],
+    *,
+    lag_threshold_ms: float = LAG_OVERLOAD_MS,
+    cpu_threshold_pct: float = CPU_OVERLOAD_PCT,
+) -> tuple[str, str]:
+    """(cause, one-line warning); ("", "") when the timings can be trusted.
+
+    ``readings`` cover the lag's window, the newest last. Without lag over its threshold only
+    a saturated loop process (in the newest reading) is worth a word, whatever the machine
+    does. With it, the readings of the window say why: the loop's own CPU (its busiest
+    reading), the machine (any reading where it held the loop up), or neither (a stall).
+    """
+    now = readings[-1] if readings else None
+    loop_now = now.own.loop_pct if now is not None and now.own is not None else None
+    if lag_p99_ms is None or lag_p99_ms <= lag_threshold_ms:
+        if loop_now is not None and loop_now > cpu_threshold_pct:
+            return "client_cpu", (
+                f"client overloaded: redline's loop at {_fmt(loop_now)} CPU — latencies inflated "
+                "by redline itself"
+            )
+        return "", ""
+    lag_text = f"event-loop lag {lag_p99_ms:.0f} ms"
+    loops = [r.own.loop_pct for r in readings if r.own is not None]
+    loop = max(loops) if loops else None
+    own_work = (
+        f"client overloaded: redline's loop at {_fmt(loop or 0.0)} CPU, {lag_text} — latencies "
+        "inflated by redline itself"
+    )
+    if loop is not None and loop > cpu_threshold_pct:
+        return "client_cpu", own_work
+    held = [
+        r.machine
+        for r in readings
+        if r.machine is not None and machine_busy(r.machine, r.run_wait_ms, lag_p99_ms)
+    ]
+    if held:
+        m = max(held, key=lambda v: (v.steal_pct >= STEAL_BUSY_PCT, v.others_pct))
+        return "machine_busy", (
+            f"machine busy: other processes use {_fmt(m.others_pct)} CPU (steal "
+            f"{_fmt(m.steal_pct)}), {lag_text} — timings may be inflated by other processes"
+        )
+    if loop is not None and loop >= LOOP_BUSY_PCT:
+        return "client_cpu", own_work
+    own = f"redline at {_fmt(loop)} CPU" if loop is not None else "redline's CPU unknown"
+    iowaits = [r.machine.iowait_pct for r in readings if r.machine is not None]
+    iowait = (
+        f", machine iowait {_fmt(max(iowaits))}" if iowaits and max(iowaits) >= IOWAIT_NOTE_PCT else ""
+    )
+    return "loop_blocked", (
+        f"loop stalled: {lag_text} with {own}{iowait} — disk or machine; latencies may be inflated"
+    )
+
+
+class ClientHealth:
+    """Loop lag, redline's own CPU, the machine's CPU and the loop thread's wait for a CPU,
+    turned into a verdict once a second.
+
+    ``status()`` runs on a worker thread (it reads /proc): a few small reads per call, the
+    child-process scan only every CHILDREN_REFRESH_S. Every source can be replaced (tests):
+    ``monitor`` has ``lag_ms()``; ``own_cpu()`` returns an OwnCpu, ``machine_cpu()`` a
+    MachineCpu, ``run_wait()`` the loop thread's run-queue wait in ms per second (each None
+    when unknown). A lag is a statistic over the monitor's window, so it is explained by the
+    readings over that same window.
+    """
+
+    def __init__(
+        self,
+        monitor: LagSource | None = None,
+        *,
+        pid: int | None = None,
+        lag_threshold_ms: float = LAG_OVERLOAD_MS,
+        cpu_threshold_pct: float = CPU_OVERLOAD_PCT,
+        clock: Callable[[], float] = time.perf_counter,
+        own_cpu: Callable[[], OwnCpu | None] | None = None,
+        machine_cpu: Callable[[], MachineCpu | None] | None = None,
+        run_wait: Callable[[], float | None] | None = None,
+    ) -> None:
+        self.monitor = monitor
+        self.lag_threshold_ms = lag_threshold_ms
+        self.cpu_threshold_pct = cpu_threshold_pct
+        self.clock = clock
+        self.window_s = float(getattr(monitor, "window_s", LAG_WINDOW_S))
+        self.own_cpu = own_cpu if own_cpu is not None else ProcessTreeCpu(pid, clock)
+        self.machine_cpu = machine_cpu if machine_cpu is not None else MachineCpuReader()
+        if run_wait is None:
+            run_wait = RunQueueWait(lambda: getattr(monitor, "thread_id", None), pid, clock)
+        self.run_wait = run_wait
+        self._recent: deque[Reading] = deque(maxlen=256)
 
     def status(self) -> ClientHealthSample:
-        """The current verdict, with a one-line operator warning when overloaded."""
-        cpu, busiest = self._cpu()
+        """The current verdict, with a one-line operator warning when timings are suspect."""
+        now = self.clock()
+        own = self.own_cpu()
+        machine = self.machine_cpu()
+        wait = self.run_wait()
+        view = machine_view(own, machine) if machine is not None else None
+        self._recent.append(Reading(now, own, view, wait))
+        while self._recent and self._recent[0].t < now - self.window_s:
+            self._recent.popleft()
         lag = self.monitor.lag_ms() if self.monitor is not None else None
         lag_p99 = lag.p99_ms if lag is not None and lag.n else None
         lag_max = lag.max_ms if lag is not None and lag.n else None
-        causes = []
-        if lag_p99 is not None and lag_p99 > self.lag_threshold_ms:
-            causes.append("lag")
-        if busiest is not None and busiest > self.cpu_threshold_pct:
-            causes.append("cpu")
-        reason = ""
-        if causes:
-            parts = []
-            if lag_p99 is not None:
-                parts.append(f"event-loop lag {lag_p99:.0f} ms")
-            if busiest is not None:
-                parts.append(f"CPU {busiest:.0f} %")
-            reason = (
-                f"client overloaded: {', '.join(parts)} — latencies are inflated by redline "
-                "itself, not the server"
-            )
+        cause, reason = verdict(
+            lag_p99,
+            list(self._recent),
+            lag_threshold_ms=self.lag_threshold_ms,
+            cpu_threshold_pct=self.cpu_threshold_pct,
+        )
         return ClientHealthSample(
-            cpu_pct=cpu,
+            cpu_pct=own.total_pct if own is not None else None,
             loop_lag_ms=lag_p99,
-            overloaded=bool(causes),
+            overloaded=bool(cause),
             reason=reason,
             loop_lag_max_ms=lag_max,
-            busiest_cpu_pct=busiest,
+            busiest_cpu_pct=own.busiest_pct if own is not None else None,
+            cause=cause,
+            loop_cpu_pct=own.loop_pct if own is not None else None,
+            machine_cpu_pct=machine.busy_pct if machine is not None else None,
+            others_cpu_pct=view.others_pct if view is not None else None,
+            steal_pct=machine.steal_pct if machine is not None else None,
+            iowait_pct=machine.iowait_pct if machine is not None else None,
+            loop_run_wait_ms=wait,
         )

@@ -47,7 +47,17 @@ class ClientHealthSample:
 
     cpu_pct: float | None  # CPU % of redline's process tree (100 = one full core)
     loop_lag_ms: float | None  # event-loop lag p99 over the recent window
-    overloaded: bool = False
-    reason: str = ""  # one-line operator warning when overloaded, else ""
+    overloaded: bool = False  # redline's measurements are suspect this second
+    reason: str = ""  # one-line operator warning naming the cause when overloaded, else ""
     loop_lag_max_ms: float | None = None  # worst event-loop lag over the recent window
     busiest_cpu_pct: float | None = None  # the busiest single process of the tree
+    # Why the timings are suspect: "" (they are not), "client_cpu"
+    # (redline's loop busy near a core), "loop_blocked" (the loop held with little CPU of its
+    # own: a blocking call, disk, descheduling) or "machine_busy" (other processes or steal).
+    cause: str = ""
+    loop_cpu_pct: float | None = None  # CPU % of the process running the event loop
+    machine_cpu_pct: float | None = None  # the whole machine, 100 = one core (steal excluded)
+    others_cpu_pct: float | None = None  # the machine less redline's process tree, 100 = one core
+    steal_pct: float | None = None  # CPU stolen by the hypervisor, % of all cores
+    iowait_pct: float | None = None  # CPUs idle waiting on disk, % of all cores
+    loop_run_wait_ms: float | None = None  # ms per second the loop's thread waited for a CPU
