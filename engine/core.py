@@ -514,8 +514,12 @@ class Engine:
             elif self.cap.active and self.cap.last_warning:
                 ev.hold("server cap", self.cap.last_warning, now)
         h = self._health
-        if h is not None and h.overloaded:
-            ev.warn(h.reason, key="client overloaded")
+        cause = h.cause if h is not None and h.overloaded else ""
+        for c in ("client_cpu", "loop_blocked", "machine_busy"):
+            if c != cause:
+                ev.clear(f"client {c}")  # the screen shows only the cause measured now
+        if cause:
+            ev.warn(h.reason, key=f"client {cause}")  # one log line per episode of a cause
         if self.session is not None and self.session.error and self.session.error != self._session_error:
             self._session_error = self.session.error
             ev.warn(f"session log: {self.session.error}; {self.session.lost_rows} rows lost", key="session write")

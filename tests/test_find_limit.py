@@ -1,0 +1,135 @@
+"""Find the limit: SLOs and goodput, the adaptive knee search, guard rails (against the sim)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import polars as pl
+import pytest
+
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.guard import GuardError, parse_guard
+from redline.engine.preset import parse_preset
+from redline.engine.runner import run_preset
+from redline.engine.search import KneeSearch
+from redline.engine.slo import Slo, SloError, parse_slo
+from redline.engine.stepresult import StepResult
+from redline.engine.workload import WorkloadConfig
+
+FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
+
+
+def test_slo_flag_parses_and_rejects_with_one_line():
+    s = parse_slo("ttft=2s,itl=100ms,e2e=1m,tpot=50,ttft_p99=3s,attainment=95%")
+    assert (s.ttft_ms, s.itl_ms, s.e2e_ms, s.tpot_ms, s.ttft_p99_ms, s.attainment) == (2000, 100, 60000, 50, 3000, 0.95)
+    for bad, needle in (("ttft=fast", "'fast'"), ("speed=2s", "unknown SLO 'speed'"), ("ttft", "NAME=VALUE"), ("attainment=2", "attainment"), ("", "at least one")):
+        with pytest.raises(SloError) as ei:
+            parse_slo(bad)
+        assert needle in str(ei.value) and "\n" not in str(ei.value)
+    g = parse_guard("errors=5%,ttft_p99=10s,gpu_temp=85")
+    assert (g.error_rate, g.ttft_p99_ms, g.gpu_temp_c) == (0.05, 10000, 85)
+    with pytest.raises(GuardError):
+        parse_guard("errors=150%")
+
+
+def _run(sim_url, preset, tmp_path, slo=None, conc=4, out_len=24):
+    cfg = EngineConfig(url=sim_url, concurrency=conc, workload=WorkloadConfig(input_len=16, output_len=out_len), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False, slo=slo)
+
+    async def go():
+        e = Engine(cfg)
+        await e.start()
+        try:
+            return await run_preset(e, preset)
+        finally:
+            await e.stop("preset finished")
+
+    return asyncio.run(go())
+
+
+def test_goodput_equals_a_hand_count_over_the_rows(sim_factory, tmp_path):
+    """request_goodput and slo_attainment of each step, recounted from requests.ndjson."""
+    sim = sim_factory("pp-capped", extra_args=FAST)
+    slo = Slo(ttft_ms=100.0, e2e_ms=5000.0)
+    preset = parse_preset({"workload": {"input_len": 16, "output_len": 24},
+                           "ramp": {"concurrency": [4, 12], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4}}, "g.toml")
+    out = _run(sim.url, preset, tmp_path, slo=slo)
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
+    for s in out.steps:
+        end = s.t_start + s.duration_s
+        own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
+        done = own.filter(pl.col("t_send") + pl.col("e2e_ms").fill_null(1e12) / 1000 <= end + 1e-5)
+        ok = done.filter(pl.col("status") == "ok")
+        good = ok.filter((pl.col("ttft_ms") <= 100.0) & (pl.col("e2e_ms") <= 5000.0))
+        assert s.completed == ok.height
+        assert round(s.request_goodput * s.duration_s) == good.height  # the same requests, counted by hand
+        assert round(s.output_goodput * s.duration_s) == good["output_tokens"].sum()
+        assert 0.0 <= s.slo_attainment <= 1.0
+    c4, c12 = out.steps
+    assert c4.slo_attainment == 1.0  # under the cap of 8: nothing queues
+    assert c12.slo_attainment < 0.9  # four of twelve wait in the queue past 100 ms
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert {"request_goodput", "output_goodput", "slo_attainment"} <= set(summary["steps"][0])
+
+
+def test_slo_rule_ends_the_ramp_and_names_the_slo(sim_factory, tmp_path):
+    sim = sim_factory("pp-capped", extra_args=FAST)
+    preset = parse_preset({"workload": {"input_len": 16, "output_len": 24},
+                           "ramp": {"concurrency": [4, 8, 16, 32], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4},
+                           "slo": {"ttft_ms": 100}}, "s.toml")
+    out = _run(sim.url, preset, tmp_path)
+    br = out.break_result
+    assert br is not None and br.reason == "slo" and br.concurrency == 16 and br.last_good_concurrency == 8, br
+    assert "TTFT≤100 ms" in br.detail
+
+
+def _search_preset(start, top, slo=None, **ramp):
+    d = {"workload": {"input_len": 16, "output_len": 24},
+         "ramp": {"mode": "search", "start": start, "max": top, "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "resolution": 0.1, **ramp},
+         "stop": {"plateau_gain": 0.05}}
+    if slo:
+        d["slo"] = slo
+    return parse_preset(d, "search.toml")
+
+
+def test_search_finds_the_pp_capped_cap_for_both_answers(sim_factory, tmp_path):
+    """pp-capped runs 8 at a time: the throughput knee and the largest C whose requests get a
+    first token within 100 ms are both 8."""
+    sim = sim_factory("pp-capped", extra_args=FAST)
+    out = _run(sim.url, _search_preset(4, 64, slo={"ttft_ms": 100}), tmp_path)
+    assert out.search["knee_concurrency"] == 8, out.search
+    assert out.search["max_slo_concurrency"] == 8, out.search
+    pts = out.search["points"]
+    assert pts[:3] == [4, 8, 16] and len(pts) == len(set(pts))
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["search"] == {**out.search}
+    assert summary["search"]["duration_s"] > 0
+
+
+def test_search_finds_the_healthy_knee(sim_factory, tmp_path):
+    """A healthy server capped at 32 running (a second profile): the knee is 32 within one
+    bisection step, and no C beyond the cap is called the knee."""
+    sim = sim_factory("healthy", extra_args=(*FAST, "--set", "max_running_requests=32", "--set", "ceiling_tok_s=100000"))
+    out = _run(sim.url, _search_preset(8, 128), tmp_path, conc=8)
+    knee = out.search["knee_concurrency"]
+    assert 29 <= knee <= 32, out.search
+    assert out.search["max_slo_concurrency"] is None  # no SLO given
+
+
+def _res(c, tok, ttft=100.0, completed=20, failed=0):
+    return StepResult(concurrency=c, duration_s=10, completed=completed, failed=failed, output_throughput=tok, input_throughput=0,
+                      request_throughput=1, p99_ttft_ms=ttft, steady=True)
+
+
+def test_search_plan_against_a_known_curve():
+    """Without a server: throughput min(C, 100) x 10 and TTFT that jumps past C=100."""
+    s = KneeSearch(8, 1024, resolution=0.05, slo=Slo(ttft_p99_ms=500.0))
+    while (c := s.next()) is not None:
+        s.observe(c, _res(c, min(c, 100) * 10.0, ttft=100.0 if c <= 100 else 2000.0))
+        assert len(s.points) < 30
+    r = s.result(1.0)
+    assert 96 <= r.knee_concurrency <= 100 and 96 <= r.max_slo_concurrency <= 100, r
+    assert r.points[:6] == [8, 16, 32, 64, 128, 256]  # grown until the curve flattened
+    assert len(r.points) <= 14  # then bisected both brackets to 5 %
