@@ -35,11 +35,13 @@ from .widgets.curve import CurveView
 from .widgets.eventlog import EventLog
 from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
+from .widgets.help import HelpScreen
 from .widgets.panels import LivePanels
 from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker
 from .widgets.steps import StepTable
 
 REFRESH_S = 0.25
+WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
 EXIT_GRACE_S = 5.0  # the load is stopped and the log complete; never hang on the way out
 WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
 
@@ -47,22 +49,29 @@ WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot conf
 class RedlineApp(App[int]):
     CSS_PATH = "redline.tcss"
     TITLE = "redline"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
     ENABLE_COMMAND_PALETTE = False
 
+    # The footer must show every key that matters at 80 columns: short descriptions, +/- and
+    # ]/[ grouped; `?` lists them all with what they do (widgets/help.py).
+    C_STEP = Binding.Group("C±", compact=True)
+    C_TIMES = Binding.Group("×÷2", compact=True)
     BINDINGS = [
-        Binding("plus,equals_sign,up", "more", "+C", key_display="+"),
-        Binding("minus,down", "less", "-C", key_display="-"),
-        Binding("right_square_bracket", "double", "×2", key_display="]"),
-        Binding("left_square_bracket", "halve", "÷2", key_display="["),
-        Binding("c", "type_concurrency", "set C"),
-        Binding("a", "probe", "abort→C=1"),
-        Binding("r", "restore", "return"),
-        Binding("space", "pause", "pause"),
+        Binding("plus,equals_sign,up", "more", "+C", key_display="+", group=C_STEP),
+        Binding("minus,down", "less", "-C", key_display="-", group=C_STEP),
+        Binding("right_square_bracket", "double", "×2", key_display="]", group=C_TIMES),
+        Binding("left_square_bracket", "halve", "÷2", key_display="[", group=C_TIMES),
+        Binding("c", "type_concurrency", "set"),  # `a` and `r` take turns: see check_action
+        Binding("a", "probe", "probe"),
+        Binding("r", "restore", "back"),
+        Binding("space", "pause", "pause", key_display="␣"),
         Binding("p", "preset", "preset"),
         Binding("e", "export", "export"),
         Binding("g", "graph", "curve"),
+        Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_redline", "quit"),
+        Binding("pageup", "steps_up", "scroll steps", show=False),
+        Binding("pagedown", "steps_down", "scroll steps", show=False),
         Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
     ]
 
@@ -91,6 +100,7 @@ class RedlineApp(App[int]):
         self._want: int | None = None
         self._want_until = 0.0
         self._raised_max = 0
+        self._probing = False
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -103,7 +113,7 @@ class RedlineApp(App[int]):
                 yield StepTable()
                 yield EventLog()
         yield CurveView(self.compare, id="curve")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         for w in (self.query_one(StepTable), self.query_one(EventLog)):
@@ -139,11 +149,22 @@ class RedlineApp(App[int]):
         if self._want is not None and time.monotonic() < self._want_until and snap.target_c != self._want:
             snap = replace(snap, target_c=self._want, previous_c=None)  # not yet confirmed
         header.snapshot = snap
+        if snap.probing != self._probing:
+            self._probing = snap.probing
+            self.refresh_bindings()  # `r back` replaces `a probe` in the footer
         base.query_one(LivePanels).show(snap)
         base.query_one(GpuPanel).snapshot = snap
         base.query_one(StepTable).show(snap)
         base.query_one(EventLog).show(snap.log)
         base.query_one(CurveView).show(snap)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In the probe, `r` returns and `a` has nothing left to abort; outside it, the reverse."""
+        if action == "restore":
+            return self._probing
+        if action == "probe":
+            return not self._probing
+        return True
 
     # -- concurrency -------------------------------------------------------------------
     @property
@@ -206,9 +227,6 @@ class RedlineApp(App[int]):
         self.host.send(C.Probe())
 
     def action_restore(self) -> None:
-        if self.snapshot is not None and not self.snapshot.probing:
-            self.notify("not in a probe: nothing to return to")
-            return
         self._want = None
         self.host.send(C.Restore())
 
@@ -238,6 +256,16 @@ class RedlineApp(App[int]):
         self._want = None
         self.host.send(C.StartPreset(preset))
 
+    def action_help(self) -> None:
+        snap = self.snapshot or self.host.snapshot
+        self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency))
+
+    def action_steps_up(self) -> None:
+        self.query_one(StepTable).scroll_page_up(animate=False)
+
+    def action_steps_down(self) -> None:
+        self.query_one(StepTable).scroll_page_down(animate=False)
+
     def action_graph(self) -> None:
         """Switch between the live panels and the live saturation curve."""
         self.toggle_class("-graph")
@@ -262,7 +290,8 @@ class RedlineApp(App[int]):
             self.notify(str(exc), severity="error")
             return
         where = paths[0].parent if paths else d
-        self.notify(f"exported {len(paths)} tables to {where}")
+        # one short line at the top right (the path is in the log): the table stays in view
+        self.notify(f"exported {len(paths)} tables to …/{where.parent.name}/{where.name}", timeout=4)
         self.host.send(C.Log("notice", f"exported parquet to {where}"))
 
     async def action_quit_redline(self, reason: str = "quit") -> None:

@@ -1,20 +1,36 @@
-"""Operator actions, warnings and errors, one line each; a repeated line is folded (×N)."""
+"""Operator actions, warnings and errors; a repeated line is folded (×N).
+
+A line longer than the log is wide wraps at word boundaries under its text (the time stamp
+stays alone on the left), never cut mid-word; when the log changes width (a resize, the wide
+layout) every line is wrapped again to the new width.
+"""
 
 from __future__ import annotations
 
 import time
 
+from collections import deque
+
+from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog
 
 from redline.engine.snapshot import LogLine
 
 STYLE = {"warning": "yellow", "error": "red", "break": "bold red", "step": "cyan", "probe": "magenta", "key": "bold"}
+STAMP = "%H:%M:%S"
+MAX_LINES = 500
+
+
+def stamp(epoch: float) -> str:
+    return time.strftime(STAMP, time.localtime(epoch))
 
 
 class EventLog(RichLog):
     def __init__(self, *, id: str = "log") -> None:
-        super().__init__(id=id, max_lines=500, wrap=False, markup=False, highlight=False)
+        super().__init__(id=id, max_lines=MAX_LINES, min_width=1, wrap=True, markup=False, highlight=False)
+        self._entries: deque[tuple[str, Text]] = deque(maxlen=MAX_LINES)  # to wrap again on resize
+        self._width = 0
         self._seen = 0
         self._last_text = ""
         self._repeat = 0
@@ -30,11 +46,29 @@ class EventLog(RichLog):
                 continue
             self._flush_repeat()
             self._last_text = line.text
-            stamp = time.strftime("%H:%M:%S", time.localtime(line.t))
             self.lines_text.append(line.text)
-            self.write(Text.assemble((stamp + " ", "dim"), (line.text, STYLE.get(line.kind, ""))))
+            self._write(stamp(line.t), Text(line.text, style=STYLE.get(line.kind, "")))
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if self._size_known and width != self._width and self._entries:
+            entries = list(self._entries)
+            self._entries.clear()
+            self.clear()
+            for when, text in entries:
+                self._write(when, text)
+
+    def _write(self, when: str, text: Text) -> None:
+        """The stamp in its own column, the text wrapped beside it."""
+        self._entries.append((when, text))
+        self._width = self.scrollable_content_region.width
+        grid = Table.grid(padding=(0, 1), expand=True)
+        grid.add_column(width=len(when), style="dim", no_wrap=True)
+        grid.add_column(ratio=1, overflow="fold")
+        grid.add_row(when, text)
+        self.write(grid, expand=True)
 
     def _flush_repeat(self) -> None:
         if self._repeat:
-            self.write(Text(f"         (last line repeated ×{self._repeat})", style="dim"))
+            self._write(" " * 8, Text(f"(last line repeated ×{self._repeat})", style="dim"))
             self._repeat = 0

@@ -22,8 +22,6 @@ class GpuPanel(Static):
         t = Text(no_wrap=True, overflow="ellipsis")
         if s is None:
             return t
-        if not s.gpus:
-            t.append("no GPU telemetry", style="dim")
         width = max(self.size.width, 20)
         compact = len(s.gpus) > 4 and width < 120  # 8 GPUs in two lines at 80 columns
         cells = [self._cell(g, compact) for g in s.gpus]
@@ -32,19 +30,20 @@ class GpuPanel(Static):
             if i:
                 t.append("\n" if i % per_line == 0 else "  ")
             t.append_text(c)
-        foot = Text()
+        foot: list[Text] = []
         if s.gpus:
-            foot.append("GPU W / % of limit" + (" (u = util)" if not compact else ""), style="dim")
+            foot.append(Text("GPU W / % of limit" + (" (u = util)" if not compact else ""), style="dim"))
+        else:
+            foot.append(Text("no GPU telemetry", style="dim"))
         if s.tok_per_joule:
-            foot.append(f"  {s.tok_per_joule:.2f} tok/J ({1 / s.tok_per_joule:.2f} J/tok)", style="dim")
+            foot.append(Text(f"{s.tok_per_joule:.2f} tok/J ({1 / s.tok_per_joule:.2f} J/tok)", style="dim"))
         if s.client_cpu_pct is not None:
+            # red when the engine flags it; its warning (header) names the cause it measured
             style = "bold red" if s.client_overloaded else "dim"
-            foot.append(f"  client CPU {s.client_cpu_pct:.0f}% lag {num(s.loop_lag_ms)} ms", style=style)
-            if s.client_overloaded:
-                foot.append("  OVERLOADED: numbers inflated by redline", style="bold red")
-        if foot.plain:
+            foot.append(Text(f"client CPU {s.client_cpu_pct:.0f}% lag {num(s.loop_lag_ms)} ms", style=style))
+        if cells:
             t.append("\n")
-            t.append_text(foot)
+        t.append_text(Text("  ").join(foot))
         return t
 
     @staticmethod

@@ -1,7 +1,20 @@
-"""Top lines: target, model, server caps, C=<n>, in-flight, state, elapsed, warnings."""
+"""Top lines: what is measured, the state and the load, then what needs attention.
+
+    http://127.0.0.1:30000  redline-sim-70b  sglang/chat  max_…   0:01:10  done 83 fail 0
+    [RUNNING] C=64  in-flight 52, 12 backing off  server run 52 queue 0
+    ✗ session log: [Errno 28] No space left on device; 120 rows lost
+    ⚠ server cap: client holds 32 in flight, server runs 8, queue 24 — pp micro-batch
+      cap 8 (max_running_requests 64 // pp 8)
+
+Line 1 names the target (cut with … when long; `?` shows it whole) and, on the right, how
+long the session has run and how many requests ended. Line 2 starts with the state in
+brackets, so it reads without colour (NO_COLOR). Warnings wrap at word boundaries, two lines
+each at most; the header never takes more than MAX_LINES.
+"""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -9,6 +22,9 @@ from textual.widgets import Static
 from redline.engine.snapshot import Snapshot
 
 from ..format import duration, num
+
+MAX_LINES = 5
+WARNING_LINES = 2  # a warning wraps to at most this many lines
 
 STATE_STYLE = {
     "running": "bold green",
@@ -21,6 +37,52 @@ STATE_STYLE = {
 }
 
 
+def state_label(state: str) -> Text:
+    """`[RUNNING]`: the brackets keep the state apart from the numbers without colour."""
+    t = Text()
+    t.append(f"[{state.upper()}]", style=STATE_STYLE.get(state, "bold"))
+    return t
+
+
+def wrap_words(text: str, width: int, lines: int, indent: str = "  ") -> list[str]:
+    """`text` wrapped at spaces into at most `lines` lines of `width` cells; continuation
+    lines start with `indent`; what does not fit ends in …. A word wider than a line is cut."""
+    width = max(width, 8)
+    out: list[str] = []
+    cur = ""
+    for w in text.split():
+        cand = f"{cur} {w}" if cur else (indent if out else "") + w
+        if cell_len(cand) <= width:
+            cur = cand
+            continue
+        if cur:
+            if len(out) + 1 == lines:
+                out.append(_ellipsis(cur, width))
+                return out
+            out.append(cur)
+        cur = _cut(indent + w if out else w, width)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _cut(s: str, width: int) -> str:
+    while cell_len(s) > width:
+        s = s[:-1]
+    return s
+
+
+def _ellipsis(s: str, width: int) -> str:
+    return _cut(s, width - 1) + "…"
+
+
+def _fit(t: Text, width: int) -> Text:
+    if t.cell_len > width:
+        t.truncate(max(width - 1, 0))
+        t.append("…")
+    return t
+
+
 class StatusHeader(Static):
     snapshot: reactive[Snapshot | None] = reactive(None, layout=True)  # warnings add lines
 
@@ -28,29 +90,57 @@ class StatusHeader(Static):
         s = self.snapshot
         if s is None:
             return Text("redline: starting…")
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("redline ", style="bold red")
-        t.append(s.url, style="bold")
-        t.append(f"  {s.model or '?'}", style="cyan")
-        t.append(f"  {s.server_kind}/{s.api}", style="dim")
+        width = max(self.content_size.width or self.size.width, 40)
+        lines = [self._target_line(s, width), _fit(self._load_line(s), width)]
+        extra: list[Text] = []
+        if s.preset:
+            extra.append(_fit(Text(s.preset, style="cyan"), width))
+        problems = list(s.warnings)
+        if s.session_error and not any(w.startswith("session log:") for w in problems):
+            problems.insert(0, f"session log: {s.session_error}")
+        problems.sort(key=lambda w: not w.startswith("session log:"))  # the log first: data is lost
+        for w in problems:
+            bad = w.startswith("session log:")
+            mark, style = ("✗ ", "bold red") if bad else ("⚠ ", "bold yellow")
+            for row in wrap_words(mark + w, width, WARNING_LINES):
+                extra.append(Text(row, style=style))
+        room = MAX_LINES - len(lines)
+        if len(extra) > room:
+            extra = extra[: room - 1] + [Text(f"… {len(problems)} warnings: the log has them all", style="bold yellow")]
+        return Text("\n").join(lines + extra)
+
+    @staticmethod
+    def _target_line(s: Snapshot, width: int) -> Text:
+        right = Text()
+        right.append(duration(s.elapsed_s))
+        right.append(f"  done {s.completed} ", style="dim")
+        right.append(f"fail {s.failed}", style="bold red" if s.failed else "dim")
+        left = Text()
+        left.append(s.url, style="bold")
+        left.append(f"  {s.model or '?'}", style="cyan")
+        if s.server_kind or s.api:
+            left.append(f"  {s.server_kind}/{s.api}", style="dim")
         if s.caps:
-            t.append(f"  {s.caps}", style="yellow")
-        t.append("\n")
+            left.append(f"  {s.caps}", style="yellow")
+        room = width - right.cell_len - 2
+        _fit(left, room)
+        left.append(" " * (width - left.cell_len - right.cell_len))
+        left.append_text(right)
+        return left
+
+    @staticmethod
+    def _load_line(s: Snapshot) -> Text:
+        t = state_label(s.state)
+        t.append(" ")
         t.append(f"C={s.target_c}", style="bold reverse")
         if s.previous_c is not None:
             t.append(f" (was C={s.previous_c}, r returns)", style="dim")
         t.append(f"  in-flight {s.in_flight}")
+        if s.backing_off:
+            t.append(f", {s.backing_off} backing off", style="bold yellow")
         if s.server is not None:
             t.append("  server run ")
             t.append(num(s.server.running), style="bold")
             t.append(" queue ")
             t.append(num(s.server.queued), style="bold" if not s.server.queued else "bold yellow")
-        t.append("  ")
-        t.append(f" {s.state.upper()} ", style=STATE_STYLE.get(s.state, "bold"))
-        t.append(f"  {duration(s.elapsed_s)}")
-        t.append(f"  done {s.completed} fail {s.failed}", style="dim" if not s.failed else "red")
-        if s.preset:
-            t.append(f"\n{s.preset}", style="cyan")
-        for w in s.warnings[-2:]:
-            t.append(f"\n⚠ {w}", style="bold yellow")
         return t

@@ -24,7 +24,8 @@ class ConcurrencyPrompt(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Concurrency (1-{self.max_concurrency}), now C={self.current}; Enter sets, Esc cancels")
+            yield Label(f"Concurrency (1-{self.max_concurrency}), now C={self.current}", classes="question")
+            yield Label("Enter sets, Esc cancels", classes="dim")
             yield Input(placeholder=str(self.current), id="concurrency-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -43,7 +44,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question)
+            yield Label(self.question, classes="question")
             yield Label("y = yes, n / Esc = no", classes="dim")
 
     def action_yes(self) -> None:
@@ -62,7 +63,7 @@ class PresetPicker(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Run a preset (Enter), Esc cancels")
+            yield Label("Run a preset: Enter runs it, Esc cancels", classes="question")
             yield OptionList(*[Option(p.stem, id=str(i)) for i, p in enumerate(self.presets)], id="preset-list")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

@@ -1,18 +1,38 @@
-"""The step table: a row per period held at one concurrency (the live "83 tok/s at C=8")."""
+"""The step table: one row per period held at one concurrency, in the order they happened.
+
+A step (README "What a step's figures describe") is a row; so is each C=1 probe and each
+paused period, so an operator reads what happened when: 8, 64, probe, paused, 64 is five
+rows in that order. The live row (the step being measured now, or the pause going on) is
+last, marked `*` and highlighted; the table follows it unless the operator scrolled up.
+
+Every figure is the step's own (StepResult): "srv run" is the most requests the server
+reported running while that step was measured, never the latest sample.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
 from textual.widgets import DataTable
 
-from redline.engine.snapshot import Snapshot
+from redline.engine.snapshot import LogLine, Snapshot
 from redline.engine.stepresult import StepResult
 
 from ..format import ms, rate
 
-COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run")
+COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run", "at")
+LIVE_STYLE = "bold"  # and the row cursor sits on it (redline.tcss: #steps > .datatable--cursor)
+PAUSE_STYLE = "yellow"
 
 
-def _cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
+def clock(epoch: float) -> str:
+    """Wall-clock time of day, as the event log stamps its lines."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def step_cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
     c = f"{s.concurrency}{'*' if live else ''}" + (" probe" if s.phase == "probe" else "")
     return (
         c,
@@ -23,28 +43,109 @@ def _cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
         ms(s.p99_itl_ms),
         str(s.failed),
         "-" if s.server_max_running is None else f"{s.server_max_running:.0f}",
+        clock(s.t_start - s.warmup_s) if s.t_start else "",  # when C was set, as the log says
     )
+
+
+def pause_cells(start: float, end: float | None, now: float | None, live: bool) -> tuple[str, ...]:
+    stop = end if end is not None else now
+    dur = f"{max(stop - start, 0):.0f}s" if stop is not None else ""
+    return ("paused" + ("*" if live else ""), dur, "", "", "", "", "", "", clock(start))
+
+
+@dataclass
+class _Pause:
+    start: float  # epoch, from the log line "paused"
+    end: float | None = None  # from "resumed at C=..."
 
 
 class StepTable(DataTable):
     def __init__(self, *, id: str = "steps") -> None:
-        super().__init__(id=id, cursor_type="none", zebra_stripes=True, show_cursor=False)
-        self._shown: tuple = ()
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True, show_cursor=False)
+        self._keys: list[str] = []  # row keys as shown
+        self._cells: dict[str, tuple[str, ...]] = {}
+        self._columns: list = []
+        self._probes: dict[int, StepResult] = {}  # every probe seen (a snapshot holds the last)
+        self._pauses: list[_Pause] = []
+        self._log_seen = 0
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self._columns = self.add_columns(*COLUMNS)
 
-    def show(self, snap: Snapshot) -> None:
-        steps = list(snap.steps)
+    # -- what happened -----------------------------------------------------------------
+    def _note_log(self, lines: tuple[LogLine, ...]) -> None:
+        for line in lines:
+            if line.seq <= self._log_seen:
+                continue
+            self._log_seen = line.seq
+            if line.kind != "key":
+                continue
+            if line.text == "paused":
+                self._pauses.append(_Pause(line.t))
+            elif line.text.startswith("resumed at") and self._pauses and self._pauses[-1].end is None:
+                self._pauses[-1].end = line.t
+
+    def step_rows(self, snap: Snapshot) -> list[tuple[str, tuple[str, ...], bool]]:
+        """(key, cells, live) for every row, oldest first."""
         if snap.probe_result is not None:
-            steps.append(snap.probe_result)
-        rows = [_cells(s) for s in steps]
-        if snap.current_step is not None and snap.current_step.duration_s >= 1:
-            rows.append(_cells(snap.current_step, live=True))
-        key = tuple(rows)
-        if key == self._shown:
+            self._probes[snap.probe_result.index] = snap.probe_result
+        self._note_log(snap.log)
+        live = snap.current_step
+        done: dict[int, StepResult] = {s.index: s for s in snap.steps}
+        done.update(self._probes)
+        if live is not None:
+            done.pop(live.index, None)
+        entries: list[tuple[float, int, str, tuple[str, ...], bool]] = []
+        for s in done.values():
+            entries.append((s.t_start - s.warmup_s, s.index, f"s{s.index}", step_cells(s), False))
+        now = snap.row.get("t") if snap.row else None
+        paused_now = snap.state == "paused"
+        for i, p in enumerate(self._pauses):
+            is_live = paused_now and p.end is None and i == len(self._pauses) - 1
+            entries.append((p.start, -1, f"p{i}", pause_cells(p.start, p.end, now, is_live), is_live))
+        entries.sort(key=lambda e: (e[0], e[1]))
+        out = [(key, cells, is_live) for _, _, key, cells, is_live in entries]
+        if live is not None:
+            out.append((f"s{live.index}", step_cells(live, live=True), True))
+        return out
+
+    # -- drawing -----------------------------------------------------------------------
+    def show(self, snap: Snapshot) -> None:
+        rows = self.step_rows(snap)
+        keys = [k for k, _, _ in rows]
+        styled = {k: self._styled(cells, is_live, k) for k, cells, is_live in rows}
+        plain = {k: cells + (("*",) if is_live else ()) for k, cells, is_live in rows}
+        if keys == self._keys and all(plain[k] == self._cells.get(k) for k in keys):
             return
-        self._shown = key
-        self.clear()
-        self.add_rows(rows)
-        self.scroll_end(animate=False)
+        follow = self.scroll_y >= self.max_scroll_y - 1
+        if keys[: len(self._keys)] == self._keys:  # rows only added, or their figures changed
+            for k in self._keys:
+                if plain[k] != self._cells[k]:
+                    for col, value in zip(self._columns, styled[k]):
+                        self.update_cell(k, col, value, update_width=True)
+            for k in keys[len(self._keys) :]:
+                self.add_row(*styled[k], key=k)
+        else:
+            self.clear()
+            for k in keys:
+                self.add_row(*styled[k], key=k)
+        self._keys = keys
+        self._cells = plain
+        live = self.live_row()
+        self.show_cursor = live is not None  # the highlight is the live row's, never another's
+        if live is not None:
+            self.move_cursor(row=live, scroll=False)
+        if follow:
+            self.call_after_refresh(self.scroll_end, animate=False)
+
+    @staticmethod
+    def _styled(cells: tuple[str, ...], live: bool, key: str) -> tuple[Text, ...]:
+        style = LIVE_STYLE if live else (PAUSE_STYLE if key.startswith("p") else "")
+        return tuple(Text(c, style=style) for c in cells)
+
+    def live_row(self) -> int | None:
+        """The index of the highlighted row (tests)."""
+        for i, k in enumerate(self._keys):
+            if self._cells[k][-1:] == ("*",):
+                return i
+        return None

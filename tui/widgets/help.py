@@ -1,0 +1,130 @@
+"""The help screen (`?`): every key, the settings this session runs with, and what each
+figure on the screen means. Escape, `?` or `q` closes it; the screen below keeps drawing.
+
+The figure lines say in one line what README "What the numbers mean" defines; the settings
+come from the latest Snapshot and the engine's configuration, nothing else.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from redline.engine.snapshot import Snapshot
+
+# (keys as typed, what they do): the app's BINDINGS, each action once (tests check it)
+KEYS: tuple[tuple[str, str, str], ...] = (
+    ("more", "+  =  ↑", "concurrency up by the step"),
+    ("less", "-  ↓", "concurrency down by the step (never below 1)"),
+    ("double", "]", "double the concurrency"),
+    ("halve", "[", "halve the concurrency"),
+    ("type_concurrency", "c", "type an exact concurrency (asks before going above max C)"),
+    ("probe", "a", "abort everything in flight, hold the C=1 probe"),
+    ("restore", "r", "return to the concurrency held before the probe"),
+    ("pause", "space", "pause / resume sending"),
+    ("preset", "p", "pick a preset and run it (any concurrency key cancels it)"),
+    ("export", "e", "export the session so far to parquet"),
+    ("graph", "g", "switch between the live panels and the saturation curve"),
+    ("steps_up", "PgUp  PgDn", "scroll the step table (the mouse wheel too)"),
+    ("help", "?", "this help (Esc, ? or q closes it)"),
+    ("quit_redline", "q  Ctrl-C", "stop all load, complete the session log, exit"),
+)
+
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("[STATE]", "RUNNING, PAUSED, PROBE (C=1 after an abort), PRESET, SERVER GONE (no answer, /health polled)"),
+    ("C", "the concurrency redline holds: requests kept in flight"),
+    ("in-flight", "requests on the wire now; backing off: slots waiting after a 429/503"),
+    ("server run/queue", "the server's own running and queued counts, from its /metrics"),
+    ("done / fail", "requests completed / failed since the start (failures by kind in the log)"),
+    ("out tok/s", "output tokens per second as they arrive, over the last 3 s"),
+    ("TTFT", "request sent → first token of any kind; p50 / p99 over the last 10 s"),
+    ("ITL", "gap between tokens as bench_serving computes it (per chunk; /generate spread)"),
+    ("E2E", "request sent → last byte"),
+    ("errors/s", "failed requests per second; failures stay out of every latency figure"),
+    ("sparkline ↑", "one column a second, newest right, from 0 to the top of its scale (↑)"),
+    ("GPU W / %", "power per GPU and its share of the power limit; u = utilisation"),
+    ("tok/J", "output tokens per joule of summed GPU power (J/tok: its inverse)"),
+    ("client CPU/lag", "redline's own CPU and event-loop lag: high means its timings are late"),
+    ("step row", "a period held at one C: TTFT of its own requests, tok/s and ITL of its window"),
+    ("  err / srv run", "its failed requests / most requests the server ran while it was measured"),
+    ("  at / *", "when its C was set / the live row; paused periods and probes have rows too"),
+)
+
+
+KEY_WIDTH = 16  # one column of names for the three tables
+
+
+def _table(rows, key_style: str = "bold") -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style=key_style, no_wrap=True, width=KEY_WIDTH)
+    t.add_column(ratio=1)
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def settings_rows(snap: Snapshot | None, config, step: int, max_c: int) -> list[tuple[str, str]]:
+    """The settings as (name, value) rows, from the snapshot and the engine's configuration."""
+    s = snap
+    wl = getattr(config, "workload", None)
+    rows = [
+        ("URL", (s.url if s and s.url else getattr(config, "url", "")) or "-"),
+        ("server", " ".join(x for x in (s.server_kind if s else "", s.model if s else "", s.caps if s else "") if x) or "-"),
+        ("API", (s.api if s else "") or getattr(config, "api", None) or "-"),
+    ]
+    if wl is not None:
+        rows.append(("workload", f"{wl.dataset}, input {wl.input_len} / output {wl.output_len} tokens"))
+    rows.append(("step", f"+/- changes C by {step}"))
+    rows.append(("max C", f"{max_c} (above it, c asks first)"))
+    timeout = getattr(config, "request_timeout", None)
+    if timeout is not None:
+        rows.append(("request timeout", f"{timeout:g} s"))
+    slo = getattr(s, "slo", "") if s is not None else ""
+    rows.append(("SLOs", slo or "none set"))
+    rows.append(("session", (s.session_dir if s else "") or "not logged"))
+    return rows
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,question_mark,q", "close", "close"),
+        Binding("pageup", "page(-1)", show=False),
+        Binding("pagedown", "page(1)", show=False),
+        Binding("up", "line(-1)", show=False),
+        Binding("down", "line(1)", show=False),
+    ]
+
+    def __init__(self, snap: Snapshot | None, config, step: int, max_c: int) -> None:
+        super().__init__()
+        self.snap = snap
+        self.config = config
+        self.step = step
+        self.max_c = max_c
+
+    def compose(self) -> ComposeResult:
+        view = VerticalScroll(id="help")
+        view.border_title = "redline help"
+        view.border_subtitle = "Esc ? q close · ↑ ↓ PgUp PgDn scroll"
+        with view:
+            yield Static(Text("Keys", style="bold underline"), classes="help-title first")
+            yield Static(_table([(k, v) for _, k, v in KEYS]))
+            yield Static(Text("Settings", style="bold underline"), classes="help-title")
+            yield Static(_table(settings_rows(self.snap, self.config, self.step, self.max_c)), id="help-settings")
+            yield Static(Text("What the figures mean (README: What the numbers mean)", style="bold underline"), classes="help-title")
+            yield Static(_table(FIGURES))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_page(self, n: int) -> None:
+        view = self.query_one("#help", VerticalScroll)
+        view.scroll_to(y=view.scroll_y + n * max(view.size.height - 1, 1), animate=False)
+
+    def action_line(self, n: int) -> None:
+        view = self.query_one("#help", VerticalScroll)
+        view.scroll_to(y=view.scroll_y + n, animate=False)
