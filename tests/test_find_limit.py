@@ -85,8 +85,8 @@ def test_slo_rule_ends_the_ramp_and_names_the_slo(sim_factory, tmp_path):
     assert "TTFT≤100 ms" in br.detail
 
 
-def _search_preset(start, top, slo=None, **ramp):
-    d = {"workload": {"input_len": 16, "output_len": 24},
+def _search_preset(start, top, slo=None, out_len=24, **ramp):
+    d = {"workload": {"input_len": 16, "output_len": out_len},
          "ramp": {"mode": "search", "start": start, "max": top, "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "resolution": 0.1, **ramp},
          "stop": {"plateau_gain": 0.05}}
     if slo:
@@ -96,9 +96,10 @@ def _search_preset(start, top, slo=None, **ramp):
 
 def test_search_finds_the_pp_capped_cap_for_both_answers(sim_factory, tmp_path):
     """pp-capped runs 8 at a time: the throughput knee and the largest C whose requests get a
-    first token within 100 ms are both 8."""
+    first token within 100 ms are both 8 (at C=9 every request waits in the queue for one of
+    the 8 to end: ~1 s / 8 = 125 ms)."""
     sim = sim_factory("pp-capped", extra_args=FAST)
-    out = _run(sim.url, _search_preset(4, 64, slo={"ttft_ms": 100}), tmp_path)
+    out = _run(sim.url, _search_preset(4, 64, slo={"ttft_ms": 100}, out_len=96), tmp_path, out_len=96)
     assert out.search["knee_concurrency"] == 8, out.search
     assert out.search["max_slo_concurrency"] == 8, out.search
     pts = out.search["points"]
