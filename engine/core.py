@@ -35,6 +35,7 @@ from .config import EngineConfig
 from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
 from .controller import PAUSED, PROBE, Controller
 from .eventlog import EventLog
+from .guard import GuardWatch
 from .http import make_client
 from .metrics import LiveMetrics
 from .publish import build_snapshot
@@ -93,6 +94,7 @@ class Engine:
         self._closed = False
         self._t0 = time.perf_counter()
         self.set_slo(config.slo, log=False)
+        self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
 
     # -- life cycle --------------------------------------------------------------------
@@ -525,6 +527,7 @@ class Engine:
             ev.warn(f"session log: {self.session.error}; {self.session.lost_rows} rows lost", key="session write")
         elif self._session_error is not None:
             ev.hold("session write", f"session log: {self._session_error}; {self.session.lost_rows if self.session else 0} rows lost", now)
+        self._check_guard(now, srv)
         ev.each_second(now)
         self._timeline_row(now)
         if self.session is not None:
@@ -536,6 +539,27 @@ class Engine:
             self._disk.submit(fn, *args)
         except RuntimeError:  # shut down: the engine is stopping, write in place
             fn(*args)
+
+    def _check_guard(self, now: float, srv) -> None:
+        g, ctl = self.guard, self.controller
+        if g is None or ctl is None or ctl.paused or ctl.probing or self.server_gone:
+            return
+        m = self.metrics
+        _, _, req_s, err_s = m.rates(now)
+        err_rate = err_s / (req_s + err_s) if req_s + err_s > 0 else None
+        p99 = m.percentiles.ttft.p99
+        temps = [x.temp_c for x in (self.telemetry.gpus if self.telemetry else []) if x.temp_c is not None]
+        to = g.second(ctl.target, err_rate, p99 * 1000.0 if p99 is not None else None, max(temps) if temps else None)
+        if to is None:
+            if g.crossed_for:
+                self.events.hold("guard crossing", f"guard: {g.reason} for {g.crossed_for} s (drops the load at {g.sustain_s} s)", now)
+            return
+        self.events.clear("guard crossing")
+        was = ctl.target
+        if self.cancel_driver():
+            self.log("preset", "preset stopped by a guard")
+        self.set_concurrency(to, kind="guard")
+        self.events.warn(f"guard: {g.reason} for {g.sustain_s} s: dropped from C={was} to C={to} (raise it again with +/])", key="guard")
 
     @property
     def in_flight(self) -> int:

@@ -86,3 +86,39 @@ def parse_guard(text: str, flag: str = "--guard") -> GuardSpec:
     if not vals:
         raise GuardError(f"{flag} {text!r}: expected at least one guard such as errors=5% (names: {accepted})")
     return GuardSpec(**vals)
+
+
+class GuardWatch:
+    """Once a second: is a guard crossed, for how long, and where to drop to.
+
+    `last_good` is the highest concurrency held for GUARD_SUSTAIN_S seconds with no guard
+    crossed; a trip drops to it (or to half the current C when there is none below).
+    """
+
+    def __init__(self, spec: GuardSpec, sustain_s: int = GUARD_SUSTAIN_S) -> None:
+        self.spec = spec
+        self.sustain_s = sustain_s
+        self.crossed_for = 0  # consecutive seconds crossed
+        self._clean_at: dict[int, int] = {}  # C -> consecutive clean seconds at it
+        self.last_good: int | None = None
+        self.reason = ""
+
+    def second(self, target_c: int, error_rate: float | None, ttft_p99_ms: float | None, gpu_temp_c: float | None) -> int | None:
+        """Feed one second; returns the C to drop to when the guard trips, else None."""
+        why = self.spec.crossed(error_rate, ttft_p99_ms, gpu_temp_c)
+        if why is None:
+            self.crossed_for = 0
+            n = self._clean_at.get(target_c, 0) + 1
+            self._clean_at = {target_c: n}
+            if n >= self.sustain_s:
+                self.last_good = target_c  # the most recent C held cleanly long enough
+            return None
+        self._clean_at = {}
+        self.crossed_for += 1
+        self.reason = why
+        if self.crossed_for < self.sustain_s:
+            return None
+        self.crossed_for = 0
+        if self.last_good is not None and self.last_good < target_c:
+            return self.last_good
+        return max(1, target_c // 2) if target_c > 1 else None

@@ -134,3 +134,51 @@ def test_search_plan_against_a_known_curve():
     assert 96 <= r.knee_concurrency <= 100 and 96 <= r.max_slo_concurrency <= 100, r
     assert r.points[:6] == [8, 16, 32, 64, 128, 256]  # grown until the curve flattened
     assert len(r.points) <= 14  # then bisected both brackets to 5 %
+
+
+def test_guard_watch_drops_to_the_last_good_c_after_a_sustained_crossing():
+    from redline.engine.guard import GuardSpec, GuardWatch
+
+    g = GuardWatch(GuardSpec(error_rate=0.05), sustain_s=3)
+    for _ in range(3):
+        assert g.second(16, 0.0, None, None) is None
+    assert g.last_good == 16
+    assert g.second(64, 0.2, None, None) is None and g.second(64, 0.2, None, None) is None  # 2 s: not yet
+    assert g.second(64, 0.01, None, None) is None  # a clean second resets the count
+    assert [g.second(64, 0.2, None, None) for _ in range(3)] == [None, None, 16]
+    assert "errors 20.0 % over 5 %" in g.reason
+    # no good C below: halve
+    h = GuardWatch(GuardSpec(gpu_temp_c=85), sustain_s=2)
+    assert [h.second(40, None, None, 90.0) for _ in range(2)] == [None, 20]
+
+
+def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_factory, tmp_path):
+    """fragile answers 503 above 48 in flight: at C=80 the error guard trips within seconds and
+    the engine goes back to C=32, where it was good, and says why."""
+    import time as _t
+
+    from redline.engine.guard import parse_guard
+
+    sim = sim_factory("fragile", extra_args=FAST)
+    cfg = EngineConfig(url=sim.url, concurrency=32, workload=WorkloadConfig(input_len=16, output_len=24), out_dir=tmp_path / "s",
+                       use_nvml=False, guard=parse_guard("errors=5%"))
+
+    async def go():
+        e = Engine(cfg)
+        await e.start()
+        try:
+            await asyncio.sleep(7.0)  # 5 clean seconds at 32: the last good C
+            assert e.guard.last_good == 32
+            e.set_concurrency(80)
+            t0 = _t.monotonic()
+            while e.controller.target != 32 and _t.monotonic() - t0 < 20:
+                await asyncio.sleep(0.2)
+            return e.controller.target, [l.text for l in e.snapshot.log], e.snapshot.warnings
+        finally:
+            await e.stop("quit")
+
+    target, log, warnings = asyncio.run(go())
+    assert target == 32, log[-10:]
+    assert any(t.startswith("guard: errors") and "dropped from C=80 to C=32" in t for t in log), log[-10:]
+    events = pl.read_ndjson(tmp_path / "s" / "events.ndjson")
+    assert events.filter(pl.col("kind") == "guard").height >= 1  # the drop itself, logged as a guard step
