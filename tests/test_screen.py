@@ -29,7 +29,7 @@ from redline.engine.telemetry.types import GpuSample, ServerSample
 from redline.engine.workload import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader, wrap_words
-from redline.tui.widgets.help import KEYS, HelpScreen
+from redline.tui.widgets.help import FIGURES, KEYS, HelpScreen
 from redline.tui.widgets.metric import spark_text
 from redline.tui.widgets.prompts import ConfirmScreen
 from redline.tui.widgets.steps import StepTable
@@ -552,3 +552,43 @@ async def test_export_notice_is_one_line_at_the_top(tmp_path, monkeypatch):
     hit = [i for i, line in enumerate(lines) if "exported 3 tables" in line]
     assert hit and hit[0] <= 1, lines  # over the target line, not over the step table
     assert any(isinstance(c, C.Log) and "exported parquet to" in c.text for c in host.sent)
+
+
+async def test_step_table_scrolls_back_and_stays_while_the_live_row_moves():
+    segs = [Seg("run", 12, c) for c in (8, 16, 24, 32, 40, 48, 56, 64, 72)]
+    snaps = story(segs)
+    host = FakeHost(snaps[0])
+    app = RedlineApp(host, step=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await play(pilot, host, snaps[:-3])
+        table = app.query_one(StepTable)
+
+        def first() -> list[str]:
+            """The C of each step row on screen, top to bottom."""
+            lines = screen_lines(app)
+            top = next(i for i, line in enumerate(lines) if line.split()[:2] == ["C", "dur"])
+            return [line.split()[0] for line in lines[top + 1 :] if line[:5].strip().rstrip("*").isdigit()]
+
+        assert first()[-1] == "72*", "it follows the live row"
+        assert first()[0] != "8", "the first steps are scrolled out at 80x24"
+        await pilot.press("pageup", "pageup", "pageup")
+        await play(pilot, host, snaps[-3:])  # the live row keeps changing
+        assert first()[0] == "8", "scrolled back, it stays there"
+        await pilot.press("pagedown", "pagedown", "pagedown")
+        await play(pilot, host, snaps[-1:])
+        assert first()[-1] == "72*"
+        assert table.live_row() == table.row_count - 1
+
+
+async def test_help_gives_one_line_to_each_key_and_figure_at_80_columns():
+    app, host, snaps, ctx = await _open("healthy")
+    seen: list[str] = []
+    async with ctx as pilot:
+        await play(pilot, host, snaps)
+        await pilot.press("question_mark")
+        for _ in range(5):
+            await pilot.pause()
+            seen += screen_lines(app)
+            await pilot.press("pagedown")
+    for name, what in FIGURES + tuple((k, v) for _, k, v in KEYS):
+        assert any(name.strip() in line and what in line for line in seen), (name, what)

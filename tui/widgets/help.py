@@ -35,24 +35,24 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("quit_redline", "q  Ctrl-C", "stop all load, complete the session log, exit"),
 )
 
-FIGURES: tuple[tuple[str, str], ...] = (
-    ("[STATE]", "RUNNING, PAUSED, PROBE (C=1 after an abort), PRESET, SERVER GONE (no answer, /health polled)"),
-    ("C", "the concurrency redline holds: requests kept in flight"),
-    ("in-flight", "requests on the wire now; backing off: slots waiting after a 429/503"),
-    ("server run/queue", "the server's own running and queued counts, from its /metrics"),
-    ("done / fail", "requests completed / failed since the start (failures by kind in the log)"),
-    ("out tok/s", "output tokens per second as they arrive, over the last 3 s"),
-    ("TTFT", "request sent → first token of any kind; p50 / p99 over the last 10 s"),
-    ("ITL", "gap between tokens as bench_serving computes it (per chunk; /generate spread)"),
-    ("E2E", "request sent → last byte"),
-    ("errors/s", "failed requests per second; failures stay out of every latency figure"),
-    ("sparkline ↑", "one column a second, newest right, from 0 to the top of its scale (↑)"),
-    ("GPU W / %", "power per GPU and its share of the power limit; u = utilisation"),
-    ("tok/J", "output tokens per joule of summed GPU power (J/tok: its inverse)"),
-    ("client CPU/lag", "redline's own CPU and event-loop lag: high means its timings are late"),
-    ("step row", "a period held at one C: TTFT of its own requests, tok/s and ITL of its window"),
-    ("  err / srv run", "its failed requests / most requests the server ran while it was measured"),
-    ("  at / *", "when its C was set / the live row; paused periods and probes have rows too"),
+FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 characters)
+    ("[STATE]", "RUNNING, PAUSED, PROBE (C=1), PRESET, SERVER GONE"),
+    ("C", "the concurrency held: requests kept in flight"),
+    ("in-flight", "requests on the wire; backing off: waiting after 429/503"),
+    ("server run/queue", "the server's own running / queued counts (its /metrics)"),
+    ("done / fail", "requests completed / failed since the start"),
+    ("out tok/s", "output tokens per second as they arrive, last 3 s"),
+    ("TTFT", "sent → first token of any kind; p50/p99 of the last 10 s"),
+    ("ITL", "gap between tokens, as bench_serving computes it"),
+    ("E2E", "sent → last byte; p50/p99 of the last 10 s"),
+    ("errors/s", "failed requests a second; kept out of every latency"),
+    ("sparkline ↑", "a column a second, newest right; from 0 to the top (↑)"),
+    ("GPU W / %", "power per GPU, share of its limit; u = utilisation"),
+    ("tok/J", "output tokens per joule of GPU power (J/tok: inverse)"),
+    ("client CPU/lag", "redline's own CPU and loop lag: high = timings late"),
+    ("step row", "one per C held: own requests' TTFT, window's tok/s, ITL"),
+    ("  err / srv run", "its failed requests / most the server ran while measured"),
+    ("  at / *", "when its C was set / the live row (pauses, probes too)"),
 )
 
 

@@ -43,8 +43,15 @@ def step_cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
         ms(s.p99_itl_ms),
         str(s.failed),
         "-" if s.server_max_running is None else f"{s.server_max_running:.0f}",
-        clock(s.t_start - s.warmup_s) if s.t_start else "",  # when C was set, as the log says
+        clock(opened(s)) if s.t_start else "",
     )
+
+
+def opened(s: StepResult) -> float:
+    """When the step's C was set (epoch), as the log says: measuring starts `warmup_s` later;
+    a step still warming up (nothing measured yet) has t_start at its opening and counts
+    `warmup_s` up to now."""
+    return s.t_start if s.duration_s == 0 else s.t_start - s.warmup_s
 
 
 def pause_cells(start: float, end: float | None, now: float | None, live: bool) -> tuple[str, ...]:
@@ -97,7 +104,7 @@ class StepTable(DataTable):
             done.pop(live.index, None)
         entries: list[tuple[float, int, str, tuple[str, ...], bool]] = []
         for s in done.values():
-            entries.append((s.t_start - s.warmup_s, s.index, f"s{s.index}", step_cells(s), False))
+            entries.append((opened(s), s.index, f"s{s.index}", step_cells(s), False))
         now = snap.row.get("t") if snap.row else None
         paused_now = snap.state == "paused"
         for i, p in enumerate(self._pauses):
@@ -117,7 +124,7 @@ class StepTable(DataTable):
         plain = {k: cells + (("*",) if is_live else ()) for k, cells, is_live in rows}
         if keys == self._keys and all(plain[k] == self._cells.get(k) for k in keys):
             return
-        follow = self.scroll_y >= self.max_scroll_y - 1
+        follow = self.scroll_y >= self.max_scroll_y  # at the end: keep following; scrolled up: stay
         if keys[: len(self._keys)] == self._keys:  # rows only added, or their figures changed
             for k in self._keys:
                 if plain[k] != self._cells[k]:
