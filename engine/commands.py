@@ -53,6 +53,11 @@ class Flush:
 
 
 @dataclass(frozen=True)
+class ToggleLane:
+    """The probe lane: one request at a time beside the load, kept out of its figures."""
+
+
+@dataclass(frozen=True)
 class SetSlo:
     slo: Any  # redline.engine.slo.Slo, or None to turn SLOs off
 
@@ -68,7 +73,7 @@ class Stop:
     reason: str = "quit"
 
 
-Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, SetSlo, Log, Stop]
+Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, ToggleLane, SetSlo, Log, Stop]
 
 # commands that take the wheel from a running preset
 OPERATOR_TAKES_OVER = (SetConcurrency, Probe, Abort)

@@ -19,6 +19,7 @@ row in timeline.py, the snapshot in publish.py.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import platform
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
 from .controller import PAUSED, PROBE, Controller
 from .eventlog import EventLog
 from .guard import GuardWatch
+from .lane import LaneStats, ProbeLane, is_lane
 from .http import make_client
 from .metrics import LiveMetrics
 from .publish import build_snapshot
@@ -94,6 +96,9 @@ class Engine:
         self._closed = False
         self._t0 = time.perf_counter()
         self.set_slo(config.slo, log=False)
+        self._ids = itertools.count(1)  # request ids, unique in the session, in send order
+        self.lane: ProbeLane | None = None
+        self.lane_stats = LaneStats()
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
 
@@ -133,7 +138,18 @@ class Engine:
             self.metrics.on_lag,
             self.clock.wall0 - self.clock.perf0,
             on_overload=self._overloaded,
+            ids=self._ids,
         )
+        lane_sender = Sender(
+            self.client,
+            self.target,
+            _LaneListener(self),
+            lambda: self.book.stamp(self.controller.target if self.controller else 0),
+            lambda lag: None,
+            self.clock.wall0 - self.clock.perf0,
+            ids=self._ids,
+        )
+        self.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.watch = ServerWatch(self.client, self.target.url + "/health", self._server_gone, self._server_back, self.log)
         if cfg.calibrate and self.target.api != GENERATE:
             await self._check_continuous_usage()
@@ -165,6 +181,8 @@ class Engine:
         self._closed = True
         self.cancel_driver()
         cancelled = 0
+        if self.lane is not None:
+            await self.lane.stop()
         if self.controller is not None:
             cancelled = await self.controller.stop()
         now = time.perf_counter()
@@ -245,6 +263,8 @@ class Engine:
             res = self.cancel_driver()
         elif isinstance(cmd, C.Flush):
             return self._then_publish(self.flush())
+        elif isinstance(cmd, C.ToggleLane):
+            res = self.toggle_lane()
         elif isinstance(cmd, C.SetSlo):
             res = self.set_slo(cmd.slo)
         elif isinstance(cmd, C.Log):
@@ -310,6 +330,24 @@ class Engine:
             ctl.max_concurrency = n
             self.log("warning", f"--max-concurrency raised to {n} by the operator")
         return self.set_concurrency(n)
+
+    def toggle_lane(self) -> bool:
+        """The probe lane on or off; returns whether it is on."""
+        lane = self.lane
+        if lane is None:
+            raise RuntimeError("engine not started")
+        if lane.on:
+            asyncio.ensure_future(lane.stop())
+            self.log("key", "probe lane off")
+            return False
+        lane.start()
+        self.log("key", "probe lane on: one request at a time beside the load, kept out of its figures")
+        return True
+
+    def _lane_prompt(self) -> tuple[str, int, int]:
+        assert self.source is not None
+        p = self.source.next()
+        return p.text, p.max_tokens, p.expected_input_tokens
 
     def set_slo(self, slo: Slo | None, *, log: bool = True) -> None:
         """SLOs from now on: goodput live and for steps opened from now, and the SLO stop
@@ -401,15 +439,22 @@ class Engine:
         elif rec.status == R.OK and self.watch is not None:
             self.watch.succeeded()
 
-    def _harvest(self, rec: RequestRecord) -> None:
+    def _harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
         """Feed the gaps that arrived since the last harvest (by arrival time)."""
-        assert self.sender is not None
-        cursor = self.sender.cursor
+        sender = sender or self.sender
+        assert sender is not None
+        cursor = sender.cursor
         start = cursor.get(rec.rid, 0)
         nxt, gaps = new_gaps(rec, start)
         cursor[rec.rid] = nxt
-        if gaps:
-            self.metrics.on_gaps(gaps[-1][0], [v for _, vs, _ in gaps for v in vs])
+        if not gaps:
+            return
+        itls = [v for _, vs, _ in gaps for v in vs]
+        if is_lane(rec):
+            self.lane_stats.itl.add_many(gaps[-1][0], itls)
+            self.book.on_lane_gaps(gaps)
+        else:
+            self.metrics.on_gaps(gaps[-1][0], itls)
             self.book.on_gaps(gaps)
 
     # -- server gone / back ------------------------------------------------------------
@@ -501,9 +546,10 @@ class Engine:
 
     # -- each second -------------------------------------------------------------------
     def _each_second(self, now: float) -> None:
-        if self.sender is not None:
-            for rec in list(self.sender.in_flight.values()):
-                self._harvest(rec)
+        for sender in (self.sender, self.lane.sender if self.lane else None):
+            if sender is not None:
+                for rec in list(sender.in_flight.values()):
+                    self._harvest(rec, sender)
         self.metrics.recompute_percentiles(now)
         srv = self.telemetry.server if self.telemetry else None
         power = total_power_w(self.telemetry.gpus) if self.telemetry else None
@@ -613,6 +659,36 @@ class Engine:
         self.snapshot = snap
         for fn in self._listeners:
             fn(snap)
+
+
+class _LaneListener:
+    """The probe lane's requests: their own live window and step figures, their own rows,
+    never the load's tokens or latencies."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    def on_send(self, rec: RequestRecord) -> None:
+        pass
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if rec.t_first is not None and rec.ttft is not None:
+            self.e.lane_stats.ttft.add(rec.t_first, rec.ttft)
+        self.e.book.on_lane_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        pass  # not the load's throughput
+
+    def on_end(self, rec: RequestRecord) -> None:
+        e = self.e
+        if e.lane is not None:
+            e._harvest(rec, e.lane.sender)
+        if rec.status == R.OK:
+            e.lane_stats.completed += 1
+        elif rec.status == R.FAILED:
+            e.lane_stats.failed += 1
+        if e.session is not None:
+            e.session.add_record(rec, e.clock)
 
 
 def default_label(tgt: Target) -> str:

@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import httpx
 
@@ -56,6 +57,7 @@ class Sender:
         on_lag: Callable[[float], None],
         wall_offset: float,
         on_overload: Callable[[str], None] = lambda kind: None,
+        ids: Iterator[int] | None = None,
     ) -> None:
         self.client = client
         self.target = target
@@ -64,7 +66,7 @@ class Sender:
         self._on_lag = on_lag
         self._wall_offset = wall_offset
         self._on_overload = on_overload
-        self._rid = 0
+        self._ids = ids if ids is not None else itertools.count(1)  # request ids, shared by every sender of a session
         self._free: list[Slot] = []
         self.backing_off = 0
         self.in_flight: dict[int, RequestRecord] = {}
@@ -73,10 +75,9 @@ class Sender:
 
     async def send(self, prompt: str, max_tokens: int, expected: int, phase: str | None = None) -> RequestRecord:
         """One request; `phase` overrides the step's (calibration)."""
-        self._rid += 1
         step, c, step_phase = self._stamp()
         rec = RequestRecord(
-            rid=self._rid,
+            rid=next(self._ids),
             phase=phase or step_phase,
             step=step,
             concurrency=c,

@@ -46,6 +46,10 @@ class Snapshot:
     # goodput (engine/slo.py): requests meeting every per-request SLO bound; None without one
     goodput_req_s: float | None = None
     goodput_tok_s: float | None = None
+    # the probe lane (engine/lane.py): a lone request's p50 TTFT / ITL beside the load's
+    lane_on: bool = False
+    lane_ttft_ms: float | None = None
+    lane_itl_ms: float | None = None
     slo: str = ""  # the SLO as one line ("TTFT≤2 s, ITL p99≤100 ms (90 % of requests)")
     # live percentiles in ms (LATENCY_WINDOW_S): {"p50","p90","p99","max"}
     ttft_ms: dict = field(default_factory=dict)

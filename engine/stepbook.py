@@ -64,6 +64,14 @@ class StepBook:
         for acc in self.open:
             acc.on_end(rec)
 
+    def on_lane_first(self, rec: RequestRecord) -> None:
+        for acc in self.open:
+            acc.on_lane_first(rec)
+
+    def on_lane_gaps(self, gaps: Gaps) -> None:
+        for acc in self.open:
+            acc.on_lane_gaps(gaps)
+
     def each_second(self, now: float, server_running: float | None, power_w: float | None) -> None:
         for acc in self.open:
             acc.note_server_running(server_running)

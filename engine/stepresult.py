@@ -48,6 +48,9 @@ class StepResult:
     request_goodput: float | None = None  # req/s
     output_goodput: float | None = None  # their output tok/s
     slo_attainment: float | None = None  # share of own finished requests that met the SLO
+    # the probe lane beside the load (engine/lane.py), when it was on
+    lane_median_ttft_ms: float | None = None
+    lane_median_itl_ms: float | None = None
 
     @property
     def error_rate(self) -> float:

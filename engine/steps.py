@@ -32,7 +32,7 @@ from .slo import Slo
 from .stepresult import StepResult
 
 WARMUP = "warmup"
-NOT_OWN = (WARMUP, "calibration")
+NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
 
 
 def _ms(v: float | None) -> float | None:
@@ -75,6 +75,8 @@ class StepAccumulator:
         self.good = 0  # own requests that met every per-request SLO bound
         self.good_tokens = 0
         self._own_live: dict[int, RequestRecord] = {}  # own requests in flight (SLO: already missed?)
+        self.lane_ttft = Digest()  # the probe lane beside the load (engine/lane.py), in the window
+        self.lane_itl = Digest()
         self.concurrency = concurrency
         self.phase = phase
         self.clock = clock
@@ -157,6 +159,13 @@ class StepAccumulator:
         if inside:
             self.itl.add_many([v for _, vs, _ in inside for v in vs])
             self.chunk_gap.add_many([g for _, _, g in inside])
+
+    def on_lane_first(self, rec: RequestRecord) -> None:
+        if rec.t_first is not None and rec.ttft is not None and self._in_window(rec.t_first):
+            self.lane_ttft.add(rec.ttft)
+
+    def on_lane_gaps(self, gaps: Gaps) -> None:
+        self.lane_itl.add_many([v for t, vs, _ in gaps if self._in_window(t) for v in vs])
 
     def on_end(self, rec: RequestRecord) -> None:
         if self.t_end is not None or rec.step != self.index:
@@ -263,6 +272,8 @@ class StepAccumulator:
             p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
             median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
             **self._goodput(d),
+            lane_median_ttft_ms=_ms(self.lane_ttft.quantile(0.5)),
+            lane_median_itl_ms=_ms(self.lane_itl.quantile(0.5)),
         )
 
     def _goodput(self, d: float) -> dict:

@@ -182,3 +182,39 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
     assert any(t.startswith("guard: errors") and "dropped from C=80 to C=32" in t for t in log), log[-10:]
     events = pl.read_ndjson(tmp_path / "s" / "events.ndjson")
     assert events.filter(pl.col("kind") == "guard").height >= 1  # the drop itself, logged as a guard step
+
+
+def test_probe_lane_stays_out_of_the_load_and_the_load_out_of_it(sim_factory, tmp_path):
+    """With the lane on beside C=8: lane rows are phase 'lane', each step's own counts hold no
+    lane request, the lane's TTFT comes only from lane rows, and ids stay unique."""
+    sim = sim_factory("healthy", extra_args=FAST)
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=24), out_dir=tmp_path / "s", use_nvml=False)
+
+    async def go():
+        e = Engine(cfg)
+        await e.start()
+        try:
+            assert e.toggle_lane() is True
+            await asyncio.sleep(4.5)
+            snap = e.snapshot
+            e.set_concurrency(16)  # closes the live step at C=8
+            await asyncio.sleep(0.5)
+            return snap, e.steps
+        finally:
+            await e.stop("quit")
+
+    snap, steps = asyncio.run(go())
+    assert snap.lane_on and snap.lane_ttft_ms is not None and snap.lane_itl_ms is not None
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
+    assert req["rid"].n_unique() == req.height
+    lane = req.filter(pl.col("phase") == "lane")
+    load = req.filter(pl.col("phase") == "live")
+    assert lane.height >= 3 and load.height > lane.height
+    s8 = next(s for s in steps if s.concurrency == 8)
+    own = load.filter(pl.col("step") == s8.index)
+    assert s8.requests_sent == own.height  # lane requests are not the step's own
+    lane8 = lane.filter((pl.col("step") == s8.index) & (pl.col("t_send") + pl.col("ttft_ms") / 1000 <= s8.t_start + s8.duration_s))
+    assert s8.lane_median_ttft_ms == pytest.approx(lane8["ttft_ms"].quantile(0.5, "linear"), abs=0.002)
+    # and the load's TTFT is its own: recomputed without the lane rows
+    own_ttft = own.filter(pl.col("t_send") + pl.col("ttft_ms") / 1000 <= s8.t_start + s8.duration_s)["ttft_ms"]
+    assert s8.median_ttft_ms == pytest.approx(own_ttft.quantile(0.5, "linear"), abs=0.002)
