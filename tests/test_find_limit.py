@@ -218,3 +218,15 @@ def test_probe_lane_stays_out_of_the_load_and_the_load_out_of_it(sim_factory, tm
     # and the load's TTFT is its own: recomputed without the lane rows
     own_ttft = own.filter(pl.col("t_send") + pl.col("ttft_ms") / 1000 <= s8.t_start + s8.duration_s)["ttft_ms"]
     assert s8.median_ttft_ms == pytest.approx(own_ttft.quantile(0.5, "linear"), abs=0.002)
+
+
+def test_report_shows_goodput_beside_throughput():
+    from redline.engine.session import format_step_line, format_step_table
+
+    with_slo = StepResult(concurrency=8, duration_s=10, completed=20, failed=0, output_throughput=100.0, input_throughput=0,
+                          request_throughput=2, output_goodput=80.5, request_goodput=1.6, slo_attainment=0.8)
+    table = format_step_table([with_slo])
+    assert "good tok/s" in table and "80.5" in table and "80 %" in table
+    assert "goodput 80.5 tok/s (SLO met 80 %)" in format_step_line(with_slo)
+    plain = StepResult(concurrency=8, duration_s=10, completed=20, failed=0, output_throughput=100.0, input_throughput=0, request_throughput=2)
+    assert "good tok/s" not in format_step_table([plain]) and "goodput" not in format_step_line(plain)

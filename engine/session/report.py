@@ -80,11 +80,15 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     C=64    60.0s   1210.4 tok/s  TTFT p50 52.0 ms p99  180 ms  ITL p99 61.3 ms  err 0  steady
     """
     s = as_step(step)
-    return (
+    line = (
         f"C={s.concurrency:<4d}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
         f"  TTFT p50 {ms(s.median_ttft_ms):>7} p99 {ms(s.p99_ttft_ms):>7}"
         f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
     )
+    if s.slo_attainment is not None or s.output_goodput is not None:
+        att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
+        line += f"  goodput {s.output_goodput or 0:.1f} tok/s (SLO met {att})"
+    return line
 
 
 _COLUMNS = (  # header, right-aligned
@@ -135,13 +139,18 @@ def format_step_table(
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
     rows = [_row(s, n) for s, n in zip(ss, notes)]
-    header = [h for h, _ in _COLUMNS]
+    columns = _COLUMNS
+    if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
+        columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
+        rows = [r[:5] + [f"{s.output_goodput or 0:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
+                for r, s in zip(rows, ss)]
+    header = [h for h, _ in columns]
     widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
 
     def line(cells: list[str]) -> str:
         parts = [
             c.rjust(w) if right else c.ljust(w)
-            for c, w, (_, right) in zip(cells, widths, _COLUMNS)
+            for c, w, (_, right) in zip(cells, widths, columns)
         ]
         return "  ".join(parts).rstrip()
 
