@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .text import one_line
+
 CHAT = "chat"
 COMPLETIONS = "completions"
 GENERATE = "generate"
@@ -130,7 +132,7 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     else:
         msg = err
     try:
-        text = " ".join(str(msg).split())
+        text = one_line(msg)
     except (ValueError, RecursionError):  # pragma: no cover - str() of parsed JSON
         text = "error object in the stream"
     return (text or "error object in the stream")[:200]

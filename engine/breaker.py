@@ -40,6 +40,7 @@ from typing import Sequence
 
 import math
 
+from . import fmt
 from .constants import NOISE_SIGMAS
 from .preset import StopSpec
 from .slo import Slo
@@ -52,11 +53,7 @@ PRECEDENCE = ("server_gone", "errors", "latency", "slo", "collapse", "plateau")
 
 def _rate(x: float) -> str:
     """tok/s as a person reads it: 1985, 83.4, 4.27."""
-    if x >= 100:
-        return f"{x:.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}"
+    return fmt.rate(x)
 
 
 def _pct(frac: float) -> str:
@@ -64,7 +61,7 @@ def _pct(frac: float) -> str:
 
 
 def _ms(x: float) -> str:
-    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+    return fmt.ms(x, unit=False)
 
 
 def _best(steps: Sequence[StepResult]) -> StepResult | None:

@@ -29,6 +29,7 @@ from .apis import GENERATE, Event, MalformedEvent, make_decoder
 from .constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from .records import RequestRecord
 from .sse import DONE, SSEDecoder
+from .text import one_line
 
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
 # on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
@@ -43,11 +44,6 @@ def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | 
         rec.status = R.FAILED
         rec.error_kind = kind
         rec.error_text = scrub_key(one_line(text), client)[:ERROR_TEXT_CHARS]
-
-
-def one_line(text: str) -> str:
-    """Whitespace (newlines included) collapsed: every error text is one line."""
-    return " ".join(str(text).split())
 
 
 def scrub_key(text: str, client: httpx.AsyncClient | None) -> str:
