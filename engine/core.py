@@ -631,6 +631,8 @@ class Engine:
             server=self.telemetry.server if self.telemetry else None,
             health=self._health,
             gpus=self.telemetry.gpus if self.telemetry else [],
+            goodput=self.metrics.slo is not None,
+            lane=self.lane_stats.p50_ms(now) if self.lane is not None and self.lane.on else None,
         )
         self._second += 1
         self._row = row

@@ -153,6 +153,8 @@ class LiveMetrics:
         if self.slo is not None and self.slo.met(rec):
             self.good_requests.add(t, 1)
             self.good_tokens.add(t, rec.output_tokens)
+            self._sec["good"] += 1
+            self._sec["good_tok"] += rec.output_tokens
         if rec.e2e is not None:
             self._e2e.add(t, rec.e2e)
         if rec.tpot is not None:

@@ -52,6 +52,8 @@ def timeline_row(
     server: ServerSample | None,
     health: ClientHealthSample | None,
     gpus: list[GpuSample] | tuple[GpuSample, ...],
+    goodput: bool = False,
+    lane: tuple[float | None, float | None] | None = None,
 ) -> dict:
     """One row of timeline.ndjson (README "timeline.ndjson")."""
     d = interval_s if interval_s > 0 else TIMELINE_INTERVAL_S
@@ -68,6 +70,12 @@ def timeline_row(
         "req_s": round(sec["req"] / d, 4),
         "errors": sec["errors"],
     }
+    if goodput:  # with SLOs: requests meeting them, and their tokens, that ended this second
+        row["goodput_req_s"] = round(sec["good"] / d, 4)
+        row["goodput_tok_s"] = round(sec["good_tok"] / d, 3)
+    if lane is not None:  # the probe lane beside the load
+        row["lane_ttft_p50_ms"] = None if lane[0] is None else round(lane[0], 3)
+        row["lane_itl_p50_ms"] = None if lane[1] is None else round(lane[1], 3)
     for name, p in (("ttft", stats.ttft), ("itl", stats.itl), ("e2e", stats.e2e)):
         for q, v in p.ms().items():
             if q != "max":
@@ -80,6 +88,9 @@ def timeline_row(
         row["client_cpu_pct"] = health.cpu_pct
         row["loop_lag_ms"] = health.loop_lag_ms
         row["client_overloaded"] = health.overloaded
+        row["client_cause"] = health.cause
+        row["machine_cpu_pct"] = health.machine_cpu_pct
+        row["cpu_steal_pct"] = health.steal_pct
     for g in gpus:
         row[f"gpu{g.index}_power_w"] = g.power_w
         row[f"gpu{g.index}_power_limit_w"] = g.power_limit_w
