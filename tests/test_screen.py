@@ -327,6 +327,13 @@ def test_main_screen_picture(snap_compare, name, size):
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
 
 
+@pytest.mark.parametrize("name", ["healthy", "probe"])
+def test_wide_picture(snap_compare, name):
+    """From 150 columns: panels, GPUs and the saturation curve left, steps and log right."""
+    app, run_before = _shot(name)
+    assert snap_compare(app, terminal_size=(160, 44), run_before=run_before)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_help_picture(snap_compare, size):
     app, run_before = _shot("healthy", "question_mark")

@@ -109,6 +109,7 @@ class RedlineApp(App[int]):
             with Vertical(id="left"):
                 yield LivePanels()
                 yield GpuPanel(id="gpus")
+                yield CurveView(self.compare, id="side-curve")  # wide terminals: under the panels
             with Vertical(id="right"):
                 yield StepTable()
                 yield EventLog()
@@ -156,7 +157,8 @@ class RedlineApp(App[int]):
         base.query_one(GpuPanel).snapshot = snap
         base.query_one(StepTable).show(snap)
         base.query_one(EventLog).show(snap.log)
-        base.query_one(CurveView).show(snap)
+        for curve in base.query(CurveView):
+            curve.show(snap)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """In the probe, `r` returns and `a` has nothing left to abort; outside it, the reverse."""
