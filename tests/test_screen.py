@@ -599,3 +599,19 @@ async def test_help_gives_one_line_to_each_key_and_figure_at_80_columns():
             await pilot.press("pagedown")
     for name, what in FIGURES + tuple((k, v) for _, k, v in KEYS):
         assert any(name.strip() in line and what in line for line in seen), (name, what)
+
+
+async def test_header_keeps_five_lines_and_drops_whole_warnings():
+    app, host, snaps, ctx = await _open("overload")
+    cap = ("server cap: client holds 52 in flight, server runs 40, queue 12 — pp micro-batch cap 8 "
+           "(max_running_requests 64 // pp 8)")
+    async with ctx as pilot:
+        await play(pilot, host, snaps)
+        host.snap = replace(snaps[-1], preset="quick step 3/5 C=64 hold 12/30 s", warnings=snaps[-1].warnings + (cap,))
+        app.pull_snapshot()
+        await pilot.pause()
+        assert app.query_one(StatusHeader).size.height == 5
+        head = [line.strip() for line in screen_lines(app)[:5]]
+    assert head[2] == "quick step 3/5 C=64 hold 12/30 s"
+    assert head[3].startswith("✗ session log: [Errno 28] No space left on device")
+    assert head[4] == "⚠ 2 more warnings: the log has them all", head

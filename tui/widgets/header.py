@@ -92,9 +92,9 @@ class StatusHeader(Static):
             return Text("redline: starting…")
         width = max(self.content_size.width or self.size.width, 40)
         lines = [self._target_line(s, width), _fit(self._load_line(s), width)]
-        extra: list[Text] = []
+        blocks: list[list[Text]] = []  # each item whole, or not at all
         if s.preset:
-            extra.append(_fit(Text(s.preset, style="cyan"), width))
+            blocks.append([_fit(Text(s.preset, style="cyan"), width)])
         problems = list(s.warnings)
         if s.session_error and not any(w.startswith("session log:") for w in problems):
             problems.insert(0, f"session log: {s.session_error}")
@@ -102,11 +102,16 @@ class StatusHeader(Static):
         for w in problems:
             bad = w.startswith("session log:")
             mark, style = ("✗ ", "bold red") if bad else ("⚠ ", "bold yellow")
-            for row in wrap_words(mark + w, width, WARNING_LINES):
-                extra.append(Text(row, style=style))
+            blocks.append([Text(row, style=style) for row in wrap_words(mark + w, width, WARNING_LINES)])
         room = MAX_LINES - len(lines)
-        if len(extra) > room:
-            extra = extra[: room - 1] + [Text(f"… {len(problems)} warnings: the log has them all", style="bold yellow")]
+        extra: list[Text] = []
+        for i, block in enumerate(blocks):
+            rest = len(blocks) - i - 1
+            if len(extra) + len(block) + (1 if rest else 0) > room:
+                more = len(blocks) - i
+                extra.append(_fit(Text(f"⚠ {more} more warning{'s' if more > 1 else ''}: the log has them all", style="bold yellow"), width))
+                break
+            extra += block
         return Text("\n").join(lines + extra)
 
     @staticmethod
