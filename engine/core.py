@@ -51,7 +51,7 @@ from .stepbook import StepBook
 from .stepresult import StepResult
 from .steps import new_gaps
 from .target import Target, TargetUnreachable, detect, validate_url
-from .telemetry.cap import CapDetector
+from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
 from .telemetry.hub import TelemetryHub
@@ -419,7 +419,8 @@ class Engine:
         self.book.on_send(rec)
 
     def on_first(self, rec: RequestRecord) -> None:
-        self.metrics.on_first(rec)
+        if rec.phase != "calibration":  # start-up's own requests are not the load's
+            self.metrics.on_first(rec)
         self.book.on_first(rec)
 
     def on_tokens(self, t: float, n: int) -> None:
@@ -428,7 +429,7 @@ class Engine:
 
     def on_end(self, rec: RequestRecord) -> None:
         self._harvest(rec)
-        self.metrics.on_request_end(rec)
+        self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
         self.book.on_end(rec)
         if self.session is not None:
             self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
@@ -553,14 +554,15 @@ class Engine:
         self.metrics.recompute_percentiles(now)
         srv = self.telemetry.server if self.telemetry else None
         power = total_power_w(self.telemetry.gpus) if self.telemetry else None
-        self.book.each_second(now, srv.running if srv else None, power)
+        self.book.each_second(now, srv, power)
         ev = self.events
         if self.cap is not None and self.controller is not None:
             warning = self.cap.update(now, self.controller.target, self.in_flight, srv)
             if warning:
                 ev.warn(warning, key="server cap")
-            elif self.cap.active and self.cap.last_warning:
-                ev.hold("server cap", self.cap.last_warning, now)
+            elif self.cap.active and srv is not None and srv.running is not None and srv.queued:
+                # the warning stays while the cap holds, with today's numbers
+                ev.hold("server cap", cap_warning(self.target.info if self.target else None, self.in_flight, srv), now)
         h = self._health
         cause = h.cause if h is not None and h.overloaded else ""
         for c in ("client_cpu", "loop_blocked", "machine_busy"):

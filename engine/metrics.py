@@ -133,7 +133,9 @@ class LiveMetrics:
         if itls:
             self._itl.add_many(t, itls)
 
-    def on_request_end(self, rec: RequestRecord) -> None:
+    def on_request_end(self, rec: RequestRecord, measured: bool = True) -> None:
+        """A request ended. Not `measured` (start-up's calibration): counted in the totals,
+        kept out of the live windows."""
         t = rec.t_end if rec.t_end is not None else rec.t_send
         if rec.status == R.CANCELLED:
             self.cancelled += 1
@@ -141,10 +143,14 @@ class LiveMetrics:
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors_by_kind[rec.error_kind] += 1
+            if not measured:
+                return
             self.errors.add(t, 1)
             self._sec["errors"] += 1
             return
         self.completed += 1
+        if not measured:
+            return
         self.requests.add(t, 1)
         self.in_tokens.add(t, rec.input_tokens)
         self.input_tokens_total += rec.input_tokens

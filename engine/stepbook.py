@@ -13,6 +13,7 @@ from typing import Callable
 from .constants import MIN_LIVE_STEP_S
 from .records import Clock, RequestRecord
 from .slo import Slo
+from .telemetry.types import ServerSample
 from .stepresult import BreakResult, StepResult
 from .steps import Gaps, StepAccumulator
 
@@ -72,9 +73,11 @@ class StepBook:
         for acc in self.open:
             acc.on_lane_gaps(gaps)
 
-    def each_second(self, now: float, server_running: float | None, power_w: float | None) -> None:
+    def each_second(self, now: float, server: ServerSample | None, power_w: float | None) -> None:
         for acc in self.open:
-            acc.note_server_running(server_running)
+            # a sample taken before the step measured (e.g. before an abort) is not its own
+            if server is not None and server.running is not None and acc.t0 is not None and server.t >= acc.t0:
+                acc.note_server_running(server.running)
             acc.note_power(power_w)
         self.live_result = self.live.result(now) if self.live is not None else None
 
