@@ -37,7 +37,7 @@ from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
 from .widgets.panels import LivePanels
-from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker
+from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt
 from .widgets.steps import StepTable
 
 REFRESH_S = 0.25
@@ -70,6 +70,9 @@ class RedlineApp(App[int]):
         Binding("g", "graph", "curve"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_redline", "quit"),
+        Binding("l", "lane", "probe lane", show=False),
+        Binding("k", "search", "knee search", show=False),
+        Binding("o", "slo", "SLOs", show=False),
         Binding("pageup", "steps_up", "scroll steps", show=False),
         Binding("pagedown", "steps_down", "scroll steps", show=False),
         Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
@@ -258,6 +261,36 @@ class RedlineApp(App[int]):
         self._want = None
         self.host.send(C.StartPreset(preset))
 
+    # -- finding the limit (README "Finding the limit") ----------------------------------
+    def action_lane(self) -> None:
+        """The probe lane: one request at a time beside the load, kept out of its figures."""
+        self.host.send(C.ToggleLane())
+
+    def action_search(self) -> None:
+        """An adaptive knee search from the current C up to max C (any C key cancels it)."""
+        self._want = None
+        self.run_preset(search_preset(self.target, self.max_concurrency, getattr(self.host, "config", None)))
+        self.notify(f"knee search from C={self.target} up to {self.max_concurrency}; any concurrency key cancels it")
+
+    def action_slo(self) -> None:
+        from redline.engine.slo import SloError, parse_slo
+
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            if text.strip().lower() in ("", "off", "none"):
+                self.host.send(C.SetSlo(None))
+                return
+            try:
+                slo = parse_slo(text, flag="SLO")
+            except SloError as exc:
+                self.notify(f"{exc}; nothing changed", severity="error")
+                return
+            self.host.send(C.SetSlo(slo))
+
+        now = self.snapshot.slo if self.snapshot and self.snapshot.slo else "none"
+        self.push_screen(TextPrompt(f"SLOs (now: {now})", "e.g. ttft=2s,itl=100ms,e2e=60s — off clears, Esc cancels", "ttft=2s,itl=100ms"), done)
+
     def action_help(self) -> None:
         snap = self.snapshot or self.host.snapshot
         self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency))
@@ -310,6 +343,20 @@ class RedlineApp(App[int]):
         if self.hard_exit:
             _exit_watchdog(EXIT_GRACE_S)
         self.exit(0)
+
+
+def search_preset(start: int, max_c: int, config) -> Preset:
+    """The preset `k` runs: a knee search from the current C with this session's workload."""
+    from redline.engine.preset import parse_preset
+
+    wl = getattr(config, "workload", None)
+    workload = {"input_len": wl.input_len, "output_len": wl.output_len} if wl is not None else {}
+    return parse_preset(
+        {"name": "knee search", "workload": workload,
+         "ramp": {"mode": "search", "start": start, "max": max(start, max_c), "warmup_s": 5, "hold_s": 10, "min_requests": 10},
+         "stop": {"plateau_gain": 0.05}},
+        "knee-search",
+    )
 
 
 def _exit_watchdog(seconds: float) -> None:

@@ -6,6 +6,7 @@ from collections import deque
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.widgets import Label
 
 from redline.engine.snapshot import Snapshot
 
@@ -17,6 +18,7 @@ HISTORY_POINTS = 120  # seconds of sparkline
 # (widget id, title, timeline column, live value from the snapshot, formatter)
 ROWS = (
     ("tok", "out tok/s", "output_tok_s", lambda s: s.output_tok_s, rate),
+    ("good", "goodput", "goodput_tok_s", lambda s: s.goodput_tok_s, rate),  # only with SLOs
     ("ttft50", "TTFT p50", "ttft_p50_ms", lambda s: s.ttft_ms.get("p50"), ms),
     ("ttft99", "TTFT p99", "ttft_p99_ms", lambda s: s.ttft_ms.get("p99"), ms),
     ("itl50", "ITL p50", "itl_p50_ms", lambda s: s.itl_ms.get("p50"), ms),
@@ -36,6 +38,7 @@ class LivePanels(Vertical):
     def compose(self) -> ComposeResult:
         for wid, title, _, _, fmt in ROWS:
             yield MetricRow(title, fmt, id=f"m-{wid}")
+        yield Label("", id="lane-line")  # only while the probe lane runs
 
     def show(self, snap: Snapshot) -> None:
         if snap.second != self._second and snap.row:
@@ -43,4 +46,23 @@ class LivePanels(Vertical):
             for _, _, col, _, _ in ROWS:
                 self._history[col].append(snap.row.get(col))
         for wid, _, col, live, _ in ROWS:
-            self.query_one(f"#m-{wid}", MetricRow).show(self._history[col], live(snap))
+            row = self.query_one(f"#m-{wid}", MetricRow)
+            if wid == "good":
+                row.display = snap.goodput_tok_s is not None
+            row.show(self._history[col], live(snap))
+        lane = self.query_one("#lane-line", Label)
+        lane.display = snap.lane_on
+        if snap.lane_on:
+            lane.update(lane_text(snap))
+
+
+def lane_text(snap: Snapshot) -> str:
+    """The probe lane beside the load: a lone request's p50s and how much slower the load's are."""
+
+    def part(name: str, lane_v: float | None, load_v: float | None) -> str:
+        if lane_v is None:
+            return f"{name} -"
+        ratio = f" (load ×{load_v / lane_v:.1f})" if load_v is not None and lane_v > 0 else ""
+        return f"{name} {ms(lane_v)}{ratio}"
+
+    return "lane C=1  " + "  ".join((part("TTFT", snap.lane_ttft_ms, snap.ttft_ms.get("p50")), part("ITL", snap.lane_itl_ms, snap.itl_ms.get("p50"))))

@@ -35,6 +35,30 @@ class ConcurrencyPrompt(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class TextPrompt(ModalScreen[str | None]):
+    """One line of text (checked by the app), or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, question: str, hint: str, placeholder: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.hint = hint
+        self.placeholder = placeholder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="question")
+            yield Label(self.hint, classes="dim")
+            yield Input(placeholder=self.placeholder, id="text-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape", "no", "no")]
 
