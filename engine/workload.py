@@ -1,14 +1,22 @@
-"""Where prompts come from: random text of a length in the server's tokens, ShareGPT, JSONL.
+"""Where prompts come from: random text of a length in the server's tokens, shared-prefix
+groups, ShareGPT, JSONL.
 
 Lengths are in the server's tokens, as bench_serving's are. Random prompts are calibrated
 against what the server reports (usage.prompt_tokens on two probe requests), so
 `input_len = 1024` means 1024 tokens of *that* server's tokenizer and chat template.
+
+`prefix:groups=G,prefix_len=P,suffix_len=S` is calibrated the same way: G groups, each with its
+own text of P tokens that every prompt of the group starts with, followed by S tokens unique
+to the prompt (a prompt is P + S tokens, the chat template included). Requests cycle over the
+groups (request i is of group i mod G), so a server with a prefix cache (SGLang's
+RadixAttention, vLLM's automatic prefix caching) computes each prefix once.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -28,13 +36,45 @@ _WORDS = (
 ).split()
 
 
+PREFIX_FORM = "prefix:groups=G,prefix_len=P,suffix_len=S"
+FILE_FORMS = "random, sharegpt:PATH or jsonl:PATH"
+DATASET_FORMS = f"{FILE_FORMS}, or {PREFIX_FORM}"
+PREFIX_KEYS = ("groups", "prefix_len", "suffix_len")
+#: Upper bounds of a prefix spec: groups, and prefix_len + suffix_len (tokens of one prompt).
+MAX_PREFIX_GROUPS = 1_000_000
+MAX_PREFIX_PROMPT_TOKENS = 10_000_000
+#: Characters of group prefix texts kept in memory; beyond, a prefix is rebuilt when used.
+_PREFIX_MEMO_CHARS = 64 * 1024 * 1024
+
+
 class WorkloadError(ValueError):
     """A dataset that cannot be used; the message is one line naming the value."""
 
 
+class PrefixSpecError(WorkloadError):
+    """A malformed `prefix:` dataset; `reason` says what is wrong without the spec."""
+
+    def __init__(self, spec: str, reason: str) -> None:
+        self.spec = spec
+        self.reason = reason
+        super().__init__(f"dataset {_shown(spec)}: {reason} (expected {PREFIX_FORM}, each a whole number >= 1)")
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    """G groups of prompts sharing a P-token prefix, each with an S-token unique suffix."""
+
+    groups: int
+    prefix_len: int
+    suffix_len: int
+
+    def spec(self) -> str:
+        return f"prefix:groups={self.groups},prefix_len={self.prefix_len},suffix_len={self.suffix_len}"
+
+
 @dataclass(frozen=True)
 class WorkloadConfig:
-    dataset: str = "random"  # random | sharegpt:PATH | jsonl:PATH
+    dataset: str = "random"  # random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S
     input_len: int = DEFAULT_INPUT_LEN
     output_len: int = DEFAULT_OUTPUT_LEN
     seed: int = 0
@@ -88,6 +128,102 @@ async def calibrate(
     return Calibration(overhead=p1 - per_word * w1, per_word=per_word, measured=True)
 
 
+def _shown(spec: str) -> str:
+    return repr(spec) if len(spec) <= 120 else repr(spec[:117]) + "..."
+
+
+def is_prefix_spec(spec: str) -> bool:
+    return spec.startswith("prefix:")
+
+
+def needs_calibration(spec: str) -> bool:
+    """Datasets whose lengths are in the server's tokens: `random` and `prefix:...`."""
+    return spec == "random" or is_prefix_spec(spec)
+
+
+_WHOLE = re.compile(r"[0-9]+")
+
+
+def parse_prefix_spec(spec: str) -> PrefixSpec:
+    """`prefix:groups=G,prefix_len=P,suffix_len=S` (keys in any order, spaces around items
+    allowed) -> PrefixSpec; PrefixSpecError naming the bad part otherwise."""
+    kind, sep, body = spec.partition(":")
+    if kind != "prefix" or not sep:
+        raise PrefixSpecError(spec, "not a prefix dataset")
+    if not body.strip():
+        raise PrefixSpecError(spec, "no groups, prefix_len or suffix_len after 'prefix:'")
+    values: dict[str, int] = {}
+    for item in body.split(","):
+        item = item.strip()
+        if not item:
+            raise PrefixSpecError(spec, "empty item")
+        key, eq, raw = (part.strip() for part in item.partition("="))
+        if key not in PREFIX_KEYS:
+            raise PrefixSpecError(spec, f"unknown key {key!r}" if eq else f"{item!r} is not KEY=VALUE")
+        if not eq:
+            raise PrefixSpecError(spec, f"{key} has no value")
+        if key in values:
+            raise PrefixSpecError(spec, f"{key} given twice")
+        if not _WHOLE.fullmatch(raw) or int(raw) < 1:
+            raise PrefixSpecError(spec, f"{key} must be a whole number >= 1, got {raw!r}")
+        values[key] = int(raw)
+    missing = [k for k in PREFIX_KEYS if k not in values]
+    if missing:
+        raise PrefixSpecError(spec, "missing " + " and ".join(missing))
+    if values["groups"] > MAX_PREFIX_GROUPS:
+        raise PrefixSpecError(spec, f"groups must be at most {MAX_PREFIX_GROUPS}, got {values['groups']}")
+    if values["prefix_len"] + values["suffix_len"] > MAX_PREFIX_PROMPT_TOKENS:
+        raise PrefixSpecError(
+            spec, f"prefix_len + suffix_len must be at most {MAX_PREFIX_PROMPT_TOKENS} tokens, "
+            f"got {values['prefix_len'] + values['suffix_len']}")
+    return PrefixSpec(values["groups"], values["prefix_len"], values["suffix_len"])
+
+
+class PrefixPrompts:
+    """The prompts of a prefix dataset: request i is of group i mod G; its text is the group's
+    prefix, a space, then a suffix drawn for it alone (starting with a random 9-digit id, like
+    a random prompt, so prompts of a group differ right after the prefix).
+
+    Word counts come from the calibration: the prefix has round(P / tokens-per-word) words and
+    the whole prompt `calibration.words_for(P + S)`, so the prefix is P of the server's tokens
+    and the prompt P + S with the chat template's overhead.
+    """
+
+    def __init__(self, spec: PrefixSpec, calibration: Calibration, seed: int, output_len: int) -> None:
+        self.spec = spec
+        self.calibration = calibration
+        self.output_len = output_len
+        self.seed = seed
+        self.prefix_words = max(1, round(spec.prefix_len / calibration.per_word))
+        total = calibration.words_for(spec.prefix_len + spec.suffix_len)
+        self.suffix_words = max(1, total - self.prefix_words)
+        self._rng = random.Random(f"redline-prefix-suffix:{seed}")
+        self._heads = random.Random(f"redline-prefix-heads:{seed}").randrange(10**9)
+        self._memo: dict[int, str] = {}
+        self._memo_chars = 0
+        self._i = 0
+
+    def prefix(self, group: int) -> str:
+        """The text every prompt of `group` starts with (deterministic for the seed)."""
+        text = self._memo.get(group)
+        if text is not None:
+            return text
+        rng = random.Random(f"redline-prefix:{self.seed}:{group}")
+        head = f"{(self._heads + group) % 10**9:09d}"  # distinct per group, 9 digits as random prompts
+        text = head + " " + " ".join(rng.choices(_WORDS, k=self.prefix_words - 1)) if self.prefix_words > 1 else head
+        if self._memo_chars + len(text) <= _PREFIX_MEMO_CHARS:
+            self._memo[group] = text
+            self._memo_chars += len(text)
+        return text
+
+    def next(self) -> Prompt:
+        group = self._i % self.spec.groups
+        self._i += 1
+        text = self.prefix(group) + " " + _random_text(self._rng, self.suffix_words)
+        expected = self.spec.prefix_len + self.spec.suffix_len if self.calibration.measured else 0
+        return Prompt(text, self.output_len, expected)
+
+
 class PromptSource:
     """Yields prompts forever (datasets cycle), deterministically for a seed."""
 
@@ -96,11 +232,16 @@ class PromptSource:
         self.calibration = calibration
         self._rng = random.Random(config.seed)
         self._items: list[Prompt] = []
+        self._prefix: PrefixPrompts | None = None
         self._i = 0
-        if config.dataset != "random":
+        if is_prefix_spec(config.dataset):
+            self._prefix = PrefixPrompts(parse_prefix_spec(config.dataset), calibration, config.seed, config.output_len)
+        elif config.dataset != "random":
             self._items = load_dataset(config.dataset, config.output_len)
 
     def next(self) -> Prompt:
+        if self._prefix is not None:
+            return self._prefix.next()
         if self._items:
             p = self._items[self._i % len(self._items)]
             self._i += 1
@@ -115,17 +256,27 @@ class PromptSource:
 
 
 def parse_dataset_spec(spec: str) -> tuple[str, Path | None]:
-    """'random' | 'sharegpt:PATH' | 'jsonl:PATH' -> (kind, path)."""
+    """'random' | 'sharegpt:PATH' | 'jsonl:PATH' | 'prefix:...' -> (kind, path); a prefix spec
+    is checked (PrefixSpecError) and has no path."""
     if spec == "random":
         return "random", None
+    if is_prefix_spec(spec):
+        parse_prefix_spec(spec)
+        return "prefix", None
     kind, sep, path = spec.partition(":")
     if not sep or kind not in ("sharegpt", "jsonl") or not path:
-        raise WorkloadError(f"dataset {spec!r}: expected random, sharegpt:PATH or jsonl:PATH")
+        raise WorkloadError(f"dataset {_shown(spec)}: expected {DATASET_FORMS}")
     return kind, Path(path).expanduser()
 
 
 def load_dataset(spec: str, output_len: int) -> list[Prompt]:
+    """The prompts of a dataset file, checked (WorkloadError, one line). A prefix dataset is
+    generated without end: this checks its spec and returns one prompt of each group (of the
+    first 1000), built with the uncalibrated default (PromptSource makes the real ones)."""
     kind, path = parse_dataset_spec(spec)
+    if kind == "prefix":
+        p = PrefixPrompts(parse_prefix_spec(spec), DEFAULT_CALIBRATION, 0, output_len)
+        return [p.next() for _ in range(min(p.spec.groups, 1000))]
     assert path is not None
     name = str(path)
     shown = repr(name) if len(name) <= 120 else repr(name[:117]) + "..."

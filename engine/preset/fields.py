@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..workload import FILE_FORMS, PREFIX_FORM, PrefixSpecError, is_prefix_spec, parse_prefix_spec
 from .spec import MAX_SECONDS, PresetError, one_line
 
-DATASET_FORMS = "random, sharegpt:PATH or jsonl:PATH"
+DATASET_FORMS = FILE_FORMS
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -117,15 +118,22 @@ class Ctx:
             raise self.err(key, f"expected {URL_FORMS}, got {show(exc.url)} ({exc.reason})") from None
 
     def dataset(self, key: str, value: Any, base: Path) -> str:
-        """`random`, or `sharegpt:PATH` / `jsonl:PATH` made absolute (relative to `base`);
+        """`random`, `prefix:groups=G,prefix_len=P,suffix_len=S` (checked by the one parser
+        --dataset uses), or `sharegpt:PATH` / `jsonl:PATH` made absolute (relative to `base`);
         the file must exist."""
         if not isinstance(value, str) or has_control(value):
-            raise self.bad(key, DATASET_FORMS, value)
+            raise self._bad_dataset(key, value)
         if value == "random":
+            return value
+        if is_prefix_spec(value):
+            try:
+                parse_prefix_spec(value)
+            except PrefixSpecError as exc:
+                raise self.err(key, f"{exc.reason} in {show(value)} (expected {PREFIX_FORM}, each a whole number >= 1)") from None
             return value
         kind, sep, raw = value.partition(":")
         if not sep or kind not in ("sharegpt", "jsonl") or not raw.strip():
-            raise self.bad(key, DATASET_FORMS, value)
+            raise self._bad_dataset(key, value)
         try:
             path = Path(raw).expanduser()
             if not path.is_absolute():
@@ -138,3 +146,6 @@ class Ctx:
         if not ok:
             raise self.err(key, f"dataset file not found: {show(str(path), 200)} (expected {DATASET_FORMS})")
         return f"{kind}:{path}"
+
+    def _bad_dataset(self, key: str, value: Any) -> PresetError:
+        return self.err(key, f"expected {DATASET_FORMS}, got {show(value)} (or {PREFIX_FORM})")

@@ -2,6 +2,9 @@
 
 The SGLang side is written by prometheus_client from a per-server registry (no global state),
 exactly like SGLang itself does; the values are the model's exact state at scrape time. The
+prefix cache shows as SGLang shows it: ``sglang:cache_hit_rate``, the hit rate of the last
+prefill batch, and ``sglang:cached_tokens_total{cache_source="device"}``, prompt tokens found
+in the cache (over ``sglang:prompt_tokens_total``, every prompt token, it is the hit rate). The
 dcgm side is formatted by hand because dcgm-exporter is a Go program: its counter
 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` has no ``_total`` suffix and values are Go-formatted.
 """
@@ -64,6 +67,12 @@ class SglangCollector(Collector):
                       "Number of generation tokens processed.", counters.tokens_sent)
         yield counter("sglang:num_requests_total", "Number of requests processed.",
                       snap.finished_total)
+        yield gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", snap.cache_hit_rate)
+        cached = CounterMetricFamily("sglang:cached_tokens_total",
+                                     "Number of cached prompt tokens.",
+                                     labels=["model_name", "cache_source"])
+        cached.add_metric([self._model_name, "device"], snap.prefix_hit_tokens)
+        yield cached
         yield counter("redline_sim:requests_received_total",
                       "Requests that reached a generation endpoint.", counters.received)
         yield counter("redline_sim:requests_completed_total",

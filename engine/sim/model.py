@@ -9,6 +9,18 @@ Each iteration admits queued requests (FIFO) while the running cap, the KV budge
 reserves prompt + max_tokens tokens) and the chunked-prefill size allow; it then lasts
 :meth:`SimProfile.step_time` for the batch and the admitted prompt tokens, and gives every
 running request one new token. Requests that reach their max tokens leave the batch.
+
+Prefix cache (SGLang's RadixAttention, vLLM's automatic prefix caching, kept simple and exact):
+a prompt is cut into fixed blocks of ``prefix_block_tokens`` tokens, each keyed by a hash
+chained over every block before it (:func:`prompt_blocks`), so a key names the whole prefix
+up to the end of its block. At admission a request's leading blocks found in the cache are
+hits: those tokens skip prefill (at least one token is always computed). Then all its blocks
+enter the cache, an LRU capped at ``prefix_cache_capacity`` tokens that evicts the deepest
+blocks of a prefix first, as a radix tree evicts leaves. Blocks enter when their request is
+admitted (its prefill runs in that iteration), so two requests of one group admitted in the
+same iteration: the second hits. Counters: prompt tokens queried (every admitted prompt) and
+hit; the gauge ``cache_hit_rate`` is, as in SGLang, the hit rate of the last prefill batch.
+The KV reservation of a request is unchanged by hits.
 """
 
 from __future__ import annotations
@@ -18,16 +30,101 @@ import collections
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from typing import Callable, Sequence
 
 from .profiles import SimProfile
 
-__all__ = ["BatchModel", "ModelSnapshot", "RequestState", "SimRequest", "SimShutdown"]
+__all__ = ["BatchModel", "ModelSnapshot", "PrefixCache", "PromptTokens", "RequestState",
+           "SimRequest", "SimShutdown", "prompt_blocks"]
 
 #: Seconds of scheduling lag the loop tolerates before it stops catching up.
 _MAX_LAG_S = 0.05
 #: Window of sglang:gen_throughput.
 _THROUGHPUT_WINDOW_S = 5.0
+#: Characters per prompt token of the sim's fake tokenizer (tokens.count_tokens).
+_CHARS_PER_TOKEN = 4
+
+
+def prompt_blocks(prompt: str | Sequence[int], block_tokens: int) -> tuple[int, ...]:
+    """Chained hashes of the prompt's full blocks of ``block_tokens`` tokens.
+
+    Text is cut every ``4 * block_tokens`` characters (the fake tokenizer counts 4 characters
+    a token), a list of token ids every ``block_tokens`` ids; a partial last block is not
+    cached. Block k's key hashes block k's content together with block k-1's key.
+    """
+    if block_tokens < 1:
+        return ()
+    out: list[int] = []
+    h = 0
+    if isinstance(prompt, str):
+        size = block_tokens * _CHARS_PER_TOKEN
+        for i in range(0, len(prompt) - size + 1, size):
+            h = hash((h, prompt[i:i + size]))
+            out.append(h)
+    else:
+        ids = list(prompt)
+        for i in range(0, len(ids) - block_tokens + 1, block_tokens):
+            h = hash((h, tuple(ids[i:i + block_tokens])))
+            out.append(h)
+    return tuple(out)
+
+
+class PromptTokens(int):
+    """A prompt's token count that also carries its prefix blocks (:func:`prompt_blocks`).
+
+    The request parser counts prompt tokens and passes this int where a plain count went
+    before, so the handler's ``model.submit(req.prompt_tokens, ...)`` hands the blocks to the
+    model unchanged; :meth:`BatchModel.submit` takes them (and drops them from this object).
+    """
+
+    def __new__(cls, n: int, blocks: Sequence[int] = ()) -> PromptTokens:
+        self = super().__new__(cls, n)
+        self.blocks = tuple(blocks)
+        return self
+
+    def __reduce__(self) -> tuple:  # copies and pickles stay plain ints
+        return (int, (int(self),))
+
+
+class PrefixCache:
+    """Blocks of prompt prefixes held by the server: an LRU set of chained block hashes."""
+
+    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self._capacity_blocks = capacity_tokens // block_tokens if block_tokens > 0 else 0
+        self._blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self._capacity_blocks > 0
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens the cache holds now."""
+        return len(self._blocks) * self.block_tokens
+
+    def match(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks``, from the first, the cache holds (no change to it)."""
+        n = 0
+        for h in blocks:
+            if h not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, blocks: Sequence[int]) -> None:
+        """Hold all ``blocks`` as most recently used, the first one last: eviction takes the
+        deepest blocks of a prefix before the blocks it hangs from."""
+        if not self.enabled:
+            return
+        cache = self._blocks
+        for h in reversed(blocks):
+            if h in cache:
+                cache.move_to_end(h)
+            else:
+                cache[h] = None
+        while len(cache) > self._capacity_blocks:
+            cache.popitem(last=False)
 
 
 class SimShutdown(Exception):
@@ -46,13 +143,16 @@ class RequestState(Enum):
 class SimRequest:
     """One generation request inside the model."""
 
-    __slots__ = ("rid", "prompt_tokens", "max_tokens", "generated", "state",
-                 "_available", "_waiter", "_error")
+    __slots__ = ("rid", "prompt_tokens", "max_tokens", "generated", "state", "blocks",
+                 "cached_tokens", "_available", "_waiter", "_error")
 
-    def __init__(self, rid: int, prompt_tokens: int, max_tokens: int) -> None:
+    def __init__(self, rid: int, prompt_tokens: int, max_tokens: int,
+                 blocks: tuple[int, ...] = ()) -> None:
         self.rid = rid
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+        self.blocks = blocks  # prefix-cache block keys of the prompt (dropped at admission)
+        self.cached_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.generated = 0
         self.state = RequestState.QUEUED
         self._available = 0
@@ -105,11 +205,32 @@ class ModelSnapshot:
     finished_total: int
     iterations_total: int
     gen_throughput: float
+    # Prefix cache (defaults keep positional construction above unchanged):
+    prefix_queried_tokens: int = 0  # prompt tokens looked up (every admitted prompt token)
+    prefix_hit_tokens: int = 0  # of those, found in the cache (their prefill skipped)
+    cache_hit_rate: float = 0.0  # hit rate of the last prefill batch (sglang:cache_hit_rate)
+    prefix_cache_held_tokens: int = 0  # tokens the cache holds now
 
     @property
     def token_usage(self) -> float:
         """KV tokens in use over the budget, 0..1."""
         return self.kv_used_tokens / self.kv_budget_tokens
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Hit tokens over queried tokens since the start (None before any prompt)."""
+        q = self.prefix_queried_tokens
+        return self.prefix_hit_tokens / q if q else None
+
+    def prefix_cache_state(self) -> dict[str, float | int | None]:
+        """The prefix cache's exact numbers, as ``/sim/state`` serves them."""
+        return {
+            "queried_tokens": self.prefix_queried_tokens,
+            "hit_tokens": self.prefix_hit_tokens,
+            "hit_rate": self.prefix_hit_rate,
+            "last_batch_hit_rate": self.cache_hit_rate,
+            "held_tokens": self.prefix_cache_held_tokens,
+        }
 
 
 class BatchModel:
@@ -136,6 +257,10 @@ class BatchModel:
         self._generated_total = 0
         self._finished_total = 0
         self._iterations = 0
+        self._cache = PrefixCache(profile.prefix_cache_capacity, profile.prefix_block_tokens)
+        self._prefix_queried = 0
+        self._prefix_hit = 0
+        self._last_batch_hit_rate = 0.0
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._started = clock()
         self._batch_reported = -1
@@ -159,7 +284,10 @@ class BatchModel:
         return len(self._running) + len(self._queue)
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> SimRequest:
-        """Queue a request; ValueError if it could never fit in the KV budget."""
+        """Queue a request; ValueError if it could never fit in the KV budget.
+
+        ``prompt_tokens`` may be a :class:`PromptTokens` carrying the prompt's prefix blocks;
+        a plain int is a prompt that shares nothing with any other."""
         if self._closed:
             raise SimShutdown("the model is closed")
         if prompt_tokens < 1 or max_tokens < 1:
@@ -169,7 +297,10 @@ class BatchModel:
                 f"prompt + max_tokens = {prompt_tokens + max_tokens} exceeds the KV budget "
                 f"of {self._profile.kv_budget_tokens} tokens"
             )
-        req = SimRequest(self._next_rid, prompt_tokens, max_tokens)
+        blocks: tuple[int, ...] = ()
+        if isinstance(prompt_tokens, PromptTokens):
+            blocks, prompt_tokens.blocks = prompt_tokens.blocks, ()
+        req = SimRequest(self._next_rid, int(prompt_tokens), max_tokens, blocks)
         self._next_rid += 1
         self._queue.append(req)
         self._wake.set()
@@ -201,6 +332,10 @@ class BatchModel:
             finished_total=self._finished_total,
             iterations_total=self._iterations,
             gen_throughput=self._gen_throughput(),
+            prefix_queried_tokens=self._prefix_queried,
+            prefix_hit_tokens=self._prefix_hit,
+            cache_hit_rate=self._last_batch_hit_rate,
+            prefix_cache_held_tokens=self._cache.held_tokens,
         )
 
     def close(self) -> None:
@@ -239,23 +374,38 @@ class BatchModel:
             self._emit()
 
     def _admit(self) -> int:
-        """Admit queued requests for this iteration; return their prompt tokens."""
+        """Admit queued requests for this iteration; return the prompt tokens to prefill
+        (those not found in the prefix cache)."""
         budget = self._profile.kv_budget_tokens
         chunk = self._profile.chunked_prefill_size
-        prefill = 0
+        cache = self._cache
+        prefill = queried = hit = 0
         while self._queue and len(self._running) < self._cap:
             head = self._queue[0]
             if self._kv_reserved + head.kv_reserved > budget:
                 break
-            if prefill and prefill + head.prompt_tokens > chunk:
+            cached = 0
+            if head.blocks and cache.enabled:
+                cached = min(cache.match(head.blocks) * cache.block_tokens, head.prompt_tokens - 1)
+            new = head.prompt_tokens - cached
+            if prefill and prefill + new > chunk:
                 break
             self._queue.popleft()
+            cache.insert(head.blocks)
+            head.blocks = ()
+            head.cached_tokens = cached
             head.state = RequestState.RUNNING
             self._running[head] = None
             self._kv_reserved += head.kv_reserved
             self._kv_used += head.kv_used
             self._prompt_total += head.prompt_tokens
-            prefill += head.prompt_tokens
+            queried += head.prompt_tokens
+            hit += cached
+            prefill += new
+        if queried:
+            self._prefix_queried += queried
+            self._prefix_hit += hit
+            self._last_batch_hit_rate = hit / queried
         return prefill
 
     def _emit(self) -> None:

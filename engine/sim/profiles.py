@@ -51,6 +51,11 @@ class SimProfile:
     tokens_per_chunk: int = 1
     default_max_tokens: int = 128
     chat_template_tokens: int = 7
+    # Prefix cache (see engine/sim/model.py): prompts are cached in blocks of
+    # ``prefix_block_tokens``; cached tokens skip prefill. ``prefix_cache_tokens`` is its
+    # capacity in tokens (None: the KV budget, as the radix cache lives in the KV pool; 0: off).
+    prefix_cache_tokens: int | None = None
+    prefix_block_tokens: int = 16
 
     # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
     # power = idle_w + (peak_w - idle_w) * util.
@@ -90,6 +95,10 @@ class SimProfile:
                      "default_max_tokens", "saturation_batch"):
             if getattr(self, attr) < 1:
                 problems.append(f"{attr} must be >= 1")
+        if self.prefix_block_tokens < 1:
+            problems.append("prefix_block_tokens must be >= 1")
+        if self.prefix_cache_tokens is not None and self.prefix_cache_tokens < 0:
+            problems.append("prefix_cache_tokens must be >= 0 (0 turns the cache off) or None")
         if self.pp_max_micro_batch_size is not None and self.pp_max_micro_batch_size < 1:
             problems.append("pp_max_micro_batch_size must be >= 1 or None")
         for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",
@@ -112,6 +121,13 @@ class SimProfile:
         if self.pp_max_micro_batch_size is None:
             return self.max_running_requests
         return min(self.max_running_requests, self.pp_max_micro_batch_size)
+
+    @property
+    def prefix_cache_capacity(self) -> int:
+        """Tokens the prefix cache may hold (0: no prefix cache)."""
+        if self.prefix_cache_tokens is None:
+            return self.kv_budget_tokens
+        return self.prefix_cache_tokens
 
     def step_time(self, batch: int, prefill_tokens: int = 0) -> float:
         """Seconds one iteration takes for ``batch`` running requests."""

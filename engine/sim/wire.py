@@ -11,6 +11,10 @@ SGLang's ``/generate`` stream (cumulative ``text`` plus ``meta_info``).
 ``stream_options: {"include_usage": true, "continuous_usage_stats": true}`` puts the
 cumulative usage on every chunk (the role chunk with 0 completion tokens, then each token
 chunk), as vLLM does; the closing usage chunk still comes.
+
+The prompt's token count is a :class:`~.model.PromptTokens` carrying the keys of its
+prefix-cache blocks (the text of chat messages joined by newlines, a completion prompt, or the
+token ids), which the model looks up in its prefix cache at admission.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .model import PromptTokens, prompt_blocks
 from .profiles import SimProfile
 from .tokens import count_prompt_tokens
 
@@ -80,6 +85,15 @@ def _message_text(content: Any) -> str:
     raise BadRequest("message content must be a string or a list of parts")
 
 
+def _counted(prompt: str | list[int], extra: int, profile: SimProfile) -> int:
+    """The prompt's tokens (+ ``extra``), carrying its prefix-cache blocks when it has any."""
+    n = count_prompt_tokens(prompt) + extra
+    if profile.prefix_cache_capacity <= 0:
+        return n
+    blocks = prompt_blocks(prompt, profile.prefix_block_tokens)
+    return PromptTokens(n, blocks) if blocks else n
+
+
 def _chat_prompt_tokens(body: dict[str, Any], profile: SimProfile) -> int:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -89,16 +103,16 @@ def _chat_prompt_tokens(body: dict[str, Any], profile: SimProfile) -> int:
         if not isinstance(m, dict):
             raise BadRequest("each message must be an object with role and content")
         texts.append(_message_text(m.get("content")))
-    return count_prompt_tokens("\n".join(texts)) + profile.chat_template_tokens
+    return _counted("\n".join(texts), profile.chat_template_tokens, profile)
 
 
-def _plain_prompt_tokens(prompt: Any, key: str) -> int:
+def _plain_prompt_tokens(prompt: Any, key: str, profile: SimProfile) -> int:
     if isinstance(prompt, str):
-        return count_prompt_tokens(prompt)
+        return _counted(prompt, 0, profile)
     if isinstance(prompt, list) and prompt and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
-        return count_prompt_tokens(prompt)
+        return _counted(prompt, 0, profile)
     raise BadRequest(f"{key} must be a string (or a list of token ids), got {type(prompt).__name__}")
 
 
@@ -113,9 +127,9 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
             raise BadRequest("sampling_params must be an object")
         max_tokens = _int_field(params, "max_new_tokens")
         if "text" in body:
-            prompt_tokens = _plain_prompt_tokens(body["text"], "text")
+            prompt_tokens = _plain_prompt_tokens(body["text"], "text", profile)
         elif "input_ids" in body:
-            prompt_tokens = _plain_prompt_tokens(body["input_ids"], "input_ids")
+            prompt_tokens = _plain_prompt_tokens(body["input_ids"], "input_ids", profile)
         else:
             raise BadRequest("text or input_ids is required")
         include_usage = continuous_usage = False
@@ -127,7 +141,7 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         else:
             if "prompt" not in body:
                 raise BadRequest("prompt is required")
-            prompt_tokens = _plain_prompt_tokens(body["prompt"], "prompt")
+            prompt_tokens = _plain_prompt_tokens(body["prompt"], "prompt", profile)
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
         continuous_usage = include_usage and bool(options.get("continuous_usage_stats"))

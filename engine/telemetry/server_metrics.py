@@ -9,6 +9,14 @@ Aggregation over label sets:
   replica: request counts and throughputs are summed across them.
 - KV-cache usage is a ratio: the fullest replica is reported (max), since that is the one
   that queues first.
+
+Prefix cache: the counters of prompt tokens looked up and found (vLLM v1
+``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``; SGLang
+``sglang:prompt_tokens_total`` / ``sglang:cached_tokens_total``, summed over its
+``cache_source`` labels) give the hit rate between scrapes: :class:`ServerMetricsPoller` reports
+it over its last ``PREFIX_WINDOW_S`` seconds. Without them, the server's own gauge (SGLang
+``sglang:cache_hit_rate``: its last prefill batch; vLLM v0 ``vllm:gpu_prefix_cache_hit_rate``),
+averaged over replicas.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
 import httpx
@@ -29,8 +38,10 @@ from .poller import PromPoller
 from .types import ServerSample
 
 __all__ = [
+    "PREFIX_WINDOW_S",
     "SGLANG_METRICS",
     "VLLM_METRICS",
+    "PrefixRateWindow",
     "ServerMetricsPoller",
     "parse_server_metrics",
     "server_metrics_parser",
@@ -47,6 +58,8 @@ SGLANG_METRICS = {
     "gen_throughput": "sglang:gen_throughput",
     "gen_tokens_total": "sglang:generation_tokens_total",
     "prompt_tokens_total": "sglang:prompt_tokens_total",
+    "prefix_hit_rate": "sglang:cache_hit_rate",  # gauge: the last prefill batch
+    "prefix_hits_total": "sglang:cached_tokens_total",  # prompt tokens found in the cache
 }
 
 VLLM_METRICS = {
@@ -57,7 +70,13 @@ VLLM_METRICS = {
     "gen_throughput": "vllm:avg_generation_throughput_toks_per_s",  # vLLM v0 only
     "gen_tokens_total": "vllm:generation_tokens_total",
     "prompt_tokens_total": "vllm:prompt_tokens_total",
+    "prefix_queries_total": "vllm:prefix_cache_queries_total",  # in tokens (v1)
+    "prefix_hits_total": "vllm:prefix_cache_hits_total",  # in tokens (v1)
+    "prefix_hit_rate_old": "vllm:gpu_prefix_cache_hit_rate",  # vLLM v0 gauge, 0..1
 }
+
+#: Seconds of scrapes the poller's prefix-cache hit rate covers (at least two scrapes).
+PREFIX_WINDOW_S = 10.0
 
 _WANTED = tuple(SGLANG_METRICS.values()) + tuple(VLLM_METRICS.values())
 
@@ -83,11 +102,29 @@ def _max(series: list[tuple[dict[str, str], float]] | None) -> float | None:
     return max(v for _, v in rows) if rows else None
 
 
+def _mean_replicas(series: list[tuple[dict[str, str], float]] | None) -> float | None:
+    """A ratio per replica (max within one replica's rank views), averaged across replicas."""
+    rows = _finite(series)
+    if not rows:
+        return None
+    groups: dict[tuple[tuple[str, str], ...], float] = {}
+    for labels, v in rows:
+        key = tuple(sorted((k, val) for k, val in labels.items() if k not in _REPLICA_VIEW_LABELS))
+        groups[key] = max(groups.get(key, v), v)
+    return float(sum(groups.values()) / len(groups))
+
+
+def _ratio(value: float | None) -> float | None:
+    return min(1.0, max(0.0, value)) if value is not None else None
+
+
 def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample | None:
     """Build a ServerSample from parsed /metrics samples; None when neither SGLang's nor
     vLLM's load gauges are present."""
     sg = SGLANG_METRICS
     if any(samples.get(sg[k]) for k in ("running", "queued", "kv_usage", "gen_throughput")):
+        prompts = _sum_replicas(samples.get(sg["prompt_tokens_total"]))
+        hits = _sum_replicas(samples.get(sg["prefix_hits_total"]))
         return ServerSample(
             t=t,
             kind="sglang",
@@ -96,13 +133,18 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
             kv_usage=_max(samples.get(sg["kv_usage"])),
             gen_throughput=_sum_replicas(samples.get(sg["gen_throughput"])),
             gen_tokens_total=_sum_replicas(samples.get(sg["gen_tokens_total"])),
-            prompt_tokens_total=_sum_replicas(samples.get(sg["prompt_tokens_total"])),
+            prompt_tokens_total=prompts,
+            prefix_hit_rate=_ratio(_mean_replicas(samples.get(sg["prefix_hit_rate"]))),
+            prefix_queries_total=prompts if hits is not None else None,
+            prefix_hits_total=hits,
         )
     vl = VLLM_METRICS
     if any(samples.get(vl[k]) for k in ("running", "queued", "kv_usage", "kv_usage_old")):
         kv = _max(samples.get(vl["kv_usage"]))
         if kv is None:
             kv = _max(samples.get(vl["kv_usage_old"]))
+        queries = _sum_replicas(samples.get(vl["prefix_queries_total"]))
+        hits = _sum_replicas(samples.get(vl["prefix_hits_total"]))
         return ServerSample(
             t=t,
             kind="vllm",
@@ -112,6 +154,9 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
             gen_throughput=_sum_replicas(samples.get(vl["gen_throughput"])),
             gen_tokens_total=_sum_replicas(samples.get(vl["gen_tokens_total"])),
             prompt_tokens_total=_sum_replicas(samples.get(vl["prompt_tokens_total"])),
+            prefix_hit_rate=_ratio(_mean_replicas(samples.get(vl["prefix_hit_rate_old"]))),
+            prefix_queries_total=queries if hits is not None else None,
+            prefix_hits_total=hits if queries is not None else None,
         )
     return None
 
@@ -133,11 +178,43 @@ def parse_server_metrics(text: str, t: float, *, parser: PromParser | None = Non
     return server_sample_from_samples(samples, t)
 
 
+class PrefixRateWindow:
+    """The prefix-cache hit rate over the last ``window_s`` seconds of samples, from the
+    server's cumulative counters of prompt tokens looked up and found."""
+
+    def __init__(self, window_s: float = PREFIX_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._points: deque[tuple[float, float, float]] = deque()  # (t, queries, hits)
+
+    def update(self, sample: ServerSample) -> ServerSample:
+        """``sample`` with ``prefix_hit_rate`` from its counters: hits over queries since the
+        oldest sample of the window (the latest one at or before ``t - window_s`` where there
+        is one). None until two samples, and while no prompt token came in the window. A
+        sample without the counters keeps the server's gauge; a counter going back (a
+        restarted server) starts the window again."""
+        q, h = sample.prefix_queries_total, sample.prefix_hits_total
+        points = self._points
+        if q is None or h is None:
+            points.clear()
+            return sample
+        if points and (q < points[-1][1] or h < points[-1][2]):
+            points.clear()
+        points.append((sample.t, q, h))
+        while len(points) >= 2 and points[1][0] <= sample.t - self.window_s:
+            points.popleft()
+        _, q0, h0 = points[0]
+        dq, dh = q - q0, h - h0
+        rate = _ratio(dh / dq) if len(points) >= 2 and dq > 0 else None
+        return dataclasses.replace(sample, prefix_hit_rate=rate)
+
+
 class ServerMetricsPoller(PromPoller):
     """Fetches and parses a server's /metrics; never raises on network or parse errors.
 
     When the server gives no throughput gauge (vLLM v1), ``gen_throughput`` is derived
-    from the generated-tokens counter between consecutive polls.
+    from the generated-tokens counter between consecutive polls. The prefix-cache hit rate
+    comes from the server's counters over the last ``PREFIX_WINDOW_S`` seconds of polls
+    (:class:`PrefixRateWindow`).
     """
 
     def __init__(
@@ -151,6 +228,7 @@ class ServerMetricsPoller(PromPoller):
         super().__init__(client, url, _WANTED, timeout_s=timeout_s, clock=clock)
         self.last: ServerSample | None = None
         self._prev_counter: tuple[float, float] | None = None  # (t, gen_tokens_total)
+        self._prefix = PrefixRateWindow()
 
     async def poll(self) -> ServerSample | None:
         """One GET + parse. None on any failure, with the reason in ``.last_error``."""
@@ -162,7 +240,7 @@ class ServerMetricsPoller(PromPoller):
         if sample is None:
             self._prev_counter = None
             return self._nothing(text, "no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
-        sample = self._with_rate(sample)
+        sample = self._prefix.update(self._with_rate(sample))
         self.last_error = None
         self.last = sample
         return sample

@@ -39,6 +39,13 @@ class ServerSample:
     # Added fields (defaults keep positional construction above unchanged):
     gen_tokens_total: float | None = None  # cumulative generated tokens (server counter)
     prompt_tokens_total: float | None = None  # cumulative prompt tokens (server counter)
+    # Prefix cache: the share of prompt tokens the server found in its prefix cache, 0..1.
+    # From the counters below, over the poller's recent window (None while no prompt token
+    # arrived in it, or before two scrapes); a server without them: its own gauge
+    # (SGLang sglang:cache_hit_rate: its last prefill batch; vLLM v0: since its start).
+    prefix_hit_rate: float | None = None
+    prefix_queries_total: float | None = None  # cumulative prompt tokens looked up in the cache
+    prefix_hits_total: float | None = None  # cumulative prompt tokens found there
 
 
 @dataclass(frozen=True, slots=True)
