@@ -56,7 +56,7 @@ from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
 from .telemetry.hub import TelemetryHub
 from .timeline import tick, timeline_row
-from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate
+from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate, needs_calibration
 
 SERVER_GONE = "server gone"
 
@@ -153,7 +153,7 @@ class Engine:
         self.watch = ServerWatch(self.client, self.target.url + "/health", self._server_gone, self._server_back, self.log)
         if cfg.calibrate and self.target.api != GENERATE:
             await self._check_continuous_usage()
-        if cfg.workload.dataset == "random" and cfg.calibrate:
+        if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
             self.calibration = await calibrate(self._measure_prompt_tokens, cfg.seed)
             if self.calibration.measured:
                 self.log("notice", f"calibrated prompts: {self.calibration.per_word:.2f} tokens/word + {self.calibration.overhead:.0f}")

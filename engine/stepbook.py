@@ -78,6 +78,8 @@ class StepBook:
             # a sample taken before the step measured (e.g. before an abort) is not its own
             if server is not None and server.running is not None and acc.t0 is not None and server.t >= acc.t0:
                 acc.note_server_running(server.running)
+            if server is not None:
+                acc.note_prefix(server.prefix_queries_total, server.prefix_hits_total)
             acc.note_power(power_w)
         self.live_result = self.live.result(now) if self.live is not None else None
 

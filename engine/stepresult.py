@@ -51,6 +51,7 @@ class StepResult:
     # the probe lane beside the load (engine/lane.py), when it was on
     lane_median_ttft_ms: float | None = None
     lane_median_itl_ms: float | None = None
+    prefix_hit_rate: float | None = None  # the server's prefix-cache hits / queries over the step (its counters)
 
     @property
     def error_rate(self) -> float:

@@ -75,6 +75,7 @@ class StepAccumulator:
         self.good = 0  # own requests that met every per-request SLO bound
         self.good_tokens = 0
         self._own_live: dict[int, RequestRecord] = {}  # own requests in flight (SLO: already missed?)
+        self._prefix: list[tuple[float, float]] = []  # (queries, hits) counter samples while measuring
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/lane.py), in the window
         self.lane_itl = Digest()
         self.concurrency = concurrency
@@ -202,6 +203,21 @@ class StepAccumulator:
         if self.measuring and running is not None and (self.server_max_running is None or running > self.server_max_running):
             self.server_max_running = running
 
+    def note_prefix(self, queries: float | None, hits: float | None) -> None:
+        if not self.measuring or queries is None or hits is None:
+            return
+        if self._prefix and queries < self._prefix[-1][0]:  # the server restarted: count anew
+            self._prefix.clear()
+        self._prefix.append((queries, hits))
+        if len(self._prefix) > 2:
+            del self._prefix[1]  # the first and the latest are all the rate needs
+
+    def _prefix_hit_rate(self) -> float | None:
+        if len(self._prefix) < 2:
+            return None
+        (q0, h0), (q1, h1) = self._prefix[0], self._prefix[-1]
+        return round((h1 - h0) / (q1 - q0), 4) if q1 > q0 else None
+
     def note_power(self, watts: float | None) -> None:
         if self.measuring and watts is not None:
             self._power_sum += watts
@@ -274,6 +290,7 @@ class StepAccumulator:
             **self._goodput(d),
             lane_median_ttft_ms=_ms(self.lane_ttft.quantile(0.5)),
             lane_median_itl_ms=_ms(self.lane_itl.quantile(0.5)),
+            prefix_hit_rate=self._prefix_hit_rate(),
         )
 
     def _goodput(self, d: float) -> dict:

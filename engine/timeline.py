@@ -84,6 +84,7 @@ def timeline_row(
     row["server_queued"] = server.queued if server else None
     row["server_kv_usage"] = server.kv_usage if server else None
     row["server_gen_throughput"] = server.gen_throughput if server else None
+    row["server_prefix_hit_rate"] = server.prefix_hit_rate if server else None
     if health is not None:
         row["client_cpu_pct"] = health.cpu_pct
         row["loop_lag_ms"] = health.loop_lag_ms

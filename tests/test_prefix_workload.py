@@ -453,3 +453,41 @@ def test_rate_window_spans_ten_seconds_skips_idle_and_restarts():
     assert idle.update(_counters(1.0, 500, 100)).prefix_hit_rate is None  # no prompt in the window
     assert idle.update(_counters(2.0, 10, 5)).prefix_hit_rate is None  # a restarted server: start again
     assert idle.update(_counters(3.0, 20, 10)).prefix_hit_rate == pytest.approx(0.5)
+
+
+def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
+    """A step of a shared-prefix workload carries the hit rate the server's counters give over
+    it, and the timeline has it per second; a random workload's step shows none hit."""
+    import asyncio
+
+    from redline.engine.config import EngineConfig
+    from redline.engine.core import Engine
+    from redline.engine.preset import parse_preset
+    from redline.engine.runner import run_preset
+    from redline.engine.workload import WorkloadConfig
+
+    sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))
+    preset = parse_preset({"ramp": {"concurrency": [8], "warmup_s": 1.0, "hold_s": 3.0, "min_requests": 4}}, "p.toml")
+
+    def run(dataset: str, out):
+        cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(dataset=dataset, input_len=200, output_len=16),
+                           out_dir=out, live_steps=False, use_nvml=False)
+
+        async def go():
+            e = Engine(cfg)
+            await e.start()
+            try:
+                return await run_preset(e, preset)
+            finally:
+                await e.stop("preset finished")
+
+        return asyncio.run(go()).steps[0]
+
+    shared = run("prefix:groups=2,prefix_len=400,suffix_len=20", tmp_path / "a")
+    assert shared.prefix_hit_rate is not None and shared.prefix_hit_rate > 0.7, shared.prefix_hit_rate
+    import polars as pl
+
+    tl = pl.read_ndjson(tmp_path / "a" / "timeline.ndjson")
+    assert tl["server_prefix_hit_rate"].drop_nulls().max() > 0.7
+    plain = run("random", tmp_path / "b")
+    assert plain.prefix_hit_rate is not None and plain.prefix_hit_rate < 0.05

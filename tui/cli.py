@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--step", type=_positive_int("--step"), default=DEFAULT_STEP, metavar="N", help=f"+/- change (default {DEFAULT_STEP})")
     w.add_argument("--input-len", type=_positive_int("--input-len"), default=DEFAULT_INPUT_LEN, metavar="N", help=f"random prompt length in server tokens (default {DEFAULT_INPUT_LEN})")
     w.add_argument("--output-len", type=_positive_int("--output-len"), default=DEFAULT_OUTPUT_LEN, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN})")
-    w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH")
+    w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S (G groups of prompts sharing a P-token prefix)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
     p.set_defaults(handler=commands.cmd_tui)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

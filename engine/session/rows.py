@@ -78,6 +78,7 @@ TIMELINE_COLUMNS: dict[str, str] = {
     "server_queued": "float",
     "server_kv_usage": "float",
     "server_gen_throughput": "float",
+    "server_prefix_hit_rate": "float",
     "client_cpu_pct": "float",
     "loop_lag_ms": "float",
     "client_overloaded": "bool",

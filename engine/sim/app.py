@@ -138,6 +138,7 @@ class SimService:
             "kv_reserved_tokens": snap.kv_reserved_tokens,
             "kv_budget_tokens": snap.kv_budget_tokens,
             "gen_throughput": snap.gen_throughput,
+            "prefix_cache": snap.prefix_cache_state(),
             "overloaded": self.guard.overloaded(snap.running + snap.queued),
             "crashed": self.guard.crashed,
         }
