@@ -97,8 +97,8 @@ class LiveMetrics:
         self.requests = RateWindow()
         self.errors = RateWindow()
         self.slo: Slo | None = None  # per-request bounds: goodput counts the requests meeting them
-        self.good_requests = RateWindow()
-        self.good_tokens = RateWindow()
+        self.good_requests = RateWindow(LATENCY_WINDOW_S)  # requests end in bursts: a longer window
+        self.good_tokens = RateWindow(LATENCY_WINDOW_S)
         # sliding windows: TTFT enters when the first token arrives, E2E/TPOT when the
         # request ends, ITL when the chunk ending each gap arrives
         self._ttft = RollingDigest(LATENCY_WINDOW_S)

@@ -187,7 +187,7 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     t0 = time.perf_counter()
     book = engine.book
     while (c := search.next()) is not None:
-        label = f"{preset.name} search point {len(search.points) + 1} C={c}"
+        label = f"{preset.name} point {len(search.points) + 1} C={c}"
         res, gone = await _step(engine, StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s), label)
         if gone:
             br = rules.evaluate(out.steps, None, server_gone=True)
