@@ -72,4 +72,4 @@ async def test_lane_slo_and_search_keys(host):
         assert await settle(pilot, lambda: "[PRESET]" in app.query_one(StatusHeader).render().plain)
         await pilot.press("right_square_bracket")
         assert await settle(pilot, lambda: not host.snapshot.preset_running)
-        assert any("cancelled by the operator" in line.text for line in host.snapshot.log)
+        assert await settle(pilot, lambda: any("cancelled by the operator" in line.text for line in host.snapshot.log))
