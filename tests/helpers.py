@@ -434,3 +434,22 @@ def raw_server(handler):
     finally:
         box["loop"].call_soon_threadsafe(box["loop"].stop)
         t.join(5)
+
+
+def run_preset_headless(cfg, preset):
+    """Start an Engine on `cfg`, run `preset` on it as `redline run --headless` does, stop it
+    (the session log complete); returns the RunOutcome."""
+    import asyncio
+
+    from redline.engine.core import Engine
+    from redline.engine.runner import run_preset
+
+    async def go():
+        e = Engine(cfg)
+        await e.start()
+        try:
+            return await run_preset(e, preset)
+        finally:
+            await e.stop("preset finished")
+
+    return asyncio.run(go())

@@ -12,11 +12,12 @@ from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
 from redline.engine.guard import GuardError, parse_guard
 from redline.engine.preset import parse_preset
-from redline.engine.runner import run_preset
 from redline.engine.search import KneeSearch
 from redline.engine.slo import Slo, SloError, parse_slo
 from redline.engine.stepresult import StepResult
 from redline.engine.workload import WorkloadConfig
+
+from helpers import run_preset_headless
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
@@ -38,15 +39,7 @@ def _run(sim_url, preset, tmp_path, slo=None, conc=4, out_len=24):
     cfg = EngineConfig(url=sim_url, concurrency=conc, workload=WorkloadConfig(input_len=16, output_len=out_len), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False, slo=slo)
 
-    async def go():
-        e = Engine(cfg)
-        await e.start()
-        try:
-            return await run_preset(e, preset)
-        finally:
-            await e.stop("preset finished")
-
-    return asyncio.run(go())
+    return run_preset_headless(cfg, preset)
 
 
 def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory, tmp_path):

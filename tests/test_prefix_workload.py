@@ -50,7 +50,7 @@ from redline.engine.workload import (
     parse_prefix_spec,
 )
 
-from helpers import main_in_process
+from helpers import run_preset_headless, main_in_process
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLOCK_TOKENS = 16  # the sim's default prefix_block_tokens
@@ -458,12 +458,8 @@ def test_rate_window_spans_ten_seconds_skips_idle_and_restarts():
 def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     """A step of a shared-prefix workload carries the hit rate the server's counters give over
     it, and the timeline has it per second; a random workload's step shows none hit."""
-    import asyncio
-
     from redline.engine.config import EngineConfig
-    from redline.engine.core import Engine
     from redline.engine.preset import parse_preset
-    from redline.engine.runner import run_preset
     from redline.engine.workload import WorkloadConfig
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))
@@ -473,15 +469,7 @@ def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
         cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(dataset=dataset, input_len=200, output_len=16),
                            out_dir=out, live_steps=False, use_nvml=False)
 
-        async def go():
-            e = Engine(cfg)
-            await e.start()
-            try:
-                return await run_preset(e, preset)
-            finally:
-                await e.stop("preset finished")
-
-        return asyncio.run(go()).steps[0]
+        return run_preset_headless(cfg, preset).steps[0]
 
     shared = run("prefix:groups=2,prefix_len=400,suffix_len=20", tmp_path / "a")
     assert shared.prefix_hit_rate is not None and shared.prefix_hit_rate > 0.7, shared.prefix_hit_rate

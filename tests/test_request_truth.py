@@ -23,7 +23,6 @@ import socket
 import statistics
 import threading
 import time
-from typing import Callable
 
 import pytest
 
@@ -35,104 +34,14 @@ from redline.engine.records import RequestRecord
 from redline.engine.request import run_request
 from redline.engine.transport import Stamped
 
-from helpers import sim_state_async as sim_state
+from helpers import ThreadHandler, ThreadServer, sim_state_async as sim_state
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 
 
-# -- a threaded HTTP/1.1 server on 127.0.0.1 --------------------------------------------------
-Handler = Callable[[socket.socket, bytes, bytes, int], bool]
-
-
-class ThreadServer:
-    """HTTP/1.1 on 127.0.0.1, one thread per connection; `handler(sock, head, body, index)`
-    answers request number `index` (0-based, over all connections) and returns whether the
-    connection stays open for another request."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.requests: list[tuple[int, bytes, bytes]] = []  # (connection number, head, body)
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._stop = False
-        self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._lsock.bind(("127.0.0.1", 0))
-        self._lsock.listen(64)
-        self._lsock.settimeout(0.05)
-        self.url = f"http://127.0.0.1:{self._lsock.getsockname()[1]}"
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def __enter__(self) -> "ThreadServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._stop = True
-        with self._lock:
-            socks = list(self._socks)
-        for c in socks:  # wake threads blocked in recv on a connection the client keeps open
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        for t in self._threads:
-            t.join(2.0)
-        self._lsock.close()
-
-    def _accept(self) -> None:
-        while not self._stop:
-            try:
-                c, _ = self._lsock.accept()
-            except (socket.timeout, OSError):
-                continue
-            with self._lock:
-                self.connections += 1
-                n = self.connections
-                self._socks.append(c)
-            c.settimeout(5.0)
-            t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _serve(self, c: socket.socket, conn_no: int) -> None:
-        buf = b""
-        try:
-            while not self._stop:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                while len(buf) < length:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                body, buf = buf[:length], buf[length:]
-                with self._lock:
-                    self.requests.append((conn_no, head, body))
-                    index = len(self.requests) - 1
-                if not self.handler(c, head, body, index):
-                    return
-        except OSError:
-            pass
-        finally:
-            try:
-                c.close()
-            except OSError:
-                pass
-
+# -- a threaded HTTP/1.1 server on 127.0.0.1 (tests/helpers.py) ------------------------------
+Handler = ThreadHandler
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"

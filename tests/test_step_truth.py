@@ -17,11 +17,11 @@ import polars as pl
 import pytest
 
 from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
 from redline.engine.preset import parse_preset
-from redline.engine.runner import run_preset
 from redline.engine.sim.truth import window_truth
 from redline.engine.workload import WorkloadConfig
+
+from helpers import run_preset_headless
 
 CAP_SIM = ("--set", "max_running_requests=8", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.025", "--set", "decode_per_seq_s=0.0005")
 OUT_LEN = 60  # ~1.7 s per request at the cap: longer than the hold, so requests outlive steps
@@ -50,15 +50,7 @@ def capped_run(tmp_path_factory):
         preset = parse_preset(PRESET, "truth.toml")
         cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=OUT_LEN), out_dir=out, live_steps=False, use_nvml=False)
 
-        async def go():
-            e = Engine(cfg)
-            await e.start()
-            try:
-                return await run_preset(e, preset)
-            finally:
-                await e.stop("preset finished")
-
-        outcome = asyncio.run(go())
+        outcome = run_preset_headless(cfg, preset)
         records = httpx.get(sim.url + "/sim/requests?chunks=1", timeout=30).json()
     finally:
         sim.stop()
@@ -125,15 +117,7 @@ def test_probe_warms_up_then_measures_three_requests(healthy_sim, tmp_path):
     )
     cfg = EngineConfig(url=healthy_sim.url, concurrency=8, workload=WorkloadConfig(input_len=8, output_len=24), out_dir=tmp_path / "s", live_steps=False, use_nvml=False)
 
-    async def go():
-        e = Engine(cfg)
-        await e.start()
-        try:
-            return await run_preset(e, preset)
-        finally:
-            await e.stop("preset finished")
-
-    outcome = asyncio.run(go())
+    outcome = run_preset_headless(cfg, preset)
     probe = outcome.probe
     assert probe is not None and probe.phase == "probe" and probe.concurrency == 1
     assert probe.completed >= 3 and probe.median_ttft_ms is not None
