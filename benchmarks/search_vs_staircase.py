@@ -31,17 +31,17 @@ output_len = 128
 {ramp}
 warmup_s = {warmup}
 hold_s = {hold}
-min_requests = 8
+min_requests = {min_requests}
 {stop}
 """
 
 
-def run(profile: str, ramp: str, warmup: float, hold: float, name: str, stop: str = "") -> tuple[float, dict]:
+def run(profile: str, ramp: str, warmup: float, hold: float, name: str, stop: str = "", min_requests: int = 8) -> tuple[float, dict]:
     sim = spawn_sim_process(profile=profile)
     tmp = Path(tempfile.mkdtemp(prefix="redline-knee-"))
     try:
         f = tmp / "p.toml"
-        f.write_text(PRESET.format(name=name, ramp=ramp, warmup=warmup, hold=hold, stop=stop))
+        f.write_text(PRESET.format(name=name, ramp=ramp, warmup=warmup, hold=hold, stop=stop, min_requests=min_requests))
         t0 = time.monotonic()
         subprocess.run([sys.executable, "-m", "redline.tui.cli", "run", str(f), "--headless", "--url", sim.url,
                         "--out", str(tmp / "s"), "--no-nvml", "--max-concurrency", "100000"], check=True, stdout=subprocess.DEVNULL)
@@ -66,16 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resolution", type=float, default=0.05)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--hold", type=float, default=4.0)
+    ap.add_argument("--min-requests", type=int, default=8, help="own requests a step must complete")
+    ap.add_argument("--no-staircase", action="store_true", help="time the search alone")
     a = ap.parse_args(argv)
     search_ramp = f'mode = "search"\nstart = {a.start}\nmax = {a.max}\nresolution = {a.resolution}'
-    t_s, s = run(a.profile, search_ramp, a.warmup, a.hold, "search", stop="[stop]\nplateau_gain = 0.05")
+    t_s, s = run(a.profile, search_ramp, a.warmup, a.hold, "search", stop="[stop]\nplateau_gain = 0.05", min_requests=a.min_requests)
+    knee_s = s["search"]["knee_concurrency"]
+    print(f"{a.profile}: knee by search C={knee_s} in {t_s:.0f} s ({len(s['search']['points'])} points: {s['search']['points']})", flush=True)
+    if a.no_staircase:
+        return 0
     stairs = list(range(a.fine, a.max + 1, a.fine))
     stair_ramp = f"concurrency = {[c for c in stairs if c >= a.start] or [a.start]}"
     # the staircase must see the whole curve: no stop rule ends it early
-    t_f, f = run(a.profile, stair_ramp.replace("\n", " "), a.warmup, a.hold, "staircase")
-    knee_s = s["search"]["knee_concurrency"]
+    t_f, f = run(a.profile, stair_ramp.replace("\n", " "), a.warmup, a.hold, "staircase", min_requests=a.min_requests)
     knee_f = staircase_knee(f["steps"])
-    print(f"{a.profile}: knee by search C={knee_s} in {t_s:.0f} s ({len(s['search']['points'])} points: {s['search']['points']})")
     print(f"{a.profile}: knee by a staircase of {len(f['steps'])} steps every {a.fine}: C={knee_f} in {t_f:.0f} s")
     print(f"agreement: |{knee_s} - {knee_f}| = {abs(knee_s - knee_f)} (one staircase step: {a.fine})")
     return 0
