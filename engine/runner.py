@@ -113,36 +113,11 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     if engine.controller is not None and engine.controller.paused:
         engine.controller.resume()
     book.default_phase = "measure"
-    if preset.ramp.search is not None:
-        try:
-            await _search(engine, preset, rules, out, on_line)
-            if preset.after.probe_s > 0 and not engine.server_gone:
-                out.probe = await _probe(engine, preset, on_line)
-        finally:
-            book.default_phase = "live"
-            engine.preset_line = ""
-            engine.write_summary()
-        return out
-    plans = preset.ramp.steps()
-    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
-    gone = False
     try:
-        for i, plan in enumerate(plans, 1):
-            label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
-            res, gone = await _step(engine, plan, label)
-            if res is not None:
-                out.steps.append(res)
-                on_line(format_step_line(res))
-            if gone:
-                br = rules.evaluate(out.steps, res, server_gone=True)
-                br.concurrency = plan.concurrency  # the step the server went in
-            else:
-                br = rules.evaluate(out.steps[:-1], res)
-            if br is not None:
-                out.break_result = book.break_result = br
-                engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
-                on_line(f"break: {br.reason} at C={br.concurrency}; last good C={br.last_good_concurrency} ({br.detail})")
-                break
+        if preset.ramp.search is not None:
+            await _search(engine, preset, rules, out, on_line)
+        else:
+            await _ramp(engine, preset, rules, out, on_line)
         if preset.after.probe_s > 0 and not engine.server_gone:
             out.probe = await _probe(engine, preset, on_line)
     finally:
@@ -150,6 +125,28 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
         engine.preset_line = ""
         engine.write_summary()
     return out
+
+
+async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcome, on_line: Callable[[str], None]) -> None:
+    """The preset's steps in order, until a stop rule fires."""
+    plans = preset.ramp.steps()
+    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
+    for i, plan in enumerate(plans, 1):
+        label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
+        res, gone = await _step(engine, plan, label)
+        if res is not None:
+            out.steps.append(res)
+            on_line(format_step_line(res))
+        if gone:
+            br = rules.evaluate(out.steps, res, server_gone=True)
+            br.concurrency = plan.concurrency  # the step the server went in
+        else:
+            br = rules.evaluate(out.steps[:-1], res)
+        if br is not None:
+            out.break_result = engine.book.break_result = br
+            engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
+            on_line(f"break: {br.reason} at C={br.concurrency}; last good C={br.last_good_concurrency} ({br.detail})")
+            return
 
 
 async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None]) -> StepResult | None:
