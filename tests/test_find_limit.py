@@ -217,3 +217,18 @@ def test_report_shows_goodput_beside_throughput():
     assert "goodput 80.5 tok/s (SLO met 80 %)" in format_step_line(with_slo)
     plain = StepResult(concurrency=8, duration_s=10, completed=20, failed=0, output_throughput=100.0, input_throughput=0, request_throughput=2)
     assert "good tok/s" not in format_step_table([plain]) and "goodput" not in format_step_line(plain)
+
+
+def test_report_compares_goodput_across_sessions():
+    from redline.engine.session.compare import session_from_steps
+    from redline.tui.report_cmd import format_comparison
+
+    def st(c, tok, good=None, att=None):
+        return StepResult(concurrency=c, duration_s=10, completed=20, failed=0, output_throughput=tok, input_throughput=0,
+                          request_throughput=1, output_goodput=good, slo_attainment=att)
+
+    a = session_from_steps("tp8", [st(8, 100.0, 95.0, 0.95), st(16, 190.0, 120.0, 0.63)])
+    b = session_from_steps("pp8", [st(8, 90.0, 90.0, 1.0)])
+    text = format_comparison([a, b])
+    assert "goodput (SLOs)" in text and "120.0" in text and "63 %" in text and "100 %" in text
+    assert "goodput (SLOs)" not in format_comparison([session_from_steps("x", [st(8, 100.0)])])

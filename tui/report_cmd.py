@@ -144,6 +144,29 @@ def format_efficiency_table(sessions: Sequence[SessionSummary], rows: Sequence[R
     return "\n".join(lines)
 
 
+def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
+    """Goodput (output tok/s of requests meeting the SLO) and SLO attainment per step, per
+    session; "" when no session recorded SLOs (engine/slo.py)."""
+    if not any(st.output_goodput is not None for s in sessions for st in s.steps):
+        return ""
+    rows = align_by_concurrency(sessions) if rows is None else rows
+    headers = ["C"] + ["good tok/s", "SLO met"] * len(sessions)
+    groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
+    body = []
+    for r in rows:
+        cells = [str(r.concurrency)]
+        for step in r.cells:
+            if step is None or step.output_goodput is None:
+                cells += ["-", "-"]
+            else:
+                att = "-" if step.slo_attainment is None else f"{step.slo_attainment * 100:.0f} %"
+                cells += [f"{step.output_goodput:.1f}", att]
+        body.append(cells)
+    lines = ["goodput (SLOs): output tok/s of the requests that met every SLO bound, and their share"]
+    lines += _table(headers, groups, body)
+    return "\n".join(lines)
+
+
 def _knee_note(s: SessionSummary) -> str:
     k = knee(s)
     if k is None:
@@ -161,9 +184,9 @@ def format_comparison(sessions: Sequence[SessionSummary]) -> str:
         out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else ""))
     rows = align_by_concurrency(sessions)
     out += ["", format_comparison_table(sessions, rows)]
-    eff = format_efficiency_table(sessions, rows)
-    if eff:
-        out += ["", eff]
+    for extra in (format_goodput_table(sessions, rows), format_efficiency_table(sessions, rows)):
+        if extra:
+            out += ["", extra]
     out += ["", "break and knee"]
     for i, s in enumerate(sessions):
         out.append(f"  {_letter(i)} {format_break_line(s.break_result)}; {_knee_note(s)}")
