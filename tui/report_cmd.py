@@ -123,25 +123,30 @@ def format_comparison_table(sessions: Sequence[SessionSummary], rows: Sequence[R
     return "\n".join(lines)
 
 
+def _pair_table(sessions, rows, title: str, names: tuple[str, str], cells) -> str:
+    """A table of two figures per session, aligned by C; `cells(step)` gives the two, or
+    None for a step without them ("-")."""
+    rows = align_by_concurrency(sessions) if rows is None else rows
+    headers = ["C"] + list(names) * len(sessions)
+    groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
+    body = []
+    for r in rows:
+        line = [str(r.concurrency)]
+        for step in r.cells:
+            pair = cells(step) if step is not None else None
+            line += list(pair) if pair is not None else ["-", "-"]
+        body.append(line)
+    return "\n".join([title, *_table(headers, groups, body)])
+
+
 def format_efficiency_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
     """tok/s per W and J per output token per step, per session; "" without GPU telemetry."""
     if not any_power(sessions):
         return ""
-    rows = align_by_concurrency(sessions) if rows is None else rows
-    headers = ["C"] + ["tok/s/W", "J/tok"] * len(sessions)
-    groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
-    body = []
-    for r in rows:
-        cells = [str(r.concurrency)]
-        for step in r.cells:
-            if step is None:
-                cells += ["-", "-"]
-            else:
-                cells += [_fmt_eff(tokens_per_watt(step)), _fmt_eff(joules_per_token(step))]
-        body.append(cells)
-    lines = ["efficiency (GPU telemetry): tok/s per W of GPU power (= tokens per joule), J per output token"]
-    lines += _table(headers, groups, body)
-    return "\n".join(lines)
+    return _pair_table(
+        sessions, rows, "efficiency (GPU telemetry): tok/s per W of GPU power (= tokens per joule), J per output token",
+        ("tok/s/W", "J/tok"), lambda st: (_fmt_eff(tokens_per_watt(st)), _fmt_eff(joules_per_token(st))),
+    )
 
 
 def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
@@ -149,22 +154,15 @@ def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row]
     session; "" when no session recorded SLOs (engine/slo.py)."""
     if not any(st.output_goodput is not None for s in sessions for st in s.steps):
         return ""
-    rows = align_by_concurrency(sessions) if rows is None else rows
-    headers = ["C"] + ["good tok/s", "SLO met"] * len(sessions)
-    groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
-    body = []
-    for r in rows:
-        cells = [str(r.concurrency)]
-        for step in r.cells:
-            if step is None or step.output_goodput is None:
-                cells += ["-", "-"]
-            else:
-                att = "-" if step.slo_attainment is None else f"{step.slo_attainment * 100:.0f} %"
-                cells += [f"{step.output_goodput:.1f}", att]
-        body.append(cells)
-    lines = ["goodput (SLOs): output tok/s of the requests that met every SLO bound, and their share"]
-    lines += _table(headers, groups, body)
-    return "\n".join(lines)
+
+    def cells(st: StepResult) -> tuple[str, str] | None:
+        if st.output_goodput is None:
+            return None
+        att = "-" if st.slo_attainment is None else f"{st.slo_attainment * 100:.0f} %"
+        return f"{st.output_goodput:.1f}", att
+
+    return _pair_table(sessions, rows, "goodput (SLOs): output tok/s of the requests that met every SLO bound, and their share",
+                       ("good tok/s", "SLO met"), cells)
 
 
 def _knee_note(s: SessionSummary) -> str:

@@ -85,16 +85,19 @@ def _finite(series: list[tuple[dict[str, str], float]] | None) -> list[tuple[dic
     return [(lab, v) for lab, v in (series or ()) if math.isfinite(v)]
 
 
-def _sum_replicas(series: list[tuple[dict[str, str], float]] | None) -> float | None:
-    """Max within one replica (rank views), summed across replicas. None if absent."""
-    rows = _finite(series)
-    if not rows:
-        return None
+def _per_replica(series: list[tuple[dict[str, str], float]] | None) -> list[float]:
+    """One value per replica: the max over its rank views (labels in _REPLICA_VIEW_LABELS)."""
     groups: dict[tuple[tuple[str, str], ...], float] = {}
-    for labels, v in rows:
+    for labels, v in _finite(series):
         key = tuple(sorted((k, val) for k, val in labels.items() if k not in _REPLICA_VIEW_LABELS))
         groups[key] = max(groups.get(key, v), v)
-    return float(sum(groups.values()))
+    return list(groups.values())
+
+
+def _sum_replicas(series: list[tuple[dict[str, str], float]] | None) -> float | None:
+    """Max within one replica (rank views), summed across replicas. None if absent."""
+    values = _per_replica(series)
+    return float(sum(values)) if values else None
 
 
 def _max(series: list[tuple[dict[str, str], float]] | None) -> float | None:
@@ -104,14 +107,8 @@ def _max(series: list[tuple[dict[str, str], float]] | None) -> float | None:
 
 def _mean_replicas(series: list[tuple[dict[str, str], float]] | None) -> float | None:
     """A ratio per replica (max within one replica's rank views), averaged across replicas."""
-    rows = _finite(series)
-    if not rows:
-        return None
-    groups: dict[tuple[tuple[str, str], ...], float] = {}
-    for labels, v in rows:
-        key = tuple(sorted((k, val) for k, val in labels.items() if k not in _REPLICA_VIEW_LABELS))
-        groups[key] = max(groups.get(key, v), v)
-    return float(sum(groups.values()) / len(groups))
+    values = _per_replica(series)
+    return float(sum(values) / len(values)) if values else None
 
 
 def _ratio(value: float | None) -> float | None:
