@@ -18,6 +18,26 @@ class SetConcurrency:
 
 
 @dataclass(frozen=True)
+class SetRate:
+    """Open-loop rate mode at `rate` requests/s (switches from concurrency mode)."""
+
+    rate: float
+
+
+@dataclass(frozen=True)
+class ToggleMode:
+    """Switch between concurrency (closed-loop) and rate (open-loop) mode; the engine
+    picks the other mode's last value (a rate near the achieved one the first time)."""
+
+
+@dataclass(frozen=True)
+class SetWorkload:
+    """Change the workload mid-session (a new step starts): engine.workload.WorkloadChange."""
+
+    change: Any
+
+
+@dataclass(frozen=True)
 class TogglePause:
     pass
 
@@ -73,7 +93,7 @@ class Stop:
     reason: str = "quit"
 
 
-Command = Union[SetConcurrency, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, ToggleLane, SetSlo, Log, Stop]
+Command = Union[SetConcurrency, SetRate, ToggleMode, SetWorkload, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, ToggleLane, SetSlo, Log, Stop]
 
 # commands that take the wheel from a running preset
-OPERATOR_TAKES_OVER = (SetConcurrency, Probe, Abort)
+OPERATOR_TAKES_OVER = (SetConcurrency, SetRate, ToggleMode, SetWorkload, Probe, Abort)

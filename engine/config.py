@@ -41,3 +41,7 @@ class EngineConfig:
     seed: int = 0
     slo: Slo | None = None  # goodput live and per step; an SLO miss ends a preset ramp
     guard: GuardSpec | None = None  # crossed for a while: the load drops to the last good C
+    # open-loop rate mode (engine/arrivals.py): start at `rate` req/s instead of C requests
+    # in flight; max_concurrency is then the in-flight cap (sends beyond it wait, counted)
+    rate: float | None = None
+    arrival: str = "poisson"  # poisson | constant | gamma:K

@@ -30,7 +30,17 @@ class Snapshot:
     previous_c: int | None
     in_flight: int  # requests on the wire
     backing_off: int = 0  # slots waiting after an overload answer (429/503), not in flight
-    max_concurrency: int = 0
+    max_concurrency: int = 0  # in rate mode: the in-flight cap
+    # load shape: "concurrency" (closed loop: C requests in flight), "rate" (open loop:
+    # arrivals at target_rate req/s, latencies from each intended send time) or "trace"
+    mode: str = "concurrency"
+    target_rate: float | None = None  # req/s, rate mode
+    arrival: str = ""  # poisson | constant | gamma:K, rate mode
+    schedule_lag_ms: dict = field(default_factory=dict)  # {"p50","p99"}: actual - intended send, live window
+    held_at_cap: int = 0  # sends waiting now for a free slot under the in-flight cap
+    dropped_or_delayed: int = 0  # sends held back at the cap, this session
+    workload: dict = field(default_factory=dict)  # the current workload (WorkloadConfig.describe())
+    turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
     probing: bool = False
     preset_running: bool = False
     url: str = ""

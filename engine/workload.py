@@ -78,9 +78,17 @@ class WorkloadConfig:
     input_len: int = DEFAULT_INPUT_LEN
     output_len: int = DEFAULT_OUTPUT_LEN
     seed: int = 0
+    turns: int = 1  # multi-turn: each session sends this many turns, each with the answers so far
+    think_s: float = 0.0  # multi-turn: pause between a turn's answer and the next turn
+    trace: str | None = None  # a Mooncake JSONL trace replayed open-loop (engine/trace.py)
 
     def describe(self) -> dict:
-        return {"dataset": self.dataset, "input_len": self.input_len, "output_len": self.output_len}
+        d: dict = {"dataset": self.dataset, "input_len": self.input_len, "output_len": self.output_len}
+        if self.turns > 1:
+            d.update(turns=self.turns, think_s=self.think_s)
+        if self.trace is not None:
+            d["trace"] = self.trace
+        return d
 
 
 @dataclass(frozen=True, slots=True)
