@@ -81,11 +81,12 @@ class Schedule:
         self._rng = random.Random(f"redline-arrivals:{seed}")
         self.t_next = t0 + arrival.gap(self.rate, self._rng)
 
-    def pop(self) -> float:
-        """The next intended time; the one after becomes `t_next`."""
+    def pop(self) -> tuple[float, None]:
+        """The next intended time (and no item: the prompt source chooses); the one after
+        becomes `t_next`."""
         t = self.t_next
         self.t_next = t + self.arrival.gap(self.rate, self._rng)
-        return t
+        return t, None
 
     def set_rate(self, rate: float, now: float) -> None:
         """From now on at `rate` (the next arrival is drawn from now)."""

@@ -32,9 +32,11 @@ from . import __version__
 from . import commands as C
 from . import records as R
 from .apis import GENERATE, continuous_usage_refused
+from .arrivals import check_rate, parse_arrival
+from .conversation import Conversation
 from .config import EngineConfig
 from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
-from .controller import PAUSED, PROBE, Controller
+from .controller import CONCURRENCY, PAUSED, PROBE, RATE, TRACE, Controller
 from .eventlog import EventLog
 from .guard import GuardWatch
 from .lane import LaneStats, ProbeLane, is_lane
@@ -57,6 +59,7 @@ from .telemetry.efficiency import total_power_w
 from .telemetry.hub import TelemetryHub
 from .timeline import tick, timeline_row
 from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate, needs_calibration
+from .workload_change import WorkloadChange
 
 SERVER_GONE = "server gone"
 
@@ -80,6 +83,8 @@ class Engine:
         self._health = None  # last ClientHealthSample, refreshed once a second
         self.cap: CapDetector | None = None
         self.source: PromptSource | None = None
+        self.trace = None  # engine/trace_replay.py TraceReplay, with a trace workload
+        self._last_rate: float | None = None  # the open loop's last rate, for the mode key
         self.calibration = DEFAULT_CALIBRATION
         self.preset_line = ""  # what a driver (the preset runner) is doing, for the screen
         self.driver: asyncio.Task | None = None
@@ -134,7 +139,7 @@ class Engine:
             self.client,
             self.target,
             self,
-            lambda: self.book.stamp(self.controller.target if self.controller else 0),
+            self._stamp,
             self.metrics.on_lag,
             self.clock.wall0 - self.clock.perf0,
             on_overload=self._overloaded,
@@ -144,7 +149,7 @@ class Engine:
             self.client,
             self.target,
             _LaneListener(self),
-            lambda: self.book.stamp(self.controller.target if self.controller else 0),
+            self._stamp,
             lambda lag: None,
             self.clock.wall0 - self.clock.perf0,
             ids=self._ids,
@@ -160,18 +165,31 @@ class Engine:
             else:
                 self.log("warning", "server reported no prompt_tokens: input lengths are approximate (1 token per word)")
         self.source = PromptSource(cfg.workload, self.calibration)
+        self.book.workload = cfg.workload.describe()
+        if cfg.workload.trace is not None:
+            from .trace_replay import TraceReplay
+
+            self.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, self.calibration, cfg.seed)
         if cfg.telemetry:
             await self._start_telemetry(base)
-        self.controller = Controller(self._one_request, cfg.concurrency, cfg.max_concurrency)
+        self.controller = Controller(
+            self._one_request, cfg.concurrency, cfg.max_concurrency,
+            arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held,
+        )
+        if self.trace is not None and cfg.live_steps:
+            self.trace.start(self.controller, cfg.rate or 1.0)
+        elif cfg.rate is not None:
+            self._last_rate = self.controller.set_rate(cfg.rate)
+        self._sync_shape()
         if cfg.start_paused:
             self.controller.pause()
         self._t0 = time.perf_counter()
         self._last_row_t = self._t0
         self.controller.start()
         if cfg.live_steps and not cfg.start_paused:
-            self.book.open_live(self.controller.target, False)
+            self.book.open_live(self._live_c(), False)
         self._tasks.append(asyncio.create_task(tick(self._t0, self._each_second, self._publish), name="redline-ticker"))
-        self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) C={cfg.concurrency}")
+        self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
 
     async def stop(self, reason: str = "quit") -> None:
@@ -219,6 +237,7 @@ class Engine:
             "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
             "workload": cfg.workload.describe(),
             "concurrency": cfg.concurrency,
+            **({"rate": cfg.rate, "arrival": cfg.arrival} if cfg.rate is not None and cfg.workload.trace is None else {}),
             "host": platform.node(),
         }
 
@@ -251,6 +270,12 @@ class Engine:
             self.cancel_driver()
         if isinstance(cmd, C.SetConcurrency):
             res: object = self.raise_max(cmd.n) if cmd.raise_max else self.set_concurrency(cmd.n)
+        elif isinstance(cmd, C.SetRate):
+            res = self.set_rate(cmd.rate)
+        elif isinstance(cmd, C.ToggleMode):
+            res = self.toggle_mode()
+        elif isinstance(cmd, C.SetWorkload):
+            return self._then_publish(self.set_workload(cmd.change))
         elif isinstance(cmd, C.TogglePause):
             res = self.toggle_pause()
         elif isinstance(cmd, C.Probe):
@@ -281,15 +306,99 @@ class Engine:
             self._publish(time.perf_counter())
 
     def set_concurrency(self, n: int, *, kind: str = "key") -> int:
-        """`kind` names who asked: `key` (the operator) or `preset` (the runner)."""
+        """Closed loop at C=n. `kind` names who asked: `key` (the operator) or `preset` (the runner)."""
         ctl = self._ctl
         c = ctl.set_concurrency(n)
-        if ctl.probing:
-            ctl.probing = False
-            ctl.previous = None
+        self._end_probe()
         self.log(kind, f"C={c}", concurrency=c)
         self._roll_live_step()
         return c
+
+    def set_rate(self, rate: float, *, kind: str = "key") -> float:
+        """Open loop at `rate` requests/s (ArrivalError for a rate <= 0). At most
+        max_concurrency requests in flight: sends due beyond it wait, counted and warned."""
+        ctl = self._ctl
+        r = ctl.set_rate(check_rate(rate))
+        self._last_rate = r
+        self._end_probe()
+        self.log(kind, f"rate {r:g} req/s ({ctl.arrival.describe()}, in-flight cap {ctl.max_concurrency})", concurrency=ctl.max_concurrency)
+        self._roll_live_step()
+        return r
+
+    def toggle_mode(self) -> str:
+        """Concurrency <-> rate mode. Into rate mode: the last rate, else the achieved
+        request rate (2 significant digits; 1 req/s when nothing completed yet)."""
+        ctl = self._ctl
+        if ctl.open_loop:
+            self.set_concurrency(ctl.target)
+        else:
+            r = self._last_rate
+            if r is None:
+                _, _, req_s, _ = self.metrics.rates(time.perf_counter())
+                r = float(f"{req_s:.2g}") if req_s > 0 else 1.0
+            self.set_rate(r)
+        return ctl.mode
+
+    def _end_probe(self) -> None:
+        ctl = self._ctl
+        if ctl.probing:
+            ctl.probing = False
+            ctl.previous = None
+            ctl._previous_load = None
+
+    async def set_workload(self, change: WorkloadChange) -> dict:
+        """The workload from now on (a new step starts); WorkloadError (one line) for a value
+        that cannot be used, and nothing changes. Returns the new workload's description."""
+        assert self.source is not None
+        new = change.apply(self.config.workload)
+        source = await asyncio.to_thread(PromptSource, new, self.calibration)  # a dataset file loads off the loop
+        self.config.workload, self.source = new, source
+        self.book.workload = new.describe()
+        self.log("workload", f"workload: {change.describe()}", detail=self.book.workload)
+        self._roll_live_step()
+        return self.book.workload
+
+    @property
+    def load_text(self) -> str:
+        """The load shape in a few words: `C=8`, `rate 5 req/s (poisson, cap 256)`, `trace x2`."""
+        ctl = self.controller
+        if ctl is None:
+            return f"C={self.config.concurrency}"
+        if ctl.mode == RATE:
+            return f"rate {ctl.rate:g} req/s ({ctl.arrival.describe()}, cap {ctl.max_concurrency})"
+        if ctl.mode == TRACE:
+            return f"trace x{ctl.rate:g}"
+        return f"C={ctl.target}"
+
+    def _live_c(self) -> int:
+        """A step's concurrency: C, or an open loop's in-flight cap."""
+        ctl = self._ctl
+        return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
+
+    def _stamp(self) -> tuple[int, int, str]:
+        """(step, concurrency, phase) for a request sent now; an open loop's concurrency is its cap."""
+        ctl = self.controller
+        c = 0 if ctl is None else (ctl.max_concurrency if ctl.open_loop else ctl.target)
+        return self.book.stamp(c)
+
+    def _held(self, dropped: bool) -> None:
+        """A send was held back at the in-flight cap (open loop)."""
+        self.book.on_held()
+        ctl = self._ctl
+        what = f"{ctl.dropped} dropped" if ctl.dropped else f"{ctl.delayed} delayed"
+        self.events.warn(
+            f"open loop: sends held back at the in-flight cap {ctl.max_concurrency} ({what}); latencies count from the intended send times",
+            key="held at cap",
+        )
+
+    def _sync_shape(self) -> None:
+        ctl = self.controller
+        if ctl is None:
+            return
+        if ctl.probing or not ctl.open_loop:
+            self.book.shape = (CONCURRENCY, None, None)
+        else:
+            self.book.shape = (ctl.mode, ctl.rate, ctl.arrival.describe() if ctl.mode == RATE else None)
 
     def pause(self) -> None:
         self._ctl.pause()
@@ -407,16 +516,46 @@ class Engine:
         rec = await self.sender.send(prompt, 1, 0, "calibration")
         return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
 
-    async def _one_request(self) -> None:
+    async def _one_request(self, t_intended: float | None = None, item: object = None) -> None:
+        """What the pool launches: one request on the schedule (open loop: `t_intended`, a
+        trace row as `item`), one multi-turn session, or one request of a slot."""
         assert self.source is not None and self.sender is not None
-        p = self.source.next()
-        await self.sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+        if item is not None and self.trace is not None:
+            p = self.trace.prompt(item)
+            await self.sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+        elif t_intended is not None:
+            p = self.source.next()
+            await self.sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+        elif self.config.workload.turns > 1:
+            await self._one_session()
+        else:
+            p = self.source.next()
+            await self.sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+
+    async def _one_session(self) -> None:
+        """A multi-turn session: each turn sends the conversation so far (the server's real
+        answers included) and a new user message; `think_s` between turns. Concurrency
+        counts sessions. A turn that fails ends its session."""
+        assert self.source is not None and self.sender is not None and self.target is not None
+        wl = self.config.workload
+        conv = Conversation(self.target.api)
+        for k in range(1, wl.turns + 1):
+            p = self.source.next()
+            text, messages = conv.turn(p.text)
+            rec = await self.sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
+            if rec.status != R.OK:
+                return
+            conv.answered("".join(rec.answer or ()))
+            if wl.think_s > 0 and k < wl.turns:
+                await asyncio.sleep(wl.think_s)
 
     def _overloaded(self, kind: str) -> None:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")
 
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
+        if rec.t_intended is not None:
+            self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
 
     def on_first(self, rec: RequestRecord) -> None:
         if rec.phase != "calibration":  # start-up's own requests are not the load's
@@ -498,11 +637,13 @@ class Engine:
         if not self.config.live_steps:
             return
         ctl = self._ctl
-        if not ctl.paused and not ctl.stopped and self.book.live_matches(ctl.target, ctl.probing):
+        self._sync_shape()
+        c = self._live_c()
+        if not ctl.paused and not ctl.stopped and self.book.live_matches(c, ctl.probing):
             return
         self.book.close_live(time.perf_counter())
         if not ctl.paused and not ctl.stopped:
-            self.book.open_live(ctl.target, ctl.probing)
+            self.book.open_live(c, ctl.probing)
 
     def suspend_live_steps(self) -> None:
         """A driver manages its own steps: close the live one and stop rolling."""
@@ -635,12 +776,29 @@ class Engine:
             gpus=self.telemetry.gpus if self.telemetry else [],
             goodput=self.metrics.slo is not None,
             lane=self.lane_stats.p50_ms(now) if self.lane is not None and self.lane.on else None,
+            shape=self._shape_row(ctl),
         )
         self._second += 1
         self._row = row
         self.history.append(row)
         if self.session is not None:
             self.session.add_timeline(row)
+
+    def _shape_row(self, ctl: Controller | None) -> dict:
+        """The timeline's load-shape columns (README "timeline.ndjson")."""
+        if ctl is None:
+            return {"mode": CONCURRENCY, "target_rate": None}
+        mode = CONCURRENCY if ctl.probing else ctl.mode
+        row: dict = {"mode": mode, "target_rate": ctl.rate if mode != CONCURRENCY else None}
+        if mode != CONCURRENCY:
+            lag = self.metrics.percentiles.schedule_lag.ms()
+            row.update(
+                schedule_lag_p50_ms=None if lag["p50"] is None else round(lag["p50"], 3),
+                schedule_lag_p99_ms=None if lag["p99"] is None else round(lag["p99"], 3),
+                held_at_cap=len(ctl.backlog),
+                dropped_or_delayed=ctl.delayed + ctl.dropped,
+            )
+        return row
 
     @property
     def state(self) -> str:

@@ -83,6 +83,7 @@ class LiveStats:
     itl: Percentiles = field(default_factory=Percentiles)
     tpot: Percentiles = field(default_factory=Percentiles)
     e2e: Percentiles = field(default_factory=Percentiles)
+    schedule_lag: Percentiles = field(default_factory=Percentiles)  # open loop: actual - intended send
 
 
 def _window_percentiles(w: RollingDigest) -> Percentiles:
@@ -105,6 +106,7 @@ class LiveMetrics:
         self._e2e = RollingDigest(LATENCY_WINDOW_S)
         self._tpot = RollingDigest(LATENCY_WINDOW_S)
         self._itl = RollingDigest(LATENCY_WINDOW_S)
+        self._schedule_lag = RollingDigest(LATENCY_WINDOW_S)
         self.completed = 0
         self.failed = 0
         self.cancelled = 0
@@ -124,6 +126,10 @@ class LiveMetrics:
 
     def on_lag(self, lag: float) -> None:
         self.lag.add(lag if lag > 0 else 0.0)
+
+    def on_schedule_lag(self, t: float, lag: float) -> None:
+        """An open-loop send went `lag` s after its intended time (at the cap, or late)."""
+        self._schedule_lag.add(t, lag if lag > 0 else 0.0)
 
     def on_first(self, rec: RequestRecord) -> None:
         if rec.ttft is not None and rec.t_first is not None:
@@ -184,7 +190,7 @@ class LiveMetrics:
     def recompute_percentiles(self, now: float) -> LiveStats:
         """Once a second (not per frame): exact while the window is small, binned beyond."""
         stats = self.percentiles
-        for name in ("ttft", "e2e", "tpot", "itl"):
+        for name in ("ttft", "e2e", "tpot", "itl", "schedule_lag"):
             w: RollingDigest = getattr(self, "_" + name)
             w.expire(now)
             setattr(stats, name, _window_percentiles(w))

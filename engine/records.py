@@ -107,22 +107,37 @@ class RequestRecord:
     max_lag_s: float | None = None  # worst (receive time - server's sim_t), sim only
     t_first_answer: float | None = None  # first chunk with answer content (not reasoning)
     spread_itl: bool = False  # ITL spreads a k-token chunk's gap over its k tokens (SGLang /generate)
+    # open-loop rate mode: when the schedule meant it to be sent (latencies count from here,
+    # so a send delayed by the in-flight cap or a late client is not hidden); None = t_send
+    t_intended: float | None = None
+    turn: int = 0  # multi-turn: the turn's index in its session, from 1 (0 = single-turn)
+    answer: list[str] | None = None  # answer text pieces, collected only when a list is set (multi-turn)
 
     # -- derived figures (README "What the numbers mean") ----------------------------------
     @property
+    def t_start(self) -> float:
+        """Where latencies count from: the intended send time in rate mode, else the send."""
+        return self.t_send if self.t_intended is None else self.t_intended
+
+    @property
+    def schedule_lag(self) -> float | None:
+        """Actual - intended send time (rate mode): the in-flight cap's wait plus client lateness."""
+        return None if self.t_intended is None else self.t_send - self.t_intended
+
+    @property
     def ttft(self) -> float | None:
-        """Request sent -> first token of any kind (reasoning or answer) received."""
-        return None if self.t_first is None else self.t_first - self.t_send
+        """Request sent (intended, in rate mode) -> first token of any kind received."""
+        return None if self.t_first is None else self.t_first - self.t_start
 
     @property
     def ttfat(self) -> float | None:
-        """Request sent -> first answer token received (after any reasoning)."""
-        return None if self.t_first_answer is None else self.t_first_answer - self.t_send
+        """Request sent (intended, in rate mode) -> first answer token received (after any reasoning)."""
+        return None if self.t_first_answer is None else self.t_first_answer - self.t_start
 
     @property
     def e2e(self) -> float | None:
-        """Request sent -> last byte."""
-        return None if self.t_end is None else self.t_end - self.t_send
+        """Request sent (intended, in rate mode) -> last byte."""
+        return None if self.t_end is None else self.t_end - self.t_start
 
     def chunk_gaps(self) -> list[float]:
         """Raw gaps between consecutive content chunks (a k-token chunk is one gap)."""

@@ -73,8 +73,20 @@ class Sender:
         self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
         self.continuous_usage = True
 
-    async def send(self, prompt: str, max_tokens: int, expected: int, phase: str | None = None) -> RequestRecord:
-        """One request; `phase` overrides the step's (calibration)."""
+    async def send(
+        self,
+        prompt: str,
+        max_tokens: int,
+        expected: int,
+        phase: str | None = None,
+        *,
+        t_intended: float | None = None,
+        turn: int = 0,
+        messages: list[dict] | None = None,
+    ) -> RequestRecord:
+        """One request; `phase` overrides the step's (calibration). `t_intended`: its
+        scheduled send time (open loop). A multi-turn request (`turn` >= 1) collects its
+        answer text (`rec.answer`) and sends `messages` (chat) as the conversation so far."""
         step, c, step_phase = self._stamp()
         rec = RequestRecord(
             rid=next(self._ids),
@@ -84,9 +96,13 @@ class Sender:
             t_send=time.perf_counter(),
             expected_input_tokens=expected,
             max_tokens=max_tokens,
+            t_intended=t_intended,
+            turn=turn,
+            answer=[] if turn else None,
         )
         tgt = self.target
-        body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage)
+        extra = {"messages": messages} if messages is not None else {}
+        body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage, **extra)
         self.in_flight[rec.rid] = rec
         lis = self.listener
         lis.on_send(rec)
@@ -108,11 +124,12 @@ class Sender:
             self.cursor.pop(rec.rid, None)
         return rec
 
-    async def slot_request(self, prompt: str, max_tokens: int, expected: int) -> RequestRecord:
-        """One request of the pool, then this slot's pause when it failed (see above)."""
+    async def slot_request(self, prompt: str, max_tokens: int, expected: int, *, turn: int = 0, messages: list[dict] | None = None) -> RequestRecord:
+        """One request of the closed-loop pool, then this slot's pause when it failed (see
+        above). (An open loop sends on its schedule whatever the answers: no slot pauses.)"""
         slot = self._free.pop() if self._free else Slot()
         try:
-            rec = await self.send(prompt, max_tokens, expected)
+            rec = await self.send(prompt, max_tokens, expected, turn=turn, messages=messages)
             if rec.status == R.FAILED and rec.error_kind in OVERLOADED:
                 slot.streak += 1
                 self._on_overload(rec.error_kind)

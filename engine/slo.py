@@ -74,10 +74,10 @@ class Slo:
         """A request still in flight that has already missed its TTFT or E2E bound at `now`
         (perf_counter seconds)."""
         if self.ttft_ms is not None:
-            ttft = rec.ttft if rec.ttft is not None else now - rec.t_send
+            ttft = rec.ttft if rec.ttft is not None else now - rec.t_start
             if ttft * 1000.0 > self.ttft_ms:
                 return True
-        return self.e2e_ms is not None and (now - rec.t_send) * 1000.0 > self.e2e_ms
+        return self.e2e_ms is not None and (now - rec.t_start) * 1000.0 > self.e2e_ms
 
     def met(self, rec: RequestRecord) -> bool:
         return not self.missed(rec)

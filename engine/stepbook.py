@@ -36,6 +36,9 @@ class StepBook:
         self.search: dict | None = None  # a knee search's answer (engine/search.py), for summary.json
         self.default_phase = LIVE
         self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput
+        self.workload: dict | None = None  # the workload now (WorkloadConfig.describe()): steps carry it
+        # the load shape now (the engine keeps these current): mode, rate/speed, arrival
+        self.shape: tuple[str, float | None, str | None] = ("concurrency", None, None)
 
     # -- requests -----------------------------------------------------------------------
     def stamp(self, concurrency: int) -> tuple[int, int, str]:
@@ -73,6 +76,10 @@ class StepBook:
         for acc in self.open:
             acc.on_lane_gaps(gaps)
 
+    def on_held(self) -> None:
+        for acc in self.open:
+            acc.note_held()
+
     def each_second(self, now: float, server: ServerSample | None, power_w: float | None) -> None:
         for acc in self.open:
             # a sample taken before the step measured (e.g. before an abort) is not its own
@@ -87,7 +94,12 @@ class StepBook:
     def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0) -> StepAccumulator:
         """A new step; requests sent from now on carry its index."""
         self.index += 1
-        acc = StepAccumulator(self.index, concurrency, phase, t or time.perf_counter(), self.clock, measure=measure, warmup_requests=warmup_requests, slo=self.slo)
+        mode, rate, arrival = self.shape
+        acc = StepAccumulator(
+            self.index, concurrency, phase, t or time.perf_counter(), self.clock,
+            measure=measure, warmup_requests=warmup_requests, slo=self.slo,
+            mode=mode, rate=rate, arrival=arrival, workload=self.workload,
+        )
         self.open.append(acc)
         self.current = acc
         return acc
@@ -110,6 +122,7 @@ class StepBook:
 
     # -- live mode ----------------------------------------------------------------------
     def open_live(self, concurrency: int, probing: bool) -> None:
+        """A live step at the current load shape (`shape`; a probe is closed loop at C=1)."""
         if probing:  # the first request after an abort is its warm-up
             self.live = self.open_step(concurrency, PROBE, measure=False, warmup_requests=1)
         else:
@@ -127,4 +140,11 @@ class StepBook:
 
     def live_matches(self, concurrency: int, probing: bool) -> bool:
         live = self.live
-        return live is not None and live.concurrency == concurrency and live.phase == (PROBE if probing else LIVE)
+        mode, rate, _ = self.shape
+        return (
+            live is not None
+            and live.concurrency == concurrency
+            and live.phase == (PROBE if probing else LIVE)
+            and (live.mode, live.rate) == (mode, rate)
+            and live.workload == self.workload
+        )

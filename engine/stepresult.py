@@ -52,6 +52,17 @@ class StepResult:
     lane_median_ttft_ms: float | None = None
     lane_median_itl_ms: float | None = None
     prefix_hit_rate: float | None = None  # the server's prefix-cache hits / queries over the step (its counters)
+    # load shape (engine/controller.py): "concurrency" (closed loop at C), "rate" (open loop at
+    # request_rate req/s, C = the in-flight cap) or "trace" (a trace replayed at trace_speed)
+    mode: str = "concurrency"
+    request_rate: float | None = None  # the target rate (rate steps); request_throughput is the achieved
+    arrival: str | None = None  # poisson | constant | gamma:K
+    trace_speed: float | None = None
+    schedule_lag_p50_ms: float | None = None  # own requests' actual - intended send time (open loop)
+    schedule_lag_p99_ms: float | None = None
+    dropped_or_delayed: int | None = None  # sends held back at the in-flight cap during the step (open loop)
+    ttft_by_turn: list[dict] | None = None  # multi-turn: [{"turn", "requests", "median_ttft_ms", "p99_ttft_ms"}]
+    workload: dict | None = None  # the workload the step ran (dataset, input_len, output_len, ...)
 
     @property
     def error_rate(self) -> float:

@@ -69,8 +69,19 @@ class StepAccumulator:
         measure: bool = True,
         warmup_requests: int = 0,
         slo: Slo | None = None,
+        mode: str = "concurrency",
+        rate: float | None = None,
+        arrival: str | None = None,
+        workload: dict | None = None,
     ) -> None:
         self.index = index
+        self.mode = mode  # concurrency | rate | trace (the load shape it was opened with)
+        self.rate = rate  # the target req/s (rate), the speed factor (trace)
+        self.arrival = arrival
+        self.workload = workload
+        self.lag = Digest()  # own requests' schedule lag (actual - intended send), open loop
+        self.held = 0  # sends held back at the in-flight cap while measuring
+        self.ttft_turn: dict[int, Digest] = {}  # multi-turn: TTFT per turn index
         self.slo = slo if slo is not None and slo.per_request else None
         self.good = 0  # own requests that met every per-request SLO bound
         self.good_tokens = 0
@@ -137,6 +148,9 @@ class StepAccumulator:
         if self.t_end is None and self.owns(rec):
             self.sent += 1
             self.in_tokens += rec.expected_input_tokens
+            lag = rec.schedule_lag
+            if lag is not None:
+                self.lag.add(max(0.0, lag))
             if self.slo is not None:
                 self._own_live[rec.rid] = rec
 
@@ -144,6 +158,16 @@ class StepAccumulator:
         if self.t_end is None and self.owns(rec) and rec.ttft is not None:
             self.first_token += 1
             self.ttft.add(rec.ttft)
+            if rec.turn:
+                d = self.ttft_turn.get(rec.turn)
+                if d is None:
+                    d = self.ttft_turn[rec.turn] = Digest()
+                d.add(rec.ttft)
+
+    def note_held(self) -> None:
+        """A send was held back at the in-flight cap (open loop)."""
+        if self.measuring:
+            self.held += 1
 
     def on_tokens(self, t: float, n: int) -> None:
         if not self._in_window(t):
@@ -291,7 +315,28 @@ class StepAccumulator:
             lane_median_ttft_ms=_ms(self.lane_ttft.quantile(0.5)),
             lane_median_itl_ms=_ms(self.lane_itl.quantile(0.5)),
             prefix_hit_rate=self._prefix_hit_rate(),
+            **self._shape(),
         )
+
+    def _shape(self) -> dict:
+        """The load shape's own figures: open loop (rate, trace) and multi-turn."""
+        out: dict = {"mode": self.mode, "workload": self.workload}
+        if self.mode != "concurrency":
+            out.update(
+                schedule_lag_p50_ms=_ms(self.lag.quantile(0.5)),
+                schedule_lag_p99_ms=_ms(self.lag.quantile(0.99)),
+                dropped_or_delayed=self.held,
+            )
+            if self.mode == "trace":
+                out["trace_speed"] = self.rate
+            else:
+                out.update(request_rate=self.rate, arrival=self.arrival)
+        if self.ttft_turn:
+            out["ttft_by_turn"] = [
+                {"turn": k, "requests": d.count, "median_ttft_ms": _ms(d.quantile(0.5)), "p99_ttft_ms": _ms(d.quantile(0.99))}
+                for k, d in sorted(self.ttft_turn.items())
+            ]
+        return out
 
     def _goodput(self, d: float) -> dict:
         if self.slo is None:

@@ -54,6 +54,7 @@ def timeline_row(
     gpus: list[GpuSample] | tuple[GpuSample, ...],
     goodput: bool = False,
     lane: tuple[float | None, float | None] | None = None,
+    shape: dict | None = None,
 ) -> dict:
     """One row of timeline.ndjson (README "timeline.ndjson")."""
     d = interval_s if interval_s > 0 else TIMELINE_INTERVAL_S
@@ -63,6 +64,7 @@ def timeline_row(
         "interval_s": round(d, 4),
         "state": state,
         "target_c": target_c,
+        **(shape or {}),  # mode, target_rate; open loop: schedule lag, held, dropped_or_delayed
         "in_flight": in_flight,
         "backing_off": backing_off,
         "output_tok_s": round(out, 3),

@@ -47,7 +47,7 @@ def test_controller_never_starts_a_request_at_or_above_c(ops, seed):
     async def go() -> None:
         ctl: Controller
 
-        def launch():
+        def launch(t_intended, item):
             if ctl.in_flight >= ctl.target:
                 violations.append((ctl.in_flight, ctl.target))
             return asyncio.sleep(rng.choice((0, 0.001, 0.003, 0.01)))
@@ -88,7 +88,7 @@ def _sender() -> Sender:
     s._free, s.backing_off, s.in_flight, s.cursor = [], 0, {}, {}
     s._on_overload = lambda kind: None
 
-    async def send(prompt, max_tokens, expected, phase=None):
+    async def send(prompt, max_tokens, expected, phase=None, **_):
         kind = prompt
         rec = RequestRecord(rid=0, phase="live", step=1, concurrency=2, t_send=0.0)
         rec.t_end = 0.001

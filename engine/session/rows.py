@@ -27,7 +27,7 @@ PHASES = ("calibration", "warmup", "measure", "live", "probe")
 STATES = ("running", "paused", "probe", "preset", "stopped", "server gone")
 # States in which redline sends no request, whatever the set concurrency (target_c) says.
 IDLE_STATES = ("paused", "stopped", "server gone")
-EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe")
+EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe", "workload")
 
 REQUESTS_COLUMNS: dict[str, str] = {
     "rid": "int",
@@ -35,6 +35,8 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "step": "int",
     "concurrency": "int",
     "t_send": "float",
+    "schedule_lag_ms": "float",
+    "turn": "int",
     "ttft_ms": "float",
     "e2e_ms": "float",
     "itl_mean_ms": "float",
@@ -54,6 +56,12 @@ TIMELINE_COLUMNS: dict[str, str] = {
     "elapsed_s": "float",
     "state": "str",
     "target_c": "int",
+    "mode": "str",
+    "target_rate": "float",
+    "schedule_lag_p50_ms": "float",
+    "schedule_lag_p99_ms": "float",
+    "held_at_cap": "int",
+    "dropped_or_delayed": "int",
     "in_flight": "int",
     "backing_off": "int",
     "interval_s": "float",
@@ -159,6 +167,8 @@ def request_row(
         "step": rec.step,
         "concurrency": rec.concurrency,
         "t_send": round(clock.wall(rec.t_send), 6),
+        "schedule_lag_ms": _ms(rec.schedule_lag),
+        "turn": rec.turn,
         "ttft_ms": _ms(ttft),
         "e2e_ms": _ms(e2e),
         "itl_mean_ms": _ms(itl_mean),

@@ -1,0 +1,83 @@
+"""Replaying a request trace open-loop: each row is sent at its recorded time / speed.
+
+The rows come from engine/trace.py (Mooncake JSONL: timestamp, input_length, output_length,
+hash_ids); their prompts are built there (shared hash ids -> shared prefix text). Here the
+rows become a schedule for the controller's open loop (engine/controller.py), so a replay
+has what rate mode has: latencies from each row's intended send time, the in-flight cap,
+the schedule lag and the sends held back at the cap.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from .controller import TRACE, Controller
+from .trace import TracePrompts, TraceRow, load_trace, trace_duration_s
+from .workload import Calibration, Prompt
+
+
+class TraceSchedule:
+    """Row i is due at t0 + rows[i].t_s / speed (perf seconds); `t_next` is None at the end."""
+
+    def __init__(self, rows: Sequence[TraceRow], speed: float, t0: float) -> None:
+        if speed <= 0:
+            raise ValueError(f"trace speed {speed!r}: expected a factor > 0")
+        self.rows = rows
+        self.speed = speed
+        self.t0 = t0
+        self.i = 0
+        self.t_next: float | None = self._due(0)
+
+    def _due(self, i: int) -> float | None:
+        return self.t0 + self.rows[i].t_s / self.speed if i < len(self.rows) else None
+
+    def pop(self) -> tuple[float, TraceRow]:
+        t, row = self.t_next, self.rows[self.i]
+        assert t is not None
+        self.i += 1
+        self.t_next = self._due(self.i)
+        return t, row
+
+    def rebase(self, now: float) -> None:
+        """After a pause: the rest of the trace keeps its spacing, the next row due now."""
+        if self.t_next is not None:
+            self.t0 += now - self.t_next
+            self.t_next = now
+
+    @property
+    def sent(self) -> int:
+        return self.i
+
+
+class TraceReplay:
+    """A loaded trace and its prompts; `start` replays it on a controller at a speed."""
+
+    def __init__(self, path: str, rows: list[TraceRow], prompts: TracePrompts) -> None:
+        self.path = path
+        self.rows = rows
+        self.prompts = prompts
+        self.schedule: TraceSchedule | None = None
+
+    @classmethod
+    def load(cls, path: str, calibration: Calibration, seed: int = 0) -> "TraceReplay":
+        """TraceError (one line naming the file, line and value) for a bad trace."""
+        return cls(path, load_trace(path), TracePrompts(calibration, seed))
+
+    @property
+    def duration_s(self) -> float:
+        return trace_duration_s(self.rows)
+
+    def start(self, controller: Controller, speed: float) -> TraceSchedule:
+        """From the first row again, now, at `speed` (x2 = twice as fast)."""
+        self.schedule = TraceSchedule(self.rows, speed, time.perf_counter())
+        controller.start_schedule(self.schedule, TRACE, speed)
+        return self.schedule
+
+    def prompt(self, row: object) -> Prompt:
+        assert isinstance(row, TraceRow)
+        return self.prompts.prompt(row)
+
+    def progress(self) -> tuple[int, int]:
+        """(rows sent or due so far, rows in the trace)."""
+        return (self.schedule.sent if self.schedule else 0), len(self.rows)
