@@ -183,11 +183,14 @@ class StopRules:
                 steps = history  # the step the server died in is not good
                 where = f"C={conc}"
             good = self.last_good(steps)
+            last = current if current is not None else (history[-1] if history else None)
             return BreakResult(
                 reason="server_gone",
                 concurrency=conc,
                 last_good_concurrency=good.concurrency if good else None,
                 detail=f"server_gone: the target stopped answering during {where}",
+                rate=last.request_rate if last is not None else None,
+                last_good_rate=good.request_rate if good else None,
             )
         if current is None:
             raise ValueError("evaluate: current step is None (allowed only with server_gone)")
@@ -203,6 +206,8 @@ class StopRules:
             concurrency=current.concurrency,
             last_good_concurrency=good.concurrency if good else None,
             detail=detail,
+            rate=current.request_rate,
+            last_good_rate=good.request_rate if good else None,
         )
 
 

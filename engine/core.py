@@ -84,6 +84,7 @@ class Engine:
         self.cap: CapDetector | None = None
         self.source: PromptSource | None = None
         self.trace = None  # engine/trace_replay.py TraceReplay, with a trace workload
+        self.replay_base_workload = config.workload.describe()  # a replay's [workload], before any change
         self._last_rate: float | None = None  # the open loop's last rate, for the mode key
         self.calibration = DEFAULT_CALIBRATION
         self.preset_line = ""  # what a driver (the preset runner) is doing, for the screen
@@ -178,11 +179,11 @@ class Engine:
         )
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
-        elif cfg.rate is not None:
+        elif cfg.rate is not None and self.trace is None:
             self._last_rate = self.controller.set_rate(cfg.rate)
         self._sync_shape()
-        if cfg.start_paused:
-            self.controller.pause()
+        if cfg.start_paused or (self.trace is not None and not cfg.live_steps):
+            self.controller.pause()  # a trace preset's runner starts each replay itself
         self._t0 = time.perf_counter()
         self._last_row_t = self._t0
         self.controller.start()
@@ -318,12 +319,31 @@ class Engine:
         """Open loop at `rate` requests/s (ArrivalError for a rate <= 0). At most
         max_concurrency requests in flight: sends due beyond it wait, counted and warned."""
         ctl = self._ctl
+        if ctl.mode == TRACE and not ctl.probing and self.trace is not None and self.trace.schedule is not None:
+            r = check_rate(rate, "trace speed")
+            self.trace.schedule.set_speed(r, time.perf_counter())
+            ctl.rate = r
+            self.log(kind, f"trace speed x{r:g}", concurrency=ctl.max_concurrency)
+            self._roll_live_step()
+            return r
         r = ctl.set_rate(check_rate(rate))
         self._last_rate = r
         self._end_probe()
         self.log(kind, f"rate {r:g} req/s ({ctl.arrival.describe()}, in-flight cap {ctl.max_concurrency})", concurrency=ctl.max_concurrency)
         self._roll_live_step()
         return r
+
+    def start_trace(self, speed: float, *, kind: str = "key") -> float:
+        """Replay the trace from its first row, now, at `speed` (a trace workload only)."""
+        if self.trace is None:
+            raise RuntimeError("no trace: start redline with --trace PATH (or [workload].trace)")
+        ctl = self._ctl
+        check_rate(speed, "trace speed")
+        self._end_probe()
+        self.trace.start(ctl, speed)
+        self.log(kind, f"trace {self.trace.path}: {len(self.trace.rows)} requests over {self.trace.duration_s / speed:.1f} s (x{speed:g})", concurrency=ctl.max_concurrency)
+        self._roll_live_step()
+        return speed
 
     def toggle_mode(self) -> str:
         """Concurrency <-> rate mode. Into rate mode: the last rate, else the achieved
@@ -346,7 +366,7 @@ class Engine:
             ctl.previous = None
             ctl._previous_load = None
 
-    async def set_workload(self, change: WorkloadChange) -> dict:
+    async def set_workload(self, change: WorkloadChange, *, kind: str = "key") -> dict:
         """The workload from now on (a new step starts); WorkloadError (one line) for a value
         that cannot be used, and nothing changes. Returns the new workload's description."""
         assert self.source is not None
@@ -354,7 +374,7 @@ class Engine:
         source = await asyncio.to_thread(PromptSource, new, self.calibration)  # a dataset file loads off the loop
         self.config.workload, self.source = new, source
         self.book.workload = new.describe()
-        self.log("workload", f"workload: {change.describe()}", detail=self.book.workload)
+        self.log("workload", f"workload ({kind}): {change.describe()}", detail=self.book.workload)
         self._roll_live_step()
         return self.book.workload
 
@@ -634,10 +654,10 @@ class Engine:
         self.write_summary()
 
     def _roll_live_step(self) -> None:
+        self._sync_shape()  # steps opened from now (a preset's too) carry the load's shape
         if not self.config.live_steps:
             return
         ctl = self._ctl
-        self._sync_shape()
         c = self._live_c()
         if not ctl.paused and not ctl.stopped and self.book.live_matches(c, ctl.probing):
             return

@@ -85,22 +85,60 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
     return engine.book.close_step(acc), gone
 
 
+def _set_load(engine: Engine, plan: StepPlan) -> int:
+    """The step's load: C, a rate, or the trace from its first row at a speed; returns the
+    step's concurrency (an open loop's: its in-flight cap)."""
+    if plan.speed is not None:
+        engine.start_trace(plan.speed, kind="preset")
+    elif plan.rate is not None:
+        engine.set_rate(plan.rate, kind="preset")
+    else:
+        engine.set_concurrency(plan.concurrency, kind="preset")
+    return engine._live_c()
+
+
 async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult | None, bool]:
-    """One step at plan.concurrency: open, warm up, measure, record. (result, server gone)."""
+    """One step at plan's load: set it, open, warm up, measure, record. (result, server gone).
+    The load is set before the step opens, with no await between: no request goes out in
+    between, and the step carries the load's shape."""
     book = engine.book
-    acc = book.open_step(plan.concurrency, "measure", measure=False)
-    engine.set_concurrency(plan.concurrency, kind="preset")
-    engine.log("preset", f"{label}: warm-up", concurrency=plan.concurrency)
+    c = _set_load(engine, plan)
+    acc = book.open_step(c, "measure", measure=False)
+    engine.log("preset", f"{label}: warm-up", concurrency=c)
     gone = await _warm_up(engine, acc, plan, label)
     if gone:
         book.close_step(acc)
         return None, True
     replay = plan.min_requests == 0
-    res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
+    if plan.speed is not None:
+        res, gone = await _measure_trace(engine, acc, plan, label)
+    else:
+        res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
     if gone:
         return None, True
     book.record(res)
     return res, False
+
+
+async def _measure_trace(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> tuple[StepResult, bool]:
+    """A trace step holds until every row was sent and every own request ended (at least
+    hold_s, at most max_hold_s). Returns (result, server gone)."""
+    ctl = engine.controller
+    assert ctl is not None and engine.trace is not None
+    gone = False
+    while True:
+        now = time.perf_counter()
+        el = acc.duration(now)
+        sent, total = engine.trace.progress()
+        ended = acc.completed + acc.failed + acc.cancelled
+        engine.preset_line = f"{label} {sent}/{total} sent, {ended} ended, {el:.0f}s"
+        if el >= plan.max_hold_s or (el >= plan.hold_s and ctl.trace_done and ended >= acc.sent):
+            break
+        if engine.server_gone:
+            gone = True
+            break
+        await asyncio.sleep(POLL_S)
+    return engine.book.close_step(acc), gone
 
 
 async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], None] = lambda s: None) -> RunOutcome:
@@ -110,8 +148,11 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     rules = StopRules(preset.stop, slo=engine.config.slo)
     out = RunOutcome()
     book = engine.book
-    if engine.controller is not None and engine.controller.paused:
-        engine.controller.resume()
+    ctl = engine.controller
+    if ctl is not None and preset.ramp.max_concurrency is not None:
+        ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap
+    if ctl is not None and ctl.paused:
+        ctl.resume()
     book.default_phase = "measure"
     try:
         if preset.ramp.search is not None:
@@ -130,9 +171,12 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
 async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcome, on_line: Callable[[str], None]) -> None:
     """The preset's steps in order, until a stop rule fires."""
     plans = preset.ramp.steps()
-    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {list(preset.ramp.concurrency)}")
+    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {[p.label for p in plans]}")
+    workloads = preset.ramp.workloads or ()
     for i, plan in enumerate(plans, 1):
-        label = f"{preset.name} step {i}/{len(plans)} C={plan.concurrency}"
+        label = f"{preset.name} step {i}/{len(plans)} {plan.label}"
+        if i <= len(workloads):
+            await _replay_workload(engine, workloads[i - 1])
         res, gone = await _step(engine, plan, label)
         if res is not None:
             out.steps.append(res)
@@ -140,13 +184,25 @@ async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcom
         if gone:
             br = rules.evaluate(out.steps, res, server_gone=True)
             br.concurrency = plan.concurrency  # the step the server went in
+            br.rate = plan.rate
         else:
             br = rules.evaluate(out.steps[:-1], res)
         if br is not None:
             out.break_result = engine.book.break_result = br
             engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
-            on_line(f"break: {br.reason} at C={br.concurrency}; last good C={br.last_good_concurrency} ({br.detail})")
+            on_line(f"break: {br.reason} at {br.where}; last good {br.last_good} ({br.detail})")
             return
+
+
+async def _replay_workload(engine: Engine, w: dict | None) -> None:
+    """A replayed step's workload (a session that changed it live): [workload]'s for None."""
+    from .workload_change import WorkloadChange
+
+    base = engine.replay_base_workload
+    target = {**base, **(w or {})}
+    cur = engine.config.workload.describe()
+    if {k: cur.get(k) for k in target} != target:
+        await engine.set_workload(WorkloadChange(input_len=target.get("input_len"), output_len=target.get("output_len"), dataset=target.get("dataset")), kind="preset")
 
 
 async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None]) -> StepResult | None:
@@ -184,11 +240,13 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     t0 = time.perf_counter()
     book = engine.book
     while (c := search.next()) is not None:
-        label = f"{preset.name} point {len(search.points) + 1} C={c}"
-        res, gone = await _step(engine, StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s), label)
+        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c))
+        label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
+        res, gone = await _step(engine, plan, label)
         if gone:
             br = rules.evaluate(out.steps, None, server_gone=True)
             br.concurrency = c
+            br.rate = plan.rate
             out.break_result = book.break_result = br
             engine.log("break", br.detail, concurrency=c)
             on_line(f"break: {br.reason} at C={c}; last good C={br.last_good_concurrency}")
@@ -197,14 +255,31 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
         out.steps.append(res)
         search.observe(c, res)
         on_line(format_step_line(res))
-        book.search = search.result(time.perf_counter() - t0).to_dict()
+        book.search = _search_dict(sp, search.result(time.perf_counter() - t0))
         engine.write_summary()
     result = search.result(time.perf_counter() - t0)
-    out.search = book.search = result.to_dict()
-    slo_part = f", largest C meeting the SLO {result.max_slo_concurrency}" if search.slo is not None else ""
-    line = f"search: knee C={result.knee_concurrency}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {result.points})"
+    out.search = book.search = _search_dict(sp, result)
+    if sp.rate_unit is not None:
+        slo_part = f", largest rate meeting the SLO {out.search['max_slo_rate']} req/s" if search.slo is not None else ""
+        line = f"search: knee at {out.search['knee_rate']} req/s{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {out.search['rates']})"
+    else:
+        slo_part = f", largest C meeting the SLO {result.max_slo_concurrency}" if search.slo is not None else ""
+        line = f"search: knee C={result.knee_concurrency}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {result.points})"
     engine.log("preset", line)
     on_line(line)
+
+
+def _search_dict(sp, result) -> dict:
+    """summary.json's "search": a rate search adds its answers in req/s (knee_rate,
+    max_slo_rate, rates: the points' rates), beside the integer levels it bisected."""
+    d = result.to_dict()
+    if sp.rate_unit is not None:
+        d.update(
+            knee_rate=sp.rate_of(result.knee_concurrency) if result.knee_concurrency is not None else None,
+            max_slo_rate=sp.rate_of(result.max_slo_concurrency) if result.max_slo_concurrency is not None else None,
+            rates=[sp.rate_of(c) for c in result.points],
+        )
+    return d
 
 
 def start_preset(engine: Engine, preset: Preset) -> None:

@@ -84,6 +84,18 @@ class BreakResult:
     concurrency: int  # the step where a rule fired
     last_good_concurrency: int | None  # highest-throughput step that broke no rule
     detail: str = ""  # one line: which rule, the numbers
+    rate: float | None = None  # open loop: the rate of the step where it fired (concurrency: its cap)
+    last_good_rate: float | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.rate:g} req/s" if self.rate is not None else f"C={self.concurrency}"
+
+    @property
+    def last_good(self) -> str:
+        if self.last_good_rate is not None:
+            return f"{self.last_good_rate:g} req/s"
+        return f"C={self.last_good_concurrency}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -45,6 +45,15 @@ class TraceSchedule:
             self.t0 += now - self.t_next
             self.t_next = now
 
+    def set_speed(self, speed: float, now: float) -> None:
+        """From now on at `speed`: the next row is due now, the rest keep their spacing / speed."""
+        if speed <= 0:
+            raise ValueError(f"trace speed {speed!r}: expected a factor > 0")
+        self.speed = speed
+        if self.t_next is not None:
+            self.t0 = now - self.rows[self.i].t_s / speed
+            self.t_next = now
+
     @property
     def sent(self) -> int:
         return self.i

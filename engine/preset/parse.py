@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +44,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from redline.engine.apis import APIS
+from redline.engine.arrivals import ARRIVAL_FORMS, MAX_RATE, ArrivalError, parse_arrival
 
 from .fields import Ctx, has_control, key_name, num, show
 from ..guard import GuardSpec
@@ -70,7 +71,7 @@ TOP_KEYS = ("name", "description")
 TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard")
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "target": ("url", "api"),
-    "workload": ("api", "dataset", "input_len", "output_len", "model"),
+    "workload": ("api", "dataset", "input_len", "output_len", "model", "turns", "think_s", "trace"),
     "ramp": (
         "concurrency",
         "start",
@@ -84,6 +85,12 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "durations_s",
         "mode",
         "resolution",
+        "rate",
+        "arrival",
+        "max_concurrency",
+        "speed",
+        "over",
+        "workloads",
     ),
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
     "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
@@ -175,6 +182,7 @@ def parse_preset(data: dict, source: str) -> Preset:
             "missing (a preset needs [ramp] with concurrency = [..] or start/factor/max)",
         )
     ramp = _parse_ramp(ctx, data["ramp"])
+    _check_shape(ctx, workload, ramp)
     stop = _parse_stop(ctx, data.get("stop", {}))
     after = _parse_after(ctx, data.get("after", {}))
     slo = _parse_slo(ctx, data["slo"]) if "slo" in data else None
@@ -220,7 +228,41 @@ def _parse_workload(ctx: Ctx, w: dict, alias_api: str | None, base: Path) -> Wor
     model = None
     if "model" in w:
         model = ctx.string("[workload].model", w["model"])
-    return WorkloadSpec(api, dataset, input_len, output_len, model)
+    turns = ctx.integer("[workload].turns", w["turns"], maximum=MAX_TURNS) if "turns" in w else 1
+    think_s = ctx.seconds("[workload].think_s", w["think_s"], zero_ok=True) if "think_s" in w else 0.0
+    trace = _trace(ctx, w["trace"], base) if "trace" in w else None
+    return WorkloadSpec(api, dataset, input_len, output_len, model, turns, think_s, trace)
+
+
+MAX_TURNS = 1000
+
+
+def _trace(ctx: Ctx, value: Any, base: Path) -> str:
+    """A Mooncake JSONL trace, made absolute (relative to the preset's folder) and read
+    once to check every line (engine/trace.py)."""
+    from redline.engine.trace import TraceError, load_trace
+
+    raw = ctx.string("[workload].trace", value, "a path to a JSONL trace file")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    try:
+        load_trace(path)
+    except TraceError as exc:
+        raise ctx.err("[workload].trace", str(exc)) from None
+    return str(path)
+
+
+def _check_shape(ctx: Ctx, w: WorkloadSpec, r: RampSpec) -> None:
+    """The workload and the ramp agree on the load shape."""
+    if w.trace is not None and r.speed is None:
+        raise ctx.err("[workload].trace", "a trace replays one step per [ramp].speed factor: give speed = [1.0] (or more)")
+    if r.speed is not None and w.trace is None:
+        raise ctx.err("[ramp].speed", "replays [workload].trace = \"PATH\": give the trace")
+    if w.turns > 1 and (r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None)):
+        raise ctx.err("[workload].turns", "multi-turn sessions run in concurrency mode (C counts sessions), not with rate or speed")
+    if w.think_s > 0 and w.turns == 1:
+        raise ctx.err("[workload].think_s", "only used with turns > 1 (the pause between a session's turns)")
 
 
 def _parse_ramp(ctx: Ctx, r: Any) -> RampSpec:
@@ -234,6 +276,17 @@ def _parse_ramp(ctx: Ctx, r: Any) -> RampSpec:
             return _parse_search(ctx, r)
     if "resolution" in r:
         raise ctx.err("[ramp].resolution", 'only used with mode = "search"')
+    if "over" in r:
+        raise ctx.err("[ramp].over", 'only used with mode = "search"')
+    if "speed" in r:
+        return _parse_speed(ctx, r)
+    if "rate" in r:
+        return _parse_rate_ramp(ctx, r)
+    for k in ("arrival", "max_concurrency"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", "only used with rate = [..] (open loop) or speed = [..] (a trace)")
+    if "workloads" in r and "durations_s" not in r:
+        raise ctx.err("[ramp].workloads", "only used with durations_s (a replay of a recorded session)")
     list_form = "concurrency" in r
     gen_keys = [k for k in ("start", "factor", "step", "max") if k in r]
     if list_form and gen_keys:
@@ -281,6 +334,7 @@ def _parse_ramp(ctx: Ctx, r: Any) -> RampSpec:
             min_requests=DEFAULT_MIN_REQUESTS,
             max_hold_s=DEFAULT_HOLD_S * DEFAULT_MAX_HOLD_FACTOR,
             durations_s=durations,
+            workloads=_workloads(ctx, r, len(conc)),
         )
 
     warmup = DEFAULT_WARMUP_S
@@ -435,16 +489,122 @@ def _hold_keys(ctx: Ctx, r: dict) -> tuple[float, float, int, float]:
     return warmup, hold, min_req, max_hold
 
 
-def _parse_search(ctx: Ctx, r: dict) -> RampSpec:
-    for k in ("concurrency", "step", "durations_s"):
+RATE_WHAT = f"requests per second, a number > 0 (at most {num(MAX_RATE)})"
+
+
+def _rate(ctx: Ctx, key: str, value: Any, *, zero_ok: bool = False) -> float:
+    what = f"requests per second, 0 (that step held its concurrency) or a number > 0 (at most {num(MAX_RATE)})" if zero_ok else RATE_WHAT
+    return ctx.number(key, value, lo=0.0, hi=MAX_RATE, lo_open=not zero_ok, what=what)
+
+
+def _number_list(ctx: Ctx, key: str, value: Any, one: Callable[[str, Any], float]) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise ctx.bad(key, "a non-empty list", value)
+    if len(value) > MAX_STEPS:
+        raise ctx.err(key, f"expected at most {MAX_STEPS} steps, got {len(value)}")
+    return tuple(one(f"{key} (position {i + 1})", v) for i, v in enumerate(value))
+
+
+def _open_loop_keys(ctx: Ctx, r: dict) -> tuple[str, int | None]:
+    """[ramp].arrival and max_concurrency (the in-flight cap), checked."""
+    arrival = "poisson"
+    if "arrival" in r:
+        try:
+            arrival = parse_arrival(r["arrival"]).describe() if isinstance(r["arrival"], str) else ""
+        except ArrivalError:
+            arrival = ""
+        if not arrival:
+            raise ctx.bad("[ramp].arrival", ARRIVAL_FORMS, r["arrival"])
+    cap = ctx.integer("[ramp].max_concurrency", r["max_concurrency"], maximum=MAX_CONCURRENCY) if "max_concurrency" in r else None
+    return arrival, cap
+
+
+def _parse_rate_ramp(ctx: Ctx, r: dict) -> RampSpec:
+    """`rate = [R1, R2, ...]` req/s, one open-loop step each (warm-up, hold and stop rules as
+    a concurrency ramp); in replay mode (durations_s) beside `concurrency`, 0 = closed loop."""
+    for k in ("start", "factor", "step", "max"):
         if k in r:
-            raise ctx.err(f"[ramp].{k}", 'not used with mode = "search" (it takes start, max, resolution and factor)')
+            raise ctx.err(f"[ramp].{k}", "not used with rate = [..] (list each rate)")
+    arrival, cap = _open_loop_keys(ctx, r)
+    if "durations_s" in r:
+        durations = _durations(ctx, r["durations_s"])
+        rates = _number_list(ctx, "[ramp].rate", r["rate"], lambda k, v: _rate(ctx, k, v, zero_ok=True))
+        conc = _concurrency_list(ctx, r["concurrency"], allow_duplicates=True) if "concurrency" in r else (cap or 1,) * len(rates)
+        if not len(durations) == len(rates) == len(conc):
+            raise ctx.err("[ramp].rate", f"expected one rate, concurrency and duration per step, got {len(rates)}, {len(conc)} and {len(durations)}")
+        return RampSpec(conc, 0.0, durations_s=durations, rate=rates, arrival=arrival, max_concurrency=cap,
+                        workloads=_workloads(ctx, r, len(rates)))
+    if "concurrency" in r:
+        raise ctx.err("[ramp].rate", "give either concurrency = [..] or rate = [..] (both only in a replay, with durations_s)")
+    if "workloads" in r:
+        raise ctx.err("[ramp].workloads", "only used with durations_s (a replay of a recorded session)")
+    rates = _number_list(ctx, "[ramp].rate", r["rate"], lambda k, v: _rate(ctx, k, v))
+    warmup, hold, min_req, max_hold = _hold_keys(ctx, r)
+    return RampSpec((), warmup, hold, min_req, max_hold, rate=rates, arrival=arrival, max_concurrency=cap)
+
+
+def _parse_speed(ctx: Ctx, r: dict) -> RampSpec:
+    """`speed = [X, ...]`: the trace replayed once per factor (x2 = twice as fast); a step
+    lasts until every row was sent and answered (hold_s: at least; max_hold_s: at most)."""
+    for k in ("concurrency", "rate", "start", "factor", "step", "max", "durations_s", "min_requests", "workloads"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", "not used with speed = [..] (a trace replay: one step per speed factor)")
+    speeds = _number_list(ctx, "[ramp].speed", r["speed"], lambda k, v: ctx.number(k, v, lo=0.0, hi=1e6, lo_open=True, what="a speed factor > 0 (2 = twice as fast)"))
+    _, cap = _open_loop_keys(ctx, r)
+    warmup = ctx.seconds("[ramp].warmup_s", r["warmup_s"], zero_ok=True) if "warmup_s" in r else 0.0
+    hold = ctx.seconds("[ramp].hold_s", r["hold_s"], zero_ok=True) if "hold_s" in r else 0.0
+    max_hold = ctx.seconds("[ramp].max_hold_s", r["max_hold_s"], zero_ok=False) if "max_hold_s" in r else MAX_SECONDS
+    return RampSpec((), warmup, hold, 0, max_hold, max_concurrency=cap, speed=speeds)
+
+
+def _workloads(ctx: Ctx, r: dict, n: int) -> tuple[dict | None, ...] | None:
+    """[ramp].workloads (replay): one table per step, {} = [workload]'s; keys input_len,
+    output_len, dataset (the live workload form's)."""
+    if "workloads" not in r:
+        return None
+    v = r["workloads"]
+    if not isinstance(v, list) or len(v) != n or not all(isinstance(x, dict) for x in v):
+        raise ctx.bad("[ramp].workloads", f"a list of {n} tables (one per step, {{}} = [workload]'s)", v)
+    out: list[dict | None] = []
+    for i, w in enumerate(v):
+        key = f"[ramp].workloads (position {i + 1})"
+        bad = [k for k in w if k not in ("dataset", "input_len", "output_len")]
+        if bad:
+            raise ctx.err(key, f"unknown key {key_name(bad[0])} (accepted: dataset, input_len, output_len)")
+        d: dict = {}
+        if "dataset" in w:
+            d["dataset"] = ctx.dataset(key + ".dataset", w["dataset"], Path.cwd())
+        for k in ("input_len", "output_len"):
+            if k in w:
+                d[k] = ctx.integer(f"{key}.{k}", w[k], maximum=10_000_000)
+        out.append(d or None)
+    return tuple(out)
+
+
+def _parse_search(ctx: Ctx, r: dict) -> RampSpec:
+    for k in ("concurrency", "step", "durations_s", "rate", "speed", "workloads"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", 'not used with mode = "search" (it takes start, max, resolution, factor and over)')
     if "start" not in r or "max" not in r:
         raise ctx.err("[ramp]", 'mode = "search" needs start and max (e.g. start = 8, max = 512)')
+    over = r.get("over", "concurrency")
+    if over not in ("concurrency", "rate"):
+        raise ctx.bad("[ramp].over", '"concurrency" (the default) or "rate" (start and max in req/s)', over)
+    if over == "rate":
+        return _parse_rate_search(ctx, r)
+    for k in ("arrival", "max_concurrency"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", 'only used with over = "rate"')
     start = ctx.integer("[ramp].start", r["start"], maximum=MAX_CONCURRENCY)
     top = ctx.integer("[ramp].max", r["max"], maximum=MAX_CONCURRENCY)
     if top < start:
         raise ctx.bad("[ramp].max", f"an integer >= start ({start})", r["max"])
+    resolution, factor = _search_tuning(ctx, r)
+    warmup, hold, min_req, max_hold = _hold_keys(ctx, r)
+    return RampSpec((start,), warmup, hold, min_req, max_hold, None, SearchSpec(start, top, resolution, factor))
+
+
+def _search_tuning(ctx: Ctx, r: dict) -> tuple[float, float]:
     resolution = 0.05
     if "resolution" in r:
         resolution = ctx.number("[ramp].resolution", r["resolution"], lo=0.0, hi=1.0, lo_open=True, hi_open=True,
@@ -452,8 +612,23 @@ def _parse_search(ctx: Ctx, r: dict) -> RampSpec:
     factor = 2.0
     if "factor" in r:
         factor = ctx.number("[ramp].factor", r["factor"], lo=1.0, hi=1e6, lo_open=True, what="a number > 1 (the growth factor before bisecting)")
+    return resolution, factor
+
+
+RATE_SEARCH_LEVELS = 1000  # a rate search bisects on max/1000 req/s
+
+
+def _parse_rate_search(ctx: Ctx, r: dict) -> RampSpec:
+    start = _rate(ctx, "[ramp].start", r["start"])
+    top = _rate(ctx, "[ramp].max", r["max"])
+    if top < start:
+        raise ctx.bad("[ramp].max", f"a rate >= start ({num(start)})", r["max"])
+    arrival, cap = _open_loop_keys(ctx, r)
+    resolution, factor = _search_tuning(ctx, r)
+    unit = top / RATE_SEARCH_LEVELS
     warmup, hold, min_req, max_hold = _hold_keys(ctx, r)
-    return RampSpec((start,), warmup, hold, min_req, max_hold, None, SearchSpec(start, top, resolution, factor))
+    search = SearchSpec(max(1, round(start / unit)), RATE_SEARCH_LEVELS, resolution, factor, rate_unit=unit)
+    return RampSpec((), warmup, hold, min_req, max_hold, None, search, arrival=arrival, max_concurrency=cap)
 
 
 def _parse_slo(ctx: Ctx, s: Any) -> Slo:

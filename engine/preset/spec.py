@@ -48,6 +48,9 @@ class WorkloadSpec:
     input_len: int = 32
     output_len: int = 128
     model: str | None = None
+    turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
+    think_s: float = 0.0  # multi-turn: pause between an answer and the next turn
+    trace: str | None = None  # a Mooncake JSONL trace (absolute path), replayed per [ramp].speed
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,17 @@ class StepPlan:
     hold_s: float
     min_requests: int
     max_hold_s: float
+    rate: float | None = None  # an open-loop step at this many req/s (concurrency unused)
+    speed: float | None = None  # a trace replay step at this speed factor
+
+    @property
+    def label(self) -> str:
+        """`C=8`, `rate 5 req/s` or `trace x2`."""
+        if self.speed is not None:
+            return f"trace x{self.speed:g}"
+        if self.rate is not None:
+            return f"rate {self.rate:g} req/s"
+        return f"C={self.concurrency}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,12 @@ class SearchSpec:
     max: int
     resolution: float = 0.05  # bisect until the bracket is this fraction of C (or 1)
     factor: float = 2.0  # the growth factor before bisecting
+    # over = "rate": a search over request rates; C (an integer) stands for a rate of
+    # C x rate_unit req/s, and start/max are the rates / rate_unit
+    rate_unit: float | None = None
+
+    def rate_of(self, c: int) -> float | None:
+        return None if self.rate_unit is None else round(c * self.rate_unit, 6)
 
 
 @dataclass(frozen=True)
@@ -87,14 +107,28 @@ class RampSpec:
     # with no warm-up and no min_requests extension. None = a normal ramp.
     durations_s: tuple[float, ...] | None = None
     search: SearchSpec | None = None  # mode = "search": steps are chosen as results come
+    # open loop ([ramp] rate = [...]): one step per rate, at most max_concurrency in flight.
+    # In replay mode (durations_s) rate sits beside concurrency, one entry per step, and a
+    # rate of 0 means that step held the concurrency (a session that switched modes).
+    rate: tuple[float, ...] | None = None
+    arrival: str = "poisson"  # poisson | constant | gamma:K
+    max_concurrency: int | None = None  # the in-flight cap of rate steps (None: --max-concurrency)
+    speed: tuple[float, ...] | None = None  # a trace replay ([workload].trace) per speed factor
+    # replay mode: the workload of each step (None: [workload]'s), for sessions that changed it live
+    workloads: tuple[dict | None, ...] | None = None
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""
+        if self.speed is not None:
+            return [StepPlan(0, self.warmup_s, self.hold_s, 0, self.max_hold_s, speed=x) for x in self.speed]
         if self.durations_s is not None:
+            rates = self.rate or (0.0,) * len(self.durations_s)
             return [
-                StepPlan(c, 0.0, d, 0, d)
-                for c, d in zip(self.concurrency, self.durations_s)
+                StepPlan(c, 0.0, d, 0, d, rate=r or None)
+                for c, d, r in zip(self.concurrency, self.durations_s, rates)
             ]
+        if self.rate is not None:
+            return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r) for r in self.rate]
         return [
             StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s)
             for c in self.concurrency
@@ -152,6 +186,12 @@ def as_search(preset: Preset, max_concurrency: int) -> Preset:
     r = preset.ramp
     if r.search is not None:
         return preset
+    if r.rate is not None and r.durations_s is None:
+        # a rate ramp: from its first rate up to 4 x its largest, in steps of 1/1000 of that
+        top = 4 * max(r.rate)
+        unit = top / 1000
+        search = SearchSpec(start=max(1, round(r.rate[0] / unit)), max=1000, rate_unit=unit)
+        return dataclasses.replace(preset, ramp=dataclasses.replace(r, rate=None, concurrency=(), search=search))
     start = r.concurrency[0]
     search = SearchSpec(start=start, max=max(start, max_concurrency))
     return dataclasses.replace(preset, ramp=dataclasses.replace(r, concurrency=(start,), durations_s=None, search=search))
