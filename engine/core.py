@@ -238,7 +238,8 @@ class Engine:
             "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
             "workload": cfg.workload.describe(),
             "concurrency": cfg.concurrency,
-            **({"rate": cfg.rate, "arrival": cfg.arrival} if cfg.rate is not None and cfg.workload.trace is None else {}),
+            "arrival": cfg.arrival,
+            **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
             "host": platform.node(),
         }
 

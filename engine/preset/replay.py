@@ -40,10 +40,11 @@ def timeline_preset(
     name: str,
     target_url: str | None,
     workload: WorkloadSpec,
-    concurrency_timeline: list[tuple[float, int]],
+    concurrency_timeline: list[tuple],
     *,
     end_s: float | None = None,
     description: str | None = None,
+    arrival: str = "poisson",
 ) -> str:
     """A preset (TOML text) that replays a recorded session's concurrency timeline.
 
@@ -53,26 +54,31 @@ def timeline_preset(
     timeline naturally ends with (t_end, 0)). Periods at C <= 0 (paused) are left out,
     consecutive equal C merge. The result has [ramp].concurrency + durations_s, no stop
     rules and no probe. Raises PresetError for a timeline with nothing to replay or a bad URL.
+
+    A point may carry two more entries, (t_s, C, rate, workload): a rate (req/s) makes that
+    period an open-loop step at that rate (C its in-flight cap), and a workload dict (the
+    live workload form's keys) the workload it ran; the preset then has [ramp].rate and
+    [ramp].workloads beside concurrency.
     """
     pts = sorted(
-        ((float(t), int(c)) for t, c in concurrency_timeline), key=lambda p: p[0]
+        ((float(p[0]), int(p[1]), _rate(p), _wl(p)) for p in concurrency_timeline), key=lambda p: p[0]
     )
-    if any(not math.isfinite(t) for t, _ in pts):
+    if any(not math.isfinite(p[0]) for p in pts):
         raise PresetError("timeline: times must be finite numbers of seconds")
     if end_s is not None:
-        pts.append((float(end_s), 0))
-    segs: list[tuple[int, float]] = []
-    for (t0, c), (t1, _) in zip(pts, pts[1:]):
+        pts.append((float(end_s), 0, None, None))
+    raw: list[tuple[int, float | None, dict | None, float]] = []
+    for (t0, c, r, w), (t1, *_) in zip(pts, pts[1:]):
         d = t1 - t0
         if c <= 0 or d <= 0:
             continue
-        c = min(c, MAX_CONCURRENCY)
-        if segs and segs[-1][0] == c:
-            segs[-1] = (c, segs[-1][1] + d)
+        key = (min(c, MAX_CONCURRENCY), r, w)
+        if raw and raw[-1][:3] == key:
+            raw[-1] = (*key, raw[-1][3] + d)
         else:
-            segs.append((c, d))
-    segs = [(c, round(d, 3)) for c, d in segs]
-    segs = [(c, min(d, MAX_SECONDS)) for c, d in segs if d > 0]
+            raw.append((*key, d))
+    raw = [(c, r, w, min(round(d, 3), MAX_SECONDS)) for c, r, w, d in raw if round(d, 3) > 0]
+    segs = [(c, d) for c, _, _, d in raw]
     if not segs:
         raise PresetError("timeline: nothing to replay (no period with concurrency >= 1)")
     if len(segs) > MAX_STEPS:
@@ -88,6 +94,9 @@ def timeline_preset(
             concurrency=tuple(c for c, _ in segs),
             warmup_s=0.0,
             durations_s=tuple(float(d) for _, d in segs),
+            rate=tuple(r or 0.0 for _, r, _, _ in raw) if any(r for _, r, _, _ in raw) else None,
+            arrival=arrival,
+            workloads=tuple(w for _, _, w, _ in raw) if any(w for _, _, w, _ in raw) else None,
         ),
         stop=StopSpec(),
         after=AfterSpec(probe_s=0.0),
@@ -101,24 +110,39 @@ def timeline_preset(
     return text
 
 
+def _rate(p: tuple) -> float | None:
+    r = p[2] if len(p) > 2 else None
+    return float(r) if r else None
+
+
+_REPLAYED_KEYS = ("dataset", "input_len", "output_len")
+
+
+def _wl(p: tuple) -> dict | None:
+    w = p[3] if len(p) > 3 else None
+    return {k: w[k] for k in _REPLAYED_KEYS if k in w} or None if isinstance(w, dict) else None
+
+
 def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionReplay:
     """The replay preset of a recorded session, named `name`: its target (none when it ran
     against the built-in sim, whose port was ephemeral: the replay starts a new sim), its
     workload and its concurrency timeline. Raises PresetError (one line naming the session)."""
     # the session reader (polars on first use) is only needed here
-    from redline.engine.session import SessionError, check_session_dir, concurrency_timeline
+    from redline.engine.session import SessionError, check_session_dir, load_segments
     from redline.engine.session.paths import META
 
     try:
         d = check_session_dir(session_dir)
         meta = json.loads((d / META).read_text())
-        segs = concurrency_timeline(d)
+        segs = load_segments(d)
     except (SessionError, OSError, ValueError) as exc:
         raise PresetError(str(exc)) from None
     meta = meta if isinstance(meta, dict) else {}
+    if any(mode == "trace" and c > 0 for _, c, mode, _, _ in segs):
+        raise PresetError(f"{d}: a trace replay session: replay the trace itself ([workload].trace with [ramp].speed)")
     points, t = [], 0.0
-    for dur, c in segs:
-        points.append((t, c))
+    for dur, c, mode, rate, wl in segs:
+        points.append((t, c, rate if mode == "rate" else None, wl))
         t += dur
     wl = meta.get("workload") or {}
     tgt = meta.get("target") or {}
@@ -130,7 +154,7 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
             output_len=int(wl.get("output_len") or 128),
         )
         url = None if "redline_sim" in (meta.get("server_info") or {}) else tgt.get("url")
-        text = timeline_preset(name, url, spec, points, end_s=t)
+        text = timeline_preset(name, url, spec, points, end_s=t, arrival=str(meta.get("arrival") or "poisson"))
     except (PresetError, AttributeError, TypeError, ValueError) as exc:
         raise PresetError(f"{d}: {exc}") from None
     return SessionReplay(text, len(segs), t)

@@ -59,6 +59,13 @@ def _kv(key: str, value: str, comment: str = "") -> str:
     return line
 
 
+def _inline(w: dict | None) -> str:
+    if not w:
+        return "{}"
+    items = [f"{k} = {_toml_str(v) if isinstance(v, str) else _toml_num(v)}" for k, v in w.items()]
+    return "{ " + ", ".join(items) + " }"
+
+
 def preset_to_toml(preset: Preset, header: str | None = None) -> str:
     """A preset as TOML text (commented) that load_preset reads back to an equal Preset
     (apart from `path`). `header` adds comment lines at the top. A ramp is always written
@@ -90,14 +97,52 @@ def preset_to_toml(preset: Preset, header: str | None = None) -> str:
     ]
     if w.model is not None:
         lines.append(_kv("model", _toml_str(w.model)))
+    if w.turns > 1:
+        lines.append(_kv("turns", str(w.turns), "multi-turn: C counts sessions"))
+        lines.append(_kv("think_s", _toml_num(w.think_s), "pause between a session's turns"))
+    if w.trace is not None:
+        lines.append(_kv("trace", _toml_str(w.trace), "Mooncake JSONL, replayed per [ramp].speed"))
 
     r = preset.ramp
     lines += ["", "[ramp]"]
-    lines.append(_kv("concurrency", _toml_list(r.concurrency), "one step per entry, in order"))
+    if r.search is not None:
+        sp = r.search
+        lines.append(_kv("mode", '"search"', "an adaptive knee search"))
+        if sp.rate_unit is not None:
+            lines.append(_kv("over", '"rate"', "start and max in req/s"))
+            lines.append(_kv("start", _toml_num(round(sp.start * sp.rate_unit, 6))))
+            lines.append(_kv("max", _toml_num(round(sp.max * sp.rate_unit, 6))))
+        else:
+            lines.append(_kv("start", str(sp.start)))
+            lines.append(_kv("max", str(sp.max)))
+        lines.append(_kv("resolution", _toml_num(sp.resolution)))
+        lines.append(_kv("factor", _toml_num(sp.factor)))
+    elif r.speed is not None:
+        lines.append(_kv("speed", _toml_list(r.speed), "one trace replay per factor"))
+    elif r.rate is not None and r.durations_s is None:
+        lines.append(_kv("rate", _toml_list(r.rate), "req/s, one open-loop step per entry"))
+    else:
+        lines.append(_kv("concurrency", _toml_list(r.concurrency), "one step per entry, in order"))
+        if r.rate is not None:
+            lines.append(_kv("rate", _toml_list(r.rate), "req/s; 0 = that step held its concurrency"))
+    if r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None):
+        if r.speed is None:
+            lines.append(_kv("arrival", _toml_str(r.arrival), "poisson | constant | gamma:K"))
+        if r.max_concurrency is not None:
+            lines.append(_kv("max_concurrency", str(r.max_concurrency), "in-flight cap of the open loop"))
     if r.durations_s is not None:
         lines.append("# replay: each step lasts exactly its duration, all of it measured,")
         lines.append("# no warm-up and no min_requests extension")
         lines.append(_kv("durations_s", _toml_list(r.durations_s, per_line=8)))
+        if r.workloads is not None:
+            lines.append("# the workload of each step ({} = [workload]'s): the session changed it live")
+            lines.append("workloads = [\n" + "\n".join(f"    {_inline(w)}," for w in r.workloads) + "\n]")
+    elif r.speed is not None:
+        lines += [
+            _kv("warmup_s", _toml_num(r.warmup_s), "per replay, not measured"),
+            _kv("hold_s", _toml_num(r.hold_s), "at least (a replay lasts until every row is answered)"),
+            _kv("max_hold_s", _toml_num(r.max_hold_s), "at most"),
+        ]
     else:
         lines += [
             _kv("warmup_s", _toml_num(r.warmup_s), "per step, not measured"),

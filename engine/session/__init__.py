@@ -50,6 +50,7 @@ _LAZY_EXPORT = (
     "apply_schema",
     "bench_export",
     "concurrency_timeline",
+    "load_segments",
     "export_session",
     "read_table",
 )

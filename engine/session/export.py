@@ -217,12 +217,30 @@ def export_session(
 
 
 def concurrency_timeline(session_dir: str | os.PathLike) -> list[tuple[float, int]]:
-    """The session's concurrency over time as (duration_s, C) segments, for preset-from.
+    """The session's concurrency over time as (duration_s, C) segments (see load_segments;
+    an open loop's C is its in-flight cap)."""
+    out: list[tuple[float, int]] = []
+    for d, c, _, _, _ in load_segments(session_dir):
+        if out and out[-1][1] == c:
+            out[-1] = (round(out[-1][0] + d, 1), c)
+        else:
+            out.append((d, c))
+    return out
+
+
+Segment = tuple[float, int, str, "float | None", "dict | None"]  # (duration_s, C, mode, rate, workload)
+
+
+def load_segments(session_dir: str | os.PathLike) -> list[Segment]:
+    """The session's load over time as (duration_s, C, mode, rate, workload) segments, for
+    preset-from.
 
     From timeline rows: each row lasts until the next row's elapsed_s (the last one for the
     median row interval); rows whose state is paused, stopped or server gone (IDLE_STATES)
-    count as C=0, since no load was sent; rows with no target_c are skipped; consecutive
-    equal C merge. Durations are rounded to 0.1 s.
+    count as C=0, since no load was sent; rows with no target_c are skipped. `mode` and
+    `rate` are the row's (concurrency and None in sessions before rate mode); `workload` is
+    the one set by the latest `workload` event (None before any). Consecutive equal
+    segments merge; durations are rounded to 0.1 s.
     """
     df = read_table(session_dir, "timeline")
     df = df.filter(pl.col("target_c").is_not_null() & pl.col("elapsed_s").is_not_null())
@@ -232,19 +250,43 @@ def concurrency_timeline(session_dir: str | os.PathLike) -> list[tuple[float, in
     el = df["elapsed_s"].to_list()
     cs = df["target_c"].to_list()
     states = df["state"].to_list()
+    modes = df["mode"].to_list() if "mode" in df.columns else [None] * df.height
+    rates = df["target_rate"].to_list() if "target_rate" in df.columns else [None] * df.height
+    changes = _workload_changes(session_dir)
     gaps = [b - a for a, b in zip(el, el[1:]) if b > a]
     step = sorted(gaps)[len(gaps) // 2] if gaps else 1.0
     segs: list[list] = []
-    for i, (t, c, st) in enumerate(zip(el, cs, states)):
+    k, wl = 0, None
+    for i, (t, c, st, mode, rate) in enumerate(zip(el, cs, states, modes, rates)):
+        while k < len(changes) and changes[k][0] <= t:
+            wl = changes[k][1]
+            k += 1
         dur = (el[i + 1] - t) if i + 1 < len(el) else step
         if dur <= 0:
             continue
-        c = 0 if st in IDLE_STATES else int(c)
-        if segs and segs[-1][1] == c:
+        idle = st in IDLE_STATES
+        key = (0 if idle else int(c), "concurrency" if idle or not mode else mode, None if idle or rate is None else float(rate), wl)
+        if segs and tuple(segs[-1][1:]) == key:
             segs[-1][0] += dur
         else:
-            segs.append([dur, c])
-    return [(round(d, 1), c) for d, c in segs]
+            segs.append([dur, *key])
+    return [(round(d, 1), c, m, r, w) for d, c, m, r, w in segs]
+
+
+def _workload_changes(session_dir: str | os.PathLike) -> list[tuple[float, dict]]:
+    """(elapsed_s, workload) of each live workload change (events of kind `workload`)."""
+    ev = read_table(session_dir, "events")
+    if ev.height == 0 or "detail" not in ev.columns:
+        return []
+    out = []
+    for t, detail in ev.filter(pl.col("kind") == "workload").select("elapsed_s", "detail").iter_rows():
+        try:
+            wl = json.loads(detail) if isinstance(detail, str) else None
+        except ValueError:
+            wl = None
+        if isinstance(wl, dict) and t is not None:
+            out.append((float(t), wl))
+    return sorted(out, key=lambda x: x[0])
 
 
 def bench_export(n_rows: int = 1_000_000, fmt: str = "parquet", keep: bool = False) -> float:
