@@ -173,8 +173,9 @@ class Engine:
             self.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, self.calibration, cfg.seed)
         if cfg.telemetry:
             await self._start_telemetry(base)
+        open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         self.controller = Controller(
-            self._one_request, cfg.concurrency, cfg.max_concurrency,
+            self._one_request, min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency, cfg.max_concurrency,
             arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held,
         )
         if self.trace is not None and cfg.live_steps:
