@@ -113,6 +113,28 @@ CASES: dict[str, Case] = {
     "sharegpt-not-json": Case(["--url", "{URL}", "--dataset", "sharegpt:{D}/words.jsonl"], BAD, ("words.jsonl", "not JSON", "ShareGPT")),
     "sharegpt-no-prompts": Case(["--url", "{URL}", "--dataset", "sharegpt:{D}/list.json"], BAD, ("list.json", "no usable prompts")),
     "dataset-missing-no-url": Case(["--dataset", "jsonl:{D}/missing.jsonl"], BAD, ("missing.jsonl", "not found")),
+    # load shapes (issue #16): rate, arrival, multi-turn, trace
+    "rate-0": Case(["--url", "{URL}", "--rate", "0"], BAD, ("--rate", "'0'", "requests per second", "> 0")),
+    "rate-negative": Case(["--url", "{URL}", "--rate", "-2"], BAD, ("--rate", "'-2'", "> 0")),
+    "rate-abc": Case(["--url", "{URL}", "--rate", "abc"], BAD, ("--rate", "'abc'", "requests per second")),
+    "rate-inf": Case(["--url", "{URL}", "--rate", "inf"], BAD, ("'inf'",)),
+    "rate-step-0": Case(["--url", "{URL}", "--rate-step", "0"], BAD, ("--rate-step", "'0'")),
+    "arrival-unknown": Case(["--url", "{URL}", "--arrival", "foo"], BAD, ("--arrival", "'foo'", "poisson, constant or gamma:K")),
+    "arrival-gamma-0": Case(["--url", "{URL}", "--arrival", "gamma:0"], BAD, ("'gamma:0'", "K must be a number > 0")),
+    "turns-0": Case(["--url", "{URL}", "--turns", "0"], BAD, ("--turns", "'0'", "whole number >= 1")),
+    "think-negative": Case(["--url", "{URL}", "--turns", "2", "--think-s", "-1"], BAD, ("--think-s", "'-1'", "from 0")),
+    "think-without-turns": Case(["--url", "{URL}", "--think-s", "2"], BAD, ("--think-s 2", "--turns")),
+    "turns-with-rate": Case(["--url", "{URL}", "--turns", "3", "--rate", "5"], BAD, ("--turns 3", "--rate")),
+    "turns-with-trace": Case(["--url", "{URL}", "--turns", "3", "--trace", "{D}/trace.jsonl"], BAD, ("--turns 3", "--trace")),
+    "rate-with-trace": Case(["--url", "{URL}", "--rate", "5", "--trace", "{D}/trace.jsonl"], BAD, ("--rate 5", "--speed")),
+    "speed-without-trace": Case(["--url", "{URL}", "--speed", "2"], BAD, ("--speed 2", "--trace")),
+    "speed-0": Case(["--url", "{URL}", "--trace", "{D}/trace.jsonl", "--speed", "0"], BAD, ("--speed", "'0'", "> 0")),
+    "trace-missing": Case(["--url", "{URL}", "--trace", "{D}/nope.jsonl"], BAD, ("nope.jsonl", "not found", "Mooncake JSONL")),
+    "trace-directory": Case(["--url", "{URL}", "--trace", "{D}"], BAD, ("directory",)),
+    "trace-empty": Case(["--url", "{URL}", "--trace", "{D}/empty.jsonl"], BAD, ("empty.jsonl", "empty")),
+    "trace-malformed": Case(["--url", "{URL}", "--trace", "{D}/badtrace.jsonl"], BAD, ("badtrace.jsonl", "line 2")),
+    "trace-not-json": Case(["--url", "{URL}", "--trace", "{D}/words.jsonl"], BAD, ("words.jsonl", "line 1")),
+    "rate-on-run": Case(["run", QUICK, "--headless", "--url", "{URL}", "--rate", "5"], BAD, ("--rate",)),
     # presets (engine/preset errors, through `run`)
     "preset-missing": Case(["run", "{D}/nope.toml", "--headless", "--url", "{URL}"], BAD, ("nope.toml", "file not found")),
     "preset-directory": Case(["run", "{D}", "--headless", "--url", "{URL}"], BAD, ("is a directory", ".toml")),
@@ -147,12 +169,15 @@ def write_data(d: Path) -> None:
     (d / "typo.toml").write_text("[ramp]\nconcurrency = [8]\nhold_seconds = 3\n")
     (d / "ds.toml").write_text('[workload]\ndataset = "jsonl:absent.jsonl"\n[ramp]\nconcurrency = [8]\n')
     (d / "ftp.toml").write_text('[target]\nurl = "ftp://127.0.0.1:1"\n[ramp]\nconcurrency = [8]\n')
+    (d / "trace.jsonl").write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n')
+    (d / "badtrace.jsonl").write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n{"timestamp": 5, "input_length": -3, "output_length": 10}\n')
 
 
 # The real process for a case of each kind (a subprocess costs ~0.5 s of CPU: the rest of the
 # matrix runs in-process below, with the same checks).
 THROUGH_THE_CLI = [
     "concurrency-abc", "url-wrong-path", "dataset-empty", "preset-bad-value", "unreachable", "unreachable-headless",
+    "trace-malformed",
 ]
 
 
@@ -305,6 +330,11 @@ NO_URL_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "url-bad-in-preset": (["run", "{D}/ftp.toml", "--headless"], {}),
     "compare-bad": (["--compare", "{D}/no-session"], {}),
     "concurrency-above-max": (["--concurrency", "2000"], {}),
+    "rate-0": (["--rate", "0"], {}),
+    "arrival-unknown": (["--rate", "5", "--arrival", "foo"], {}),
+    "turns-with-rate": (["--turns", "2", "--rate", "5"], {}),
+    "trace-missing": (["--trace", "{D}/nope.jsonl"], {}),
+    "trace-malformed": (["--trace", "{D}/badtrace.jsonl", "--speed", "2"], {}),
 }
 
 

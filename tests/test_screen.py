@@ -258,6 +258,32 @@ def story(segs: list[Seg], srv: Server = HEALTHY, *, start_c: int = 8) -> list[S
     return snaps
 
 
+def rate_story() -> list[Snapshot]:
+    """C=8, then `m` into open-loop rate mode at R=12.5/s (poisson) under an in-flight cap of 64
+    that the server cannot keep up with: the cap fills, sends are held back and counted."""
+    snaps = story([Seg("run", 30, 8), Seg("run", 40, 64)])
+    rate_from = snaps[29].second + 1
+    out: list[Snapshot] = []
+    for s in snaps:
+        if s.second < rate_from:
+            out.append(s)
+            continue
+        i = s.second - rate_from
+        as_rate = lambda st: replace(st, mode="rate", request_rate=12.5, arrival="poisson", schedule_lag_p50_ms=0.6,  # noqa: E731
+                                     schedule_lag_p99_ms=4.2, dropped_or_delayed=17) if st is not None and st.concurrency == 64 else st
+        log = tuple(replace(line, text="rate 12.5 req/s (poisson, in-flight cap 64)") if line.text == "C=64" else
+                    replace(line, text=line.text.replace("C=64", "R=12.5/s")) for line in s.log)
+        held = 3 if i >= 30 else 0
+        warnings = ("open loop: sends held back at the in-flight cap 64 (17 delayed); latencies count from the intended send times",) if held else ()
+        out.append(replace(
+            s, mode="rate", target_rate=12.5, arrival="poisson", max_concurrency=64, in_flight=64 if held else 52,
+            schedule_lag_ms={"p50": 0.6, "p99": 4.2 + 0.1 * held}, held_at_cap=held, dropped_or_delayed=17 if held else 0,
+            req_s=11.8, steps=tuple(as_rate(st) for st in s.steps), current_step=as_rate(s.current_step), log=log,
+            warnings=s.warnings + warnings,
+        ))
+    return out
+
+
 STORIES = {
     # 8 → 16 → 32 → 64, healthy tp8 server
     "healthy": lambda: story([Seg("run", 30, 8), Seg("run", 30, 16), Seg("run", 30, 32), Seg("run", 24, 64)]),
@@ -269,6 +295,8 @@ STORIES = {
     "gone": lambda: story([Seg("run", 25, 8), Seg("run", 30, 64), Seg("gone", 14, 64)]),
     # 503s: slots back off; the disk filled up under the session log
     "overload": lambda: story([Seg("run", 30, 32), Seg("overload", 16, 64)]),
+    # open-loop rate mode at 12.5 req/s, the in-flight cap 64 full: sends held back
+    "rate": rate_story,
 }
 
 
@@ -325,6 +353,26 @@ def _shot(name: str, *press: str):
 def test_main_screen_picture(snap_compare, name, size):
     app, run_before = _shot(name)
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+
+
+def test_rate_mode_picture(snap_compare):
+    """Rate mode at 80x24: R and the arrival process where C was, the in-flight cap, the schedule
+    lag and the sends held at the cap (warning style), the rate step row as `12.5/s`."""
+    app, run_before = _shot("rate")
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
+
+
+async def test_rate_mode_reads_at_80x24():
+    app, host, snaps, ctx = await _open("rate")
+    async with ctx as pilot:
+        await play(pilot, host, snaps)
+        lines = screen_lines(app)
+    assert lines[1].strip() == "[RUNNING] R=12.5/s poisson  in-flight 64 (cap 64)  server run 64 queue 0", lines[:6]
+    rate_line = next(line for line in lines[2:6] if line.strip().startswith("lag "))
+    assert rate_line.strip() == "lag p50 0.6 ms p99 4.5 ms  held 3  dropped or delayed 17  done 11.8 req/s"
+    rows = [line.split()[0] for line in lines if line.strip()[:1].isdigit() and "ms" in line and ":" in line.split()[-1]]
+    assert rows[-2:] == ["8", "12.5/s*"], rows
+    assert lines[-1].lstrip().startswith("+- R±"), lines[-1]
 
 
 @pytest.mark.parametrize("name", ["healthy", "probe"])
@@ -529,7 +577,7 @@ async def test_help_lists_keys_figures_settings_and_closes_three_ways():
 
 def test_help_covers_every_key_binding():
     actions = {b.action for b in RedlineApp.BINDINGS}
-    listed = {a for a, _, _ in KEYS} | {"steps_down"}  # PgUp/PgDn share a line
+    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve"}  # PgUp/PgDn, + -, ] [ share a line
     assert actions <= listed, actions - listed
 
 

@@ -1,4 +1,5 @@
-"""The operator's screen: live control of concurrency against one server.
+"""The operator's screen: live control of concurrency (or of an open loop's request rate)
+against one server.
 
 The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
@@ -38,12 +39,18 @@ from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
 from .widgets.panels import LivePanels
 from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt
+from .widgets.rate import RateLine
 from .widgets.steps import StepTable
+from .widgets.workload import WorkloadForm
 
 REFRESH_S = 0.25
 WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
 EXIT_GRACE_S = 5.0  # the load is stopped and the log complete; never hang on the way out
 WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
+MODE_SWITCH_S = 2.0  # after `m`, the C / R keys wait this long at most for the new mode
+OPEN_LOOP = ("rate", "trace")  # the modes whose keys change R (a trace's: its speed factor)
+RATE_FLOOR = 0.1  # req/s: the lowest R that - and [ reach (c types any R > 0)
+WORKLOAD_REPLY_S = 15.0  # the workload form waits this long for the engine's answer
 
 
 class RedlineApp(App[int]):
@@ -54,14 +61,22 @@ class RedlineApp(App[int]):
 
     # The footer must show every key that matters at 80 columns: short descriptions, +/- and
     # ]/[ grouped; `?` lists them all with what they do (widgets/help.py).
+    # In rate mode the same keys change R: their own bindings (the footer reads `R±`), which
+    # take turns with the concurrency ones (check_action).
     C_STEP = Binding.Group("C±", compact=True)
+    R_STEP = Binding.Group("R±", compact=True)
     C_TIMES = Binding.Group("×÷2", compact=True)
     BINDINGS = [
         Binding("plus,equals_sign,up", "more", "+C", key_display="+", group=C_STEP),
         Binding("minus,down", "less", "-C", key_display="-", group=C_STEP),
+        Binding("plus,equals_sign,up", "rate_more", "+R", key_display="+", group=R_STEP),
+        Binding("minus,down", "rate_less", "-R", key_display="-", group=R_STEP),
         Binding("right_square_bracket", "double", "×2", key_display="]", group=C_TIMES),
         Binding("left_square_bracket", "halve", "÷2", key_display="[", group=C_TIMES),
+        Binding("right_square_bracket", "rate_double", "×2", key_display="]", group=C_TIMES),
+        Binding("left_square_bracket", "rate_halve", "÷2", key_display="[", group=C_TIMES),
         Binding("c", "type_concurrency", "set"),  # `a` and `r` take turns: see check_action
+        Binding("c", "type_rate", "set"),
         Binding("a", "probe", "probe"),
         Binding("r", "restore", "back"),
         Binding("space", "pause", "pause", key_display="␣"),
@@ -73,6 +88,8 @@ class RedlineApp(App[int]):
         Binding("l", "lane", "probe lane", show=False),
         Binding("k", "search", "knee search", show=False),
         Binding("o", "slo", "SLOs", show=False),
+        Binding("m", "mode", "mode", show=False),
+        Binding("w", "workload", "workload", show=False),
         Binding("pageup", "steps_up", "scroll steps", show=False),
         Binding("pagedown", "steps_down", "scroll steps", show=False),
         Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
@@ -85,6 +102,7 @@ class RedlineApp(App[int]):
         host: EngineProcess | EngineThread,
         *,
         step: int = 8,
+        rate_step: float = 1.0,
         preset: Preset | None = None,
         presets_dir: Path | None = None,
         compare: SessionSummary | None = None,
@@ -95,6 +113,7 @@ class RedlineApp(App[int]):
         self._early_signals = early_signals if early_signals is not None else []
         self.host = host
         self.step = step
+        self.rate_step = rate_step
         self.start_preset = preset
         self.presets_dir = presets_dir or builtin_dir()
         self.exit_reason = "quit"
@@ -104,10 +123,16 @@ class RedlineApp(App[int]):
         self._want_until = 0.0
         self._raised_max = 0
         self._probing = False
+        self._mode = "concurrency"  # the snapshot's: which of the C / R keys are live
+        self._switching_from: str | None = None  # `m` pressed in this mode, not yet confirmed
+        self._switch_until = 0.0
+        self._want_rate: float | None = None
+        self._want_rate_until = 0.0
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
+        yield RateLine(id="rate-line")  # rate and trace mode: schedule lag, held, dropped
         with Vertical(id="body"):
             with Vertical(id="left"):
                 yield LivePanels()
@@ -150,12 +175,22 @@ class RedlineApp(App[int]):
             header = base.query_one(StatusHeader)
         except NoMatches:  # not composed yet, or tearing down
             return
-        if self._want is not None and time.monotonic() < self._want_until and snap.target_c != self._want:
+        now = time.monotonic()
+        if self._want is not None and now < self._want_until and snap.target_c != self._want:
             snap = replace(snap, target_c=self._want, previous_c=None)  # not yet confirmed
+        if self._switching_from is not None and (snap.mode != self._switching_from or now >= self._switch_until):
+            self._switching_from = None
+        if (self._want_rate is not None and now < self._want_rate_until and snap.mode in OPEN_LOOP
+                and snap.target_rate != self._want_rate):
+            snap = replace(snap, target_rate=self._want_rate)
         header.snapshot = snap
-        if snap.probing != self._probing:
+        if snap.probing != self._probing or snap.mode != self._mode:
             self._probing = snap.probing
-            self.refresh_bindings()  # `r back` replaces `a probe` in the footer
+            self._mode = snap.mode
+            self.refresh_bindings()  # `r back` replaces `a probe`, `R±` replaces `C±` in the footer
+        rate_line = base.query_one(RateLine)
+        rate_line.display = snap.mode != "concurrency"
+        rate_line.snapshot = snap
         base.query_one(LivePanels).show(snap)
         base.query_one(GpuPanel).snapshot = snap
         base.query_one(StepTable).show(snap)
@@ -163,12 +198,29 @@ class RedlineApp(App[int]):
         for curve in base.query(CurveView):
             curve.show(snap)
 
+    RATE_ACTIONS = frozenset({"rate_more", "rate_less", "rate_double", "rate_halve", "type_rate"})
+    C_ACTIONS = frozenset({"more", "less", "double", "halve", "type_concurrency"})
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """In the probe, `r` returns and `a` has nothing left to abort; outside it, the reverse."""
+        """In the probe, `r` returns and `a` has nothing left to abort; outside it, the reverse.
+        In rate mode the C keys change R instead (their rate_* twins); in a trace replay, its
+        speed factor."""
         if action == "restore":
             return self._probing
         if action == "probe":
             return not self._probing
+        if action in self.RATE_ACTIONS:
+            return self._mode in OPEN_LOOP
+        if action in self.C_ACTIONS:
+            return self._mode not in OPEN_LOOP
+        return True
+
+    def _mode_settled(self) -> bool:
+        """False (and says so) while an `m` waits for the engine: a C or R key now would act on
+        the mode being left."""
+        if self._switching_from is not None and time.monotonic() < self._switch_until:
+            self.notify(f"switching from {self._switching_from} mode; press it again in a moment", severity="warning", timeout=2)
+            return False
         return True
 
     # -- concurrency -------------------------------------------------------------------
@@ -203,18 +255,24 @@ class RedlineApp(App[int]):
             self.query_one(StatusHeader).snapshot = replace(snap, target_c=n, previous_c=None)
 
     def action_more(self) -> None:
-        self.set_concurrency(self.target + self.step)
+        if self._mode_settled():
+            self.set_concurrency(self.target + self.step)
 
     def action_less(self) -> None:
-        self.set_concurrency(self.target - self.step)
+        if self._mode_settled():
+            self.set_concurrency(self.target - self.step)
 
     def action_double(self) -> None:
-        self.set_concurrency(self.target * 2)
+        if self._mode_settled():
+            self.set_concurrency(self.target * 2)
 
     def action_halve(self) -> None:
-        self.set_concurrency(self.target // 2)
+        if self._mode_settled():
+            self.set_concurrency(self.target // 2)
 
     def action_type_concurrency(self) -> None:
+        if not self._mode_settled():
+            return
         def done(text: str | None) -> None:
             if text is None:
                 return
@@ -226,6 +284,114 @@ class RedlineApp(App[int]):
             self.set_concurrency(n)
 
         self.push_screen(ConcurrencyPrompt(self.target, self.max_concurrency), done)
+
+    # -- open-loop rate (README "Load shapes") ------------------------------------------
+    @property
+    def target_rate(self) -> float:
+        """The R the operator last asked for, else the engine's (1 req/s before it has one)."""
+        if self._want_rate is not None and time.monotonic() < self._want_rate_until:
+            return self._want_rate
+        r = self.snapshot.target_rate if self.snapshot else None
+        return r if r else 1.0
+
+    def set_rate(self, r: float) -> None:
+        from redline.engine.arrivals import MAX_RATE
+
+        r = round(min(max(r, RATE_FLOOR), MAX_RATE), 6)  # no 0.30000000000000004
+        if r == self.target_rate:
+            what = f"trace speed ×{r:g}" if self._mode == "trace" else f"R={r:g}/s"
+            self.notify(f"{what} already" + (" (the lowest - and [ go)" if r == RATE_FLOOR else ""), timeout=2)
+            return
+        self._send_rate(r)
+
+    def _send_rate(self, r: float) -> None:
+        self.host.send(C.SetRate(r))
+        self._want_rate, self._want_rate_until = r, time.monotonic() + WANT_HOLD_S
+        snap = self.snapshot
+        if snap is not None and snap.mode in OPEN_LOOP:  # show the new R at once
+            self.query_one(StatusHeader).snapshot = replace(snap, target_rate=r)
+
+    def action_rate_more(self) -> None:
+        if self._mode_settled():
+            self.set_rate(self.target_rate + self.rate_step)
+
+    def action_rate_less(self) -> None:
+        if self._mode_settled():
+            self.set_rate(self.target_rate - self.rate_step)
+
+    def action_rate_double(self) -> None:
+        if self._mode_settled():
+            self.set_rate(self.target_rate * 2)
+
+    def action_rate_halve(self) -> None:
+        if self._mode_settled():
+            self.set_rate(self.target_rate / 2)
+
+    def action_type_rate(self) -> None:
+        from redline.engine.arrivals import ArrivalError, check_rate
+
+        if not self._mode_settled():
+            return
+
+        trace = self._mode == "trace"
+
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                r = check_rate(text.strip().removesuffix("/s").lstrip("×x"))
+            except ArrivalError:
+                what = "a speed factor > 0 (2 = twice as fast)" if trace else "requests per second, a number > 0 (e.g. 12.5)"
+                self.notify(f"{'speed' if trace else 'rate'} {text!r}: expected {what}; nothing changed", severity="error")
+                return
+            self._send_rate(r)
+
+        now = self.snapshot.target_rate if self.snapshot and self.snapshot.target_rate else None
+        if trace:
+            question = "Trace speed factor" + (f", now ×{now:g}" if now else "")
+            hint = "a number > 0: 2 replays twice as fast as recorded — Enter sets, Esc cancels"
+        else:
+            question = "Request rate R in requests/s" + (f", now R={now:g}/s" if now else "")
+            hint = "a number > 0, e.g. 12.5 — Enter sets, Esc cancels"
+        self.push_screen(TextPrompt(question, hint, f"{now:g}" if now else "10"), done)
+
+    def action_mode(self) -> None:
+        """Concurrency <-> open-loop rate mode (the engine picks the other mode's last value;
+        a trace replay switches to concurrency)."""
+        snap = self.snapshot
+        mode = snap.mode if snap else "concurrency"
+        self._want = self._want_rate = None
+        self._switching_from, self._switch_until = mode, time.monotonic() + MODE_SWITCH_S
+        self.host.send(C.ToggleMode())
+
+    # -- the workload (`w`) --------------------------------------------------------------
+    def action_workload(self) -> None:
+        snap = self.snapshot
+        workload = dict(snap.workload) if snap and snap.workload else {}
+        if not workload:  # an engine that does not publish it yet: what it was started with
+            wl = getattr(self.host.config, "workload", None)
+            workload = wl.describe() if wl is not None else {}
+        if workload.get("trace"):
+            self.notify("a trace sets each request's lengths: no workload to change", severity="warning")
+            return
+
+        def done(change) -> None:
+            if change is not None:
+                self.notify(f"workload: {change.describe()}", timeout=3)
+
+        self.push_screen(WorkloadForm(workload, self._apply_workload), done)
+
+    async def _apply_workload(self, change) -> str | None:
+        """Send the change; the engine's error as one line, or None once it took it."""
+        fut = self.host.send(C.SetWorkload(change))
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
+        except asyncio.TimeoutError:
+            self.notify("workload change sent; the engine has not confirmed it yet", severity="warning")
+            return None
+        except Exception as exc:  # noqa: BLE001 - the engine's refusal, shown in the form
+            return _one_line(exc)
+        return None
 
     def action_probe(self) -> None:
         self._want = None
@@ -293,7 +459,7 @@ class RedlineApp(App[int]):
 
     def action_help(self) -> None:
         snap = self.snapshot or self.host.snapshot
-        self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency))
+        self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency, self.rate_step))
 
     def action_steps_up(self) -> None:
         self.query_one(StepTable).scroll_page_up(animate=False)
@@ -357,6 +523,15 @@ def search_preset(start: int, max_c: int, config) -> Preset:
          "stop": {"plateau_gain": 0.05}},
         "knee-search",
     )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An engine error as the operator reads it: one line, without the exception's class name
+    that a reply from the engine's process carries ("WorkloadError: ...")."""
+    import re
+
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    return re.sub(r"^[A-Z]\w*(Error|Exception): ", "", text)
 
 
 def _exit_watchdog(seconds: float) -> None:

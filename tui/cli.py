@@ -99,6 +99,49 @@ def _positive_float(name: str):
     return parse
 
 
+def _rate(name: str):
+    """A request rate (or a trace's speed factor): a finite number > 0."""
+
+    def parse(s: str) -> float:
+        from redline.engine.arrivals import ArrivalError, check_rate
+
+        try:
+            return check_rate(s, name)
+        except ArrivalError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _speed(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = float("nan")
+    if not (0 < v <= 1000):  # nan fails too
+        raise argparse.ArgumentTypeError(f"--speed {s!r}: expected a speed factor, a number > 0 and at most 1000 (2 = twice as fast as recorded)")
+    return v
+
+
+def _arrival(s: str) -> str:
+    from redline.engine.arrivals import ArrivalError, parse_arrival
+
+    try:
+        return parse_arrival(s).describe()
+    except ArrivalError as exc:
+        raise argparse.ArgumentTypeError(f"--{exc}") from None
+
+
+def _think_s(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = float("nan")
+    if not (0 <= v <= 3600):
+        raise argparse.ArgumentTypeError(f"--think-s {s!r}: expected seconds between turns, a number from 0 to 3600")
+    return v
+
+
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--url", help=url_help)
@@ -108,7 +151,7 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME", help="environment variable holding the API key, sent as a bearer token (default OPENAI_API_KEY); never shown or logged")
     g.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (warned on screen and in the log)")
     g.add_argument("--request-timeout", type=_positive_float("--request-timeout"), default=DEFAULT_REQUEST_TIMEOUT_S, metavar="S", help=f"a stream silent this long fails as a timeout (default {DEFAULT_REQUEST_TIMEOUT_S:.0f})")
-    g.add_argument("--max-concurrency", type=_positive_int("--max-concurrency"), default=DEFAULT_MAX_CONCURRENCY, metavar="N", help=f"highest concurrency accepted (default {DEFAULT_MAX_CONCURRENCY})")
+    g.add_argument("--max-concurrency", type=_positive_int("--max-concurrency"), default=DEFAULT_MAX_CONCURRENCY, metavar="N", help=f"highest concurrency accepted; in rate mode the cap on requests in flight (sends beyond it wait, counted) (default {DEFAULT_MAX_CONCURRENCY})")
     g.add_argument("--server-metrics", default=None, metavar="URL", help="server /metrics (default: the target's /metrics)")
     g.add_argument("--gpu-metrics", default=None, metavar="URL", help="dcgm-exporter metrics, e.g. http://host:9400/metrics (default: local NVML)")
     g.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
@@ -136,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--input-len", type=_positive_int("--input-len"), default=DEFAULT_INPUT_LEN, metavar="N", help=f"random prompt length in server tokens (default {DEFAULT_INPUT_LEN})")
     w.add_argument("--output-len", type=_positive_int("--output-len"), default=DEFAULT_OUTPUT_LEN, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN})")
     w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S (G groups of prompts sharing a P-token prefix)")
+    shape = p.add_argument_group("load shape", "open-loop request rate, multi-turn chat, trace replay (key m switches concurrency <-> rate)")
+    shape.add_argument("--rate", type=_rate("--rate"), default=None, metavar="R", help="start in open-loop rate mode at R requests/s (latencies from each intended send time; --max-concurrency caps what is in flight)")
+    shape.add_argument("--arrival", type=_arrival, default="poisson", metavar="KIND", help="rate mode's arrivals: poisson (default), constant or gamma:K (K < 1 burstier, K > 1 smoother)")
+    shape.add_argument("--rate-step", type=_rate("--rate-step"), default=1.0, metavar="R", help="what +/- add and remove in rate mode, in req/s (default 1)")
+    shape.add_argument("--turns", type=_positive_int("--turns"), default=1, metavar="N", help="multi-turn chat: sessions of N turns, each sending the conversation so far; C counts sessions (not with --rate or --trace)")
+    shape.add_argument("--think-s", type=_think_s, default=None, metavar="S", help="multi-turn: seconds between an answer and the next turn (default 0; needs --turns 2 or more)")
+    shape.add_argument("--trace", default=None, metavar="PATH", help="replay a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids) open-loop at its recorded times")
+    shape.add_argument("--speed", type=_speed, default=None, metavar="X", help="with --trace: replay X times as fast as recorded (default 1)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
     p.set_defaults(handler=commands.cmd_tui)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

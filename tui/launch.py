@@ -33,18 +33,28 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     or sim process. Its url is BUILTIN_SIM when the built-in sim is to be started."""
     check_args(args)
     url = args.url
+    rate, arrival = None, getattr(args, "arrival", None) or "poisson"
     if preset is None:
         if args.concurrency > args.max_concurrency:
             raise UsageError(f"--concurrency {args.concurrency}: above --max-concurrency {args.max_concurrency}")
+        check_shape(args)
         workload = workload_from_args(args)
         concurrency, api, model, live_steps = args.concurrency, args.api, args.model, True
+        # open loop: the rate, or in trace mode the speed factor (EngineConfig.rate is both)
+        rate = (args.speed or 1.0) if workload.trace is not None else args.rate
     else:
         workload = workload_from_preset(preset, args.seed)
-        concurrency = preset.ramp.concurrency[0]
+        ramp = preset.ramp
+        # a rate ramp ([ramp] rate = [...]) or a trace's speeds: the runner sets each step's;
+        # the engine starts on the first (duck-typed: older presets have concurrency only)
+        rates = tuple(getattr(ramp, "rate", None) or getattr(ramp, "speed", None) or ())
+        rate = rates[0] if rates else None
+        arrival = getattr(ramp, "arrival", None) or arrival
+        concurrency = ramp.concurrency[0] if ramp.concurrency else min(args.concurrency, args.max_concurrency)
         api = args.api or preset.workload.api
         model = args.model or preset.workload.model
         live_steps = False
-        top = max(preset.ramp.concurrency)
+        top = max(ramp.concurrency, default=0)
         if top > args.max_concurrency:
             raise UsageError(f"--max-concurrency {args.max_concurrency}: preset {preset.name} steps up to C={top}; "
                              "give a --max-concurrency at least that high")
@@ -55,6 +65,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
             url = preset.target.url
     cfg = engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
                         live_steps=live_steps)
+    cfg.rate, cfg.arrival = rate, arrival
     cfg.slo, cfg.guard = limits(args, preset)
     return cfg
 
@@ -154,15 +165,53 @@ def api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
+def check_shape(args: argparse.Namespace) -> None:
+    """The load-shape options that only make sense together (each is checked alone by
+    argparse): one line naming the option and what is accepted."""
+    rate, turns, think, trace, speed = (getattr(args, k, None) for k in ("rate", "turns", "think_s", "trace", "speed"))
+    turns = turns or 1
+    if trace is not None and rate is not None:
+        raise UsageError(f"--rate {rate:g}: a trace replays at its own recorded times; give --speed X with --trace, not --rate")
+    if speed is not None and trace is None:
+        raise UsageError(f"--speed {speed:g}: the speed factor of a trace replay; give --trace PATH too (for a request rate, --rate R)")
+    if turns > 1 and rate is not None:
+        raise UsageError(f"--turns {turns}: multi-turn sessions are closed-loop (C counts sessions); not with --rate")
+    if turns > 1 and trace is not None:
+        raise UsageError(f"--turns {turns}: a trace sets every request itself; not with --trace")
+    if think is not None and turns < 2:
+        raise UsageError(f"--think-s {think:g}: the pause between turns of a session; give --turns N (2 or more) too")
+    if trace is not None:
+        check_trace(trace)
+
+
+def check_trace(path: str) -> None:
+    """The whole trace read and checked before anything starts (engine/trace.py)."""
+    if not path.strip():
+        raise UsageError(f"--trace {path!r}: expected the path of a Mooncake JSONL trace")
+    try:
+        from redline.engine.trace import TraceError, load_trace
+    except ImportError:  # pragma: no cover - the engine without trace replay
+        raise UsageError(f"--trace {path!r}: this redline cannot replay traces") from None
+    try:
+        rows = load_trace(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    if not rows:
+        raise UsageError(f"--trace {path!r}: no requests in it; expected a Mooncake JSONL trace, one request a line")
+
+
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
-    wl = WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed)
+    turns = getattr(args, "turns", None) or 1
+    wl = WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed,
+                        turns=turns, think_s=getattr(args, "think_s", None) or 0.0, trace=getattr(args, "trace", None))
     check_workload(wl)
     return wl
 
 
 def workload_from_preset(preset: Preset, seed: int = 0) -> WorkloadConfig:
     w = preset.workload
-    wl = WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed)
+    wl = WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed,
+                        turns=getattr(w, "turns", 1), think_s=getattr(w, "think_s", 0.0), trace=getattr(w, "trace", None))
     check_workload(wl)
     return wl
 

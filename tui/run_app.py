@@ -45,7 +45,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         return 128 + caught[0].value
     from .app import RedlineApp
 
-    app = RedlineApp(host, step=args.step, preset=preset, compare=compare, early_signals=caught)
+    app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare, early_signals=caught)
     app.hard_exit = True
     try:
         app.run()

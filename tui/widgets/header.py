@@ -137,10 +137,19 @@ class StatusHeader(Static):
     def _load_line(s: Snapshot) -> Text:
         t = state_label(s.state)
         t.append(" ")
-        t.append(f"C={s.target_c}", style="bold reverse")
-        if s.previous_c is not None:
-            t.append(f" (was C={s.previous_c}, r returns)", style="dim")
-        t.append(f"  in-flight {s.in_flight}")
+        if s.mode in ("rate", "trace"):
+            t.append_text(load_shape(s))
+            t.append(f"  in-flight {s.in_flight}")
+            # the in-flight cap: sends due beyond it wait (the rate line counts them)
+            full = s.max_concurrency > 0 and (s.in_flight >= s.max_concurrency or s.held_at_cap > 0)
+            t.append(f" (cap {s.max_concurrency})", style="bold yellow" if full else "dim")
+        else:
+            t.append(f"C={s.target_c}", style="bold reverse")
+            if s.turns > 1:
+                t.append(f" sessions of {s.turns} turns")
+            if s.previous_c is not None:
+                t.append(f" (was C={s.previous_c}, r returns)", style="dim")
+            t.append(f"  in-flight {s.in_flight}")
         if s.backing_off:
             t.append(f", {s.backing_off} backing off", style="bold yellow")
         if s.server is not None:
@@ -149,3 +158,25 @@ class StatusHeader(Static):
             t.append(" queue ")
             t.append(num(s.server.queued), style="bold" if not s.server.queued else "bold yellow")
         return t
+
+
+def rate_text(r: float | None) -> str:
+    """A request rate as the operator typed it: 12.5, 0.25, 1000 (3 significant digits
+    at most below 1000, whole numbers above)."""
+    if r is None:
+        return "-"
+    if r >= 1000:
+        return f"{r:.0f}"
+    return f"{r:.3g}"
+
+
+def load_shape(s: Snapshot) -> Text:
+    """The open-loop target: `R=12.5/s poisson`, or a trace's `trace ×2`."""
+    t = Text()
+    if s.mode == "trace":
+        t.append(f"trace ×{rate_text(s.target_rate)}", style="bold reverse")
+        return t
+    t.append(f"R={rate_text(s.target_rate)}/s", style="bold reverse")
+    if s.arrival:
+        t.append(f" {s.arrival}")
+    return t

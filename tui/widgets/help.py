@@ -24,6 +24,11 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("double", "]", "double the concurrency"),
     ("halve", "[", "halve the concurrency"),
     ("type_concurrency", "c", "type an exact concurrency (asks before going above max C)"),
+    ("mode", "m", "switch concurrency ↔ open-loop rate mode (R req/s)"),
+    ("rate_more", "+ -  (rate)", "rate mode: R up / down by the rate step (min 0.1/s)"),
+    ("rate_double", "] [  (rate)", "rate mode: double / halve R (a trace: its speed)"),
+    ("type_rate", "c  (rate)", "rate mode: type an exact R in requests/s"),
+    ("workload", "w", "change output/input length, dataset, prefix ratio"),
     ("probe", "a", "abort everything in flight, hold the C=1 probe"),
     ("restore", "r", "return to the concurrency held before the probe"),
     ("pause", "space", "pause / resume sending"),
@@ -40,8 +45,11 @@ KEYS: tuple[tuple[str, str, str], ...] = (
 
 FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 characters)
     ("[STATE]", "RUNNING, PAUSED, PROBE (C=1), PRESET, SERVER GONE"),
-    ("C", "the concurrency held: requests kept in flight"),
+    ("C", "requests kept in flight (multi-turn: sessions)"),
+    ("R=5/s poisson", "rate mode: arrivals a second, open loop (cap: max C)"),
     ("in-flight", "requests on the wire; backing off: waiting after 429/503"),
+    ("lag p50/p99", "rate mode: actual − intended send time (schedule lag)"),
+    ("held / dropped", "sends waiting at the in-flight cap; timed from intent"),
     ("server run/queue", "the server's own running / queued counts (its /metrics)"),
     ("done / fail", "requests completed / failed since the start"),
     ("out tok/s", "output tokens per second as they arrive, last 3 s"),
@@ -73,7 +81,7 @@ def _table(rows, key_style: str = "bold") -> Table:
     return t
 
 
-def settings_rows(snap: Snapshot | None, config, step: int, max_c: int) -> list[tuple[str, str]]:
+def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_step: float = 1.0) -> list[tuple[str, str]]:
     """The settings as (name, value) rows, from the snapshot and the engine's configuration."""
     s = snap
     wl = getattr(config, "workload", None)
@@ -82,10 +90,26 @@ def settings_rows(snap: Snapshot | None, config, step: int, max_c: int) -> list[
         ("server", " ".join(x for x in (s.server_kind if s else "", s.model if s else "", s.caps if s else "") if x) or "-"),
         ("API", (s.api if s else "") or getattr(config, "api", None) or "-"),
     ]
-    if wl is not None:
-        rows.append(("workload", f"{wl.dataset}, input {wl.input_len} / output {wl.output_len} tokens"))
-    rows.append(("step", f"+/- changes C by {step}"))
-    rows.append(("max C", f"{max_c} (above it, c asks first)"))
+    live = dict(s.workload) if s is not None and s.workload else (wl.describe() if wl is not None else None)
+    if live:
+        text = f"{live.get('dataset', '?')}, input {live.get('input_len', '?')} / output {live.get('output_len', '?')} tokens"
+        if live.get("trace"):
+            text = f"trace {live['trace']}"
+        elif (live.get("turns") or 1) > 1:
+            text += f"; {live['turns']} turns a session, think {live.get('think_s', 0):g} s"
+        rows.append(("workload", text))
+    mode = s.mode if s is not None else ("rate" if getattr(config, "rate", None) else "concurrency")
+    if mode == "rate":
+        r = s.target_rate if s is not None else getattr(config, "rate", None)
+        arrival = (s.arrival if s is not None else "") or getattr(config, "arrival", "poisson")
+        rows.append(("mode", f"rate: R={r:g} req/s, {arrival} arrivals" if r else f"rate, {arrival} arrivals"))
+    elif mode == "trace":
+        r = s.target_rate if s is not None else None
+        rows.append(("mode", f"trace replay at ×{r:g} speed" if r else "trace replay"))
+    else:
+        rows.append(("mode", "concurrency (m: open-loop rate)"))
+    rows.append(("step", f"+/- changes C by {step}, R by {rate_step:g} req/s"))
+    rows.append(("max C", f"{max_c} (c asks above it; rate mode: the in-flight cap)"))
     timeout = getattr(config, "request_timeout", None)
     if timeout is not None:
         rows.append(("request timeout", f"{timeout:g} s"))
@@ -104,12 +128,13 @@ class HelpScreen(ModalScreen[None]):
         Binding("down", "line(1)", show=False),
     ]
 
-    def __init__(self, snap: Snapshot | None, config, step: int, max_c: int) -> None:
+    def __init__(self, snap: Snapshot | None, config, step: int, max_c: int, rate_step: float = 1.0) -> None:
         super().__init__()
         self.snap = snap
         self.config = config
         self.step = step
         self.max_c = max_c
+        self.rate_step = rate_step
 
     def compose(self) -> ComposeResult:
         view = VerticalScroll(id="help")
@@ -119,7 +144,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("Keys", style="bold underline"), classes="help-title first")
             yield Static(_table([(k, v) for _, k, v in KEYS]))
             yield Static(Text("Settings", style="bold underline"), classes="help-title")
-            yield Static(_table(settings_rows(self.snap, self.config, self.step, self.max_c)), id="help-settings")
+            yield Static(_table(settings_rows(self.snap, self.config, self.step, self.max_c, self.rate_step)), id="help-settings")
             yield Static(Text("What the figures mean (README: What the numbers mean)", style="bold underline"), classes="help-title")
             yield Static(_table(FIGURES))
 

@@ -1,4 +1,5 @@
-"""The step table: one row per period held at one concurrency, in the order they happened.
+"""The step table: one row per period held at one concurrency (or request rate, or trace
+speed: the C column reads `12.5/s` or `×2 trace` then), in the order they happened.
 
 A step (README "What a step's figures describe") is a row; so is each C=1 probe and each
 paused period, so an operator reads what happened when: 8, 64, probe, paused, 64 is five
@@ -21,6 +22,7 @@ from redline.engine.snapshot import LogLine, Snapshot
 from redline.engine.stepresult import StepResult
 
 from ..format import ms, rate
+from .header import rate_text
 
 COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run", "at")
 LIVE_STYLE = "bold"  # and the row cursor sits on it (redline.tcss: #steps > .datatable--cursor)
@@ -32,8 +34,19 @@ def clock(epoch: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(epoch))
 
 
+def load_cell(s: StepResult) -> str:
+    """The step's load: its C, an open loop's target rate (`12.5/s`) or a trace's speed (`×2 trace`)."""
+    mode = getattr(s, "mode", "concurrency")
+    if mode == "rate" and getattr(s, "request_rate", None):
+        return f"{rate_text(s.request_rate)}/s"
+    if mode == "trace":
+        speed = getattr(s, "trace_speed", None)
+        return f"×{speed:g} trace" if speed else "trace"
+    return str(s.concurrency)
+
+
 def step_cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
-    c = f"{s.concurrency}{'*' if live else ''}" + (" probe" if s.phase == "probe" else "")
+    c = f"{load_cell(s)}{'*' if live else ''}" + (" probe" if s.phase == "probe" else "")
     return (
         c,
         f"{s.duration_s:.0f}s",
