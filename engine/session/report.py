@@ -81,14 +81,25 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     """
     s = as_step(step)
     line = (
-        f"C={s.concurrency:<4d}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
+        f"{load_label(s):<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
         f"  TTFT p50 {ms(s.median_ttft_ms):>7} p99 {ms(s.p99_ttft_ms):>7}"
         f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
     )
+    if s.mode != "concurrency":  # open loop: how late sends went, how many waited at the cap
+        line += f"  {rate(s.request_throughput)} req/s  lag p99 {ms(s.schedule_lag_p99_ms)}  held {s.dropped_or_delayed or 0}"
     if s.slo_attainment is not None or s.output_goodput is not None:
         att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
         line += f"  goodput {s.output_goodput or 0:.1f} tok/s (SLO met {att})"
     return line
+
+
+def load_label(s: StepResult) -> str:
+    """The step's load: `C=64`, `R=12/s` (rate mode: the target rate) or `x2` (a trace's speed)."""
+    if s.mode == "rate" and s.request_rate is not None:
+        return f"R={s.request_rate:g}/s"
+    if s.mode == "trace" and s.trace_speed is not None:
+        return f"x{s.trace_speed:g}"
+    return f"C={s.concurrency}"
 
 
 _COLUMNS = (  # header, right-aligned
@@ -115,8 +126,8 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
     b = as_break(break_)
     if b is None:
         return "break: none (no stop rule fired)"
-    last = "none" if b.last_good_concurrency is None else f"C={b.last_good_concurrency}"
-    line = f"break: {b.reason} at C={b.concurrency}, last good {last}"
+    last = "none" if b.last_good_concurrency is None else b.last_good
+    line = f"break: {b.reason} at {b.where}, last good {last}"
     return f"{line} ({b.detail})" if b.detail else line
 
 
@@ -130,12 +141,15 @@ def format_step_table(
     b = as_break(break_)
     notes = [""] * len(ss)
     if b is not None:
+        def at(s: StepResult, c: int | None, r: float | None) -> bool:
+            return s.request_rate == r if r is not None else s.concurrency == c
+
         if b.last_good_concurrency is not None:
-            good = [i for i, s in enumerate(ss) if s.concurrency == b.last_good_concurrency]
+            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate)]
             if good:
                 best = max(good, key=lambda i: ss[i].output_throughput)
                 notes[best] = "<- last good"
-        broke = [i for i, s in enumerate(ss) if s.concurrency == b.concurrency]
+        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
     rows = [_row(s, n) for s, n in zip(ss, notes)]
@@ -143,6 +157,10 @@ def format_step_table(
     if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
         columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
         rows = [r[:5] + [f"{s.output_goodput or 0:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
+                for r, s in zip(rows, ss)]
+    if any(s.mode != "concurrency" for s in ss):  # open loop: the load, achieved, schedule lag, held
+        columns = (("load", True),) + columns[:6] + (("lag p99", True), ("held", True)) + columns[6:]
+        rows = [[load_label(s)] + r[:6] + [ms(s.schedule_lag_p99_ms, unit=False), "-" if s.dropped_or_delayed is None else str(s.dropped_or_delayed)] + r[6:]
                 for r, s in zip(rows, ss)]
     header = [h for h, _ in columns]
     widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
