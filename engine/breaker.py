@@ -94,7 +94,7 @@ class StopRules:
             return None
         return (
             f"errors: {cur.failed} of {total} requests failed ({rate * 100:.1f} %) "
-            f"at C={cur.concurrency}, limit {_pct(limit)} %"
+            f"at {cur.load}, limit {_pct(limit)} %"
         )
 
     def _latency(self, cur: StepResult) -> str | None:
@@ -107,7 +107,7 @@ class StopRules:
                 parts.append(f"p99 {label} {_ms(value)} ms over limit {_ms(limit)} ms")
         if not parts:
             return None
-        return f"latency: {', '.join(parts)} at C={cur.concurrency}"
+        return f"latency: {', '.join(parts)} at {cur.load}"
 
     def _collapse(self, history: Sequence[StepResult], cur: StepResult) -> str | None:
         frac = self.spec.collapse
@@ -118,8 +118,8 @@ class StopRules:
             return None
         change = _change(cur.output_throughput, best.output_throughput)
         return (
-            f"collapse: {_rate(cur.output_throughput)} tok/s at C={cur.concurrency} is "
-            f"{change} from best {_rate(best.output_throughput)} tok/s (C={best.concurrency}), "
+            f"collapse: {_rate(cur.output_throughput)} tok/s at {cur.load} is "
+            f"{change} from best {_rate(best.output_throughput)} tok/s ({best.load}), "
             f"threshold -{_pct(frac)} %"
         )
 
@@ -132,8 +132,8 @@ class StopRules:
             return None
         change = _change(cur.output_throughput, best.output_throughput)
         return (
-            f"plateau: {_rate(cur.output_throughput)} tok/s at C={cur.concurrency} is "
-            f"{change} over best {_rate(best.output_throughput)} tok/s (C={best.concurrency}), "
+            f"plateau: {_rate(cur.output_throughput)} tok/s at {cur.load} is "
+            f"{change} over best {_rate(best.output_throughput)} tok/s ({best.load}), "
             f"threshold +{_pct(gain)} %"
         )
 
@@ -177,11 +177,11 @@ class StopRules:
             if current is None:
                 conc = history[-1].concurrency if history else 0
                 steps = history
-                where = f"C={conc}" if history else "the start"
+                where = history[-1].load if history else "the start"
             else:
                 conc = current.concurrency
                 steps = history  # the step the server died in is not good
-                where = f"C={conc}"
+                where = current.load
             good = self.last_good(steps)
             last = current if current is not None else (history[-1] if history else None)
             return BreakResult(

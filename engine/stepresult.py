@@ -65,6 +65,15 @@ class StepResult:
     workload: dict | None = None  # the workload the step ran (dataset, input_len, output_len, ...)
 
     @property
+    def load(self) -> str:
+        """The step's load: `C=64`, `R=12/s` (rate mode: the target rate) or `x2` (a trace's speed)."""
+        if self.mode == "rate" and self.request_rate is not None:
+            return f"R={self.request_rate:g}/s"
+        if self.mode == "trace" and self.trace_speed is not None:
+            return f"x{self.trace_speed:g}"
+        return f"C={self.concurrency}"
+
+    @property
     def error_rate(self) -> float:
         total = self.completed + self.failed
         return self.failed / total if total else 0.0

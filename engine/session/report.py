@@ -81,7 +81,7 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     """
     s = as_step(step)
     line = (
-        f"{load_label(s):<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
+        f"{s.load:<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
         f"  TTFT p50 {ms(s.median_ttft_ms):>7} p99 {ms(s.p99_ttft_ms):>7}"
         f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
     )
@@ -91,15 +91,6 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
         att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
         line += f"  goodput {s.output_goodput or 0:.1f} tok/s (SLO met {att})"
     return line
-
-
-def load_label(s: StepResult) -> str:
-    """The step's load: `C=64`, `R=12/s` (rate mode: the target rate) or `x2` (a trace's speed)."""
-    if s.mode == "rate" and s.request_rate is not None:
-        return f"R={s.request_rate:g}/s"
-    if s.mode == "trace" and s.trace_speed is not None:
-        return f"x{s.trace_speed:g}"
-    return f"C={s.concurrency}"
 
 
 _COLUMNS = (  # header, right-aligned
@@ -160,7 +151,7 @@ def format_step_table(
                 for r, s in zip(rows, ss)]
     if any(s.mode != "concurrency" for s in ss):  # open loop: the load, achieved, schedule lag, held
         columns = (("load", True),) + columns[:6] + (("lag p99", True), ("held", True)) + columns[6:]
-        rows = [[load_label(s)] + r[:6] + [ms(s.schedule_lag_p99_ms, unit=False), "-" if s.dropped_or_delayed is None else str(s.dropped_or_delayed)] + r[6:]
+        rows = [[s.load] + r[:6] + [ms(s.schedule_lag_p99_ms, unit=False), "-" if s.dropped_or_delayed is None else str(s.dropped_or_delayed)] + r[6:]
                 for r, s in zip(rows, ss)]
     header = [h for h, _ in columns]
     widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
