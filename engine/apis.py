@@ -10,12 +10,18 @@ content of any kind (reasoning or answer: TTFT ends at the first such event, not
 role-only chunk) and whether it had answer content (the time to the first answer token),
 usage counts when the server reports them (cumulative: with `continuous_usage_stats` on
 every chunk), and an error text if the server put an error object in the stream.
+
+A decoder made with `make_decoder(api, text=True)` also puts the answer text on the Event
+(`Event.text`: chat delta.content, completions choices[0].text, /generate's cumulative
+`text`), for multi-turn sessions that send the server's answers back; reasoning text is not
+answer text. The default decoders never read the text (no cost on the per-token path).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from json.decoder import scanstring
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,6 +55,9 @@ class Event:
     error: str | None = None
     sim_t: float | None = None  # the sim's send time (ground truth for lag)
     answer: bool = False  # answer content (chat: delta.content; not reasoning)
+    # the answer text, only from a decoder made with text=True (else None); /generate: the
+    # whole text so far (cumulative), the OpenAI APIs: this chunk's piece
+    text: str | None = None
 
 
 # stream_options for OpenAI APIs. continuous_usage_stats (vLLM, SGLang) puts the cumulative
@@ -58,9 +67,19 @@ STREAM_OPTIONS = {"include_usage": True}
 STREAM_OPTIONS_CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
 
 
-def build_body(api: str, model: str, prompt: str, max_tokens: int, continuous_usage: bool = True) -> dict[str, Any]:
+def build_body(
+    api: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    continuous_usage: bool = True,
+    messages: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """A streaming request that generates exactly `max_tokens` (ignore_eos).
 
+    `messages` (chat only): the whole conversation ({"role", "content"} dicts, see
+    engine/conversation.py), sent instead of the single user message `prompt`; the other
+    APIs ignore it (their `prompt` is the transcript).
     `continuous_usage`: ask for usage on every chunk (chat and completions; /generate always
     reports its count in meta_info). A server that refuses it answers HTTP 400 (see
     `continuous_usage_refused`): build the body again with `continuous_usage=False`.
@@ -68,7 +87,7 @@ def build_body(api: str, model: str, prompt: str, max_tokens: int, continuous_us
     if api in (CHAT, COMPLETIONS):
         body: dict[str, Any] = {"model": model}
         if api == CHAT:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
         body.update(
@@ -203,11 +222,12 @@ class OpenAIDecoder:
     the same Event.
     """
 
-    __slots__ = ("_field", "_key")
+    __slots__ = ("_field", "_key", "_text")
 
     def __init__(self, api: str) -> None:
         self._field = api
         self._key = b'"content"' if api == CHAT else b'"text"'
+        self._text = False  # OpenAITextDecoder: put the answer text on the Event
 
     def decode(self, payload: bytes) -> Event:
         ev = self.fast(payload)
@@ -261,29 +281,68 @@ class OpenAIDecoder:
             if not isinstance(choices, list) or not isinstance(choices[0], dict):
                 raise MalformedEvent(f"bad choices: {payload[:80]!r}")
             c0 = choices[0]
+            text = None
             if self._field == CHAT:
                 delta = c0.get("delta")
                 if isinstance(delta, dict):
-                    ev.answer = bool(delta.get("content"))
+                    text = delta.get("content")
+                    ev.answer = bool(text)
                     # reasoning models stream thinking tokens first: they are output tokens,
                     # and the first of them ends TTFT (vLLM: reasoning / reasoning_content)
                     ev.content = ev.answer or bool(delta.get("reasoning_content") or delta.get("reasoning"))
             else:
-                ev.content = ev.answer = bool(c0.get("text"))
+                text = c0.get("text")
+                ev.content = ev.answer = bool(text)
             if ev.content:
                 ev.tokens = 1
+            if self._text and ev.answer and isinstance(text, str):
+                ev.text = text
         _usage(ev, obj)
         return ev
 
 
+class OpenAITextDecoder(OpenAIDecoder):
+    """OpenAIDecoder that also puts each chunk's answer text on the Event (`Event.text`).
+
+    A subclass, so the plain decoder's fast path stays as it is: only requests that collect
+    their answer (multi-turn) pay for the text. The fast path reads the JSON string in place
+    (json's own scanstring, escapes decoded exactly as json.loads does).
+    """
+
+    __slots__ = ("_skey",)
+
+    def __init__(self, api: str) -> None:
+        super().__init__(api)
+        self._text = True
+        self._skey = self._key.decode() + ':"'
+
+    def fast(self, payload: bytes) -> Event | None:
+        ev = OpenAIDecoder.fast(self, payload)
+        if ev is None or not ev.answer:
+            return ev
+        try:  # the fast path found the key once, its value a non-empty string
+            s = payload.decode("utf-8")
+            i = s.find(self._skey)
+            if i < 0:
+                return None
+            ev.text = scanstring(s, i + len(self._skey))[0]
+        except ValueError:  # bad UTF-8 or a bad string: the full parse judges
+            return None
+        return ev
+
+
 class GenerateDecoder:
-    """SGLang /generate: cumulative text, exact completion_tokens in meta_info."""
+    """SGLang /generate: cumulative text, exact completion_tokens in meta_info.
 
-    __slots__ = ("_tokens", "_text_len")
+    `text=True`: Event.text is the whole text so far (the chunk's `text`, cumulative).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_tokens", "_text_len", "_text")
+
+    def __init__(self, text: bool = False) -> None:
         self._tokens = 0
         self._text_len = 0
+        self._text = text
 
     def decode(self, payload: bytes) -> Event:
         obj = _loads(payload)
@@ -308,12 +367,15 @@ class GenerateDecoder:
             ev.tokens = 1
         ev.content = ev.answer = ev.tokens > 0 or n_text > self._text_len
         self._text_len = max(self._text_len, n_text)
+        if self._text and isinstance(text, str):
+            ev.text = text
         return ev
 
 
-def make_decoder(api: str) -> Callable[[bytes], Event]:
+def make_decoder(api: str, text: bool = False) -> Callable[[bytes], Event]:
+    """The per-request decoder of `api`; `text=True`: with the answer text (Event.text)."""
     if api == GENERATE:
-        return GenerateDecoder().decode
+        return GenerateDecoder(text).decode
     if api in (CHAT, COMPLETIONS):
-        return OpenAIDecoder(api).decode
+        return (OpenAITextDecoder(api) if text else OpenAIDecoder(api)).decode
     raise ValueError(f"unknown api {api!r} (expected one of: {', '.join(APIS)})")

@@ -10,6 +10,12 @@ content events (RequestRecord.itls() spreads them per token on SGLang /generate,
 bench_serving does). Output tokens are credited as they arrive: the exact delta of the
 server's cumulative count where a chunk carries one (SGLang meta_info, OpenAI continuous
 usage), else a provisional 1 per content chunk that the final usage corrects.
+
+Multi-turn sessions send the server's answers back: when `rec.answer` is a list before the
+request, the answer text (not reasoning) is collected into it as it streams, one piece per
+chunk for the OpenAI APIs; SGLang /generate's text is cumulative, so there the list holds
+one element, the latest text. The answer is `"".join(rec.answer)`. With `rec.answer` None
+(single-turn) the decoder never reads the text.
 """
 
 from __future__ import annotations
@@ -167,7 +173,9 @@ async def run_request(
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
-    decode = make_decoder(api)
+    answer = rec.answer  # a list: collect the answer text (multi-turn), else None
+    decode = make_decoder(api) if answer is None else make_decoder(api, text=True)
+    cumulative = api == GENERATE  # /generate's text is the whole text so far
     sse = SSEDecoder()
     done = False
     counted = 0  # output tokens reported through on_tokens so far
@@ -236,6 +244,11 @@ async def run_request(
                                 on_first(rec)
                         if ev.answer and rec.t_first_answer is None:
                             rec.t_first_answer = t
+                        if answer is not None and ev.text:
+                            if cumulative and answer:
+                                answer[0] = ev.text  # /generate: the whole text so far
+                            else:
+                                answer.append(ev.text)
                         ts.append(t)
                         toks.append(n)
                     if n:

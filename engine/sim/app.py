@@ -217,8 +217,10 @@ class SimService:
         return _json(self.state())
 
     async def sim_requests(self, request: web.Request) -> web.Response:
-        """The ground truth of every streamed request (``?chunks=1``: with chunk times)."""
-        return _json(self.truth.dump(chunks=request.query.get("chunks") == "1"))
+        """The ground truth of every streamed request (``?chunks=1``: with chunk times;
+        ``?text=1``: with the prompt's tail and the answer text, see :mod:`.truth`)."""
+        q = request.query
+        return _json(self.truth.dump(chunks=q.get("chunks") == "1", text=q.get("text") == "1"))
 
     # ---- generation -----------------------------------------------------------------
 
@@ -290,11 +292,12 @@ class SimService:
         try:
             self.guard.observe(self.model.load)
             shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()))
-            tokens = TokenStream(rng)
+            tokens = TokenStream(rng, first=f" r{truth.index}")  # every answer its own text
             truth.prompt_tokens = req.prompt_tokens
+            truth.set_prompt_tail(req.prompt_tail)
             if req.stream:
                 return await self._stream(request, req, sim_req, shape, tokens, plan, tracker, truth)
-            return await self._whole(request, req, sim_req, shape, tokens, plan, tracker)
+            return await self._whole(request, req, sim_req, shape, tokens, plan, tracker, truth)
         finally:
             self.model.release(sim_req)
 
@@ -327,9 +330,10 @@ class SimService:
                 produced += await sim_req.next_tokens()
                 while produced - sent >= per_chunk or (produced == total and sent < total):
                     k = min(per_chunk, produced - sent)
-                    chunk = shape.token_chunk(tokens.next_text(k), sent + k, sent + k == total)
+                    text = tokens.next_text(k)
+                    chunk = shape.token_chunk(text, sent + k, sent + k == total)
                     await _send(resp, chunk)
-                    truth.chunk(chunk["sim_t"], k)
+                    truth.chunk(chunk["sim_t"], k, text)
                     sent += k
                     tracker.sent_tokens(k)
                     if plan.kind is FaultKind.DISCONNECT and sent >= plan.at_token:
@@ -366,6 +370,7 @@ class SimService:
         tokens: TokenStream,
         plan: FaultPlan,
         tracker: RequestTracker,
+        truth: TruthRecord,
     ) -> web.StreamResponse:
         total = req.max_tokens
         stall_at = self.profile.stall_after_tokens
@@ -379,7 +384,9 @@ class SimService:
                 tracker.fail("disconnect")
                 _close_connection(request)
                 return web.Response()
-        body = json.dumps(shape.full_body(tokens.next_text(total), total), separators=(",", ":"))
+        text = tokens.next_text(total)
+        truth.add_answer(text)
+        body = json.dumps(shape.full_body(text, total), separators=(",", ":"))
         if plan.kind is FaultKind.MALFORMED:
             tracker.fail("malformed")
             body = body[: len(body) // 2]

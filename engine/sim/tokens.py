@@ -3,7 +3,9 @@
 Prompt tokens are counted as ``ceil(len(text) / 4)`` (at least 1): deliberately not one token
 per word, so a client has to calibrate its own estimate against ``usage.prompt_tokens``.
 Generated tokens are short words from a fixed vocabulary, each starting with a space, drawn
-from a seeded generator so a run is reproducible.
+from a seeded generator so a run is reproducible. A request's first token names the request
+(`` r<index>``, its arrival index at the sim): no two answers are the same text, so a test can
+find a given answer inside a later prompt (multi-turn sessions send answers back).
 """
 
 from __future__ import annotations
@@ -40,14 +42,20 @@ def count_prompt_tokens(prompt: str | Iterable[Any]) -> int:
 class TokenStream:
     """Seeded source of generated token texts for one request."""
 
-    __slots__ = ("_rng",)
+    __slots__ = ("_rng", "_first")
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, first: str | None = None) -> None:
+        """``first``: the text of the first token (one word with its leading space), else drawn."""
         self._rng = rng
+        self._first = first
 
     def next_text(self, n: int = 1) -> str:
         """The text of the next ``n`` generated tokens, concatenated."""
         choice = self._rng.choice
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first if n == 1 else first + "".join(choice(VOCABULARY) for _ in range(n - 1))
         if n == 1:
             return choice(VOCABULARY)
         return "".join(choice(VOCABULARY) for _ in range(n))

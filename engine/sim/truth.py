@@ -4,6 +4,12 @@ redline against (served at ``/sim/requests``).
 Times are the sim's wall clock (``time.time()``) on the same host as the client: when the
 request's handler started (arrival), when each token chunk was written (the same stamp it
 carries as ``sim_t``), and when the stream ended.
+
+Texts (``/sim/requests?text=1``): ``prompt_tail``, the last characters of the prompt text the
+request carried (chat: its messages' contents joined by newlines; completions: the prompt;
+/generate: the text; "" for token ids), and ``answer``, the answer text the sim sent (cut at
+``ANSWER_CHARS``). Only the most recent ``TEXT_KEEP`` requests keep them (older ones: None),
+so a long run's log stays small; without ``text=1`` they are not served at all.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from collections import deque
 from typing import Any
 
 TRUTH_KEEP = 50_000  # most recent requests kept
+TEXT_KEEP = 4_000  # most recent requests that keep their prompt tail and answer text
+ANSWER_CHARS = 4_000  # answer text kept per request (its start)
 
 
 class TruthRecord:
-    __slots__ = ("index", "t_arrive", "chunk_times", "chunk_tokens", "t_end", "outcome", "prompt_tokens")
+    __slots__ = ("index", "t_arrive", "chunk_times", "chunk_tokens", "t_end", "outcome", "prompt_tokens",
+                 "prompt_tail", "_answer", "_answer_room")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -26,17 +35,45 @@ class TruthRecord:
         self.t_end: float | None = None
         self.outcome: str | None = None
         self.prompt_tokens: int | None = None
+        self.prompt_tail: str | None = None  # set once the request is parsed
+        self._answer: list[str] | None = []  # None once its texts are dropped
+        self._answer_room = ANSWER_CHARS
 
-    def chunk(self, t: float, tokens: int) -> None:
+    def chunk(self, t: float, tokens: int, text: str = "") -> None:
+        """A chunk of ``tokens`` tokens written at ``t``; ``text``: the new text it carried."""
         self.chunk_times.append(t)
         self.chunk_tokens.append(tokens)
+        if self._answer_room > 0 and text:
+            self.add_answer(text)
+
+    def add_answer(self, text: str) -> None:
+        """More answer text sent (kept up to ANSWER_CHARS)."""
+        room = self._answer_room
+        if room > 0 and self._answer is not None:
+            self._answer.append(text if len(text) <= room else text[:room])
+            self._answer_room = room - len(text)
+
+    @property
+    def answer(self) -> str | None:
+        """The answer text sent so far (its first ANSWER_CHARS), None once dropped."""
+        return None if self._answer is None else "".join(self._answer)
+
+    def set_prompt_tail(self, tail: str) -> None:
+        """The end of the prompt text the request carried (ignored once texts are dropped)."""
+        if self._answer is not None:
+            self.prompt_tail = tail
+
+    def drop_text(self) -> None:
+        self.prompt_tail = None
+        self._answer = None
+        self._answer_room = 0
 
     def end(self, outcome: str) -> None:
         if self.t_end is None:
             self.t_end = time.time()
             self.outcome = outcome
 
-    def to_dict(self, chunks: bool) -> dict[str, Any]:
+    def to_dict(self, chunks: bool, text: bool = False) -> dict[str, Any]:
         ct = self.chunk_times
         d: dict[str, Any] = {
             "index": self.index,
@@ -52,20 +89,28 @@ class TruthRecord:
         if chunks:
             d["chunk_times"] = list(ct)
             d["chunk_tokens"] = list(self.chunk_tokens)
+        if text:
+            d["prompt_tail"] = self.prompt_tail
+            d["answer"] = self.answer
         return d
 
 
 class TruthLog:
     def __init__(self) -> None:
         self.records: deque[TruthRecord] = deque(maxlen=TRUTH_KEEP)
+        self._texts: deque[TruthRecord] = deque()  # the most recent TEXT_KEEP: they keep texts
 
     def start(self, index: int) -> TruthRecord:
         rec = TruthRecord(index)
         self.records.append(rec)
+        texts = self._texts
+        if len(texts) >= TEXT_KEEP:
+            texts.popleft().drop_text()
+        texts.append(rec)
         return rec
 
-    def dump(self, chunks: bool = False) -> list[dict[str, Any]]:
-        return [r.to_dict(chunks) for r in self.records]
+    def dump(self, chunks: bool = False, text: bool = False) -> list[dict[str, Any]]:
+        return [r.to_dict(chunks, text) for r in self.records]
 
 
 def _median(values: list[float]) -> float | None:

@@ -15,12 +15,16 @@ chunk), as vLLM does; the closing usage chunk still comes.
 The prompt's token count is a :class:`~.model.PromptTokens` carrying the keys of its
 prefix-cache blocks (the text of chat messages joined by newlines, a completion prompt, or the
 token ids), which the model looks up in its prefix cache at admission.
+
+The request keeps the last ``PROMPT_TAIL_CHARS`` characters of that same prompt text
+(``GenerationRequest.prompt_tail``; empty for token ids) for the ground-truth log: a test of
+multi-turn sessions finds a turn's answer inside the next turn's prompt there.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .model import PromptTokens, prompt_blocks
@@ -33,6 +37,9 @@ __all__ = ["Api", "BadRequest", "GenerationRequest", "ResponseShape", "parse_req
 Api = Literal["chat", "completions", "generate"]
 
 DONE_EVENT = b"data: [DONE]\n\n"
+
+#: Characters of the prompt text kept for the ground-truth log (its end).
+PROMPT_TAIL_CHARS = 4000
 
 
 def encode_event(obj: dict[str, Any]) -> bytes:
@@ -60,6 +67,8 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool = False  # usage on every chunk (needs include_usage, as in vLLM)
+    # the end of the prompt text (chat: messages' contents joined by newlines), for the truth log
+    prompt_tail: str = field(default="", repr=False)
 
 
 def _int_field(body: dict[str, Any], key: str) -> int | None:
@@ -94,7 +103,11 @@ def _counted(prompt: str | list[int], extra: int, profile: SimProfile) -> int:
     return PromptTokens(n, blocks) if blocks else n
 
 
-def _chat_prompt_tokens(body: dict[str, Any], profile: SimProfile) -> int:
+def _tail(prompt: str | list[int]) -> str:
+    return prompt[-PROMPT_TAIL_CHARS:] if isinstance(prompt, str) else ""
+
+
+def _chat_prompt(body: dict[str, Any], profile: SimProfile) -> tuple[int, str]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list")
@@ -103,16 +116,17 @@ def _chat_prompt_tokens(body: dict[str, Any], profile: SimProfile) -> int:
         if not isinstance(m, dict):
             raise BadRequest("each message must be an object with role and content")
         texts.append(_message_text(m.get("content")))
-    return _counted("\n".join(texts), profile.chat_template_tokens, profile)
+    text = "\n".join(texts)
+    return _counted(text, profile.chat_template_tokens, profile), _tail(text)
 
 
-def _plain_prompt_tokens(prompt: Any, key: str, profile: SimProfile) -> int:
+def _plain_prompt(prompt: Any, key: str, profile: SimProfile) -> tuple[int, str]:
     if isinstance(prompt, str):
-        return _counted(prompt, 0, profile)
+        return _counted(prompt, 0, profile), _tail(prompt)
     if isinstance(prompt, list) and prompt and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
-        return _counted(prompt, 0, profile)
+        return _counted(prompt, 0, profile), ""
     raise BadRequest(f"{key} must be a string (or a list of token ids), got {type(prompt).__name__}")
 
 
@@ -127,9 +141,9 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
             raise BadRequest("sampling_params must be an object")
         max_tokens = _int_field(params, "max_new_tokens")
         if "text" in body:
-            prompt_tokens = _plain_prompt_tokens(body["text"], "text", profile)
+            prompt_tokens, tail = _plain_prompt(body["text"], "text", profile)
         elif "input_ids" in body:
-            prompt_tokens = _plain_prompt_tokens(body["input_ids"], "input_ids", profile)
+            prompt_tokens, tail = _plain_prompt(body["input_ids"], "input_ids", profile)
         else:
             raise BadRequest("text or input_ids is required")
         include_usage = continuous_usage = False
@@ -137,11 +151,11 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         max_tokens = _int_field(body, "max_tokens")
         if api == "chat":
             max_tokens = max_tokens or _int_field(body, "max_completion_tokens")
-            prompt_tokens = _chat_prompt_tokens(body, profile)
+            prompt_tokens, tail = _chat_prompt(body, profile)
         else:
             if "prompt" not in body:
                 raise BadRequest("prompt is required")
-            prompt_tokens = _plain_prompt_tokens(body["prompt"], "prompt", profile)
+            prompt_tokens, tail = _plain_prompt(body["prompt"], "prompt", profile)
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
         continuous_usage = include_usage and bool(options.get("continuous_usage_stats"))
@@ -162,6 +176,7 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous_usage,
+        prompt_tail=tail,
     )
 
 
