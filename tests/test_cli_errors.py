@@ -134,6 +134,8 @@ CASES: dict[str, Case] = {
     "trace-empty": Case(["--url", "{URL}", "--trace", "{D}/empty.jsonl"], BAD, ("empty.jsonl", "empty")),
     "trace-malformed": Case(["--url", "{URL}", "--trace", "{D}/badtrace.jsonl"], BAD, ("badtrace.jsonl", "line 2")),
     "trace-not-json": Case(["--url", "{URL}", "--trace", "{D}/words.jsonl"], BAD, ("words.jsonl", "line 1")),
+    "preset-rate-cap-above-max": Case(["run", "rate-ramp", "--headless", "--url", "{URL}", "--max-concurrency", "100"], BAD,
+                                      ("--max-concurrency 100", "256", "[ramp].max_concurrency")),
     "rate-on-run": Case(["run", QUICK, "--headless", "--url", "{URL}", "--rate", "5"], BAD, ("--rate",)),
     # presets (engine/preset errors, through `run`)
     "preset-missing": Case(["run", "{D}/nope.toml", "--headless", "--url", "{URL}"], BAD, ("nope.toml", "file not found")),

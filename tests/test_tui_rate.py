@@ -253,6 +253,19 @@ def test_workload_form_change_is_only_what_changed():
     assert current_values(prefix)["prefix_ratio"] == "0.75"
 
 
+async def test_m_in_multi_turn_says_why_and_sends_nothing():
+    from test_screen import make_app, play
+
+    app, host, snaps = make_app("healthy")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await play(pilot, host, [replace(s, turns=3) for s in snaps])
+        assert "C=64 sessions of 3 turns" in screen_lines(app)[1]
+        await pilot.press("m")
+        await pilot.pause()
+    assert not any(isinstance(c, C.ToggleMode) for c in host.sent)
+    assert any("closed-loop" in str(n.message) for n in app._notifications)
+
+
 async def test_workload_form_on_a_fake_host_sends_one_change():
     """No sim: the form sends SetWorkload with the fields changed, then closes."""
     from test_screen import FakeHost, make_app, play

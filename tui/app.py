@@ -360,6 +360,9 @@ class RedlineApp(App[int]):
         a trace replay switches to concurrency)."""
         snap = self.snapshot
         mode = snap.mode if snap else "concurrency"
+        if snap is not None and snap.turns > 1 and mode == "concurrency":
+            self.notify(f"multi-turn sessions ({snap.turns} turns) are closed-loop: C counts sessions; no rate mode", severity="warning")
+            return
         self._want = self._want_rate = None
         self._switching_from, self._switch_until = mode, time.monotonic() + MODE_SWITCH_S
         self.host.send(C.ToggleMode())

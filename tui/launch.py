@@ -48,7 +48,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
         # a rate ramp ([ramp] rate = [...]) or a trace's speeds: the runner sets each step's;
         # the engine starts on the first (duck-typed: older presets have concurrency only)
         rates = tuple(getattr(ramp, "rate", None) or getattr(ramp, "speed", None) or ())
-        rate = rates[0] if rates else None
+        rate = rates[0] if rates and rates[0] > 0 else None  # a replay's 0: that step held a C
         arrival = getattr(ramp, "arrival", None) or arrival
         concurrency = ramp.concurrency[0] if ramp.concurrency else min(args.concurrency, args.max_concurrency)
         api = args.api or preset.workload.api
@@ -58,6 +58,10 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
         if top > args.max_concurrency:
             raise UsageError(f"--max-concurrency {args.max_concurrency}: preset {preset.name} steps up to C={top}; "
                              "give a --max-concurrency at least that high")
+        cap = getattr(ramp, "max_concurrency", None)
+        if cap is not None and cap > args.max_concurrency:
+            raise UsageError(f"--max-concurrency {args.max_concurrency}: preset {preset.name} allows {cap} requests in flight "
+                             "([ramp].max_concurrency); give a --max-concurrency at least that high")
         if url is None and preset.target.url is not None:
             if args.profile is not None:
                 raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
