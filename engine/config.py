@@ -45,3 +45,7 @@ class EngineConfig:
     # in flight; max_concurrency is then the in-flight cap (sends beyond it wait, counted)
     rate: float | None = None
     arrival: str = "poisson"  # poisson | constant | gamma:K
+    # more targets (`--url` repeated: replicas behind no router, one server per node): the
+    # load is split over url + more_urls by `weights` (None: evenly); engine/targets.py
+    more_urls: tuple[str, ...] = ()
+    weights: tuple[float, ...] | None = None

@@ -53,6 +53,7 @@ from .stepbook import StepBook
 from .stepresult import StepResult
 from .steps import new_gaps
 from .target import Target, TargetUnreachable, detect, validate_url
+from .targets import TargetState, TargetStats, parse_weights, pick
 from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
@@ -76,6 +77,7 @@ class Engine:
         self.controller: Controller | None = None
         self.sender: Sender | None = None
         self.watch: ServerWatch | None = None
+        self.targets: list[TargetState] = []  # every target, the first is `target` (engine/targets.py)
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
         self.health: ClientHealth | None = None
@@ -136,16 +138,7 @@ class Engine:
             self.events.session = self.session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
-        self.sender = Sender(
-            self.client,
-            self.target,
-            self,
-            self._stamp,
-            self.metrics.on_lag,
-            self.clock.wall0 - self.clock.perf0,
-            on_overload=self._overloaded,
-            ids=self._ids,
-        )
+        self.sender = self._load_sender(self.client, self.target, TargetStats(self.target.url, self))
         lane_sender = Sender(
             self.client,
             self.target,
@@ -156,7 +149,10 @@ class Engine:
             ids=self._ids,
         )
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
-        self.watch = ServerWatch(self.client, self.target.url + "/health", self._server_gone, self._server_back, self.log)
+        weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
+        self.watch = self._add_target(self.client, self.target, self.sender, weights[0]).stats.watch
+        for url, w in zip(cfg.more_urls, weights[1:]):
+            await self._start_target(url, w)
         if cfg.calibrate and self.target.api != GENERATE:
             await self._check_continuous_usage()
         if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
@@ -194,6 +190,59 @@ class Engine:
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
 
+    def _load_sender(self, client: httpx.AsyncClient, target: Target, stats: TargetStats) -> Sender:
+        """A Sender of the load to one target; every one shares the request ids and the
+        in-flight records (harvested once a second by rid, whichever target they went to)."""
+        s = Sender(
+            client, target, stats, self._stamp, self.metrics.on_lag, self.clock.wall0 - self.clock.perf0,
+            on_overload=self._overloaded, ids=self._ids,
+        )
+        if self.sender is not None:
+            s.in_flight, s.cursor = self.sender.in_flight, self.sender.cursor
+            s.continuous_usage = self.sender.continuous_usage
+        return s
+
+    def _add_target(self, client: httpx.AsyncClient, target: Target, sender: Sender, weight: float) -> TargetState:
+        st = TargetState(len(self.targets), target, client, sender, sender.listener, weight)  # type: ignore[arg-type]
+        st.stats.watch = ServerWatch(client, target.url + "/health", lambda: self._target_gone(st), lambda: self._target_back(st), self.log)
+        self.targets.append(st)
+        return st
+
+    async def _start_target(self, url: str, weight: float) -> None:
+        """One more target: its own client, detection, Sender, health watch and /metrics."""
+        cfg = self.config
+        base = validate_url(url)
+        client = make_client(transport=cfg.transport, verify=not cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout, origin=base)
+        try:
+            target = await detect(client, base, cfg.api or (self.target.api if self.target else None), cfg.model)
+        except BaseException:
+            await client.aclose()
+            raise
+        st = self._add_target(client, target, self._load_sender(client, target, TargetStats(target.url, self)), weight)
+        if cfg.telemetry:
+            st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
+            await st.telemetry.start()
+        self.log("notice", f"target {len(self.targets)}: {base} ({target.info.kind}, model {target.model or '?'}), weight {weight:g}")
+
+    def _pick(self) -> Sender:
+        """The target the next request (or session) goes to."""
+        st = pick(self.targets) if len(self.targets) > 1 else None
+        return st.sender if st is not None else self.sender  # type: ignore[return-value]
+
+    def _target_gone(self, st: TargetState) -> None:
+        if all(t.gone for t in self.targets):
+            self._server_gone()
+        elif len(self.targets) > 1:
+            left = [t.target.url for t in self.targets if not t.gone]
+            self.events.warn(f"target {st.target.url} gone (connections refused, /health fails): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
+
+    def _target_back(self, st: TargetState) -> None:
+        self.events.clear(f"target gone {st.index}")
+        if self._ctl.hold:
+            self._server_back()
+        else:
+            self.log("notice", f"target {st.target.url} back: it takes its share again")
+
     async def stop(self, reason: str = "quit") -> None:
         """Stop all load first, then complete the log. Idempotent."""
         if self._closed:
@@ -211,8 +260,11 @@ class Engine:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.watch is not None:
-            await self.watch.stop()
+        for st in self.targets:
+            if st.stats.watch is not None:
+                await st.stats.watch.stop()
+            if st.telemetry is not None and st.telemetry is not self.telemetry:
+                await st.telemetry.stop()
         if self.telemetry is not None:
             await self.telemetry.stop()
         if self._lag is not None:
@@ -226,6 +278,8 @@ class Engine:
             self.session.close(reason)
         if self.client is not None:
             await self.client.aclose()
+        for st in self.targets[1:]:
+            await st.client.aclose()
         self._publish(now, done=True)
 
     def _meta(self) -> dict:
@@ -236,6 +290,7 @@ class Engine:
             "command_line": list(cfg.command_line),
             "label": cfg.label or default_label(tgt),
             "target": tgt.describe(),
+            **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
             "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
             "workload": cfg.workload.describe(),
             "concurrency": cfg.concurrency,
@@ -258,6 +313,8 @@ class Engine:
             on_notice=lambda text: self.log("notice", text),
         )
         await self.telemetry.start()
+        if self.targets:
+            self.targets[0].telemetry = self.telemetry
         self._lag = LoopLagMonitor()
         self._lag.start()
         self.health = ClientHealth(self._lag)
@@ -542,19 +599,20 @@ class Engine:
         """What the pool launches: one request on the schedule (open loop: `t_intended`, a
         trace row as `item`), one multi-turn session, or one request of a slot."""
         assert self.source is not None and self.sender is not None
+        sender = self._pick()
         if item is not None and self.trace is not None:
             p = self.trace.prompt(item)
-            await self.sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
         elif t_intended is not None:
             p = self.source.next()
-            await self.sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
         elif self.config.workload.turns > 1:
-            await self._one_session()
+            await self._one_session(sender)
         else:
             p = self.source.next()
-            await self.sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+            await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
 
-    async def _one_session(self) -> None:
+    async def _one_session(self, sender: Sender) -> None:
         """A multi-turn session: each turn sends the conversation so far (the server's real
         answers included) and a new user message; `think_s` between turns. Concurrency
         counts sessions. A turn that fails ends its session."""
@@ -564,7 +622,7 @@ class Engine:
         for k in range(1, wl.turns + 1):
             p = self.source.next()
             text, messages = conv.turn(p.text)
-            rec = await self.sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
+            rec = await sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
             if rec.status != R.OK:
                 return
             conv.answered("".join(rec.answer or ()))
@@ -595,11 +653,7 @@ class Engine:
         if self.session is not None:
             self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
         if rec.status == R.FAILED:
-            self.events.failed(rec.error_kind, rec.error_text)
-            if rec.error_kind == R.ERR_CONNECT and self.watch is not None:
-                self.watch.connect_failed()
-        elif rec.status == R.OK and self.watch is not None:
-            self.watch.succeeded()
+            self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
 
     def _harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
         """Feed the gaps that arrived since the last harvest (by arrival time)."""
@@ -631,7 +685,7 @@ class Engine:
 
     @property
     def server_gone(self) -> bool:
-        return self.watch is not None and self.watch.gone
+        return bool(self.targets) and all(t.gone for t in self.targets)
 
     # -- steps -------------------------------------------------------------------------
     @property
@@ -691,6 +745,7 @@ class Engine:
                 "probe": b.probe_result.to_dict() if b.probe_result else None,
                 **({"search": b.search} if b.search is not None else {}),
                 **({"slo": self.config.slo.to_dict()} if self.config.slo is not None else {}),
+                "targets": [st.stats.summary(time.perf_counter() - self._t0) for st in self.targets],
             }
         )
 
@@ -709,7 +764,15 @@ class Engine:
             self._health = await asyncio.to_thread(self.health.status)
 
     # -- each second -------------------------------------------------------------------
+    def _check_trace_end(self) -> None:
+        tr, ctl = self.trace, self.controller
+        if tr is not None and ctl is not None and ctl.trace_done and tr.schedule is not None and not tr.finished_logged:
+            tr.finished_logged = True
+            sent, total = tr.progress()
+            self.log("notice", f"trace replay finished: {sent}/{total} requests sent (x{ctl.rate:g}); press m for concurrency mode")
+
     def _each_second(self, now: float) -> None:
+        self._check_trace_end()
         for sender in (self.sender, self.lane.sender if self.lane else None):
             if sender is not None:
                 for rec in list(sender.in_flight.values()):
@@ -778,7 +841,12 @@ class Engine:
         ctl = self.controller
         if ctl is None:
             return 0
-        return max(0, ctl.in_flight - (self.sender.backing_off if self.sender else 0))
+        return max(0, ctl.in_flight - self.backing_off)
+
+    @property
+    def backing_off(self) -> int:
+        """Load slots waiting after an overload answer, over every target."""
+        return sum(t.sender.backing_off for t in self.targets)
 
     def _timeline_row(self, now: float) -> None:
         last = self._last_row_t if self._last_row_t is not None else now - TIMELINE_INTERVAL_S
@@ -792,7 +860,7 @@ class Engine:
             state=self.state,
             target_c=ctl.target if ctl else 0,
             in_flight=self.in_flight,
-            backing_off=self.sender.backing_off if self.sender else 0,
+            backing_off=self.backing_off,
             server=self.telemetry.server if self.telemetry else None,
             health=self._health,
             gpus=self.telemetry.gpus if self.telemetry else [],

@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from .core import Engine
 
 
+def _server(st) -> dict:
+    """A target's own running / queued counts (its /metrics; the first target's is the hub's)."""
+    srv = st.telemetry.server if st.telemetry is not None else None
+    return {"running": srv.running if srv else None, "queued": srv.queued if srv else None}
+
+
 def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
     m = engine.metrics
     out, inp, req, err = m.rates(now)
@@ -34,7 +40,7 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         target_c=ctl.target if ctl else cfg.concurrency,
         previous_c=ctl.previous if ctl else None,
         in_flight=engine.in_flight,
-        backing_off=engine.sender.backing_off if engine.sender else 0,
+        backing_off=engine.backing_off,
         max_concurrency=ctl.max_concurrency if ctl else cfg.max_concurrency,
         mode=ctl.mode if ctl and not ctl.probing else "concurrency",
         target_rate=ctl.rate if ctl and not ctl.probing else None,
@@ -44,6 +50,8 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         dropped_or_delayed=ctl.delayed + ctl.dropped if ctl else 0,
         workload=dict(book.workload or cfg.workload.describe()),
         turns=cfg.workload.turns,
+        trace_progress=engine.trace.progress() if engine.trace is not None else None,
+        targets=tuple(st.stats.live(now) | _server(st) for st in engine.targets) if len(engine.targets) > 1 else (),
         probing=ctl.probing if ctl else False,
         preset_running=engine.driver_running,
         url=tgt.url if tgt else cfg.url,

@@ -112,6 +112,7 @@ class RequestRecord:
     t_intended: float | None = None
     turn: int = 0  # multi-turn: the turn's index in its session, from 1 (0 = single-turn)
     answer: list[str] | None = None  # answer text pieces, collected only when a list is set (multi-turn)
+    target: str = ""  # the base URL it was sent to (many targets: engine/targets.py)
 
     # -- derived figures (README "What the numbers mean") ----------------------------------
     @property

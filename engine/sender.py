@@ -99,6 +99,7 @@ class Sender:
             t_intended=t_intended,
             turn=turn,
             answer=[] if turn else None,
+            target=self.target.url,
         )
         tgt = self.target
         extra = {"messages": messages} if messages is not None else {}

@@ -41,6 +41,10 @@ class Snapshot:
     dropped_or_delayed: int = 0  # sends held back at the cap, this session
     workload: dict = field(default_factory=dict)  # the current workload (WorkloadConfig.describe())
     turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
+    trace_progress: tuple[int, int] | None = None  # trace replay: (rows sent, rows in the trace)
+    # many targets (--url repeated, engine/targets.py): one row each, live: url, output_tok_s,
+    # errors_s, ttft/e2e p50/p99 ms, gone, the server's running and queued; () with one target
+    targets: tuple[dict, ...] = ()
     probing: bool = False
     preset_running: bool = False
     url: str = ""

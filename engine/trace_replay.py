@@ -67,6 +67,7 @@ class TraceReplay:
         self.rows = rows
         self.prompts = prompts
         self.schedule: TraceSchedule | None = None
+        self.finished_logged = False  # the engine said the current replay finished
 
     @classmethod
     def load(cls, path: str, calibration: Calibration, seed: int = 0) -> "TraceReplay":
@@ -80,6 +81,7 @@ class TraceReplay:
     def start(self, controller: Controller, speed: float) -> TraceSchedule:
         """From the first row again, now, at `speed` (x2 = twice as fast)."""
         self.schedule = TraceSchedule(self.rows, speed, time.perf_counter())
+        self.finished_logged = False
         controller.start_schedule(self.schedule, TRACE, speed)
         return self.schedule
 

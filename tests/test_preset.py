@@ -32,7 +32,7 @@ from redline.engine.preset import (
 from redline.engine.target import validate_url
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
-SHIPPED = ["until-it-breaks", "quick", "c1-probe", "doubling"]
+SHIPPED = ["until-it-breaks", "quick", "c1-probe", "doubling", "rate-ramp", "trace-replay"]
 
 
 def write(tmp_path: Path, text: str, name: str = "x.toml") -> Path:
@@ -61,7 +61,7 @@ def test_shipped_presets_load(name):
     p = load_preset(PRESETS / f"{name}.toml")
     assert p.name == name
     assert p.description
-    assert p.ramp.concurrency
+    assert p.ramp.concurrency or p.ramp.rate or p.ramp.speed
     # each shipped file round-trips through the writer
     again = parse_preset(tomllib.loads(preset_to_toml(p)), str(PRESETS / f"{name}.toml"))
     assert again == p
@@ -87,6 +87,17 @@ def test_quick_is_under_a_minute():
     assert hi < 60  # even if every step holds to max_hold_s and no rule fires
     assert p.after.probe_s > 0
     assert p.stop.plateau_gain == 0.05
+
+
+def test_rate_ramp_and_trace_replay():
+    r = load_preset(PRESETS / "rate-ramp.toml")
+    assert r.ramp.rate == (2, 4, 8, 16, 32, 64) and r.ramp.arrival == "poisson" and r.ramp.max_concurrency == 256
+    assert [p.rate for p in r.ramp.steps()] == [2, 4, 8, 16, 32, 64]
+    assert r.stop.p99_ttft_ms == 2000
+    t = load_preset(PRESETS / "trace-replay.toml")
+    assert t.ramp.speed == (1, 2) and Path(t.workload.trace) == PRESETS / "traces" / "example.jsonl"
+    lo, hi = t.duration_bounds()
+    assert 85 < lo < 95 and hi > lo  # 60 s at x1 + 30 s at x2
 
 
 def test_c1_probe_and_doubling():

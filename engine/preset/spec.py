@@ -21,6 +21,7 @@ DEFAULT_MAX_HOLD_FACTOR = 3.0  # max_hold_s defaults to 3 x hold_s
 MAX_CONCURRENCY = 100_000  # a sanity bound on one step's concurrency
 MAX_STEPS = 10_000  # a sanity bound on the number of steps in a ramp
 MAX_SECONDS = 7 * 24 * 3600.0  # a sanity bound on any time value (one week)
+TRACE_TAIL_S = 60.0  # what the time estimate of a trace step allows for its last answers
 
 
 def one_line(text: str) -> str:
@@ -175,6 +176,15 @@ class Preset:
         """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:
         its first point only; it chooses the others as results come)."""
         lo, hi = self.ramp.duration_bounds()
+        if self.ramp.speed is not None and self.workload.trace is not None:
+            from ..trace import load_trace, trace_duration_s  # a trace's steps last its length / speed
+
+            try:
+                d = trace_duration_s(load_trace(self.workload.trace))
+            except ValueError:
+                d = 0.0
+            lo = sum(d / x + self.ramp.warmup_s for x in self.ramp.speed)
+            hi = lo + TRACE_TAIL_S * len(self.ramp.speed)
         return lo + self.after.probe_s, hi + self.after.probe_s
 
 
