@@ -370,6 +370,7 @@ class Engine:
         ctl = self._ctl
         c = ctl.set_concurrency(n)
         self._end_probe()
+        self.events.clear("held at cap")  # closed loop: nothing waits at the cap any more
         self.log(kind, f"C={c}", concurrency=c)
         self._roll_live_step()
         return c
@@ -499,15 +500,18 @@ class Engine:
 
     async def probe(self) -> int:
         """Abort everything in flight, then hold C=1 (remembering the previous C)."""
-        n = await self._ctl.probe()
-        self.log("probe", f"abort + C=1 probe ({n} in-flight requests cancelled; previous C={self._ctl.previous})")
+        ctl = self._ctl
+        n = await ctl.probe()
+        was = f"rate {ctl.previous_rate:g} req/s" if ctl.previous_rate is not None else f"C={ctl.previous}"
+        self.events.clear("held at cap")
+        self.log("probe", f"abort + C=1 probe ({n} in-flight requests cancelled; previous {was})")
         self._roll_live_step()
         return n
 
     def restore(self) -> int | None:
         c = self._ctl.restore()
         if c is not None:
-            self.log("key", f"back to C={c}", concurrency=c)
+            self.log("key", f"back to {self.load_text}", concurrency=c)
             self._roll_live_step()
         return c
 

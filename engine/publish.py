@@ -39,6 +39,7 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         state=engine.state,
         target_c=ctl.target if ctl else cfg.concurrency,
         previous_c=ctl.previous if ctl else None,
+        previous_rate=ctl.previous_rate if ctl else None,
         in_flight=engine.in_flight,
         backing_off=engine.backing_off,
         max_concurrency=ctl.max_concurrency if ctl else cfg.max_concurrency,

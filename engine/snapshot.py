@@ -40,6 +40,7 @@ class Snapshot:
     held_at_cap: int = 0  # sends waiting now for a free slot under the in-flight cap
     dropped_or_delayed: int = 0  # sends held back at the cap, this session
     workload: dict = field(default_factory=dict)  # the current workload (WorkloadConfig.describe())
+    previous_rate: float | None = None  # the probe's `was`: the open loop's rate before it (None: it was C)
     turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
     trace_progress: tuple[int, int] | None = None  # trace replay: (rows sent, rows in the trace)
     # many targets (--url repeated, engine/targets.py): one row each, live: url, output_tok_s,
