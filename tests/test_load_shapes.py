@@ -302,3 +302,32 @@ def test_a_live_workload_change_is_a_step_in_summary_and_preset_from_replays_it(
     out2 = tmp_path / "s2"
     res = run_preset_headless(_cfg(sim.url, concurrency=2, workload=WorkloadConfig(input_len=16, output_len=8), live_steps=False, out_dir=out2), preset)
     assert [s.workload["output_len"] for s in res.steps] == [8, 5]
+
+
+# -- a search over rate -----------------------------------------------------------------------
+
+def test_as_search_of_a_rate_ramp_searches_rates():
+    from redline.engine.preset import as_search
+
+    p = parse_preset({"ramp": {"rate": [2, 4, 8], "hold_s": 3}}, "r.toml")
+    sp = as_search(p, 1024).ramp.search
+    assert sp is not None and sp.rate_unit == pytest.approx(32 / 1000)  # up to 4 x the largest rate
+    assert sp.rate_of(sp.start) == pytest.approx(2.0, rel=0.02) and sp.rate_of(sp.max) == pytest.approx(32.0)
+
+
+def test_a_knee_search_over_rate_measures_rate_steps(sim_factory, tmp_path):
+    sim = sim_factory("healthy")
+    preset = parse_preset(
+        {"ramp": {"mode": "search", "over": "rate", "start": 2, "max": 8, "arrival": "constant",
+                  "warmup_s": 0.3, "hold_s": 1.5, "min_requests": 3, "max_hold_s": 3},
+         "workload": {"input_len": 16, "output_len": 8}},
+        "s.toml",
+    )
+    out = tmp_path / "s"
+    res = run_preset_headless(_cfg(sim.url, workload=WorkloadConfig(input_len=16, output_len=8), rate=2.0, arrival="constant", live_steps=False, out_dir=out), preset)
+    assert res.steps and all(s.mode == "rate" for s in res.steps)
+    assert [s.request_rate for s in res.steps][:3] == [2.0, 4.0, 8.0]
+    for s in res.steps:  # an open loop the server keeps up with: achieved = target
+        assert s.request_throughput == pytest.approx(s.request_rate, rel=0.3)
+    search = json.loads((out / "summary.json").read_text())["search"]
+    assert search["rates"][:3] == [2.0, 4.0, 8.0] and search["knee_rate"] in search["rates"]
