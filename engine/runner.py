@@ -65,24 +65,31 @@ async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
     return engine.server_gone
 
 
-async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:
-    """Hold plan.hold_s, then until `min_requests` own requests completed and (when asked)
-    the window is steady, up to max_hold_s. Returns (result, server gone)."""
+async def _hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, float], bool], line: Callable[[float], str]) -> tuple[StepResult, bool]:
+    """Measure until `done(now, elapsed)` or the server goes, then close the step. Returns
+    (result, server gone)."""
     gone = False
     while True:
         now = time.perf_counter()
         el = acc.duration(now)
-        engine.preset_line = f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed}/{min_requests} own done"
-        if el >= plan.hold_s:
-            if el >= max_hold_s:
-                break
-            if acc.completed >= min_requests and (not need_steady or acc.steady(now)):
-                break
+        engine.preset_line = line(el)
+        if done(now, el):
+            break
         if engine.server_gone:
             gone = True
             break
         await asyncio.sleep(POLL_S)
     return engine.book.close_step(acc), gone
+
+
+async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:
+    """Hold plan.hold_s, then until `min_requests` own requests completed and (when asked)
+    the window is steady, up to max_hold_s. Returns (result, server gone)."""
+
+    def done(now: float, el: float) -> bool:
+        return el >= plan.hold_s and (el >= max_hold_s or (acc.completed >= min_requests and (not need_steady or acc.steady(now))))
+
+    return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed}/{min_requests} own done")
 
 
 def _set_load(engine: Engine, plan: StepPlan) -> int:
@@ -123,22 +130,20 @@ async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult 
 async def _measure_trace(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> tuple[StepResult, bool]:
     """A trace step holds until every row was sent and every own request ended (at least
     hold_s, at most max_hold_s). Returns (result, server gone)."""
-    ctl = engine.controller
-    assert ctl is not None and engine.trace is not None
-    gone = False
-    while True:
-        now = time.perf_counter()
-        el = acc.duration(now)
-        sent, total = engine.trace.progress()
-        ended = acc.completed + acc.failed + acc.cancelled
-        engine.preset_line = f"{label} {sent}/{total} sent, {ended} ended, {el:.0f}s"
-        if el >= plan.max_hold_s or (el >= plan.hold_s and ctl.trace_done and ended >= acc.sent):
-            break
-        if engine.server_gone:
-            gone = True
-            break
-        await asyncio.sleep(POLL_S)
-    return engine.book.close_step(acc), gone
+    ctl, trace = engine.controller, engine.trace
+    assert ctl is not None and trace is not None
+
+    def ended() -> int:
+        return acc.completed + acc.failed + acc.cancelled
+
+    def done(now: float, el: float) -> bool:
+        return el >= plan.max_hold_s or (el >= plan.hold_s and ctl.trace_done and ended() >= acc.sent)
+
+    def line(el: float) -> str:
+        sent, total = trace.progress()
+        return f"{label} {sent}/{total} sent, {ended()} ended, {el:.0f}s"
+
+    return await _hold(engine, acc, done, line)
 
 
 async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], None] = lambda s: None) -> RunOutcome:

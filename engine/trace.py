@@ -29,6 +29,7 @@ from .workload import (
     MAX_PREFIX_PROMPT_TOKENS,
     _WORDS,
     Calibration,
+    check_file,
     Prompt,
     _random_text,
     _shown,
@@ -104,17 +105,7 @@ def load_trace(path: str | os.PathLike, max_rows: int = MAX_TRACE_ROWS) -> list[
     p = Path(path).expanduser()
     shown = _shown(str(p))
     where = f"trace {shown}"
-    try:
-        is_dir, exists, is_file = p.is_dir(), p.exists(), p.is_file()
-    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, ...
-        reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
-        raise TraceError(f"{where}: cannot be opened ({reason}); {_EXPECTED_FILE}") from None
-    if is_dir:
-        raise TraceError(f"{where}: is a directory; {_EXPECTED_FILE}")
-    if not exists:
-        raise TraceError(f"{where}: not found; {_EXPECTED_FILE}")
-    if not is_file:
-        raise TraceError(f"{where}: not a regular file; {_EXPECTED_FILE}")
+    check_file(p, where, _EXPECTED_FILE, TraceError)
 
     rows: list[TraceRow] = []
     first_ts: int | float | None = None

@@ -277,6 +277,21 @@ def parse_dataset_spec(spec: str) -> tuple[str, Path | None]:
     return kind, Path(path).expanduser()
 
 
+def check_file(path: Path, where: str, expected: str, error: type[Exception]) -> None:
+    """A regular file that exists, else `error` (one line: `where`: what is wrong; `expected`)."""
+    try:
+        is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, ...
+        reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+        raise error(f"{where}: cannot be opened ({reason}); {expected}") from None
+    if is_dir:
+        raise error(f"{where}: is a directory; {expected}")
+    if not exists:
+        raise error(f"{where}: not found; {expected}")
+    if not is_file:
+        raise error(f"{where}: not a regular file; {expected}")
+
+
 def load_dataset(spec: str, output_len: int) -> list[Prompt]:
     """The prompts of a dataset file, checked (WorkloadError, one line). A prefix dataset is
     generated without end: this checks its spec and returns one prompt of each group (of the
@@ -289,17 +304,7 @@ def load_dataset(spec: str, output_len: int) -> list[Prompt]:
     name = str(path)
     shown = repr(name) if len(name) <= 120 else repr(name[:117]) + "..."
     expected = "expected a ShareGPT JSON file" if kind == "sharegpt" else "expected a JSONL file (one prompt per line)"
-    try:
-        is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
-    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, ...
-        reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
-        raise WorkloadError(f"dataset file {shown}: cannot be opened ({reason}); {expected}") from None
-    if is_dir:
-        raise WorkloadError(f"dataset file {shown}: is a directory; {expected}")
-    if not exists:
-        raise WorkloadError(f"dataset file {shown}: not found; {expected}")
-    if not is_file:
-        raise WorkloadError(f"dataset file {shown}: not a regular file; {expected}")
+    check_file(path, f"dataset file {shown}", expected, WorkloadError)
     try:
         raw = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

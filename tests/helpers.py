@@ -57,6 +57,30 @@ async def until(pred: Callable[[], Any], timeout: float, interval: float = 0.02)
 
 
 # -- the simulated server's exact counters (its /sim/state) ----------------------------------
+def common_prefix_len(a: str, b: str) -> int:
+    """How many leading characters two texts share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+#: sim settings that make a decode step short (TUI tests that want answers quickly)
+FAST_SIM = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
+
+
+async def settle(pilot, pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Let a Textual app run (bounded) until `pred()` holds; returns whether it did."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        await pilot.pause(0.1)
+    return pred()
+
+
 def sim_state(url: str) -> dict:
     r = httpx.get(url + "/sim/state", timeout=5.0)
     r.raise_for_status()

@@ -50,7 +50,7 @@ from redline.engine.workload import (
     parse_prefix_spec,
 )
 
-from helpers import run_preset_headless, main_in_process
+from helpers import common_prefix_len, main_in_process, run_preset_headless
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLOCK_TOKENS = 16  # the sim's default prefix_block_tokens
@@ -145,15 +145,6 @@ def test_cli_refuses_a_bad_prefix_dataset_before_connecting(capsys):
 # -- the prompts ------------------------------------------------------------------------------
 
 
-def _common(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def test_groups_share_their_prefix_and_differ_right_after():
     cal = Calibration(overhead=7.0, per_word=1.5, measured=True)
     cfg = WorkloadConfig(dataset="prefix:groups=3,prefix_len=300,suffix_len=30", output_len=9, seed=4)
@@ -174,7 +165,7 @@ def test_groups_share_their_prefix_and_differ_right_after():
         for a in texts:
             for b in texts:
                 if a is not b:  # they part within the suffix's 9-digit id
-                    assert len(prefixes[g]) + 1 <= _common(a, b) < len(prefixes[g]) + 1 + 9
+                    assert len(prefixes[g]) + 1 <= common_prefix_len(a, b) < len(prefixes[g]) + 1 + 9
     again = PromptSource(cfg, cal)
     assert [again.next().text for _ in range(12)] == [p.text for p in prompts]  # seeded
     other = PromptSource(dataclasses.replace(cfg, seed=5), cal)
@@ -344,7 +335,7 @@ async def test_prefix_run_gives_the_expected_hit_rate_and_telemetry_reads_it(sim
     assert sample.prefix_hit_rate == pytest.approx(measured, rel=1e-12)
 
     # the gauge, as SGLang's: the hit rate of the last prefill batch (here one request)
-    shared = max(_common(last.text, p.text) for p in prompts[0::groups])
+    shared = max(common_prefix_len(last.text, p.text) for p in prompts[0::groups])
     expected_last = BLOCK_TOKENS * (shared // BLOCK_CHARS) / last_count
     gauge = sum(v for _, v in parse_prometheus(gauge_text)["sglang:cache_hit_rate"])
     assert gauge == pytest.approx(expected_last)

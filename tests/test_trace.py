@@ -27,6 +27,8 @@ from redline.engine.trace import (
 )
 from redline.engine.workload import Calibration, calibrate
 
+from helpers import common_prefix_len
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -182,15 +184,6 @@ def test_missing_file_and_directory(tmp_path):
 # -- prompts ----------------------------------------------------------------------------------
 
 
-def _common(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def test_rows_sharing_leading_hash_ids_share_leading_text():
     tp = TracePrompts(CAL, seed=3)
     b1, b2 = tp.block(1), tp.block(2)
@@ -201,8 +194,8 @@ def test_rows_sharing_leading_hash_ids_share_leading_text():
     c = tp.prompt(TraceRow(2.0, 1500, 9, (7, 2, 3)))
     shared = b1 + " " + b2 + " "
     assert a.text.startswith(shared) and b.text.startswith(shared)
-    assert _common(a.text, b.text) < len(shared) + 9  # block 3 and block 4 part at their heads
-    assert _common(a.text, c.text) < 9  # a different first block: different from the start
+    assert common_prefix_len(a.text, b.text) < len(shared) + 9  # block 3 and block 4 part at their heads
+    assert common_prefix_len(a.text, c.text) < 9  # a different first block: different from the start
     assert (a.max_tokens, b.max_tokens) == (8, 9)
     # the same ids with another length: the shorter one's cut last block is the longer one's start
     short = tp.prompt(TraceRow(3.0, 1100, 1, (1, 2, 3)))
@@ -329,7 +322,7 @@ async def test_trace_prompts_against_the_sim(sim_factory):
     assert abs(n1 - 1400) <= 0.05 * 1400 and abs(n2 - 1300) <= 0.05 * 1300, (n1, n2, cal)
     assert first.expected_input_tokens == 1400
     # the sim caches whole blocks of 16 tokens of 4 characters; the rows share 2 x 512 tokens
-    shared = _common(first.text, second.text)
+    shared = common_prefix_len(first.text, second.text)
     assert shared >= len(tp.block(10)) + len(tp.block(11)) + 2
     assert 16 * (shared // 64) <= hits <= 16 * (shared // 64) + 16, (hits, shared)
     assert abs(hits - 2 * 512) <= 0.05 * 1024, hits

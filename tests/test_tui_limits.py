@@ -14,16 +14,9 @@ from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.panels import LivePanels
 
-FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
+from helpers import FAST_SIM, settle
 
-
-async def settle(pilot, pred, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await pilot.pause(0.1)
-    return pred()
+FAST = FAST_SIM
 
 
 @pytest.fixture
