@@ -103,8 +103,7 @@ def test_open_loop_keeps_intended_times_holds_sends_at_the_cap_and_a_pause_owes_
     launched: list[tuple[float, float]] = []  # (intended, actual)
     peak = 0
 
-    async def go() -> Controller:
-        nonlocal peak
+    async def go() -> tuple[Controller, float, float, int]:
         ctl: Controller
 
         async def launch(t_intended, item):

@@ -3,7 +3,6 @@ lane, `o` SLOs typed live, `k` a knee search that any concurrency key cancels.""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
