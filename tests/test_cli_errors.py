@@ -95,6 +95,17 @@ CASES: dict[str, Case] = {
     "url-credentials": Case(["--url", "http://user:pw@127.0.0.1:1"], BAD, ("credentials", "OPENAI_API_KEY")),
     "url-query": Case(["--url", "http://127.0.0.1:1/?x=1"], BAD, ("query",)),
     "url-with-profile": Case(["--url", "{URL}", "--profile", "fragile"], BAD, ("--profile", "--url")),
+    # many targets (issue 17): --url repeated, --weights
+    "url-twice": Case(["--url", "{URL}", "--url", "{URL}/v1"], BAD, ("/v1'", "given twice", "same target as")),
+    "url-one-bad-of-three": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--url", "http://127.0.0.1:7/foo"], BAD,
+                                 ("'http://127.0.0.1:7/foo'", "path '/foo'")),
+    "urls-with-profile": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--profile", "fragile"], BAD, ("--profile", "--url")),
+    "weights-count": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "3,1,1"], BAD,
+                          ("--weights '3,1,1'", "2 positive numbers", "one per --url")),
+    "weights-bad": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "3,nan"], BAD, ("--weights '3,nan'", "positive")),
+    "weights-one-url": Case(["--url", "{URL}", "--weights", "1"], BAD, ("--weights '1'", "--url two or more times")),
+    "weights-on-run": Case(["run", QUICK, "--headless", "--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "1,0"], BAD,
+                           ("--weights '1,0'", "positive")),
     "profile-unknown": Case(["--profile", "nope"], BAD, ("'nope'", "healthy")),
     "metrics-url": Case(["--url", "{URL}", "--server-metrics", "localhost:9400"], BAD, ("--server-metrics", "http(s)://")),
     "api-unknown": Case(["--url", "{URL}", "--api", "grpc"], BAD, ("'grpc'", "chat")),
@@ -179,7 +190,7 @@ def write_data(d: Path) -> None:
 # matrix runs in-process below, with the same checks).
 THROUGH_THE_CLI = [
     "concurrency-abc", "url-wrong-path", "dataset-empty", "preset-bad-value", "unreachable", "unreachable-headless",
-    "trace-malformed",
+    "trace-malformed", "weights-count",
 ]
 
 
@@ -337,6 +348,8 @@ NO_URL_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "turns-with-rate": (["--turns", "2", "--rate", "5"], {}),
     "trace-missing": (["--trace", "{D}/nope.jsonl"], {}),
     "trace-malformed": (["--trace", "{D}/badtrace.jsonl", "--speed", "2"], {}),
+    "weights-without-url": (["--weights", "3,1"], {}),
+    "weights-without-url-run": (["run", "quick", "--headless", "--weights", "3,1"], {}),
 }
 
 

@@ -284,6 +284,37 @@ def rate_story() -> list[Snapshot]:
     return out
 
 
+TARGET_URLS = ("http://10.0.0.5:30000", "http://10.0.0.6:30000", "http://10.0.0.7:30000")
+
+
+def targets_story() -> list[Snapshot]:
+    """Three replicas (--url three times, weights 2,1,1) at C=32; the third stops answering
+    12 s before the end: its row reads GONE, its share goes to the other two."""
+    snaps = story([Seg("run", 30, 16), Seg("run", 30, 32)])
+    gone_from = snaps[-1].second - 12
+    out: list[Snapshot] = []
+    for s in snaps:
+        gone = s.second >= gone_from
+        shares = (0.5, 0.25, 0.25) if not gone else (2 / 3, 1 / 3, 0.0)
+        c = s.target_c
+        rows = []
+        for i, (url, share) in enumerate(zip(TARGET_URLS, shares)):
+            dead = gone and i == 2
+            rows.append({
+                "url": url, "output_tok_s": round(s.output_tok_s * share, 1), "errors_s": 3.0 if dead and s.second < gone_from + 2 else 0.0,
+                "ttft_p50_ms": None if dead else s.ttft_ms.get("p50"), "ttft_p99_ms": None if dead else s.ttft_ms.get("p99"),
+                "e2e_p50_ms": None if dead else s.e2e_ms.get("p50"), "e2e_p99_ms": None if dead else s.e2e_ms.get("p99"),
+                "gone": dead, "running": None if dead else float(round(c * share)), "queued": None if dead else 0.0,
+            })
+        warnings = s.warnings + ((f"target {TARGET_URLS[2]} gone (connections refused, /health fails): its share goes to "
+                                  f"{TARGET_URLS[0]}, {TARGET_URLS[1]}"),) if gone else s.warnings
+        log = s.log
+        if gone:
+            log = log + (LogLine(log[-1].seq + 1, T0 + gone_from, "warning", warnings[-1]),)
+        out.append(replace(s, targets=tuple(rows), warnings=warnings, log=log))
+    return out
+
+
 STORIES = {
     # 8 → 16 → 32 → 64, healthy tp8 server
     "healthy": lambda: story([Seg("run", 30, 8), Seg("run", 30, 16), Seg("run", 30, 32), Seg("run", 24, 64)]),
@@ -297,6 +328,8 @@ STORIES = {
     "overload": lambda: story([Seg("run", 30, 32), Seg("overload", 16, 64)]),
     # open-loop rate mode at 12.5 req/s, the in-flight cap 64 full: sends held back
     "rate": rate_story,
+    # three targets (--url repeated, weights 2,1,1), the third gone
+    "targets": targets_story,
 }
 
 
@@ -373,6 +406,29 @@ async def test_rate_mode_reads_at_80x24():
     rows = [line.split()[0] for line in lines if line.strip()[:1].isdigit() and "ms" in line and ":" in line.split()[-1]]
     assert rows[-2:] == ["8", "12.5/s*"], rows
     assert lines[-1].lstrip().startswith("+- R±"), lines[-1]
+
+
+def test_targets_picture(snap_compare):
+    """Three targets at 80x24: `3 targets (1 gone)` on line 1, a row per target where the GPU
+    panel was, GONE in the error style, the warning naming who carries its share."""
+    app, run_before = _shot("targets")
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
+
+
+async def test_targets_read_at_80x24():
+    app, host, snaps, ctx = await _open("targets")
+    async with ctx as pilot:
+        await play(pilot, host, snaps)
+        lines = screen_lines(app)
+    assert lines[0].lstrip().startswith("3 targets (1 gone)  llama-3.1-70b-instruct"), lines[0]
+    assert lines[1].strip() == "[RUNNING] C=32  in-flight 32", "run/queue are each target's, on its row"
+    top = next(i for i, line in enumerate(lines) if line.split()[:3] == ["target", "tok/s", "err/s"])
+    rows = [line.split() for line in lines[top + 1 : top + 4]]
+    assert [r[0] for r in rows] == ["10.0.0.5:30000", "10.0.0.6:30000", "10.0.0.7:30000"]
+    assert rows[2][1:] == ["GONE", "0.00", "-", "-", "-", "-", "-"], rows[2]
+    assert rows[0][-2:] == ["21", "0"] and rows[1][-2:] == ["11", "0"], rows
+    assert not any(line.lstrip().startswith(("0 ██", "GPU W")) for line in lines), "the block is where the GPUs were"
+    assert any(line.split()[:2] == ["C", "dur"] for line in lines), "the step table still shows"
 
 
 @pytest.mark.parametrize("name", ["healthy", "probe"])

@@ -1,5 +1,5 @@
 """The operator's screen: live control of concurrency (or of an open loop's request rate)
-against one server.
+against one server, or several (`--url` repeated: a row per target, widgets/targets.py).
 
 The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
@@ -41,6 +41,7 @@ from .widgets.panels import LivePanels
 from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt
 from .widgets.rate import RateLine
 from .widgets.steps import StepTable
+from .widgets.targets import TargetsPanel
 from .widgets.workload import WorkloadForm
 
 REFRESH_S = 0.25
@@ -136,6 +137,7 @@ class RedlineApp(App[int]):
         with Vertical(id="body"):
             with Vertical(id="left"):
                 yield LivePanels()
+                yield TargetsPanel(id="targets")  # many targets: a row each (at 80x24 in the GPUs' place)
                 yield GpuPanel(id="gpus")
                 yield CurveView(self.compare, id="side-curve")  # wide terminals: under the panels
             with Vertical(id="right"):
@@ -192,6 +194,8 @@ class RedlineApp(App[int]):
         rate_line.display = snap.mode != "concurrency"
         rate_line.snapshot = snap
         base.query_one(LivePanels).show(snap)
+        self.set_class(bool(snap.targets), "-targets")  # redline.tcss: the block shows, the GPUs make room
+        base.query_one(TargetsPanel).snapshot = snap
         base.query_one(GpuPanel).snapshot = snap
         base.query_one(StepTable).show(snap)
         base.query_one(EventLog).show(snap.log)

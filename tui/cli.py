@@ -144,7 +144,8 @@ def _think_s(s: str) -> float:
 
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
-    g.add_argument("--url", help=url_help)
+    g.add_argument("--url", action="append", default=None, metavar="URL", help=url_help)
+    g.add_argument("--weights", default=None, metavar="W1,W2,...", help="with --url given several times: split the load by these weights, one positive number per --url in order (default: evenly)")
     g.add_argument("--profile", default=None, help="built-in sim profile when no --url (healthy, pp-capped, fragile, flaky)")
     g.add_argument("--api", choices=("chat", "completions", "generate"), default=None, help="API to load (default: chat when /v1/models answers, else SGLang /generate)")
     g.add_argument("--model", default=None, help="model name to send (default: the first of /v1/models)")
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Options of a command go after it: redline COMMAND --help.",
     )
     p.add_argument("--version", action="version", version=f"redline {__version__}")
-    _target_options(p, url_help="server base URL, e.g. http://127.0.0.1:30000 (default: start the built-in sim)")
+    _target_options(p, url_help="server base URL, e.g. http://127.0.0.1:30000; give it again for more targets (replicas, one per node), the load split over them (default: start the built-in sim)")
     w = p.add_argument_group("load")
     w.add_argument("--concurrency", "-c", type=_positive_int("--concurrency"), default=DEFAULT_CONCURRENCY, metavar="N", help=f"starting concurrency (default {DEFAULT_CONCURRENCY})")
     w.add_argument("--step", type=_positive_int("--step"), default=DEFAULT_STEP, metavar="N", help=f"+/- change (default {DEFAULT_STEP})")
@@ -195,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
     r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
     r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
-    _target_options(r, url_help="server base URL (overrides the preset's [target].url; default: the built-in sim)")
+    _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
     r.set_defaults(handler=commands.cmd_run)
 
     ps = sub.add_parser("presets", help="list the built-in presets with their descriptions")

@@ -90,7 +90,7 @@ async def _headless(cfg, preset: Preset) -> int:
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
         lo, hi = preset.duration_bounds()
-        print(f"redline: preset {preset.name} against {engine.target.url} ({engine.target.info.kind}, {engine.target.model}); "
+        print(f"redline: preset {preset.name} against {_against(engine)}; "
               f"{lo:.0f}-{hi:.0f} s unless a rule fires; session {cfg.out_dir}", flush=True)
         work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
         out = await work[-1]
@@ -107,8 +107,25 @@ async def _headless(cfg, preset: Preset) -> int:
         return 128 + caught[0].value
     print()
     print(format_step_table(out.steps, out.break_result, out.probe))
+    if cfg.more_urls and cfg.out_dir is not None:
+        from .report_cmd import session_targets_table
+
+        table = session_targets_table(cfg.out_dir)
+        if table:
+            print()
+            print(table)
     print(f"\nsession: {cfg.out_dir}")
     return EXIT_OK
+
+
+def _against(engine) -> str:
+    """The banner's target: `URL (kind, model)`, or with several, each URL and its weight."""
+    tgt = engine.target
+    states = getattr(engine, "targets", None) or []
+    if len(states) < 2:
+        return f"{tgt.url} ({tgt.info.kind}, {tgt.model})"
+    urls = ", ".join(f"{st.target.url} (weight {st.weight:g})" for st in states)
+    return f"{len(states)} targets ({tgt.info.kind}, {tgt.model}): {urls}"
 
 
 # -- redline presets -----------------------------------------------------------------------

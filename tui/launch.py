@@ -32,7 +32,8 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     """Every user value checked, and the EngineConfig built from them, before any connection
     or sim process. Its url is BUILTIN_SIM when the built-in sim is to be started."""
     check_args(args)
-    url = args.url
+    urls = target_urls(args)
+    url = urls[0] if urls else None
     rate, arrival = None, getattr(args, "arrival", None) or "poisson"
     if preset is None:
         if args.concurrency > args.max_concurrency:
@@ -62,7 +63,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
         if cap is not None and cap > args.max_concurrency:
             raise UsageError(f"--max-concurrency {args.max_concurrency}: preset {preset.name} allows {cap} requests in flight "
                              "([ramp].max_concurrency); give a --max-concurrency at least that high")
-        if url is None and preset.target.url is not None:
+        if not urls and preset.target.url is not None:
             if args.profile is not None:
                 raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
                                  f"[target].url {preset.target.url} (give --url to override it)")
@@ -70,6 +71,8 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg = engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
                         live_steps=live_steps)
     cfg.rate, cfg.arrival = rate, arrival
+    cfg.more_urls = tuple(urls[1:])
+    cfg.weights = target_weights(args, len(urls))
     cfg.slo, cfg.guard = limits(args, preset)
     return cfg
 
@@ -102,16 +105,56 @@ def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[Engi
         sim.stop()
 
 
+def target_urls(args: argparse.Namespace) -> list[str]:
+    """The --url values in the order given (`--url` is repeatable: the first is
+    EngineConfig.url, the others EngineConfig.more_urls); [] without one."""
+    urls = getattr(args, "url", None)
+    if urls is None:
+        return []
+    return [urls] if isinstance(urls, str) else list(urls)
+
+
+def check_urls(urls: list[str]) -> None:
+    """Every --url valid (engine/target.py validate_url, the one validator) and no target
+    twice (compared as normalised: `http://h:1/v1` is `http://h:1`)."""
+    seen: dict[str, str] = {}
+    for u in urls:
+        try:
+            base = validate_url(u)
+        except TargetError as exc:
+            raise UsageError(str(exc)) from None
+        if base in seen:
+            same = "" if seen[base] == u else f" (the same target as {seen[base]!r})"
+            raise UsageError(f"--url {u!r}: given twice{same}; each --url is one more target, give each server once")
+        seen[base] = u
+
+
+def target_weights(args: argparse.Namespace, n: int) -> tuple[float, ...] | None:
+    """--weights as EngineConfig.weights (None: the load split evenly); one line naming the
+    value when it does not fit the --url count."""
+    text = getattr(args, "weights", None)
+    if text is None:
+        return None
+    if n < 2:
+        raise UsageError(f"--weights {text!r}: splits the load over several targets; give --url two or more times, "
+                         "one weight per --url")
+    from redline.engine.targets import WeightsError, parse_weights
+
+    try:
+        return parse_weights(text, n)
+    except WeightsError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def check_args(args: argparse.Namespace) -> None:
     """The options every command that loads a target has, checked before any connection;
     UsageError names the bad one."""
-    if args.url is not None:
-        try:
-            validate_url(args.url)
-        except TargetError as exc:
-            raise UsageError(str(exc)) from None
+    urls = target_urls(args)
+    if urls:
+        check_urls(urls)
         if args.profile is not None:
             raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
+    target_weights(args, len(urls))
     if args.profile is not None:
         from redline.engine.sim.profiles import get_profile
 

@@ -194,6 +194,51 @@ def format_comparison(sessions: Sequence[SessionSummary]) -> str:
     return "\n".join(out)
 
 
+TARGET_COLUMNS = ("target", "requests", "errors", "tok/s", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99", "")
+
+
+def format_targets_table(targets: Sequence[dict]) -> str:
+    """summary.json's `targets` (one entry per --url) as a table, whole-session figures; ""
+    with one target (the step table says it all)."""
+    if len(targets) < 2:
+        return ""
+
+    def num(v) -> str:
+        return "-" if v is None else str(v)
+
+    def tok(v) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [[str(t.get("url") or "?"), num(t.get("requests")), num(t.get("errors")), tok(t.get("output_tok_s")),
+             fmt_ms(t.get("ttft_p50_ms")), fmt_ms(t.get("ttft_p99_ms")), fmt_ms(t.get("e2e_p50_ms")), fmt_ms(t.get("e2e_p99_ms")),
+             "GONE" if t.get("gone") else ""] for t in targets]
+    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(TARGET_COLUMNS)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if j == 0 else c.rjust(w) if j < len(cells) - 1 else c
+                         for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    gone = sum(1 for t in targets if t.get("gone"))
+    out = [f"targets ({len(targets)}" + (f", {gone} gone at the end" if gone else "") + ")", line(TARGET_COLUMNS)]
+    out += [line(r) for r in rows]
+    out.append("whole session; latencies in ms; errors = failed requests; GONE = not answering when the session ended")
+    return "\n".join(out)
+
+
+def session_targets_table(session_dir: Path) -> str:
+    """The per-target table of one session's summary.json; "" with one target or none recorded."""
+    from redline.engine.session import load_summary
+
+    try:
+        summary = load_summary(session_dir)
+    except (SessionError, OSError, ValueError):
+        return ""
+    targets = summary.get("targets") if isinstance(summary, dict) else None
+    if not isinstance(targets, list):
+        return ""
+    return format_targets_table([t for t in targets if isinstance(t, dict)])
+
+
 def load_compare_session(path: Path | None) -> SessionSummary | None:
     """`--compare SESSION_DIR` for the TUI: the session, None without the flag, or a one-line
     UsageError (exit 2) before anything starts."""
@@ -215,6 +260,9 @@ def report_text(session_dirs: Sequence[Path]) -> tuple[str, list[SessionSummary]
     if len(dirs) != 1:
         return format_comparison(sessions), sessions
     text = report_session(dirs[0])
+    targets = session_targets_table(dirs[0])
+    if targets:
+        text += "\n\n" + targets
     eff = format_efficiency_table(sessions)
     if eff:
         text += "\n\n" + eff

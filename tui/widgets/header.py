@@ -6,8 +6,10 @@
     ⚠ server cap: client holds 32 in flight, server runs 8, queue 24 — pp micro-batch
       cap 8 (max_running_requests 64 // pp 8)
 
-Line 1 names the target (cut with … when long; `?` shows it whole) and, on the right, how
-long the session has run and how many requests ended. Line 2 starts with the state in
+Line 1 names the target (cut with … when long; `?` shows it whole), or with several how
+many (`3 targets (1 gone)`; each has its row in widgets/targets.py), and, on the right, how
+long the session has run and how many requests ended. With several targets line 2 leaves
+out the server's running / queued: each target's are on its row. Line 2 starts with the state in
 brackets, so it reads without colour (NO_COLOR). Warnings wrap at word boundaries, two lines
 each at most; the header never takes more than MAX_LINES.
 """
@@ -121,7 +123,13 @@ class StatusHeader(Static):
         right.append(f"  done {s.completed} ", style="dim")
         right.append(f"fail {s.failed}", style="bold red" if s.failed else "dim")
         left = Text()
-        left.append(s.url, style="bold")
+        if s.targets:  # many targets: how many (the block under the panels has a row each; `?` lists them)
+            gone = sum(1 for x in s.targets if x.get("gone"))
+            left.append(f"{len(s.targets)} targets", style="bold")
+            if gone:
+                left.append(f" ({gone} gone)", style="bold red")
+        else:
+            left.append(s.url, style="bold")
         left.append(f"  {s.model or '?'}", style="cyan")
         if s.server_kind or s.api:
             left.append(f"  {s.server_kind}/{s.api}", style="dim")
@@ -152,7 +160,7 @@ class StatusHeader(Static):
             t.append(f"  in-flight {s.in_flight}")
         if s.backing_off:
             t.append(f", {s.backing_off} backing off", style="bold yellow")
-        if s.server is not None:
+        if s.server is not None and not s.targets:  # many targets: each its own, in their block
             t.append("  server run ")
             t.append(num(s.server.running), style="bold")
             t.append(" queue ")

@@ -51,6 +51,7 @@ FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 char
     ("lag p50/p99", "rate mode: actual − intended send time (schedule lag)"),
     ("held / dropped", "sends waiting at the in-flight cap; timed from intent"),
     ("server run/queue", "the server's own running / queued counts (its /metrics)"),
+    ("N targets", "--url repeated: a row each; GONE = stopped answering"),
     ("done / fail", "requests completed / failed since the start"),
     ("out tok/s", "output tokens per second as they arrive, last 3 s"),
     ("TTFT", "sent → first token of any kind; p50/p99 of the last 10 s"),
@@ -85,8 +86,7 @@ def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_ste
     """The settings as (name, value) rows, from the snapshot and the engine's configuration."""
     s = snap
     wl = getattr(config, "workload", None)
-    rows = [
-        ("URL", (s.url if s and s.url else getattr(config, "url", "")) or "-"),
+    rows = target_rows(s, config) + [
         ("server", " ".join(x for x in (s.server_kind if s else "", s.model if s else "", s.caps if s else "") if x) or "-"),
         ("API", (s.api if s else "") or getattr(config, "api", None) or "-"),
     ]
@@ -116,6 +116,28 @@ def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_ste
     slo = getattr(s, "slo", "") if s is not None else ""
     rows.append(("SLOs", slo or "none set"))
     rows.append(("session", (s.session_dir if s else "") or "not logged"))
+    return rows
+
+
+def target_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
+    """`URL` with one target; with several (`--url` repeated) how the load is split, then a row
+    per URL with its weight, and GONE for one that is gone now."""
+    first = (snap.url if snap and snap.url else getattr(config, "url", "")) or "-"
+    more = tuple(getattr(config, "more_urls", ()) or ())
+    live = list(snap.targets) if snap is not None and snap.targets else []
+    urls = [str(x.get("url", "")) for x in live] or [first, *more]
+    if len(urls) < 2:
+        return [("URL", first)]
+    weights = tuple(getattr(config, "weights", None) or ())
+    if len(weights) != len(urls):
+        weights = ()
+    split = "by weight " + ":".join(f"{w:g}" for w in weights) if weights else "evenly"
+    rows = [("targets", f"{len(urls)}, the load split {split}; a target that fails is skipped")]
+    for i, u in enumerate(urls):
+        text = u + (f"  weight {weights[i]:g}" if weights else "")
+        if i < len(live) and live[i].get("gone"):
+            text += "  GONE"
+        rows.append((f"  {i + 1}", text))
     return rows
 
 
