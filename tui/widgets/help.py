@@ -132,7 +132,7 @@ def target_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
     if len(weights) != len(urls):
         weights = ()
     split = "by weight " + ":".join(f"{w:g}" for w in weights) if weights else "evenly"
-    rows = [("targets", f"{len(urls)}, the load split {split}; a target that fails is skipped")]
+    rows = [("targets", f"{len(urls)}, the load split {split}")]
     for i, u in enumerate(urls):
         text = u + (f"  weight {weights[i]:g}" if weights else "")
         if i < len(live) and live[i].get("gone"):

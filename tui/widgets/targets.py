@@ -118,12 +118,15 @@ def _row(x: dict, name: str, name_w: int) -> Text:
     r.append(name.ljust(name_w), style="bold red" if gone else "bold")
     tok = ("GONE", GONE_STYLE) if gone else (rate(x.get("output_tok_s")), "")
     errs = x.get("errors_s")
+    # a gone target's latency windows still hold the requests before it went: "-", not stale
+    # figures beside GONE (its errors/s stays: the failures as it went)
+    lat = (lambda k: "-") if gone else (lambda k: ms(x.get(k)))
     cells = (
         tok,
         (rate(errs), "bold red" if errs else ""),
-        (ms(x.get("ttft_p50_ms")), ""),
-        (ms(x.get("ttft_p99_ms")), ""),
-        (ms(x.get("e2e_p99_ms")), ""),
+        (lat("ttft_p50_ms"), ""),
+        (lat("ttft_p99_ms"), ""),
+        (lat("e2e_p99_ms"), ""),
         (num(x.get("running")), ""),
         (num(x.get("queued")), "bold yellow" if x.get("queued") else ""),
     )
