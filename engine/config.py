@@ -49,3 +49,4 @@ class EngineConfig:
     # load is split over url + more_urls by `weights` (None: evenly); engine/targets.py
     more_urls: tuple[str, ...] = ()
     weights: tuple[float, ...] | None = None
+    workers: int = 1  # --workers N: the load in N worker processes (engine/pool.py); 1 = this process

@@ -111,6 +111,11 @@ class Controller:
         return PROBE if self.probing else RUNNING
 
     @property
+    def waiting(self) -> int:
+        """Sends waiting now for a slot under the cap (open loop)."""
+        return len(self.backlog)
+
+    @property
     def open_loop(self) -> bool:
         return self.mode != CONCURRENCY
 

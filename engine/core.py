@@ -53,7 +53,10 @@ from .stepbook import StepBook
 from .stepresult import StepResult
 from .steps import new_gaps
 from .target import Target, TargetUnreachable, detect, validate_url
+from .pool import WorkerPool
+from .steps import StepAccumulator
 from .targets import TargetState, TargetStats, parse_weights, pick
+from .worker import WorkerSpec
 from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
@@ -78,6 +81,8 @@ class Engine:
         self.sender: Sender | None = None
         self.watch: ServerWatch | None = None
         self.targets: list[TargetState] = []  # every target, the first is `target` (engine/targets.py)
+        self.pool: WorkerPool | None = None  # --workers N: the load in worker processes (engine/pool.py)
+        self._closing: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
         self.health: ClientHealth | None = None
@@ -170,10 +175,16 @@ class Engine:
         if cfg.telemetry:
             await self._start_telemetry(base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
-        self.controller = Controller(
-            self._one_request, min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency, cfg.max_concurrency,
-            arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held,
-        )
+        c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
+        if cfg.workers > 1:
+            if self.trace is not None:
+                raise RuntimeError("--trace replays in one process: drop --workers")
+            self.pool = WorkerPool(self, cfg.workers, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
+            self.controller = self.pool
+            await self.pool.launch(self._worker_spec())
+            self.log("notice", f"{cfg.workers} worker processes hold the load, each its share of C and its own connections")
+        else:
+            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held)
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
@@ -189,6 +200,17 @@ class Engine:
         self._tasks.append(asyncio.create_task(tick(self._t0, self._each_second, self._publish), name="redline-ticker"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
+
+    def _worker_spec(self) -> WorkerSpec:
+        cfg = self.config
+        assert self.sender is not None
+        return WorkerSpec(
+            index=0, workers=cfg.workers, targets=tuple(t.target for t in self.targets),
+            weights=tuple(t.weight for t in self.targets), workload=cfg.workload, calibration=self.calibration,
+            transport=cfg.transport, insecure=cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout,
+            continuous_usage=self.sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
+            first_rid=next(self._ids) + 1_000_000, wall_offset=self.clock.wall0 - self.clock.perf0,
+        )
 
     def _load_sender(self, client: httpx.AsyncClient, target: Target, stats: TargetStats) -> Sender:
         """A Sender of the load to one target; every one shares the request ids and the
@@ -254,6 +276,8 @@ class Engine:
             await self.lane.stop()
         if self.controller is not None:
             cancelled = await self.controller.stop()
+        if self._closing:  # every report is in: the steps closed before now are recorded
+            await asyncio.gather(*self._closing, return_exceptions=True)
         now = time.perf_counter()
         self.book.close_live(now)
         for t in self._tasks:
@@ -721,14 +745,49 @@ class Engine:
         c = self._live_c()
         if not ctl.paused and not ctl.stopped and self.book.live_matches(c, ctl.probing):
             return
-        self.book.close_live(time.perf_counter())
+        self._close_live()
         if not ctl.paused and not ctl.stopped:
             self.book.open_live(c, ctl.probing)
 
     def suspend_live_steps(self) -> None:
         """A driver manages its own steps: close the live one and stop rolling."""
-        self.book.close_live(time.perf_counter())
+        self._close_live()
         self.config.live_steps = False
+
+    def _close_live(self) -> None:
+        """Close the live step now; with worker processes, record it once every worker has
+        reported what it measured before now."""
+        now = time.perf_counter()
+        if self.pool is None:
+            self.book.close_live(now)
+            return
+        acc = self.book.detach_live(now)
+        if acc is not None:
+            pool = self.pool
+
+            async def finish() -> None:
+                await pool.sync()
+                self.book.finish_live(acc, now)
+
+            self._closing.append(asyncio.ensure_future(finish()))
+
+    async def close_step(self, acc: StepAccumulator) -> StepResult:
+        """Close a driver's step now (with workers: once they reported what came before)."""
+        now = time.perf_counter()
+        if self.pool is not None:
+            acc.close(now)
+            await self.pool.sync()
+        return self.book.close_step(acc, now)
+
+    def on_remote_gaps(self, gaps: list) -> None:
+        """Gaps measured in a worker (engine/pool.py), by the arrival of their closing chunk."""
+        by_t: dict[float, list[float]] = {}
+        for t, itls, _ in gaps:
+            if itls:
+                by_t.setdefault(t, []).extend(itls)
+        for t, itls in by_t.items():
+            self.metrics.on_gaps(t, itls)
+        self.book.on_gaps(gaps)
 
     def resume_live_steps(self) -> None:
         self.config.live_steps = True
@@ -750,6 +809,7 @@ class Engine:
                 **({"search": b.search} if b.search is not None else {}),
                 **({"slo": self.config.slo.to_dict()} if self.config.slo is not None else {}),
                 "targets": [st.stats.summary(time.perf_counter() - self._t0) for st in self.targets],
+                **({"workers": self.pool.summary()} if self.pool is not None else {}),
             }
         )
 
@@ -850,6 +910,8 @@ class Engine:
     @property
     def backing_off(self) -> int:
         """Load slots waiting after an overload answer, over every target."""
+        if self.pool is not None:
+            return self.pool.backing_off
         return sum(t.sender.backing_off for t in self.targets)
 
     def _timeline_row(self, now: float) -> None:
@@ -889,7 +951,7 @@ class Engine:
             row.update(
                 schedule_lag_p50_ms=None if lag["p50"] is None else round(lag["p50"], 3),
                 schedule_lag_p99_ms=None if lag["p99"] is None else round(lag["p99"], 3),
-                held_at_cap=len(ctl.backlog),
+                held_at_cap=ctl.waiting,
                 dropped_or_delayed=ctl.delayed + ctl.dropped,
             )
         return row

@@ -24,20 +24,12 @@ from typing import Any
 from . import commands as C
 from .config import EngineConfig
 from .core import Engine
+from .loop import new_event_loop
 from .runner import execute
 from .snapshot import Snapshot
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        return asyncio.new_event_loop()
 
 
 def _initial(config: EngineConfig) -> Snapshot:

@@ -113,6 +113,10 @@ class RequestRecord:
     turn: int = 0  # multi-turn: the turn's index in its session, from 1 (0 = single-turn)
     answer: list[str] | None = None  # answer text pieces, collected only when a list is set (multi-turn)
     target: str = ""  # the base URL it was sent to (many targets: engine/targets.py)
+    worker: int = 0  # the worker process that sent it (--workers N: engine/pool.py)
+    # a request a worker sent: its (chunks, ITL mean, ITL max, ITL p99), measured there; its
+    # chunk timestamps stay in the worker (engine/worker.py request_figures)
+    remote: tuple | None = None
 
     # -- derived figures (README "What the numbers mean") ----------------------------------
     @property

@@ -79,7 +79,7 @@ async def _hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, flo
             gone = True
             break
         await asyncio.sleep(POLL_S)
-    return engine.book.close_step(acc), gone
+    return await engine.close_step(acc), gone
 
 
 async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:

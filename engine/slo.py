@@ -95,7 +95,7 @@ class Slo:
                 parts.append(f"{LABELS[k]} {_ms(v)} over {_ms(limit)}")
         if not parts:
             return None
-        return f"slo: {'; '.join(parts)} at C={step.concurrency}"
+        return f"slo: {'; '.join(parts)} at {step.load}"
 
     def describe_requests(self) -> str:
         return ", ".join(f"{LABELS[k]}≤{_ms(getattr(self, k))}" for k in PER_REQUEST if getattr(self, k) is not None)
@@ -121,6 +121,8 @@ def _request_value(rec: RequestRecord, key: str) -> float | None:
         return rec.tpot if rec.tpot is not None else 0.0  # one token: no time per output token
     if key == "e2e_ms":
         return rec.e2e
+    if rec.remote is not None:  # measured in its worker
+        return rec.remote[3] if rec.remote[3] is not None else 0.0
     itls = sorted(rec.itls())
     if not itls:
         return 0.0

@@ -130,10 +130,24 @@ class StepBook:
         self.live_result = None
 
     def close_live(self, now: float) -> None:
+        acc = self.detach_live(now)
+        if acc is not None:
+            self.finish_live(acc, now)
+
+    def detach_live(self, now: float) -> StepAccumulator | None:
+        """End the live step's window at `now` (new requests no longer carry it) but keep it
+        fed: what happened before `now` may still be reported (engine/pool.py). finish_live
+        records it."""
         acc, self.live = self.live, None
         self.live_result = None
         if acc is None:
-            return
+            return None
+        acc.close(now)
+        if self.current is acc:
+            self.current = None
+        return acc
+
+    def finish_live(self, acc: StepAccumulator, now: float) -> None:
         res = self.close_step(acc, now)
         if res.duration_s >= MIN_LIVE_STEP_S and (res.requests_sent or res.completed or res.failed or res.output_throughput > 0):
             self.record(res)

@@ -144,8 +144,13 @@ class StepAccumulator:
         return self.t0 is not None and t >= self.t0 and (self.t_end is None or t <= self.t_end)
 
     # -- feeding ----------------------------------------------------------------------
+    def _before_end(self, t: float) -> bool:
+        """Did `t` happen while the step was open? (A worker's report of it may come later:
+        engine/pool.py replays it after the step closed.)"""
+        return self.t_end is None or t <= self.t_end
+
     def on_send(self, rec: RequestRecord) -> None:
-        if self.t_end is None and self.owns(rec):
+        if self.owns(rec) and self._before_end(rec.t_send):
             self.sent += 1
             self.in_tokens += rec.expected_input_tokens
             lag = rec.schedule_lag
@@ -155,7 +160,7 @@ class StepAccumulator:
                 self._own_live[rec.rid] = rec
 
     def on_first(self, rec: RequestRecord) -> None:
-        if self.t_end is None and self.owns(rec) and rec.ttft is not None:
+        if rec.ttft is not None and self.owns(rec) and self._before_end(rec.t_first):  # type: ignore[arg-type]
             self.first_token += 1
             self.ttft.add(rec.ttft)
             if rec.turn:
@@ -193,7 +198,7 @@ class StepAccumulator:
         self.lane_itl.add_many([v for t, vs, _ in gaps if self._in_window(t) for v in vs])
 
     def on_end(self, rec: RequestRecord) -> None:
-        if self.t_end is not None or rec.step != self.index:
+        if rec.step != self.index or not self._before_end(rec.t_end if rec.t_end is not None else rec.t_send):
             return
         if rec.phase == WARMUP:
             self.warmup_ended += 1

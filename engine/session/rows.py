@@ -35,6 +35,7 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "step": "int",
     "concurrency": "int",
     "target": "str",
+    "worker": "int",
     "t_send": "float",
     "schedule_lag_ms": "float",
     "turn": "int",
@@ -148,7 +149,9 @@ def request_row(
     """
     ts = rec.chunk_times
     n = len(ts)
-    if n >= 2:
+    if rec.remote is not None:  # measured in its worker (engine/worker.py)
+        n, itl_mean, itl_max, _ = rec.remote
+    elif n >= 2:
         itl_mean = (ts[-1] - ts[0]) / (n - 1)
         itl_max = max(map(sub, ts[1:], ts[:-1]))
     else:
@@ -168,6 +171,7 @@ def request_row(
         "step": rec.step,
         "concurrency": rec.concurrency,
         "target": rec.target,
+        "worker": rec.worker,
         "t_send": round(clock.wall(rec.t_send), 6),
         "schedule_lag_ms": _ms(rec.schedule_lag),
         "turn": rec.turn,

@@ -1,0 +1,375 @@
+"""The load in worker processes (`--workers N`): the coordinator's side.
+
+`WorkerPool` is the engine's controller (same surface as engine/controller.py: set C or a
+rate, pause, probe, abort, stop) with the load held by N worker processes (engine/worker.py)
+instead of this one. It owns no connection to the target; the engine keeps commands, steps,
+the session log, telemetry, calibration and the probe lane.
+
+- Orders: each worker gets its share (C split as evenly as whole requests allow, a rate
+  R / N each: the sum of independent Poisson streams is Poisson at R; the in-flight cap
+  split like C), whether the load is paused or held, which targets are gone, and the
+  (step, concurrency, phase) to stamp on its requests. An order goes out as soon as
+  something changes, and the stamp is checked every ORDER_POLL_S: well within 100 ms.
+- Reports: every FLUSH_S each worker sends what it measured (engine/worker.py Batch); the
+  pool replays it into the targets' listeners (engine/targets.py), so the engine's figures,
+  steps and rows are built by the same code as in one process, from the same values.
+- A step closing first asks every worker to report at once (`sync`), so what was measured
+  before the close is in the step however late its report would have come.
+- A worker that dies is reported; its share is lost (logged) and the others carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import platform
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from .controller import Controller
+from .histogram import LogHistogram
+from .records import RequestRecord
+from .worker import BUCKET_S, WorkerSpec, worker_main
+
+if TYPE_CHECKING:
+    from .core import Engine
+
+ORDER_POLL_S = 0.02
+READY_TIMEOUT_S = 60.0
+SYNC_TIMEOUT_S = 2.0
+STOP_TIMEOUT_S = 10.0
+
+
+def split(total: int, n: int) -> list[int]:
+    """`total` as n whole shares, the first ones one larger: 10 over 4 -> 3, 3, 2, 2."""
+    return [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+
+def auto_workers(concurrency: int, cores: int | None = None) -> int:
+    """`--workers auto`: one worker per ~256 streams, at most the cores less one (the
+    coordinator's), at least 1."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(max(1, cores - 1), -(-concurrency // 256)))
+
+
+class _WorkerState:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.alive = True
+        self.node = platform.node()
+        self.in_flight = 0
+        self.backing_off = 0
+        self.backlog = 0
+        self.delayed = 0
+        self.dropped = 0
+        self.requests = 0
+        self.tokens = 0
+        self.lag = LogHistogram()
+        self.cpu_s0: float | None = None
+        self.cpu_s = 0.0
+        self.t0 = time.perf_counter()
+        self.share = 0
+
+
+class WorkerPool(Controller):
+    def __init__(self, engine: Engine, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
+        super().__init__(_never, concurrency, max_concurrency, **kw)
+        self.engine = engine
+        self.n = workers
+        self.states = [_WorkerState(i) for i in range(workers)]
+        self._procs: list = []
+        self._conns: list = []
+        self._live: dict[int, tuple[int, RequestRecord]] = {}  # rid -> (target index, record)
+        self._last_order: list[dict | None] = [None] * workers
+        self._seq = 0
+        self._waits: dict[int, tuple[asyncio.Future, set[int], list]] = {}
+        self._stopped_workers: set[int] = set()
+
+    # -- start / stop ---------------------------------------------------------------------
+    async def launch(self, spec: WorkerSpec) -> None:
+        """Start the worker processes and wait until each is ready."""
+        ctx = mp.get_context("spawn")
+        loop = asyncio.get_running_loop()
+        ready: set[int] = set()
+        ev = asyncio.Event()
+        for i in range(self.n):
+            parent, child = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=worker_main, args=(_with_index(spec, i), child), name=f"redline-worker-{i}", daemon=True)
+            p.start()
+            child.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+
+        def reader(i: int) -> None:
+            conn = self._conns[i]
+            try:
+                while conn.poll():
+                    msg = conn.recv()
+                    if msg.get("kind") == "ready":
+                        ready.add(i)
+                        if len(ready) == self.n:
+                            ev.set()
+                    else:
+                        self._on_msg(i, msg)
+            except (EOFError, OSError):
+                loop.remove_reader(conn.fileno())
+                self._worker_died(i)
+
+        for i, conn in enumerate(self._conns):
+            loop.add_reader(conn.fileno(), reader, i)
+        try:
+            await asyncio.wait_for(ev.wait(), READY_TIMEOUT_S)
+        except TimeoutError:
+            raise RuntimeError(f"--workers {self.n}: only {len(ready)} worker processes started within {READY_TIMEOUT_S:.0f} s") from None
+
+    def start(self) -> None:
+        self._runner = asyncio.create_task(self._run(), name="redline-worker-orders")
+
+    async def stop(self) -> int:
+        """No new requests; every worker cancels its in-flight ones and reports; reaped."""
+        self.stopped = True
+        self._wake.set()
+        n = 0
+        fut = self._ask("stop")
+        if fut is not None:
+            try:
+                replies = await asyncio.wait_for(fut, STOP_TIMEOUT_S)
+                n = sum(r.get("n", 0) for r in replies)
+            except TimeoutError:
+                pass
+        loop = asyncio.get_running_loop()
+        for conn in self._conns:
+            try:
+                loop.remove_reader(conn.fileno())
+            except (ValueError, OSError):
+                pass
+        for p in self._procs:
+            await asyncio.to_thread(p.join, STOP_TIMEOUT_S)
+            if p.is_alive():  # no load may outlive redline
+                p.terminate()
+                await asyncio.to_thread(p.join, 3.0)
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGKILL)
+        if self._runner is not None:
+            await asyncio.wait([self._runner], timeout=1.0)
+        return n
+
+    # -- the Controller surface -----------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:  # type: ignore[override]
+        return sum(s.in_flight for s in self.states if s.alive)
+
+    @property
+    def waiting(self) -> int:
+        return sum(s.backlog for s in self.states if s.alive)
+
+    @property
+    def backing_off(self) -> int:
+        return sum(s.backing_off for s in self.states if s.alive)
+
+    def _mark_settled(self) -> None:
+        if self.settled_at is None and not self.open_loop and self.in_flight == self.target:
+            self.settled_at = time.perf_counter()
+
+    async def abort(self) -> int:
+        fut = self._ask("abort")
+        if fut is None:
+            return 0
+        try:
+            replies = await asyncio.wait_for(fut, SYNC_TIMEOUT_S * 2)
+        except TimeoutError:
+            return 0
+        return sum(r.get("n", 0) for r in replies)
+
+    async def sync(self) -> None:
+        """Every live worker reports now; returns once each report has been applied."""
+        if self.stopped:  # stop() applied every worker's last report
+            return
+        fut = self._ask("flush")
+        if fut is not None:
+            try:
+                await asyncio.wait_for(fut, SYNC_TIMEOUT_S)
+            except TimeoutError:
+                self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
+
+    # -- orders ---------------------------------------------------------------------------------
+    def _orders(self) -> list[dict]:
+        n = self.n
+        alive = [s.index for s in self.states if s.alive]
+        k = len(alive) or 1
+        c = 1 if self.probing else self.target
+        cs = dict(zip(alive, split(c, k)))
+        caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
+        stamp = self.engine._stamp()
+        gone = [t.gone for t in self.engine.targets]
+        mode = "rate" if self.open_loop and not self.probing else "concurrency"
+        out = []
+        for i in range(n):
+            out.append({
+                "kind": "order", "stamp": stamp, "gone": gone, "mode": mode,
+                "c": cs.get(i, 0), "rate": (self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0,
+                "cap": caps.get(i, 1), "paused": self.paused or self.stopped, "hold": self.hold,
+            })
+        return out
+
+    async def _run(self) -> None:
+        while not self.stopped:
+            for i, order in enumerate(self._orders()):
+                if order != self._last_order[i] and self.states[i].alive:
+                    self.states[i].share = order["c"] if order["mode"] == "concurrency" else order["cap"]
+                    self._send(i, order)
+                    self._last_order[i] = order
+            self._mark_settled()
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(ORDER_POLL_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _send(self, i: int, msg: dict) -> bool:
+        try:
+            self._conns[i].send(msg)
+            return True
+        except (OSError, BrokenPipeError, EOFError):
+            self._worker_died(i)
+            return False
+
+    def _ask(self, kind: str) -> asyncio.Future | None:
+        """Send `kind` to every live worker; a future of their replies (one each)."""
+        alive = {s.index for s in self.states if s.alive and s.index < len(self._conns)}
+        if not alive:
+            return None
+        self._seq += 1
+        seq = self._seq
+        fut = asyncio.get_running_loop().create_future()
+        self._waits[seq] = (fut, set(alive), [])
+        for i in sorted(alive):
+            self._send(i, {"kind": kind, "seq": seq})
+        return fut
+
+    def _answered(self, i: int, seq: int, reply: dict) -> None:
+        w = self._waits.get(seq)
+        if w is None:
+            return
+        fut, pending, replies = w
+        pending.discard(i)
+        replies.append(reply)
+        if not pending:
+            del self._waits[seq]
+            if not fut.done():
+                fut.set_result(replies)
+
+    # -- reports --------------------------------------------------------------------------------
+    def _on_msg(self, i: int, msg: dict) -> None:
+        kind = msg.get("kind")
+        if kind in ("batch", "flush", "abort", "stopped") and "sends" in msg:
+            self._apply(i, msg)
+        if kind == "flush":
+            self._answered(i, msg["seq"], msg)
+        elif kind == "aborted":
+            self._answered(i, msg["seq"], msg)
+        elif kind == "stopped" and "n" in msg:
+            self._stopped_workers.add(i)
+            for seq in list(self._waits):
+                self._answered(i, seq, msg)
+
+    def _apply(self, w: int, msg: dict) -> None:
+        """Replay a worker's report into the engine (targets' listeners -> engine)."""
+        e = self.engine
+        stats = [t.stats for t in e.targets]
+        urls = [t.target.url for t in e.targets]
+        live = self._live
+        st = self.states[w]
+        for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg["sends"]:
+            rec = RequestRecord(rid=rid, phase=phase, step=step, concurrency=conc, t_send=t_send, expected_input_tokens=exp,
+                                max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
+            live[rid] = (ti, rec)
+            stats[ti].on_send(rec)
+        for rid, t_send, t_first, t_first_answer in msg["firsts"]:
+            got = live.get(rid)
+            if got is not None:
+                ti, rec = got
+                rec.t_send, rec.t_first, rec.t_first_answer = t_send, t_first, t_first_answer
+                stats[ti].on_first(rec)
+        for (ti, b), n in msg["tokens"]:
+            stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
+            st.tokens += n
+        gaps = []
+        for b, (itls, raws) in msg["gaps"]:
+            t = (b + 0.5) * BUCKET_S
+            gaps.append((t, itls, raws[0]))
+            gaps.extend((t, [], g) for g in raws[1:])
+        if gaps:
+            e.on_remote_gaps(gaps)
+        for lag in msg["lags"]:
+            e.metrics.on_lag(lag)
+            st.lag.add(lag if lag > 0 else 0.0)
+        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures) in msg["ends"]:
+            got = live.pop(rid, None)
+            if got is None:
+                continue
+            ti, rec = got
+            rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end = t_send, t_first, t_fa, t_end
+            rec.status, rec.http_status, rec.error_kind, rec.error_text = status, http_status, kind, text
+            rec.input_tokens, rec.output_tokens, rec.usage_reported, rec.remote = n_in, n_out, usage, figures
+            st.requests += 1
+            stats[ti].on_end(rec)
+        held = msg["delayed"] + msg["dropped"] - (st.delayed + st.dropped)
+        st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
+        st.delayed, st.dropped = msg["delayed"], msg["dropped"]
+        if st.cpu_s0 is None:
+            st.cpu_s0 = msg["cpu_s"]
+        st.cpu_s = msg["cpu_s"] - st.cpu_s0
+        self.delayed = sum(s.delayed for s in self.states)
+        self.dropped = sum(s.dropped for s in self.states)
+        for _ in range(max(0, held)):
+            e._held(False)
+        self._mark_settled()
+
+    def _worker_died(self, i: int) -> None:
+        st = self.states[i]
+        if not st.alive or self.stopped:
+            return
+        st.alive = False
+        lost = [rid for rid, (_, rec) in self._live.items() if rec.worker == i]
+        for rid in lost:  # its requests in flight: they will never report
+            self._live.pop(rid, None)
+        for seq in list(self._waits):
+            fut, pending, replies = self._waits[seq]
+            pending.discard(i)
+            if not pending:
+                del self._waits[seq]
+                if not fut.done():
+                    fut.set_result(replies)
+        left = sum(1 for s in self.states if s.alive)
+        self.engine.warn(f"worker {i} died with {st.in_flight} requests in flight ({len(lost)} unreported); {left} workers carry the load", key=f"worker {i} died")
+        st.in_flight = st.backlog = st.backing_off = 0
+        self._wake.set()  # the others get their new shares
+
+    # -- summary.json -------------------------------------------------------------------------
+    def summary(self) -> list[dict]:
+        now = time.perf_counter()
+        out = []
+        for s in self.states:
+            d = max(now - s.t0, 1e-9)
+            p99 = s.lag.quantile(0.99) if s.lag.count else None
+            out.append({
+                "worker": s.index, "node": s.node, "alive": s.alive, "share": s.share,
+                "requests": s.requests, "output_tok_s": round(s.tokens / d, 3),
+                "lag_p99_ms": None if p99 is None else round(p99 * 1000.0, 3),
+                "cpu_pct": round(100.0 * s.cpu_s / d, 1),
+            })
+        return out
+
+
+def _with_index(spec: WorkerSpec, i: int) -> WorkerSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, index=i)
+
+
+async def _never(t_intended: float | None = None, item: object = None) -> None:  # pragma: no cover
+    raise AssertionError("a worker pool launches nothing in this process")

@@ -1,0 +1,315 @@
+"""A load worker (`--workers N`): one process that holds its share of the load and its own
+connections, and reports what it measured to the coordinator (engine/pool.py).
+
+The worker runs the same pool (engine/controller.py) and Senders (engine/sender.py) as a
+one-process engine, with a listener (`Batch`) that keeps what happened until the next flush,
+every FLUSH_S, or at once when the coordinator asks (a step closing):
+
+- sends and first tokens of its requests (rid, step, phase, send / intended / first-token times),
+- output tokens counted in 10 ms buckets of arrival time,
+- inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
+  that closes them (the values themselves: merged percentiles equal one process's),
+- one summary per ended request (its figures and outcome; never its chunk timestamps).
+
+Times are perf_counter seconds: CLOCK_MONOTONIC, shared by every process on the host, so the
+coordinator compares them with its own without any offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import httpx
+
+from . import records as R
+from .arrivals import parse_arrival
+from .controller import Controller
+from .conversation import Conversation
+from .http import make_client
+from .loop import new_event_loop
+from .records import RequestRecord
+from .sender import Sender
+from .steps import new_gaps
+from .target import Target
+from .workload import Calibration, PromptSource, WorkloadConfig
+
+FLUSH_S = 0.25  # how often a worker reports
+BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to send its share: the targets, the workload, the client's settings."""
+
+    index: int
+    workers: int
+    targets: tuple[Target, ...]
+    weights: tuple[float, ...]
+    workload: WorkloadConfig
+    calibration: Calibration
+    transport: str
+    insecure: bool
+    api_key: str | None
+    request_timeout: float
+    continuous_usage: bool
+    arrival: str
+    seed: int
+    first_rid: int  # request ids: first_rid + index, + workers each time (unique in the session)
+    wall_offset: float
+
+
+def request_figures(rec: RequestRecord) -> tuple[int, float | None, float | None, float | None]:
+    """(chunks, ITL mean, ITL max, ITL p99) of a request, as its row and the SLO judge need them."""
+    ts = rec.chunk_times
+    n = len(ts)
+    if n < 2:
+        return n, None, None, None
+    gaps = [ts[i] - ts[i - 1] for i in range(1, n)]
+    itls = sorted(rec.itls())
+    p99 = None
+    if itls:
+        pos = 0.99 * (len(itls) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(itls) - 1)
+        p99 = itls[lo] + (itls[hi] - itls[lo]) * (pos - lo)
+    return n, (ts[-1] - ts[0]) / (n - 1), max(gaps), p99
+
+
+class Batch:
+    """The listener of every Sender of a worker: what happened since the last flush."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[int, RequestRecord] = {}
+        self.cursor: dict[int, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sends: list[tuple] = []
+        self.firsts: list[tuple] = []
+        self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
+        self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
+        self.ends: list[tuple] = []
+        self.lags: list[float] = []
+
+    def listener(self, ti: int) -> "_TargetListener":
+        return _TargetListener(self, ti)
+
+    def harvest(self, rec: RequestRecord) -> None:
+        nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
+        self.cursor[rec.rid] = nxt
+        for t, itls, raw in gaps:
+            b = int(t / BUCKET_S)
+            slot = self.gaps.get(b)
+            if slot is None:
+                slot = self.gaps[b] = ([], [])
+            slot[0].extend(itls)
+            slot[1].append(raw)
+
+    def take(self) -> dict:
+        """Everything since the last take (gaps of requests in flight harvested first)."""
+        for rec in list(self.in_flight.values()):
+            self.harvest(rec)
+        out = {
+            "sends": self.sends,
+            "firsts": self.firsts,
+            "tokens": list(self.tokens.items()),
+            "gaps": sorted(self.gaps.items()),
+            "ends": self.ends,
+            "lags": self.lags,
+        }
+        self._reset()
+        return out
+
+
+class _TargetListener:
+    __slots__ = ("b", "ti")
+
+    def __init__(self, batch: Batch, ti: int) -> None:
+        self.b = batch
+        self.ti = ti
+
+    def on_send(self, rec: RequestRecord) -> None:
+        b = self.b
+        b.in_flight[rec.rid] = rec
+        b.sends.append((self.ti, rec.rid, rec.phase, rec.step, rec.concurrency, rec.t_send, rec.t_intended, rec.expected_input_tokens, rec.max_tokens, rec.turn))
+
+    def on_first(self, rec: RequestRecord) -> None:
+        self.b.firsts.append((rec.rid, rec.t_send, rec.t_first, rec.t_first_answer))
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self.b.tokens[(self.ti, int(t / BUCKET_S))] += n
+
+    def on_end(self, rec: RequestRecord) -> None:
+        b = self.b
+        b.harvest(rec)
+        b.in_flight.pop(rec.rid, None)
+        b.cursor.pop(rec.rid, None)
+        b.ends.append((
+            rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
+            rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
+            request_figures(rec),
+        ))
+
+
+class _Target:
+    """smooth weighted round robin state (engine/targets.py pick)."""
+
+    __slots__ = ("sender", "weight", "current", "gone")
+
+    def __init__(self, sender: Sender, weight: float) -> None:
+        self.sender, self.weight, self.current, self.gone = sender, weight, 0.0, False
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, conn: Connection) -> None:
+        self.spec = spec
+        self.conn = conn
+        self.batch = Batch()
+        self.stamp = (0, 0, "live")  # (step, concurrency label, phase): the coordinator's
+        self.clients: list[httpx.AsyncClient] = []
+        self.targets: list[_Target] = []
+        ids = itertools.count(spec.first_rid + spec.index, spec.workers)
+        for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
+            client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
+                                 request_timeout=spec.request_timeout, origin=tgt.url)
+            s = Sender(client, tgt, self.batch.listener(ti), lambda: self.stamp, self.batch.lags.append, spec.wall_offset, ids=ids)
+            s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
+            s.continuous_usage = spec.continuous_usage
+            self.clients.append(client)
+            self.targets.append(_Target(s, w))
+        wl = spec.workload
+        self.source = PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * spec.index, wl.turns, wl.think_s), spec.calibration)
+        self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index)
+        self.ctl.pause()  # until the coordinator gives this worker its share
+
+    # -- sending (as Engine._one_request, on this worker's targets) ---------------------------
+    def _pick(self) -> Sender:
+        from .targets import pick
+
+        t = pick(self.targets)  # type: ignore[arg-type]
+        return (t or self.targets[0]).sender
+
+    async def _one(self, t_intended: float | None = None, item: object = None) -> None:
+        sender = self._pick()
+        wl = self.spec.workload
+        if t_intended is None and wl.turns > 1:
+            conv = Conversation(sender.target.api)
+            for k in range(1, wl.turns + 1):
+                p = self.source.next()
+                text, messages = conv.turn(p.text)
+                rec = await sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
+                if rec.status != R.OK:
+                    return
+                conv.answered("".join(rec.answer or ()))
+                if wl.think_s > 0 and k < wl.turns:
+                    await asyncio.sleep(wl.think_s)
+            return
+        p = self.source.next()
+        if t_intended is not None:
+            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+        else:
+            await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+
+    # -- the coordinator's orders ---------------------------------------------------------------
+    def apply(self, order: dict) -> None:
+        """The load this worker holds now (its share), and what to stamp on requests."""
+        ctl = self.ctl
+        self.stamp = order["stamp"]
+        for t, gone in zip(self.targets, order["gone"]):
+            t.gone = gone
+        ctl.max_concurrency = max(1, order["cap"])
+        ctl.hold = order["hold"]
+        if order["mode"] == "rate" and order["rate"] > 0:
+            if ctl.mode != "rate" or ctl.rate != order["rate"]:
+                ctl.set_rate(order["rate"])
+        elif order["c"] > 0:
+            if ctl.mode != "concurrency" or ctl.target != order["c"]:
+                ctl.set_concurrency(min(order["c"], ctl.max_concurrency))
+        if order["paused"] or (order["mode"] != "rate" and order["c"] <= 0) or (order["mode"] == "rate" and order["rate"] <= 0):
+            ctl.pause()
+        elif ctl.paused:
+            ctl.resume()
+        ctl.poke()
+
+    def report(self, kind: str = "batch", seq: int = 0) -> None:
+        ctl = self.ctl
+        msg = self.batch.take()
+        msg.update(
+            kind=kind, seq=seq, worker=self.spec.index, in_flight=ctl.in_flight,
+            backing_off=sum(t.sender.backing_off for t in self.targets),
+            backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
+            cpu_s=time.process_time(),
+        )
+        try:
+            self.conn.send(msg)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+        async def answer_abort(seq: int) -> None:
+            n = await self.ctl.abort()
+            self.report("abort", seq)
+            self.conn.send({"kind": "aborted", "seq": seq, "worker": self.spec.index, "n": n})
+
+        def on_readable() -> None:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                stop.set()
+                return
+            kind = msg["kind"]
+            if kind == "order":
+                self.apply(msg)
+            elif kind == "flush":
+                self.report("flush", msg["seq"])
+            elif kind == "abort":
+                asyncio.ensure_future(answer_abort(msg["seq"]))
+            elif kind == "stop":
+                stop.set()
+
+        loop.add_reader(self.conn.fileno(), on_readable)
+        self.ctl.start()
+        self.conn.send({"kind": "ready", "worker": self.spec.index})
+
+        async def flusher() -> None:
+            nxt = time.perf_counter()
+            while True:
+                nxt += FLUSH_S
+                await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
+                self.report()
+
+        task = asyncio.create_task(flusher())
+        try:
+            await stop.wait()
+        finally:
+            loop.remove_reader(self.conn.fileno())
+            task.cancel()
+            n = await self.ctl.stop()
+            self.report("stopped")
+            self.conn.send({"kind": "stopped", "worker": self.spec.index, "n": n})
+            for c in self.clients:
+                await c.aclose()
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """A worker process: terminal signals are the coordinator's to handle; a dead coordinator
+    (pipe EOF) or SIGTERM stops this worker's load."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(Worker(spec, conn).run())
+    finally:
+        loop.close()
+        conn.close()

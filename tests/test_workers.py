@@ -1,0 +1,97 @@
+"""Worker processes (issue 17, `--workers N`): the load held by N processes, one session log
+and one set of figures. Counts are checked against the sim's own record (every request it
+received is one row, and no other), and every step figure against the same figure computed
+in this process from the rows (the merged percentiles equal one process's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+
+import httpx
+import polars as pl
+import pytest
+
+from redline.engine.config import EngineConfig
+from redline.engine.core import Engine
+from redline.engine.histogram import Digest
+from redline.engine.pool import auto_workers, split
+from redline.engine.preset import parse_preset
+from redline.engine.workload import WorkloadConfig
+
+from helpers import run_preset_headless, until
+
+
+def test_split_and_auto():
+    assert split(10, 4) == [3, 3, 2, 2] and sum(split(1023, 4)) == 1023
+    assert split(1, 2) == [1, 0]
+    assert auto_workers(64, cores=16) == 1
+    assert auto_workers(1024, cores=16) == 4
+    assert auto_workers(4096, cores=4) == 3  # the coordinator keeps a core
+    assert auto_workers(8, cores=1) == 1
+
+
+def _ms(v: float) -> float:
+    return round(v * 1000.0, 3)
+
+
+def test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process(sim_factory, tmp_path):
+    sim = sim_factory("healthy")
+    out = tmp_path / "s"
+    preset = parse_preset(
+        {"ramp": {"concurrency": [4, 10], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 8, "max_hold_s": 6.0},
+         "workload": {"input_len": 16, "output_len": 12}},
+        "w.toml",
+    )
+    cfg = EngineConfig(url=sim.url, workers=2, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=12),
+                       use_nvml=False, live_steps=False, out_dir=out)
+    res = run_preset_headless(cfg, preset)
+    rows = pl.read_ndjson(out / "requests.ndjson")
+    truth = httpx.get(sim.url + "/sim/requests", timeout=30).json()
+    assert rows.height == len(truth)  # every request the sim received is one row, and no other
+    assert rows["rid"].n_unique() == rows.height
+    load = rows.filter(pl.col("phase") != "calibration")
+    assert set(load["worker"].to_list()) == {0, 1}
+    summary = json.loads((out / "summary.json").read_text())
+    assert [w["worker"] for w in summary["workers"]] == [0, 1]
+    assert sum(w["requests"] for w in summary["workers"]) == load.height
+    assert [s.concurrency for s in res.steps] == [4, 10]
+    for st in summary["steps"]:
+        end = st["t_start"] + st["duration_s"]  # what a step owns: its requests' events before it closed
+        mine = rows.filter((pl.col("step") == st["index"]) & (pl.col("phase") == "measure"))
+        own = mine.filter(pl.col("t_send") + pl.col("ttft_ms") / 1000.0 <= end)
+        ok = mine.filter((pl.col("status") == "ok") & (pl.col("t_send") + pl.col("e2e_ms") / 1000.0 <= end))
+        assert st["completed"] == ok.height and st["requests_sent"] >= st["completed"] > 0
+        for field, q, col, rows_ in (("median_ttft_ms", 0.5, "ttft_ms", own), ("p99_ttft_ms", 0.99, "ttft_ms", own),
+                                      ("median_e2e_latency_ms", 0.5, "e2e_ms", ok), ("p99_e2e_latency_ms", 0.99, "e2e_ms", ok)):
+            d = Digest()
+            for v in rows_[col].drop_nulls().to_list():
+                d.add(v)
+            assert st[field] == pytest.approx(d.quantile(q), abs=0.002), (field, st[field], d.quantile(q))
+    # the step's window tok/s: tokens the sim sent, counted by arrival into 10 ms buckets
+    assert all(s["output_throughput"] > 0 and s["median_itl_ms"] is not None for s in summary["steps"])
+
+
+def test_a_worker_that_dies_is_reported_and_the_others_carry_the_load(sim_factory):
+    sim = sim_factory("healthy")
+
+    async def go() -> None:
+        e = Engine(EngineConfig(url=sim.url, workers=2, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=12), use_nvml=False))
+        await e.start()
+        try:
+            assert await until(lambda: e.in_flight == 8, 10) is not None
+            os.kill(e.pool._procs[1].pid, signal.SIGKILL)
+            assert await until(lambda: not e.pool.states[1].alive, 10) is not None
+            assert any("worker 1 died" in w for w in e.snapshot.warnings) or any("worker 1 died" in l.text for l in e.events.recent(20))
+            done = e.metrics.completed
+            assert await until(lambda: e.in_flight == 8 and e.metrics.completed > done + 10, 15) is not None  # its share moved
+            assert e.pool.states[0].share == 8
+            e.set_concurrency(12)
+            assert await until(lambda: e.in_flight == 12, 5) is not None  # orders reach the live worker at once
+        finally:
+            await e.stop()
+        assert not any(p.is_alive() for p in e.pool._procs)  # no load outlives the engine
+
+    asyncio.run(go())
