@@ -174,6 +174,7 @@ class WorkerPool(Controller):
             self.settled_at = time.perf_counter()
 
     async def abort(self) -> int:
+        self._push_orders()  # a probe's C=1 reaches the workers before the abort: none refills
         fut = self._ask("abort")
         if fut is None:
             return 0
@@ -214,13 +215,18 @@ class WorkerPool(Controller):
             })
         return out
 
+    def _push_orders(self) -> None:
+        """Send each worker its order if it changed (pipes keep order: a worker applies it
+        before anything sent after)."""
+        for i, order in enumerate(self._orders()):
+            if order != self._last_order[i] and self.states[i].alive and i < len(self._conns):
+                self.states[i].share = order["c"] if order["mode"] == "concurrency" else order["cap"]
+                self._send(i, order)
+                self._last_order[i] = order
+
     async def _run(self) -> None:
         while not self.stopped:
-            for i, order in enumerate(self._orders()):
-                if order != self._last_order[i] and self.states[i].alive:
-                    self.states[i].share = order["c"] if order["mode"] == "concurrency" else order["cap"]
-                    self._send(i, order)
-                    self._last_order[i] = order
+            self._push_orders()
             self._mark_settled()
             self._wake.clear()
             try:

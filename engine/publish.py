@@ -53,6 +53,7 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         turns=cfg.workload.turns,
         trace_progress=engine.trace.progress() if engine.trace is not None else None,
         targets=tuple(st.stats.live(now) | _server(st) for st in engine.targets) if len(engine.targets) > 1 else (),
+        workers=tuple(engine.pool.summary()) if engine.pool is not None else (),
         probing=ctl.probing if ctl else False,
         preset_running=engine.driver_running,
         url=tgt.url if tgt else cfg.url,

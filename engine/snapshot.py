@@ -46,6 +46,9 @@ class Snapshot:
     # many targets (--url repeated, engine/targets.py): one row each, live: url, output_tok_s,
     # errors_s, ttft/e2e p50/p99 ms, gone, the server's running and queued; () with one target
     targets: tuple[dict, ...] = ()
+    # --workers N (engine/pool.py): one row each: worker, node, alive, share, requests,
+    # output_tok_s, lag_p99_ms, cpu_pct; () when the load runs in the engine's own process
+    workers: tuple[dict, ...] = ()
     probing: bool = False
     preset_running: bool = False
     url: str = ""

@@ -73,8 +73,21 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.rate, cfg.arrival = rate, arrival
     cfg.more_urls = tuple(urls[1:])
     cfg.weights = target_weights(args, len(urls))
+    cfg.workers = worker_count(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     return cfg
+
+
+def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
+    """--workers N|auto as EngineConfig.workers; a trace replays in one process."""
+    from redline.engine.pool import auto_workers
+
+    n = getattr(args, "workers", 1) or 1
+    if n == "auto":
+        n = auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
+    if n > 1 and cfg.workload.trace is not None:
+        raise UsageError(f"--workers {args.workers}: a trace replays in one process (its rows in order); drop --workers")
+    return int(n)
 
 
 def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
