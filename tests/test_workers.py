@@ -90,6 +90,10 @@ def test_a_worker_that_dies_is_reported_and_the_others_carry_the_load(sim_factor
             assert e.pool.states[0].share == 8
             e.set_concurrency(12)
             assert await until(lambda: e.in_flight == 12, 5) is not None  # orders reach the live worker at once
+            await e.probe()  # abort + C=1: no worker refills its old share after the abort
+            assert e.in_flight <= 1
+            await asyncio.sleep(0.5)
+            assert e.in_flight == 1 and e.pool.states[0].share == 1
         finally:
             await e.stop()
         assert not any(p.is_alive() for p in e.pool._procs)  # no load outlives the engine
