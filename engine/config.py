@@ -50,3 +50,4 @@ class EngineConfig:
     more_urls: tuple[str, ...] = ()
     weights: tuple[float, ...] | None = None
     workers: int = 1  # --workers N: the load in N worker processes (engine/pool.py); 1 = this process
+    ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/ray_pool.py)

@@ -176,13 +176,20 @@ class Engine:
             await self._start_telemetry(base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
-        if cfg.workers > 1:
+        if cfg.workers > 1 or cfg.ray is not None:
             if self.trace is not None:
                 raise RuntimeError("--trace replays in one process: drop --workers")
-            self.pool = WorkerPool(self, cfg.workers, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
+            kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
+            if cfg.ray is not None:
+                from .ray_pool import RayPool  # the optional extra redline[ray]
+
+                self.pool = RayPool(self, cfg.workers, c0, cfg.max_concurrency, cfg.ray, **kw)
+            else:
+                self.pool = WorkerPool(self, cfg.workers, c0, cfg.max_concurrency, **kw)
             self.controller = self.pool
             await self.pool.launch(self._worker_spec())
-            self.log("notice", f"{cfg.workers} worker processes hold the load, each its share of C and its own connections")
+            where = f"Ray actors on {', '.join(sorted({s.node for s in self.pool.states}))}" if cfg.ray is not None else "worker processes"
+            self.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections")
         else:
             self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held)
         if self.trace is not None and cfg.live_steps:

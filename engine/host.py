@@ -209,7 +209,7 @@ class EngineProcess:
             from .session import SessionError
             from .target import TargetError, TargetUnreachable
 
-            kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "SessionError": SessionError}
+            kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "RayUnavailable": TargetUnreachable, "SessionError": SessionError}
             raise kinds.get(exc.kind, EngineError)(str(exc)) from None
 
     def _read(self) -> None:

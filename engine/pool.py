@@ -282,8 +282,13 @@ class WorkerPool(Controller):
             for seq in list(self._waits):
                 self._answered(i, seq, msg)
 
-    def _apply(self, w: int, msg: dict) -> None:
-        """Replay a worker's report into the engine (targets' listeners -> engine)."""
+    def _apply(self, w: int, msg: dict, shift: float = 0.0) -> None:
+        """Replay a worker's report into the engine (targets' listeners -> engine). `shift`
+        moves the report's times onto this host's clock: 0 for a worker on this host (one
+        monotonic clock); for a remote worker, receipt time - the report's `now`, so each
+        time is placed by its age (engine/ray_pool.py)."""
+        if shift:
+            msg = _shifted(msg, shift)
         e = self.engine
         stats = [t.stats for t in e.targets]
         urls = [t.target.url for t in e.targets]
@@ -369,6 +374,23 @@ class WorkerPool(Controller):
                 "cpu_pct": round(100.0 * s.cpu_s / d, 1),
             })
         return out
+
+
+def _opt(t: float | None, d: float) -> float | None:
+    return None if t is None else t + d
+
+
+def _shifted(msg: dict, d: float) -> dict:
+    """A report with every time moved by `d` seconds (token and gap buckets by whole buckets)."""
+    db = round(d / BUCKET_S)
+    return {
+        **msg,
+        "sends": [(*x[:5], x[5] + d, _opt(x[6], d), *x[7:]) for x in msg["sends"]],
+        "firsts": [(rid, ts + d, _opt(tf, d), _opt(ta, d)) for rid, ts, tf, ta in msg["firsts"]],
+        "tokens": [((ti, b + db), n) for (ti, b), n in msg["tokens"]],
+        "gaps": [(b + db, v) for b, v in msg["gaps"]],
+        "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:]) for x in msg["ends"]],
+    }
 
 
 def _with_index(spec: WorkerSpec, i: int) -> WorkerSpec:

@@ -167,7 +167,10 @@ class _Target:
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, conn: Connection) -> None:
+    """A worker's load and its reports; `conn` is its pipe to the coordinator (None on a Ray
+    actor, whose coordinator pulls the reports: engine/ray_pool.py)."""
+
+    def __init__(self, spec: WorkerSpec, conn: Connection | None) -> None:
         self.spec = spec
         self.conn = conn
         self.batch = Batch()
@@ -237,21 +240,36 @@ class Worker:
             ctl.resume()
         ctl.poke()
 
-    def report(self, kind: str = "batch", seq: int = 0) -> None:
+    def take(self, kind: str = "batch", seq: int = 0) -> dict:
+        """The report: what was measured since the last one, and this worker's state. `now`
+        is this host's clock when it was taken (a coordinator on another host places the
+        report's times by their age, never by comparing clocks)."""
         ctl = self.ctl
         msg = self.batch.take()
         msg.update(
             kind=kind, seq=seq, worker=self.spec.index, in_flight=ctl.in_flight,
             backing_off=sum(t.sender.backing_off for t in self.targets),
             backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
-            cpu_s=time.process_time(),
+            cpu_s=time.process_time(), now=time.perf_counter(),
         )
+        return msg
+
+    def report(self, kind: str = "batch", seq: int = 0) -> None:
+        assert self.conn is not None
         try:
-            self.conn.send(msg)
+            self.conn.send(self.take(kind, seq))
         except (OSError, EOFError, BrokenPipeError):
             pass
 
+    async def close(self) -> int:
+        """Stop sending, cancel what is in flight; returns how many were cancelled."""
+        n = await self.ctl.stop()
+        for c in self.clients:
+            await c.aclose()
+        return n
+
     async def run(self) -> None:
+        assert self.conn is not None
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -74,6 +74,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.more_urls = tuple(urls[1:])
     cfg.weights = target_weights(args, len(urls))
     cfg.workers = worker_count(args, cfg)
+    cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     return cfg
 
@@ -88,6 +89,20 @@ def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
     if n > 1 and cfg.workload.trace is not None:
         raise UsageError(f"--workers {args.workers}: a trace replays in one process (its rows in order); drop --workers")
     return int(n)
+
+
+def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
+    """--ray auto|HOST:PORT as EngineConfig.ray (the cluster is joined at start: exit 3 when
+    it cannot be)."""
+    addr = getattr(args, "ray", None)
+    if addr is None:
+        return None
+    addr = addr.strip()
+    if not addr or any(c.isspace() for c in addr):
+        raise UsageError(f"--ray {args.ray!r}: expected auto or the Ray head's address, e.g. 10.0.0.1:6379")
+    if cfg.workload.trace is not None:
+        raise UsageError(f"--ray {addr}: a trace replays in one process (its rows in order); drop --ray")
+    return addr
 
 
 def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
