@@ -144,23 +144,36 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
             engine.log("error", f"command {type(cmd).__name__}: {exc}")
             _send(conn, ("reply", seq, False, f"{type(exc).__name__}: {exc}"))
 
-    def on_readable() -> None:
-        try:
-            seq, cmd = conn.recv()
-        except (EOFError, OSError):
+    def on_msg(msg: tuple | None) -> None:
+        if msg is None:
             reason[0] = "redline exited (control pipe closed)"
             stop.set()
-            loop.remove_reader(conn.fileno())
             return
+        seq, cmd = msg
         if isinstance(cmd, C.Stop):
             reason[0] = cmd.reason
             stop.set()
             return
         asyncio.ensure_future(answer(seq, cmd))
 
-    loop.add_reader(conn.fileno(), on_readable)
+    def reader() -> None:
+        # Commands are read on a thread of their own, so the pipe stays a blocking fd: an
+        # event-loop reader makes it non-blocking (uvloop does), and a snapshot larger than
+        # the pipe's buffer would then be cut mid-write and the UI's side could not read on.
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None
+            try:
+                loop.call_soon_threadsafe(on_msg, msg)
+            except RuntimeError:  # the loop is closed: the engine has stopped
+                return
+            if msg is None or isinstance(msg[1], C.Stop):
+                return
+
+    threading.Thread(target=reader, name="redline-commands", daemon=True).start()
     await stop.wait()
-    loop.remove_reader(conn.fileno())
     await engine.stop(reason[0])
     _send(conn, ("stopped", engine.snapshot))
 
@@ -210,7 +223,8 @@ class EngineProcess:
             from .target import TargetError, TargetUnreachable
 
             kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "RayUnavailable": TargetUnreachable, "SessionError": SessionError}
-            raise kinds.get(exc.kind, EngineError)(str(exc)) from None
+            cls = kinds.get(exc.kind)
+            raise (cls(str(exc)) if cls is not None else exc) from None
 
     def _read(self) -> None:
         while True:

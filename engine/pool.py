@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import platform
 import signal
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -102,23 +103,34 @@ class WorkerPool(Controller):
             self._procs.append(p)
             self._conns.append(parent)
 
-        def reader(i: int) -> None:
-            conn = self._conns[i]
-            try:
-                while conn.poll():
-                    msg = conn.recv()
-                    if msg.get("kind") == "ready":
-                        ready.add(i)
-                        if len(ready) == self.n:
-                            ev.set()
-                    else:
-                        self._on_msg(i, msg)
-            except (EOFError, OSError):
-                loop.remove_reader(conn.fileno())
+        def on_msg(i: int, msg: dict | None) -> None:
+            if msg is None:
                 self._worker_died(i)
+            elif msg.get("kind") == "ready":
+                ready.add(i)
+                if len(ready) == self.n:
+                    ev.set()
+            else:
+                self._on_msg(i, msg)
 
-        for i, conn in enumerate(self._conns):
-            loop.add_reader(conn.fileno(), reader, i)
+        def reader(i: int) -> None:
+            # one thread per worker: its pipe stays a blocking fd (an event-loop reader would
+            # make it non-blocking, and a large report could then be cut mid-message)
+            conn = self._conns[i]
+            while True:
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                try:
+                    loop.call_soon_threadsafe(on_msg, i, msg)
+                except RuntimeError:  # the loop is closed
+                    return
+                if msg is None:
+                    return
+
+        for i in range(self.n):
+            threading.Thread(target=reader, args=(i,), name=f"redline-worker-{i}-reports", daemon=True).start()
         try:
             await asyncio.wait_for(ev.wait(), READY_TIMEOUT_S)
         except TimeoutError:
@@ -139,12 +151,6 @@ class WorkerPool(Controller):
                 n = sum(r.get("n", 0) for r in replies)
             except TimeoutError:
                 pass
-        loop = asyncio.get_running_loop()
-        for conn in self._conns:
-            try:
-                loop.remove_reader(conn.fileno())
-            except (ValueError, OSError):
-                pass
         for p in self._procs:
             await asyncio.to_thread(p.join, STOP_TIMEOUT_S)
             if p.is_alive():  # no load may outlive redline
@@ -152,6 +158,8 @@ class WorkerPool(Controller):
                 await asyncio.to_thread(p.join, 3.0)
                 if p.is_alive():
                     os.kill(p.pid, signal.SIGKILL)
+        for conn in self._conns:
+            conn.close()
         if self._runner is not None:
             await asyncio.wait([self._runner], timeout=1.0)
         return n

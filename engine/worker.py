@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -279,10 +280,8 @@ class Worker:
             self.report("abort", seq)
             self.conn.send({"kind": "aborted", "seq": seq, "worker": self.spec.index, "n": n})
 
-        def on_readable() -> None:
-            try:
-                msg = self.conn.recv()
-            except (EOFError, OSError):
+        def on_msg(msg: dict | None) -> None:
+            if msg is None:  # the coordinator is gone
                 stop.set()
                 return
             kind = msg["kind"]
@@ -295,7 +294,24 @@ class Worker:
             elif kind == "stop":
                 stop.set()
 
-        loop.add_reader(self.conn.fileno(), on_readable)
+        # Orders are read on a thread of their own: the pipe stays a blocking fd (an event-loop
+        # reader would make it non-blocking, and a large report would then be cut mid-write).
+        conn = self.conn
+
+        def reader() -> None:
+            while True:
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                try:
+                    loop.call_soon_threadsafe(on_msg, msg)
+                except RuntimeError:  # the loop is closed: this worker has stopped
+                    return
+                if msg is None or msg.get("kind") == "stop":
+                    return
+
+        threading.Thread(target=reader, name="redline-worker-orders", daemon=True).start()
         self.ctl.start()
         self.conn.send({"kind": "ready", "worker": self.spec.index})
 
@@ -310,7 +326,6 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            loop.remove_reader(self.conn.fileno())
             task.cancel()
             n = await self.ctl.stop()
             self.report("stopped")
