@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+WORKERS_ENV = "REDLINE_BENCH_WORKERS"
+
 # A private tmux server (its own socket): never touches anyone else's sessions; killed at the end.
 TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
@@ -100,10 +102,13 @@ def engine_config(url: str, c: int, out: str):
     from redline.tui.cli import build_parser
     from redline.tui.launch import engine_config as cfg_from_args, workload_from_args
 
-    argv = ["--url", url, "--concurrency", str(c), "--out", out]
+    workers = int(os.environ.get(WORKERS_ENV, "1"))  # --workers: the runs' children inherit it
+    argv = ["--url", url, "--concurrency", str(c), "--out", out] + (["--workers", str(workers)] if workers > 1 else [])
     args = build_parser().parse_args(argv)
     args.argv = ["redline", *argv]
-    return cfg_from_args(args, url, workload_from_args(args), concurrency=c, api=None, model=None, live_steps=True), args
+    cfg = cfg_from_args(args, url, workload_from_args(args), concurrency=c, api=None, model=None, live_steps=True)
+    cfg.workers = workers
+    return cfg, args
 
 
 def tui_child(url: str, c: int, seconds: float, warmup: float, out: str, result: str, transport: str | None, nice: int = 0) -> int:
@@ -216,6 +221,7 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,64,256", help="comma-separated C values (default 1,64,256)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run, after the warm-up (default 15)")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring (default 3)")
+    p.add_argument("--workers", default="1", help="comma-separated --workers values (default 1: the engine's own process)")
     p.add_argument("--modes", default="tui,headless", help="tui, headless or both (default tui,headless)")
     p.add_argument("--profile", default="healthy", help="sim profile (default healthy)")
     p.add_argument("--sim-set", action="append", default=[], metavar="FIELD=VALUE", help="sim profile override")
@@ -249,28 +255,31 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="redline-lag-"))
     try:
         with sim(args.profile, args.sim_set) as srv:
-            for c in cs:
+            for w, c in [(w, c) for w in [int(x) for x in args.workers.split(",") if x.strip()] for c in cs]:
+                os.environ[WORKERS_ENV] = str(w)
+                tmp_w = tmp / f"w{w}-c{c}"
+                tmp_w.mkdir()
                 for mode in modes:
                     screen, tui_cpu = "", None
                     if mode == "tui":
-                        r, screen, tui_cpu, busy = run_tui(srv.url, c, args.seconds, args.warmup, tmp, args.transport, args.tui_nice)
+                        r, screen, tui_cpu, busy = run_tui(srv.url, c, args.seconds, args.warmup, tmp_w, args.transport, args.tui_nice)
                     else:
-                        r, busy = run_headless(srv.url, c, args.seconds, args.warmup, tmp, args.transport)
+                        r, busy = run_headless(srv.url, c, args.seconds, args.warmup, tmp_w, args.transport)
                     drew = ("C=" in screen) if mode == "tui" else None
-                    print(f"  C={c:<4} {mode:<8} chunks {r['chunks']:>7}  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
+                    print(f"  C={c:<4} workers {w} {mode:<8} chunks {r['chunks']:>7}  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
                           f"p99.9 {r['p999_ms']} ms  engine CPU {_pct(r['client_cpu_pct'])}  loop lag p99 {r['loop_lag_ms']} ms  machine busy {busy:.0f}%"
                           + (f"  TUI process CPU {_pct(tui_cpu)}, screen drawn: {drew}" if mode == "tui" else ""),
                           file=sys.stderr, flush=True)
                     if mode == "tui" and screen:
                         head = [ln for ln in screen.splitlines() if "C=" in ln][:1]
                         print(f"           screen: {head[0].strip() if head else screen.splitlines()[:2]}", file=sys.stderr)
-                    rows.append((c, mode, r["chunks"], r["p50_ms"], r["p99_ms"], r["p999_ms"],
+                    rows.append((c, w, mode, r["chunks"], r["p50_ms"], r["p99_ms"], r["p999_ms"],
                                  _pct(tui_cpu) if mode == "tui" else "-", "yes" if drew else ("NO" if drew is False else "-"),
                                  f"{busy:.0f}% of {100 * (os.cpu_count() or 1)}%"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(table(("C", "mode", "chunks", "lag p50 ms", "lag p99 ms", "lag p99.9 ms", "TUI CPU", "drawn", "machine CPU busy (all processes)"), rows))
+    print(table(("C", "workers", "mode", "chunks", "lag p50 ms", "lag p99 ms", "lag p99.9 ms", "TUI CPU", "drawn", "machine CPU busy (all processes)"), rows))
 
 
 def _pct(v: float | None) -> str:
