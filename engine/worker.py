@@ -98,6 +98,10 @@ class Batch:
         self.ends: list[tuple] = []
         self.lags: list[float] = []
 
+    def on_lag(self, lag: float) -> None:
+        """Receive time - the server's send stamp of a chunk (the sim's sim_t)."""
+        self.lags.append(lag)
+
     def listener(self, ti: int) -> "_TargetListener":
         return _TargetListener(self, ti)
 
@@ -182,7 +186,7 @@ class Worker:
         for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
                                  request_timeout=spec.request_timeout, origin=tgt.url)
-            s = Sender(client, tgt, self.batch.listener(ti), lambda: self.stamp, self.batch.lags.append, spec.wall_offset, ids=ids)
+            s = Sender(client, tgt, self.batch.listener(ti), lambda: self.stamp, self.batch.on_lag, spec.wall_offset, ids=ids)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
             self.clients.append(client)

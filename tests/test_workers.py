@@ -87,6 +87,7 @@ def test_a_worker_that_dies_is_reported_and_the_others_carry_the_load(sim_factor
             assert any("worker 1 died" in w for w in e.snapshot.warnings) or any("worker 1 died" in l.text for l in e.events.recent(20))
             done = e.metrics.completed
             assert await until(lambda: e.in_flight == 8 and e.metrics.completed > done + 10, 15) is not None  # its share moved
+            assert e.metrics.lag.count > 10 * e.metrics.completed  # every chunk's lag (sim_t), reported by the workers
             assert e.pool.states[0].share == 8
             e.set_concurrency(12)
             assert await until(lambda: e.in_flight == 12, 5) is not None  # orders reach the live worker at once
