@@ -220,6 +220,7 @@ class WorkerPool(Controller):
                 "kind": "order", "stamp": stamp, "gone": gone, "mode": mode,
                 "c": cs.get(i, 0), "rate": (self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0,
                 "cap": caps.get(i, 1), "paused": self.paused or self.stopped, "hold": self.hold,
+                "workload": self.engine.config.workload,  # a live change reaches every worker
             })
         return out
 

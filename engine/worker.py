@@ -191,10 +191,14 @@ class Worker:
             s.continuous_usage = spec.continuous_usage
             self.clients.append(client)
             self.targets.append(_Target(s, w))
-        wl = spec.workload
-        self.source = PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * spec.index, wl.turns, wl.think_s), spec.calibration)
+        self.workload = spec.workload
+        self.source = self._source(spec.workload)
         self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index)
         self.ctl.pause()  # until the coordinator gives this worker its share
+
+    def _source(self, wl: WorkloadConfig) -> PromptSource:
+        """This worker's prompts: the workload's, from a seed of its own."""
+        return PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * self.spec.index, wl.turns, wl.think_s), self.spec.calibration)
 
     # -- sending (as Engine._one_request, on this worker's targets) ---------------------------
     def _pick(self) -> Sender:
@@ -205,7 +209,7 @@ class Worker:
 
     async def _one(self, t_intended: float | None = None, item: object = None) -> None:
         sender = self._pick()
-        wl = self.spec.workload
+        wl = self.workload
         if t_intended is None and wl.turns > 1:
             conv = Conversation(sender.target.api)
             for k in range(1, wl.turns + 1):
@@ -229,6 +233,9 @@ class Worker:
         """The load this worker holds now (its share), and what to stamp on requests."""
         ctl = self.ctl
         self.stamp = order["stamp"]
+        wl = order.get("workload")
+        if wl is not None and wl != self.workload:  # a live workload change (the engine checked it)
+            self.workload, self.source = wl, self._source(wl)
         for t, gone in zip(self.targets, order["gone"]):
             t.gone = gone
         ctl.max_concurrency = max(1, order["cap"])

@@ -100,3 +100,26 @@ def test_a_worker_that_dies_is_reported_and_the_others_carry_the_load(sim_factor
         assert not any(p.is_alive() for p in e.pool._procs)  # no load outlives the engine
 
     asyncio.run(go())
+
+
+def test_a_live_workload_change_reaches_every_worker(sim_factory, tmp_path):
+    from redline.engine.workload_change import WorkloadChange
+
+    sim = sim_factory("healthy")
+    out = tmp_path / "s"
+
+    async def go() -> None:
+        e = Engine(EngineConfig(url=sim.url, workers=2, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=8),
+                                use_nvml=False, out_dir=out))
+        await e.start()
+        try:
+            await asyncio.sleep(1.5)
+            await e.set_workload(WorkloadChange(output_len=5))
+            await asyncio.sleep(2.0)
+        finally:
+            await e.stop()
+
+    asyncio.run(go())
+    rows = pl.read_ndjson(out / "requests.ndjson").filter((pl.col("status") == "ok") & (pl.col("phase") != "calibration"))
+    last = rows.sort("t_send").tail(8)
+    assert set(last["output_tokens"].to_list()) == {5} and set(last["worker"].to_list()) == {0, 1}
