@@ -70,3 +70,24 @@ class Conversation:
     def messages(self) -> list[dict[str, str]]:
         """The finished turns as chat messages (a copy)."""
         return [dict(m) for m in self._history]
+
+
+async def run_session(sender, source, turns: int, think_s: float) -> None:
+    """One multi-turn session on `sender` (engine/sender.py), prompts from `source`: each turn
+    sends the conversation so far (the server's real answers included) and a new user
+    message; `think_s` between an answer and the next turn. A turn that fails ends it.
+    Concurrency counts sessions: the pool's slot holds the session, thinking included."""
+    import asyncio
+
+    from .records import OK
+
+    conv = Conversation(sender.target.api)
+    for k in range(1, turns + 1):
+        p = source.next()
+        text, messages = conv.turn(p.text)
+        rec = await sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
+        if rec.status != OK:
+            return
+        conv.answered("".join(rec.answer or ()))
+        if think_s > 0 and k < turns:
+            await asyncio.sleep(think_s)

@@ -33,7 +33,7 @@ from . import commands as C
 from . import records as R
 from .apis import GENERATE, continuous_usage_refused
 from .arrivals import check_rate, parse_arrival
-from .conversation import Conversation
+from .conversation import run_session
 from .config import EngineConfig
 from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
 from .controller import CONCURRENCY, PAUSED, PROBE, RATE, TRACE, Controller
@@ -642,27 +642,10 @@ class Engine:
             p = self.source.next()
             await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
         elif self.config.workload.turns > 1:
-            await self._one_session(sender)
+            await run_session(sender, self.source, self.config.workload.turns, self.config.workload.think_s)
         else:
             p = self.source.next()
             await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
-
-    async def _one_session(self, sender: Sender) -> None:
-        """A multi-turn session: each turn sends the conversation so far (the server's real
-        answers included) and a new user message; `think_s` between turns. Concurrency
-        counts sessions. A turn that fails ends its session."""
-        assert self.source is not None and self.sender is not None and self.target is not None
-        wl = self.config.workload
-        conv = Conversation(self.target.api)
-        for k in range(1, wl.turns + 1):
-            p = self.source.next()
-            text, messages = conv.turn(p.text)
-            rec = await sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
-            if rec.status != R.OK:
-                return
-            conv.answered("".join(rec.answer or ()))
-            if wl.think_s > 0 and k < wl.turns:
-                await asyncio.sleep(wl.think_s)
 
     def _overloaded(self, kind: str) -> None:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")

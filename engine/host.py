@@ -24,7 +24,7 @@ from typing import Any
 from . import commands as C
 from .config import EngineConfig
 from .core import Engine
-from .loop import new_event_loop
+from .loop import new_event_loop, read_pipe
 from .runner import execute
 from .snapshot import Snapshot
 
@@ -156,23 +156,7 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
             return
         asyncio.ensure_future(answer(seq, cmd))
 
-    def reader() -> None:
-        # Commands are read on a thread of their own, so the pipe stays a blocking fd: an
-        # event-loop reader makes it non-blocking (uvloop does), and a snapshot larger than
-        # the pipe's buffer would then be cut mid-write and the UI's side could not read on.
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                msg = None
-            try:
-                loop.call_soon_threadsafe(on_msg, msg)
-            except RuntimeError:  # the loop is closed: the engine has stopped
-                return
-            if msg is None or isinstance(msg[1], C.Stop):
-                return
-
-    threading.Thread(target=reader, name="redline-commands", daemon=True).start()
+    read_pipe(conn, loop, on_msg, last=lambda msg: isinstance(msg[1], C.Stop), name="redline-commands")
     await stop.wait()
     await engine.stop(reason[0])
     _send(conn, ("stopped", engine.snapshot))

@@ -25,12 +25,12 @@ import multiprocessing as mp
 import os
 import platform
 import signal
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from .controller import Controller
 from .histogram import LogHistogram
+from .loop import read_pipe
 from .records import RequestRecord
 from .worker import BUCKET_S, WorkerSpec, worker_main
 
@@ -113,24 +113,8 @@ class WorkerPool(Controller):
             else:
                 self._on_msg(i, msg)
 
-        def reader(i: int) -> None:
-            # one thread per worker: its pipe stays a blocking fd (an event-loop reader would
-            # make it non-blocking, and a large report could then be cut mid-message)
-            conn = self._conns[i]
-            while True:
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    msg = None
-                try:
-                    loop.call_soon_threadsafe(on_msg, i, msg)
-                except RuntimeError:  # the loop is closed
-                    return
-                if msg is None:
-                    return
-
-        for i in range(self.n):
-            threading.Thread(target=reader, args=(i,), name=f"redline-worker-{i}-reports", daemon=True).start()
+        for i, conn in enumerate(self._conns):
+            read_pipe(conn, loop, lambda msg, i=i: on_msg(i, msg), name=f"redline-worker-{i}-reports")
         try:
             await asyncio.wait_for(ev.wait(), READY_TIMEOUT_S)
         except TimeoutError:

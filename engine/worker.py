@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,12 +27,11 @@ from multiprocessing.connection import Connection
 
 import httpx
 
-from . import records as R
 from .arrivals import parse_arrival
 from .controller import Controller
-from .conversation import Conversation
+from .conversation import run_session
 from .http import make_client
-from .loop import new_event_loop
+from .loop import new_event_loop, read_pipe
 from .records import RequestRecord
 from .sender import Sender
 from .steps import new_gaps
@@ -211,16 +209,7 @@ class Worker:
         sender = self._pick()
         wl = self.workload
         if t_intended is None and wl.turns > 1:
-            conv = Conversation(sender.target.api)
-            for k in range(1, wl.turns + 1):
-                p = self.source.next()
-                text, messages = conv.turn(p.text)
-                rec = await sender.slot_request(text, p.max_tokens, p.expected_input_tokens if k == 1 else 0, turn=k, messages=messages)
-                if rec.status != R.OK:
-                    return
-                conv.answered("".join(rec.answer or ()))
-                if wl.think_s > 0 and k < wl.turns:
-                    await asyncio.sleep(wl.think_s)
+            await run_session(sender, self.source, wl.turns, wl.think_s)
             return
         p = self.source.next()
         if t_intended is not None:
@@ -305,24 +294,7 @@ class Worker:
             elif kind == "stop":
                 stop.set()
 
-        # Orders are read on a thread of their own: the pipe stays a blocking fd (an event-loop
-        # reader would make it non-blocking, and a large report would then be cut mid-write).
-        conn = self.conn
-
-        def reader() -> None:
-            while True:
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    msg = None
-                try:
-                    loop.call_soon_threadsafe(on_msg, msg)
-                except RuntimeError:  # the loop is closed: this worker has stopped
-                    return
-                if msg is None or msg.get("kind") == "stop":
-                    return
-
-        threading.Thread(target=reader, name="redline-worker-orders", daemon=True).start()
+        read_pipe(self.conn, loop, on_msg, last=lambda msg: msg.get("kind") == "stop", name="redline-worker-orders")
         self.ctl.start()
         self.conn.send({"kind": "ready", "worker": self.spec.index})
 

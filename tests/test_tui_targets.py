@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import time
 
 import pytest
 from rich.console import Console
@@ -27,16 +26,9 @@ from redline.tui.report_cmd import format_targets_table, report_text
 from redline.tui.widgets.help import HelpScreen, target_rows
 from redline.tui.widgets.targets import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
 
-FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
+from helpers import FAST_SIM, settle
 
-
-async def settle(pilot, pred, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await pilot.pause(0.1)
-    return pred()
+FAST = FAST_SIM
 
 
 def screen_lines(app: RedlineApp) -> list[str]:
