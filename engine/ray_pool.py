@@ -89,6 +89,9 @@ class RayPool(WorkerPool):
         self._pg = None
         self._poller: asyncio.Task | None = None
         self._here = platform.node()
+        # one pull at a time: a report applied before an earlier one would end requests whose
+        # sends are not in yet (pulls of the poller, of a step's sync, of abort and stop)
+        self._pulling = asyncio.Lock()
 
     async def launch(self, spec: WorkerSpec) -> None:
         await asyncio.to_thread(connect, self.address)
@@ -138,19 +141,20 @@ class RayPool(WorkerPool):
             await self._take_all("batch")
 
     async def _take_all(self, kind: str) -> None:
-        alive = [s.index for s in self.states if s.alive]
-        msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind)) for i in alive))
-        t = time.perf_counter()
-        for i, msg in zip(alive, msgs):
-            if msg is not None:
-                self._place(i, msg, t)
+        async with self._pulling:
+            alive = [s.index for s in self.states if s.alive]
+            msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind)) for i in alive))
+            t = time.perf_counter()
+            for i, msg in zip(alive, msgs):
+                if msg is not None:
+                    self._place(i, msg, t)
 
     # -- the Controller surface -------------------------------------------------------------
     async def sync(self) -> None:
         if self.stopped:
             return
         try:
-            await asyncio.wait_for(self._take_all("flush"), SYNC_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(self._take_all("flush")), SYNC_TIMEOUT_S)  # late: still applied
         except TimeoutError:
             self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 
@@ -159,25 +163,28 @@ class RayPool(WorkerPool):
         return await self._finish_all("abort", SYNC_TIMEOUT_S * 2)
 
     async def _finish_all(self, method: str, timeout: float) -> int:
-        alive = [s.index for s in self.states if s.alive]
-        try:
-            res = await asyncio.wait_for(asyncio.gather(*(self._call(i, getattr(self._actors[i], method).remote()) for i in alive)), timeout)
-        except TimeoutError:
-            return 0
-        t = time.perf_counter()
-        n = 0
-        for i, r in zip(alive, res):
-            if r is not None:
-                n += r[0]
-                self._place(i, r[1], t)
-        return n
+        async with self._pulling:
+            alive = [s.index for s in self.states if s.alive]
+            calls = asyncio.gather(*(self._call(i, getattr(self._actors[i], method).remote()) for i in alive))
+            try:
+                res = await asyncio.wait_for(asyncio.shield(calls), timeout)
+            except TimeoutError:
+                self.engine.warn(f"workers: {method} took over {timeout:g} s; their last reports may be missing", key="worker sync")
+                return 0
+            t = time.perf_counter()
+            n = 0
+            for i, r in zip(alive, res):
+                if r is not None:
+                    n += r[0]
+                    self._place(i, r[1], t)
+            return n
 
     async def stop(self) -> int:
         self.stopped = True
         self._wake.set()
-        if self._poller is not None:
+        if self._poller is not None:  # let a report being pulled arrive: cancelling would lose it
+            await asyncio.wait([self._poller], timeout=SYNC_TIMEOUT_S * 2)
             self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
         n = await self._finish_all("stop", STOP_TIMEOUT_S)
         import ray
 
