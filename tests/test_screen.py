@@ -315,6 +315,34 @@ def targets_story() -> list[Snapshot]:
     return out
 
 
+WORKER_NODES = ("gpu-node-a", "gpu-node-a", "gpu-node-b", "gpu-node-b")
+
+
+def workers_story() -> list[Snapshot]:
+    """Four Ray workers on two nodes (--ray ADDRESS --workers 4) at C=16, then C=64; worker 2
+    dies 10 s before the end: its row reads DEAD, its share goes to the other three."""
+    snaps = story([Seg("run", 30, 16), Seg("run", 30, 64)])
+    dead_from = snaps[-1].second - 10
+    out: list[Snapshot] = []
+    for s in snaps:
+        dead = s.second >= dead_from
+        alive = [i for i in range(4) if not (dead and i == 2)]
+        shares = dict(zip(alive, (s.target_c // len(alive) + (1 if k < s.target_c % len(alive) else 0) for k in range(len(alive)))))
+        rows = tuple({
+            "worker": i, "node": WORKER_NODES[i], "alive": i in alive, "share": shares.get(i, s.target_c // 4),
+            "requests": s.completed // 4 - (3 * (s.second - dead_from) if dead and i == 2 else 0) + i,
+            "output_tok_s": round(s.output_tok_s / 4 * (1.0 + 0.02 * i), 3),
+            "lag_p99_ms": round(0.8 + 0.3 * i + s.target_c / 64, 3), "cpu_pct": round(9.0 + s.target_c / 2.5 + 2 * i, 1),
+        } for i in range(4))
+        warnings, log = s.warnings, s.log
+        if dead:
+            text = "worker 2 died with 16 requests in flight (16 unreported); 3 workers carry the load"
+            warnings += (text,)
+            log = log + (LogLine(log[-1].seq + 1, T0 + dead_from, "warning", text),)
+        out.append(replace(s, workers=rows, warnings=warnings, log=log))
+    return out
+
+
 STORIES = {
     # 8 → 16 → 32 → 64, healthy tp8 server
     "healthy": lambda: story([Seg("run", 30, 8), Seg("run", 30, 16), Seg("run", 30, 32), Seg("run", 24, 64)]),
@@ -330,6 +358,8 @@ STORIES = {
     "rate": rate_story,
     # three targets (--url repeated, weights 2,1,1), the third gone
     "targets": targets_story,
+    # four workers on two Ray nodes, one dead
+    "workers": workers_story,
 }
 
 
@@ -412,6 +442,14 @@ def test_targets_picture(snap_compare):
     """Three targets at 80x24: `3 targets (1 gone)` on line 1, a row per target where the GPU
     panel was, GONE in the error style, the warning naming who carries its share."""
     app, run_before = _shot("targets")
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
+
+
+def test_workers_picture(snap_compare):
+    """Four workers on two nodes at 80x24, one dead: one summary line under the GPU panel (the
+    worst CPU and lag p99 and whose, `1 DEAD: w2` in the error style), the step table and the
+    log keep their room; the warning says who carries its share."""
+    app, run_before = _shot("workers")
     assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
 
 

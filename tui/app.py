@@ -1,5 +1,6 @@
 """The operator's screen: live control of concurrency (or of an open loop's request rate)
-against one server, or several (`--url` repeated: a row per target, widgets/targets.py).
+against one server, or several (`--url` repeated: a row per target, widgets/targets.py), from
+this process or from worker processes (`--workers N`: their health, widgets/workers.py).
 
 The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
@@ -42,6 +43,7 @@ from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, Tex
 from .widgets.rate import RateLine
 from .widgets.steps import StepTable
 from .widgets.targets import TargetsPanel
+from .widgets.workers import WorkersPanel, block_lines
 from .widgets.workload import WorkloadForm
 
 REFRESH_S = 0.25
@@ -129,6 +131,7 @@ class RedlineApp(App[int]):
         self._switch_until = 0.0
         self._want_rate: float | None = None
         self._want_rate_until = 0.0
+        self._workers_shown = 1  # lines the workers block took at the last refresh
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -139,6 +142,7 @@ class RedlineApp(App[int]):
                 yield LivePanels()
                 yield TargetsPanel(id="targets")  # many targets: a row each (at 80x24 in the GPUs' place)
                 yield GpuPanel(id="gpus")
+                yield WorkersPanel(id="workers")  # --workers N: a summary line, rows where there is room
                 yield CurveView(self.compare, id="side-curve")  # wide terminals: under the panels
             with Vertical(id="right"):
                 yield StepTable()
@@ -197,10 +201,30 @@ class RedlineApp(App[int]):
         self.set_class(bool(snap.targets), "-targets")  # redline.tcss: the block shows, the GPUs make room
         base.query_one(TargetsPanel).snapshot = snap
         base.query_one(GpuPanel).snapshot = snap
+        workers = base.query_one(WorkersPanel)
+        lines = self._workers_lines(base, len(snap.workers))
+        self.set_class(lines > 0, "-workers")  # redline.tcss: shown with workers and room for them
+        workers.lines = max(lines, 1)
+        workers.snapshot = snap
         base.query_one(StepTable).show(snap)
         base.query_one(EventLog).show(snap.log)
         for curve in base.query(CurveView):
             curve.show(snap)
+
+    def _workers_lines(self, base, n: int) -> int:
+        """Lines the workers block may take (widgets/workers.py block_lines): what its column
+        leaves under the panels, the targets and the GPUs, as laid out at the last refresh."""
+        if not n:
+            return 0
+        body = base.query_one("#body")
+        if not body.display or body.size.height <= 0:  # `g`: the curve has the screen; keep it as it was
+            return self._workers_shown
+        spare = body.size.height
+        for w in (base.query_one(LivePanels), base.query_one(TargetsPanel), base.query_one(GpuPanel)):
+            if w.display:
+                spare -= w.outer_size.height
+        self._workers_shown = block_lines(n, spare, base.has_class("-wide"))
+        return self._workers_shown
 
     RATE_ACTIONS = frozenset({"rate_more", "rate_less", "rate_double", "rate_halve", "type_rate"})
     C_ACTIONS = frozenset({"more", "less", "double", "halve", "type_concurrency"})

@@ -1,8 +1,9 @@
 """The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/commands.py cmd_report
 prints it, and the curves of tui/curves.py).
 
-One session: its step table, break and probe (engine.session.report_session), the efficiency
-table when GPU telemetry exists, and its curves. Several: one table aligned by concurrency
+One session: its step table, break and probe (engine.session.report_session), the per-target
+and per-worker tables when the session had several targets or workers, the efficiency table
+when GPU telemetry exists, and its curves. Several: one table aligned by concurrency
 with the best session per row marked, each session's break and knee, each session's C=1
 probe, the efficiency table, and the curves of all of them on the same axes.
 
@@ -239,6 +240,63 @@ def session_targets_table(session_dir: Path) -> str:
     return format_targets_table([t for t in targets if isinstance(t, dict)])
 
 
+WORKER_COLUMNS = ("worker", "node", "share", "requests", "tok/s", "lag p99", "CPU %", "")
+
+
+def format_workers_table(workers: Sequence[dict]) -> str:
+    """summary.json's `workers` (--workers N, --ray) as a table: each worker's node, its share
+    of C at the end, and its requests, tok/s, lag p99 and CPU over the session; "" without."""
+    if not workers:
+        return ""
+
+    def num(v) -> str:
+        return "-" if v is None else str(v)
+
+    def one(v) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = []
+    for w in workers:
+        dead = w.get("alive") is False
+        rows.append([f"w{w.get('worker', '?')}", str(w.get("node") or "?"), "-" if dead else num(w.get("share")),
+                     num(w.get("requests")), one(w.get("output_tok_s")), "-" if w.get("lag_p99_ms") is None else fmt_ms(w["lag_p99_ms"]),
+                     one(w.get("cpu_pct")), "DEAD" if dead else ""])
+    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(WORKER_COLUMNS)]
+    left = 2  # worker and node: left-aligned
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if j < left else c.rjust(w) if j < len(cells) - 1 else c
+                         for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    dead = sum(1 for w in workers if w.get("alive") is False)
+    nodes = {str(w.get("node")) for w in workers if w.get("node")}
+    out = [f"workers ({len(workers)}" + (f" on {len(nodes)} nodes" if len(nodes) > 1 else "")
+           + (f", {dead} dead" if dead else "") + ")", line(WORKER_COLUMNS)]
+    out += [line(r) for r in rows]
+    out.append("share = its part of C at the end (rate mode: of the in-flight cap); requests = ended there (any outcome); "
+               "tok/s and CPU % over the session")
+    out.append("lag p99 in ms: a chunk's arrival after the server stamped it (- when the server does not stamp chunks);"
+               " DEAD = died, its share went to the others")
+    return "\n".join(out)
+
+
+def _summary_list(session_dir: Path, key: str) -> list[dict]:
+    """summary.json's `key` list (its dict entries), [] when absent or unreadable."""
+    from redline.engine.session import load_summary
+
+    try:
+        summary = load_summary(session_dir)
+    except (SessionError, OSError, ValueError):
+        return []
+    got = summary.get(key) if isinstance(summary, dict) else None
+    return [x for x in got if isinstance(x, dict)] if isinstance(got, list) else []
+
+
+def session_workers_table(session_dir: Path) -> str:
+    """The per-worker table of one session's summary.json; "" without workers recorded."""
+    return format_workers_table(_summary_list(session_dir, "workers"))
+
+
 def load_compare_session(path: Path | None) -> SessionSummary | None:
     """`--compare SESSION_DIR` for the TUI: the session, None without the flag, or a one-line
     UsageError (exit 2) before anything starts."""
@@ -254,7 +312,7 @@ def report_text(session_dirs: Sequence[Path]) -> tuple[str, list[SessionSummary]
     """The text of `redline report` (curves apart) and the sessions it read.
 
     One session: its step table, break and probe (engine.session.report_session), then the
-    efficiency table and its knee. Several: format_comparison. Raises SessionError."""
+    per-target and per-worker tables, the efficiency table and its knee. Several: format_comparison. Raises SessionError."""
     dirs = list(session_dirs)
     sessions = load_sessions(dirs)
     if len(dirs) != 1:
@@ -263,6 +321,9 @@ def report_text(session_dirs: Sequence[Path]) -> tuple[str, list[SessionSummary]
     targets = session_targets_table(dirs[0])
     if targets:
         text += "\n\n" + targets
+    workers = session_workers_table(dirs[0])
+    if workers:
+        text += "\n\n" + workers
     eff = format_efficiency_table(sessions)
     if eff:
         text += "\n\n" + eff

@@ -1,4 +1,5 @@
-"""Per-GPU power (W and % of limit) and utilisation; client health beside it."""
+"""Per-GPU power (W and % of limit) and utilisation; client health beside it (the coordinator's;
+each worker's is in widgets/workers.py)."""
 
 from __future__ import annotations
 
@@ -41,11 +42,6 @@ class GpuPanel(Static):
             # red when the engine flags it; its warning (header) names the cause it measured
             style = "bold red" if s.client_overloaded else "dim"
             foot.append(Text(f"client CPU {s.client_cpu_pct:.0f}% lag {num(s.loop_lag_ms)} ms", style=style))
-        ws = getattr(s, "workers", ())
-        if ws:  # --workers N: how many hold the load (red when one died)
-            alive = [w for w in ws if w["alive"]]
-            style = "bold red" if len(alive) < len(ws) else "dim"
-            foot.append(Text(f"{len(alive)}/{len(ws)} workers" if len(alive) < len(ws) else f"{len(ws)} workers", style=style))
         if cells:
             t.append("\n")
         t.append_text(Text("  ").join(foot))

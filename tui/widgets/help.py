@@ -64,6 +64,7 @@ FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 char
     ("GPU W / %", "power per GPU, share of its limit; u = utilisation"),
     ("tok/J", "output tokens per joule of GPU power (J/tok: inverse)"),
     ("client CPU/lag", "redline's own CPU and loop lag: high = timings late"),
+    ("workers", "a row each: C share now; requests, tok/s, lag, CPU so far"),
     ("step row", "one per C held: own requests' TTFT, window's tok/s, ITL"),
     ("  err / srv run", "its failed requests / most the server ran while measured"),
     ("  at / *", "when its C was set / the live row (pauses, probes too)"),
@@ -110,6 +111,7 @@ def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_ste
         rows.append(("mode", "concurrency (m: open-loop rate)"))
     rows.append(("step", f"+/- changes C by {step}, R by {rate_step:g} req/s"))
     rows.append(("max C", f"{max_c} (c asks above it; rate mode: the in-flight cap)"))
+    rows += worker_rows(s, config)
     timeout = getattr(config, "request_timeout", None)
     if timeout is not None:
         rows.append(("request timeout", f"{timeout:g} s"))
@@ -138,6 +140,25 @@ def target_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
         if i < len(live) and live[i].get("gone"):
             text += "  GONE"
         rows.append((f"  {i + 1}", text))
+    return rows
+
+
+def worker_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
+    """With `--workers N` (or `--ray`): how many and where, then a row per worker with its node
+    and its share of C now (rate mode: of the in-flight cap), DEAD for one that died."""
+    live = list(snap.workers) if snap is not None and snap.workers else []
+    n = len(live) or int(getattr(config, "workers", 1) or 1)
+    ray = getattr(config, "ray", None)
+    if n < 2 and not live and ray is None:
+        return []
+    nodes = {str(w.get("node")) for w in live if w.get("node")}
+    where = f"Ray actors ({ray})" if ray else "processes"
+    text = f"{n} {where}" + (f" on {len(nodes)} nodes" if len(nodes) > 1 else " on " + next(iter(nodes)) if nodes else "")
+    rows = [("workers", text + ", each its share of the load")]
+    share = "C" if snap is None or snap.mode == "concurrency" else "cap"
+    for w in live:
+        state = f"{share} {w.get('share', '?')}" if w.get("alive", True) else "DEAD (its share went to the others)"
+        rows.append((f"  w{w.get('worker', '?')}", f"{w.get('node') or '?'}  {state}"))
     return rows
 
 
