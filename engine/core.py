@@ -437,15 +437,19 @@ class Engine:
         return speed
 
     def toggle_mode(self) -> str:
-        """Concurrency <-> rate mode. Into rate mode: the last rate, else the achieved
-        request rate (2 significant digits; 1 req/s when nothing completed yet)."""
+        """Concurrency <-> rate mode. Into rate mode: the last rate, else the request rate
+        achieved now (the live step's sends per second, 2 significant digits; 1 req/s when
+        nothing was sent yet)."""
         ctl = self._ctl
         if ctl.open_loop:
             self.set_concurrency(ctl.target)
         else:
             r = self._last_rate
-            if r is None:
-                _, _, req_s, _ = self.metrics.rates(time.perf_counter())
+            if r is None:  # the step's own send rate (steadier than a 3 s window of completions)
+                live = self.book.live_result
+                req_s = live.request_throughput if live is not None else 0.0
+                if req_s <= 0:
+                    _, _, req_s, _ = self.metrics.rates(time.perf_counter())
                 r = float(f"{req_s:.2g}") if req_s > 0 else 1.0
             self.set_rate(r)
         return ctl.mode
