@@ -19,6 +19,7 @@ row in timeline.py, the snapshot in publish.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import platform
 import time
@@ -822,6 +823,22 @@ class Engine:
             self._health = await asyncio.to_thread(self.health.status)
 
     # -- each second -------------------------------------------------------------------
+    def _server_total(self):
+        """The server's sample for steps and the cap detector: with several targets, their
+        running and queued summed (the first target's sample otherwise)."""
+        srv = self.telemetry.server if self.telemetry else None
+        if srv is None or len(self.targets) < 2:
+            return srv
+        samples = [t.telemetry.server for t in self.targets if t.telemetry is not None]
+        if any(x is None for x in samples):
+            return srv
+
+        def total(name: str) -> float | None:
+            vals = [getattr(x, name) for x in samples]
+            return None if any(v is None for v in vals) else float(sum(vals))
+
+        return dataclasses.replace(srv, running=total("running"), queued=total("queued"), prefix_queries_total=None, prefix_hits_total=None)
+
     def _check_trace_end(self) -> None:
         tr, ctl = self.trace, self.controller
         if tr is not None and ctl is not None and ctl.trace_done and tr.schedule is not None and not tr.finished_logged:
@@ -836,7 +853,7 @@ class Engine:
                 for rec in list(sender.in_flight.values()):
                     self._harvest(rec, sender)
         self.metrics.recompute_percentiles(now)
-        srv = self.telemetry.server if self.telemetry else None
+        srv = self._server_total()
         power = total_power_w(self.telemetry.gpus) if self.telemetry else None
         self.book.each_second(now, srv, power)
         ev = self.events

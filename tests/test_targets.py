@@ -74,6 +74,11 @@ def test_load_splits_by_weight_and_counts_match_each_sim(sim_factory, tmp_path):
                                 workload=WorkloadConfig(input_len=16, output_len=8), use_nvml=False, out_dir=out))
         await e.start()
         await until(lambda: e.metrics.completed >= 120, 30)
+        # the server's running count that steps and the cap detector see: every target's
+        tot = e._server_total()
+        per = [t.telemetry.server for t in e.targets]
+        assert tot is not None and all(p is not None for p in per)
+        assert tot.running == sum(p.running for p in per) > max(p.running for p in per)
         await e.stop()
         return e
 
