@@ -371,6 +371,16 @@ async def play(pilot, host: FakeHost, snaps: list[Snapshot]) -> None:
         app.pull_snapshot()
     await pilot.pause()
     await pilot.pause()
+    # bounded: until two frames agree (a block sized from the last layout, e.g. the workers',
+    # moves the log, which then scrolls to its end: a loaded machine needs more frames)
+    prev = None
+    for _ in range(20):
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        cur = screen_lines(app)
+        if cur == prev:
+            break
+        prev = cur
 
 
 def make_app(name: str) -> tuple[RedlineApp, FakeHost, list[Snapshot]]:

@@ -57,6 +57,8 @@ class EventLog(RichLog):
             self.clear()
             for when, text in entries:
                 self._write(when, text)
+        elif self.auto_scroll:  # shorter or taller (a block above it came or went): newest line in view
+            self.call_after_refresh(self.scroll_end, animate=False)
 
     def _write(self, when: str, text: Text) -> None:
         """The stamp in its own column, the text wrapped beside it."""
