@@ -75,3 +75,15 @@ def shared_sim() -> Iterator[Callable[..., SimProcess]]:
     yield get
     for sim in sims.values():
         sim.stop()
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Times of day in UTC, whatever the machine's zone (screen pictures and texts)."""
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

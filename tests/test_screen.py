@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import math
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -397,14 +396,7 @@ def screen_lines(app: RedlineApp) -> list[str]:
     return console.export_text().splitlines()
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    """Times of day in UTC, whatever the machine's zone."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (tests/conftest.py)
 
 
 # -- pictures ---------------------------------------------------------------------------------

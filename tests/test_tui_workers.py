@@ -48,15 +48,7 @@ FOUR = [w(0, cpu=30.0, lag=0.9), w(1, cpu=61.0, lag=1.4), w(2, node="gpu-b", ali
         w(3, node="gpu-b", cpu=45.0, lag=2.1)]
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    import time
-
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (tests/conftest.py)
 
 
 # -- the block's text ------------------------------------------------------------------------------
