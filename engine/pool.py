@@ -308,9 +308,10 @@ class WorkerPool(Controller):
             gaps.extend((t, [], g) for g in raws[1:])
         if gaps:
             e.on_remote_gaps(gaps)
-        for lag in msg["lags"]:
-            e.metrics.on_lag(lag)
-            st.lag.add(lag if lag > 0 else 0.0)
+        lags = msg["lags"]
+        if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
+            e.metrics.lag.merge(lags)
+            st.lag.merge(lags)
         for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures) in msg["ends"]:
             got = live.pop(rid, None)
             if got is None:

@@ -9,6 +9,7 @@ every FLUSH_S, or at once when the coordinator asks (a step closing):
 - output tokens counted in 10 ms buckets of arrival time,
 - inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
   that closes them (the values themselves: merged percentiles equal one process's),
+- the chunks' lags behind the server's send stamps (the sim's), as a histogram delta,
 - one summary per ended request (its figures and outcome; never its chunk timestamps).
 
 Times are perf_counter seconds: CLOCK_MONOTONIC, shared by every process on the host, so the
@@ -30,6 +31,7 @@ import httpx
 from .arrivals import parse_arrival
 from .controller import Controller
 from .conversation import run_session
+from .histogram import LogHistogram
 from .http import make_client
 from .loop import new_event_loop, read_pipe
 from .records import RequestRecord
@@ -94,11 +96,11 @@ class Batch:
         self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
         self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
         self.ends: list[tuple] = []
-        self.lags: list[float] = []
+        self.lags = LogHistogram()  # the chunks' lags, binned as the coordinator bins them
 
     def on_lag(self, lag: float) -> None:
         """Receive time - the server's send stamp of a chunk (the sim's sim_t)."""
-        self.lags.append(lag)
+        self.lags.add(lag if lag > 0 else 0.0)
 
     def listener(self, ti: int) -> "_TargetListener":
         return _TargetListener(self, ti)
@@ -124,7 +126,7 @@ class Batch:
             "tokens": list(self.tokens.items()),
             "gaps": sorted(self.gaps.items()),
             "ends": self.ends,
-            "lags": self.lags,
+            "lags": self.lags if self.lags.count else None,
         }
         self._reset()
         return out
