@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .core import Engine
 
 READY_TIMEOUT_S = 120.0
+HEAD_CHECK_S = 3.0
 
 
 class RayUnavailable(TargetUnreachable):
@@ -75,6 +77,12 @@ def connect(address: str) -> None:
         raise RayUnavailable("--ray: Ray is not installed here; pip install 'redline[ray]' (on every node)") from None
     if ray.is_initialized():
         return
+    if address != "auto":  # Ray retries an unreachable head for minutes: ask its port first
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host or address, int(port) if port.isdigit() else 6379), timeout=HEAD_CHECK_S).close()
+        except (OSError, ValueError) as exc:
+            raise RayUnavailable(f"--ray {address!r}: no Ray head answers there ({exc.strerror or exc}); expected auto or HOST:PORT of the head (ray start --head prints it)") from None
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError: Ray's own

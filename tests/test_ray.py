@@ -91,3 +91,12 @@ def test_two_ray_actors_give_the_same_counts(sim_factory, ray_head, tmp_path):
     assert sum(w["requests"] for w in summary["workers"]) == load.height
     assert all(w["node"] for w in summary["workers"])
     assert [s["concurrency"] for s in summary["steps"]] == [6, 10]
+
+
+def test_a_ray_address_with_no_head_is_one_line_at_once():
+    from redline.engine.ray_pool import RayUnavailable, connect
+
+    with pytest.raises(RayUnavailable) as exc:
+        connect(f"127.0.0.1:{free_port()}")
+    msg = str(exc.value)
+    assert "no Ray head answers there" in msg and "\n" not in msg
