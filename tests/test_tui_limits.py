@@ -57,7 +57,7 @@ async def test_lane_slo_and_search_keys(host):
         await pilot.press("enter")
         assert await settle(pilot, lambda: "TTFT≤2 s" in host.snapshot.slo)
         assert await settle(pilot, lambda: host.snapshot.goodput_tok_s is not None and host.snapshot.goodput_tok_s > 0)
-        assert app.query_one("#m-good").display  # the goodput row beside throughput
+        assert await settle(pilot, lambda: app.query_one("#m-good").display)  # the goodput row beside throughput (drawn at the next pull)
         # k: a knee search from the current C; a concurrency key takes the wheel back
         await pilot.press("k")
         assert await settle(pilot, lambda: host.snapshot.preset_running and host.snapshot.state == "preset")
