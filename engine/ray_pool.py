@@ -148,9 +148,13 @@ class RayPool(WorkerPool):
             await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
             await self._take_all("batch")
 
+    def _alive(self) -> list[int]:
+        """The workers alive with an actor (none before launch made them, or when it failed)."""
+        return [s.index for s in self.states if s.alive and s.index < len(self._actors)]
+
     async def _take_all(self, kind: str) -> None:
         async with self._pulling:
-            alive = [s.index for s in self.states if s.alive]
+            alive = self._alive()
             msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind)) for i in alive))
             t = time.perf_counter()
             for i, msg in zip(alive, msgs):
@@ -172,7 +176,9 @@ class RayPool(WorkerPool):
 
     async def _finish_all(self, method: str, timeout: float) -> int:
         async with self._pulling:
-            alive = [s.index for s in self.states if s.alive]
+            alive = self._alive()
+            if not alive:
+                return 0
             calls = asyncio.gather(*(self._call(i, getattr(self._actors[i], method).remote()) for i in alive))
             try:
                 res = await asyncio.wait_for(asyncio.shield(calls), timeout)
@@ -194,8 +200,10 @@ class RayPool(WorkerPool):
             await asyncio.wait([self._poller], timeout=SYNC_TIMEOUT_S * 2)
             self._poller.cancel()
         n = await self._finish_all("stop", STOP_TIMEOUT_S)
-        import ray
-
+        try:
+            import ray
+        except ImportError:  # never launched: nothing joined, nothing to leave
+            return n
         for a in self._actors:
             try:
                 ray.kill(a)
@@ -210,5 +218,6 @@ class RayPool(WorkerPool):
                 pass
         if self._runner is not None:
             await asyncio.wait([self._runner], timeout=1.0)
-        await asyncio.to_thread(ray.shutdown)  # leave the cluster (it keeps running for others)
+        if ray.is_initialized():
+            await asyncio.to_thread(ray.shutdown)  # leave the cluster (it keeps running for others)
         return n

@@ -42,8 +42,10 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--headles` is a typo, not --headless (README)
         super().__init__(*args, **kwargs)
         self._add_arguments = add_arguments
+        self._argv: list[str] = []
 
     def _complete(self) -> None:
         if self._add_arguments is not None:
@@ -52,6 +54,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._complete()
+        self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def format_help(self) -> str:
@@ -63,7 +66,55 @@ class OneLineParser(argparse.ArgumentParser):
         return super().format_usage()
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.prog
+        unknown = self._unknown_option()
+        if unknown is not None:  # named, not `invalid choice: '32'` for `--concurency 32`
+            prog, message = unknown
+        self.exit(EXIT_BAD_INPUT, f"{prog}: error: {message} (see {prog} --help)\n")
+
+    def _unknown_option(self) -> tuple[str, str] | None:
+        """(prog, message) for the first option in the arguments that no parser knows, with the
+        closest real one; None when every option is known."""
+        import difflib
+
+        subs: dict[str, argparse.ArgumentParser] = {}
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                subs = dict(a.choices)
+        parser: argparse.ArgumentParser = self
+        for tok in self._argv:
+            if tok == "--":
+                return None
+            if parser is self and tok in subs:
+                parser = subs[tok]
+                if isinstance(parser, OneLineParser):
+                    parser._complete()
+                continue
+            if not tok.startswith("-") or tok == "-" or _is_number(tok):
+                continue
+            name = tok.split("=", 1)[0]
+            known = parser._option_string_actions
+            if name in known or (not tok.startswith("--") and tok[:2] in known):  # -c32
+                continue
+            elsewhere = [p.prog for p in (self, *subs.values()) if p is not parser and name in p._option_string_actions]
+            longs = [o for o in known if o.startswith("--")]
+            close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, longs, n=1, cutoff=0.6)
+            if elsewhere:
+                hint = f"; it is an option of {elsewhere[0]}, not of {parser.prog}"
+            elif close:
+                hint = f"; did you mean {close[0]}?"
+            else:
+                hint = ""
+            return parser.prog, f"unknown option {name!r}{hint}"
+        return None
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
 
 
 def _sim_arguments(parser: argparse.ArgumentParser) -> None:

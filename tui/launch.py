@@ -102,7 +102,19 @@ def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
         raise UsageError(f"--ray {args.ray!r}: expected auto or the Ray head's address, e.g. 10.0.0.1:6379")
     if cfg.workload.trace is not None:
         raise UsageError(f"--ray {addr}: a trace replays in one process (its rows in order); drop --ray")
+    if not ray_installed():
+        raise UsageError(f"--ray {addr}: Ray is not installed here; pip install 'redline[ray]' (on every node), or drop --ray")
     return addr
+
+
+def ray_installed() -> bool:
+    """Whether `import ray` can work, asked without importing it (Ray takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        return False
 
 
 def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:

@@ -1,0 +1,155 @@
+"""Issue 27, a newcomer's first afternoon on the command line: every bad input is one line
+naming the value and what is accepted, exit 2, before anything starts; no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main_in_process(argv: list[str]) -> int:
+    from redline.tui import cli
+
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:  # argparse's errors
+        return int(exc.code or 0)
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch) -> list[str]:
+    """Starting the built-in sim, any HTTP request or the TUI is recorded and fails."""
+    import httpx
+
+    import redline.engine.sim.serve
+    import redline.tui.run_app
+
+    touched: list[str] = []
+
+    def no(what):
+        def f(*a, **k):
+            touched.append(what)
+            raise AssertionError(f"{what} started before the arguments were checked")
+
+        return f
+
+    async def no_send(self, *a, **k):
+        touched.append("http")
+        raise AssertionError("a connection was made before the arguments were checked")
+
+    monkeypatch.setattr(redline.engine.sim.serve, "spawn_sim_process", no("sim"))
+    monkeypatch.setattr(redline.engine.sim.serve, "start_sim_thread", no("sim"))
+    monkeypatch.setattr(httpx.AsyncClient, "send", no_send)
+    monkeypatch.setattr(redline.tui.run_app, "run_tui", no("tui"))
+    return touched
+
+
+def one_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- 1. --ray without Ray installed --------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["run", "quick", "--headless", "--ray", "auto", "--workers", "2"],
+    ["run", "quick", "--ray", "auto", "--workers", "2"],  # the TUI
+    ["--ray", "10.0.0.1:6379", "--workers", "2"],
+])
+def test_ray_not_installed_is_one_line_before_the_sim(monkeypatch, nothing_starts, capsys, tmp_path, argv):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as where it is not installed
+    rc = main_in_process([*argv, "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    line = one_line(err)
+    assert "--ray" in line and "pip install 'redline[ray]'" in line
+    assert nothing_starts == [] and not (tmp_path / "s").exists()
+
+
+def test_ray_not_installed_through_the_cli(tmp_path):
+    """The real process: one line, exit 2, no session directory."""
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from redline.tui.cli import main\n"
+            f"sys.exit(main(['run', 'quick', '--headless', '--ray', 'auto', '--workers', '2', '--out', {str(tmp_path / 's')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "CI": "true"},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "pip install 'redline[ray]'" in one_line(r.stderr)
+    assert not (tmp_path / "s").exists()
+
+
+def test_ray_pool_stops_cleanly_when_launch_never_made_actors(monkeypatch):
+    """A RayPool whose launch failed (Ray missing, cluster refused) stops without an
+    IndexError: it has states for its workers but no actors."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    from redline.engine.ray_pool import RayPool, RayUnavailable
+
+    class FakeEngine:
+        def warn(self, *a, **k):
+            pass
+
+    async def go() -> int:
+        pool = RayPool(FakeEngine(), 2, 8, 1024, "auto")  # type: ignore[arg-type]
+        with pytest.raises(RayUnavailable, match=r"pip install 'redline\[ray\]'"):
+            await pool.launch(None)  # type: ignore[arg-type]
+        return await pool.stop()  # what Engine.stop("start failed") calls
+
+    assert asyncio.run(go()) == 0
+
+
+@pytest.mark.server
+def test_a_failed_start_still_closes_the_session(tmp_path):
+    """When start-up fails past the command line (Ray gone at join time), the run ends with
+    one line and meta.json says when and why it ended."""
+    out = tmp_path / "s"
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "import redline.tui.launch as L; L.ray_installed = lambda: True\n"
+            "from redline.tui.cli import main\n"
+            f"sys.exit(main(['run', 'quick', '--headless', '--ray', 'auto', '--workers', '2', '--out', {str(out)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "CI": "true"},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 3, r.stderr
+    assert "pip install 'redline[ray]'" in one_line(r.stderr)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["ended_at"] is not None and meta["end_reason"] == "start failed"
+
+
+# -- 2. an unknown option is named, with the closest real one; no abbreviations -------------
+@pytest.mark.parametrize("argv, needles", [
+    (["--concurency", "32"], ("'--concurency'", "--concurrency")),
+    (["--concurency=32"], ("'--concurency'", "--concurrency")),
+    (["run", "quick", "--headles"], ("'--headles'", "--headless", "redline run")),
+    (["--headless"], ("'--headless'", "redline run")),  # a command's option without the command
+    (["run", "quick", "--concurrency", "4"], ("'--concurrency'", "not of redline run")),
+    (["--conc", "4"], ("'--conc'", "--concurrency")),  # abbreviations are refused, not guessed
+    (["--xyzzy"], ("'--xyzzy'",)),
+])
+def test_unknown_option_is_named_with_the_closest_one(nothing_starts, capsys, argv, needles):
+    rc = main_in_process(argv)
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == "" and nothing_starts == []
+    line = one_line(out.err)
+    assert "unknown option" in line and "invalid choice" not in line, line
+    assert all(n in line for n in needles), line
+
+
+def test_options_are_not_abbreviated():
+    from redline.tui.cli import build_parser
+
+    p = build_parser()
+    assert p.allow_abbrev is False
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert all(sp.allow_abbrev is False for sp in sub.choices.values())
+
+
+def test_readme_states_the_abbreviation_choice():
+    readme = (ROOT / "README.md").read_text()
+    assert "never abbreviated" in readme
