@@ -176,7 +176,7 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
 async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcome, on_line: Callable[[str], None]) -> None:
     """The preset's steps in order, until a stop rule fires."""
     plans = preset.ramp.steps()
-    engine.log("preset", f"preset {preset.name}: {len(plans)} steps {[p.label for p in plans]}")
+    engine.log("preset", f"preset {preset.name}: {len(plans)} steps: {', '.join(p.label for p in plans)}")
     workloads = preset.ramp.workloads or ()
     for i, plan in enumerate(plans, 1):
         label = f"{preset.name} step {i}/{len(plans)} {plan.label}"
@@ -195,7 +195,8 @@ async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcom
         if br is not None:
             out.break_result = engine.book.break_result = br
             engine.log("break", br.detail or br.reason, concurrency=br.concurrency)
-            on_line(f"break: {br.reason} at {br.where}; last good {br.last_good} ({br.detail})")
+            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
+            on_line(f"break: {br.reason} at {br.where}; {good} ({br.detail})")
             return
 
 
@@ -254,7 +255,8 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
             br.rate = plan.rate
             out.break_result = book.break_result = br
             engine.log("break", br.detail, concurrency=c)
-            on_line(f"break: {br.reason} at C={c}; last good C={br.last_good_concurrency}")
+            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
+            on_line(f"break: {br.reason} at {br.where}; {good}")
             break
         assert res is not None
         out.steps.append(res)
@@ -265,11 +267,15 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     result = search.result(time.perf_counter() - t0)
     out.search = book.search = _search_dict(sp, result)
     if sp.rate_unit is not None:
-        slo_part = f", largest rate meeting the SLO {out.search['max_slo_rate']} req/s" if search.slo is not None else ""
-        line = f"search: knee at {out.search['knee_rate']} req/s{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {out.search['rates']})"
+        knee, best = out.search["knee_rate"], out.search["max_slo_rate"]
+        slo_part = ("" if search.slo is None else ", no rate met the SLO" if best is None else f", largest rate meeting the SLO {best:g} req/s")
+        points = ", ".join(f"{r:g}" for r in out.search["rates"]) + " req/s"
+        line = f"search: {'no knee found' if knee is None else f'knee at {knee:g} req/s'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
     else:
-        slo_part = f", largest C meeting the SLO {result.max_slo_concurrency}" if search.slo is not None else ""
-        line = f"search: knee C={result.knee_concurrency}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {result.points})"
+        knee, best = result.knee_concurrency, result.max_slo_concurrency
+        slo_part = ("" if search.slo is None else ", no C met the SLO" if best is None else f", largest C meeting the SLO {best}")
+        points = ", ".join(f"C={c}" for c in result.points)
+        line = f"search: {'no knee found' if knee is None else f'knee C={knee}'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
     engine.log("preset", line)
     on_line(line)
 
