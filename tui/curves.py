@@ -1,10 +1,13 @@
-"""Saturation curves: output tok/s and p99 TTFT against concurrency, one line per session,
-each session's knee marked. In the terminal with plotext (`redline report`, and the TUI's
+"""Saturation curves: output tok/s and p99 TTFT against the load (concurrency; the offered
+request rate for sessions over rates, never the in-flight cap), one line per session, each
+session's knee marked. In the terminal with plotext (`redline report`, and the TUI's
 curve view through tui/widgets/curve.py), as an image with matplotlib (`--png`, the optional
 `png` extra).
 
-Concurrency is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the
-concurrencies measured. What a point, the best session and the knee are: engine/session/compare.py.
+The load is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the loads
+measured. Sessions that mix kinds (C steps, then rate steps) are drawn on the axis of the kind
+most of their points have; what a point, the best session and the knee are:
+engine/session/compare.py.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from redline.engine.session.compare import SessionSummary, knee, knee_step
+from redline.engine.session.compare import KINDS, SessionSummary, axis_title, knee_load, knee_step
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 
@@ -39,22 +42,43 @@ class PngUnavailable(RuntimeError):
 
 # -- shared helpers ------------------------------------------------------------------------
 
-def _points(s: SessionSummary, metric: str) -> list[tuple[int, float]]:
+def axis_kind(sessions: Sequence[SessionSummary]) -> str:
+    """The kind of load on the x axis: the one most points of all sessions have (C on a tie)."""
+    counts = {k: 0 for k in KINDS}
+    for s in sessions:
+        for key in s.by_load():
+            counts[key.kind] += 1
+    return max(KINDS, key=lambda k: (counts[k], -KINDS.index(k)))
+
+
+def _points(s: SessionSummary, metric: str, kind: str = "C") -> list[tuple[float, float]]:
     pts = []
-    for c, st in s.by_concurrency().items():
+    for key, st in s.by_load().items():
         v = getattr(st, metric)
-        if v is not None:
-            pts.append((c, float(v)))
+        if key.kind == kind and v is not None and key.value > 0:
+            pts.append((key.value, float(v)))
     return pts
 
 
-def _knee_value(s: SessionSummary, metric: str) -> tuple[int, float | None] | None:
-    k = knee(s)
-    if k is None:
+def _knee_value(s: SessionSummary, metric: str, kind: str = "C") -> tuple[float, float | None] | None:
+    k = knee_load(s)
+    if k is None or k.kind != kind or k.value <= 0:
         return None
     st = knee_step(s)
     v = getattr(st, metric) if st is not None else None
-    return k, (None if v is None else float(v))
+    return k.value, (None if v is None else float(v))
+
+
+def _knee_text(s: SessionSummary) -> str | None:
+    k = knee_load(s)
+    return None if k is None else f"knee {k.label}"
+
+
+def _tick_label(v: float, kind: str) -> str:
+    return f"x{v:g}" if kind == "x" else f"{v:g}"
+
+
+_X_NAME = {"C": "C", "R": "R (req/s)", "x": "trace speed"}
 
 
 METRICS = (
@@ -91,25 +115,25 @@ def fmt_tick(v: float) -> str:
     return s
 
 
-def _c_ticks(cs: list[int], canvas_w: int, prefer: Sequence[int] = ()) -> list[int]:
-    """The concurrencies to label on a log2 x axis canvas_w columns wide, no two labels
-    touching: the first and the last, then those in prefer (the knees), then powers of two,
-    then the rest, each kept if it fits."""
+def _c_ticks(cs: list[float], canvas_w: int, prefer: Sequence[float] = (), kind: str = "C") -> list[float]:
+    """The loads to label on a log2 x axis canvas_w columns wide, no two labels touching:
+    the first and the last, then those in prefer (the knees), then powers of two, then the
+    rest, each kept if it fits."""
     if len(cs) <= 2:
         return list(cs)
     lo, hi = math.log2(cs[0]), math.log2(cs[-1])
     span = hi - lo or 1.0
 
-    def col(c: int) -> float:
+    def col(c: float) -> float:
         return (math.log2(c) - lo) / span * (canvas_w - 1)
 
-    def fits(c: int, chosen: list[int]) -> bool:
-        return all(abs(col(c) - col(o)) >= (len(str(c)) + len(str(o))) / 2 + 1 for o in chosen)
+    def fits(c: float, chosen: list[float]) -> bool:
+        return all(abs(col(c) - col(o)) >= (len(_tick_label(c, kind)) + len(_tick_label(o, kind))) / 2 + 1 for o in chosen)
 
     chosen = [cs[0]]
     if fits(cs[-1], chosen):
         chosen.append(cs[-1])
-    order = [c for c in prefer if c in cs] + [c for c in cs if c & (c - 1) == 0] + list(cs)
+    order = [c for c in prefer if c in cs] + [c for c in cs if math.log2(c).is_integer()] + list(cs)
     for c in order:
         if c not in chosen and fits(c, chosen):
             chosen.append(c)
@@ -122,9 +146,9 @@ def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool) -
     """The legend above the plots: symbol, label and knee of each session, packed into lines."""
     entries = []
     for i, s in enumerate(sessions):
-        k = knee(s)
+        k = _knee_text(s)
         text = f"{POINT_MARKS[i % len(POINT_MARKS)]}─ {s.label}"
-        text += f"  knee C={k}" if k is not None else ("  (no steps)" if not s.steps else "  no knee")
+        text += f"  {k}" if k is not None else ("  (no steps)" if not s.steps else "  no knee")
         if len(text) > width:
             text = text[: max(width - 1, 1)] + "…"
         entries.append((text, TERM_COLORS[i % len(TERM_COLORS)]))
@@ -146,12 +170,12 @@ def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool) -
     return out
 
 
-def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str, w: int, h: int, color: bool) -> None:
+def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str, w: int, h: int, color: bool, kind: str = "C") -> None:
     import plotext
 
     sub.plot_size(w, h)
     sub.title(title)
-    series = [(i, s, _points(s, metric)) for i, s in enumerate(sessions)]
+    series = [(i, s, _points(s, metric, kind)) for i, s in enumerate(sessions)]
     allc = sorted({c for _, _, pts in series for c, _ in pts})
     ys = [v for _, _, pts in series for _, v in pts]
     if not allc:
@@ -176,11 +200,11 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
     xlo_v, xhi_v = xlo - pad, xhi + pad
     sub.ruler("x").lim(xlo_v, xhi_v)
     sub.ruler("y").lim(0, ytop)
-    ticks = _c_ticks(allc, canvas_w, [k for k in (knee(s) for s in sessions) if k is not None])
-    sub.ruler("x").ticks([math.log2(c) for c in ticks], [str(c) for c in ticks])
+    ticks = _c_ticks(allc, canvas_w, [kv[0] for kv in (_knee_value(s, metric, kind) for s in sessions) if kv is not None], kind)
+    sub.ruler("x").ticks([math.log2(c) for c in ticks], [_tick_label(c, kind) for c in ticks])
     sub.ruler("y").ticks(yticks, ylabels)
     hd_markers = ("hd", "braille", "hd", "braille", "hd", "braille", "hd", "braille")
-    knees: list[tuple[float, int, int]] = []  # (x, C, session index)
+    knees: list[tuple[float, float, int]] = []  # (x, load, session index)
 
     def pix(i: int):
         return plotext.pixel(foreground=TERM_COLORS[i % len(TERM_COLORS)]) if color else None
@@ -192,7 +216,7 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
     # drawn in layers, so no session's line hides another's points or knee:
     # knee verticals, then lines, then points, then knee diamonds
     for i, s, pts in series:
-        kv = _knee_value(s, metric)
+        kv = _knee_value(s, metric, kind)
         if kv is not None:
             k, v = kv
             x = math.log2(k)
@@ -208,15 +232,15 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
             mark = POINT_MARKS[i % len(POINT_MARKS)]
             sub.draw(sub.signal([math.log2(c) for c, _ in pts], [v for _, v in pts], marker=mk(mark, i)))
     for i, s, pts in series:
-        kv = _knee_value(s, metric)
+        kv = _knee_value(s, metric, kind)
         if kv is not None and kv[1] is not None:
             sub.draw(sub.signal([math.log2(kv[0])], [kv[1]], marker=mk(KNEE_MARK, i)))
     # knee labels along the top rows, one row down per label so two never overlap
     row_h = ytop / max(canvas_h - 1, 1)
-    seen: set[int] = set()
+    seen: set[float] = set()
     knees = [kn for kn in sorted(knees, key=lambda t: (t[0], t[2])) if not (kn[1] in seen or seen.add(kn[1]))]
     for n, (x, k, i) in enumerate(knees):
-        text = f"knee C={k}"
+        text = _knee_text(sessions[i]) or "knee"
         y = ytop - n * row_h
         frac = (x - xlo_v) / (xhi_v - xlo_v)
         tx = x + (xhi_v - xlo_v) / max(canvas_w, 1) * (1 if frac < 0.55 else -1)
@@ -259,11 +283,12 @@ def render_curves(
     fig.theme("simple" if color else "colorless")
     fig.subplots(1, 2) if side else fig.subplots(2, 1)
     fig.plot_size(width, avail)
+    kind = axis_kind(sessions)
     for n, (metric, name) in enumerate(METRICS):
         sub = fig.subplot(1, n + 1) if side else fig.subplot(n + 1, 1)
         sub.theme("simple" if color else "colorless")
         unit = " (ms)" if metric.endswith("_ms") else ""
-        _draw_panel(sub, sessions, metric, f"{name}{unit} vs C", pw[n], ph[n], color)
+        _draw_panel(sub, sessions, metric, f"{name}{unit} vs {_X_NAME[kind]}", pw[n], ph[n], color, kind)
     m = fig.build()
     body = m.string(colorless=not color).rstrip("\n").split("\n")
     fig.clear()
@@ -309,8 +334,9 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
         raise PngUnavailable(f"--png needs matplotlib: {PNG_EXTRA_HINT}") from None
 
     path = Path(path)
-    allc = sorted({st.concurrency for s in sessions for st in s.steps})
-    knees = [k for k in (knee(s) for s in sessions) if k is not None]
+    kind = axis_kind(sessions)
+    allc = sorted({k.value for s in sessions for k in s.by_load() if k.kind == kind and k.value > 0})
+    knees = [kv[0] for kv in (_knee_value(s, "output_throughput", kind) for s in sessions) if kv is not None]
     # no pyplot: no global backend or figure state, safe inside any process
     fig = Figure(figsize=(13, 6.4), dpi=110, layout="constrained")
     canvas = FigureCanvasAgg(fig)
@@ -328,11 +354,11 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
         ys_all = []
         for i, s in enumerate(sessions):
             col = PNG_COLORS[i % len(PNG_COLORS)]
-            pts = _points(s, metric)
-            k = knee(s)
-            notes = [f"knee C={k}"] if k is not None else []
+            pts = _points(s, metric, kind)
+            k = _knee_text(s)
+            notes = [k] if k is not None else []
             if s.break_result is not None:
-                notes.append(f"{s.break_result.reason} at C={s.break_result.concurrency}")
+                notes.append(f"{s.break_result.reason} at {s.break_result.where}")
             if not s.steps:
                 notes.append("no steps")
             lab = s.label + (f"  ({'; '.join(notes)})" if notes else "")
@@ -343,15 +369,15 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
             if n_ax == 0:
                 handles.append(h)
                 labels.append(lab)
-        ax.set_title(f"{name} vs concurrency", fontsize=11)
-        ax.set_xlabel("concurrency (log2 scale)")
+        ax.set_title(f"{name} vs {axis_title(kind).split(' (')[0]}", fontsize=11)
+        ax.set_xlabel(f"{axis_title(kind)} (log2 scale)")
         ax.set_ylabel(ylabels[metric])
         if allc:
-            ticks = _c_ticks(allc, 70, knees)
+            ticks = _c_ticks(allc, 70, knees, kind)
             ax.xaxis.set_major_locator(FixedLocator(ticks))
             ax.xaxis.set_minor_locator(FixedLocator([c for c in allc if c not in ticks]))
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xticks(ticks, [str(c) for c in ticks])
+            ax.set_xticks(ticks, [_tick_label(c, kind) for c in ticks])
             lo, hi = allc[0], allc[-1]
             ax.set_xlim(lo / 2, hi * 2) if lo == hi else ax.set_xlim(lo / 2 ** 0.3, hi * 2 ** 0.3)
         else:
@@ -363,7 +389,7 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
         ax.grid(True, which="minor", axis="x", alpha=0.12)
         # knees: a vertical dashed line, a diamond on the curve, and a label
         for i, s in enumerate(sessions):
-            kv = _knee_value(s, metric)
+            kv = _knee_value(s, metric, kind)
             if kv is None:
                 continue
             k, v = kv
@@ -380,7 +406,7 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
             elif allc and k <= allc[0]:
                 left = False
             ann = ax.annotate(
-                f"knee C={k}",
+                _knee_text(s) or "knee",
                 xy=(k, v),
                 xytext=(-10 if left else 10, 16),
                 textcoords="offset points",

@@ -14,16 +14,16 @@ Cell formats come from engine/session/report.py, so every report agrees; what "b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from redline.engine.session import SessionError, format_break_line, format_step_line, report_session
 from redline.engine.session.compare import (
     Row,
     SessionSummary,
-    align_by_concurrency,
+    align_by_load,
     any_power,
     joules_per_token,
-    knee,
+    knee_load,
     load_session,
     load_sessions,
     tokens_per_watt,
@@ -106,33 +106,48 @@ def _cells(step: StepResult | None, best: bool) -> list[str]:
     ]
 
 
+def _load_column(rows: Sequence[Row]) -> tuple[str, Callable[[Row], str]]:
+    """The first column's header and cells: `C` and `8` when every row is a concurrency,
+    `R req/s` and `2.5` when every row is a rate, else `load` and `C=8` / `R=2.5/s` / `x2`."""
+    kinds = {r.load.kind for r in rows}
+    if kinds <= {"C"}:
+        return "C", lambda r: r.load.short
+    if kinds == {"R"}:
+        return "R req/s", lambda r: r.load.short
+    return "load", lambda r: r.load.label
+
+
 def format_comparison_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
-    """The aligned table: C, then per session tok/s (best marked), TTFT p50/p99, ITL p99, errors."""
-    rows = align_by_concurrency(sessions) if rows is None else rows
-    headers = ["C"] + ["tok/s ", "TTFT p50", "p99", "ITL p99", "err"] * len(sessions)
+    """The aligned table: the load (C, or R for sessions over rates), then per session tok/s
+    (best marked), TTFT p50/p99, ITL p99, errors."""
+    rows = align_by_load(sessions) if rows is None else rows
+    head, cell = _load_column(rows)
+    headers = [head] + ["tok/s ", "TTFT p50", "p99", "ITL p99", "err"] * len(sessions)
     groups = [(f"{_letter(i)} {s.label}", 5) for i, s in enumerate(sessions)]
     body = []
     for r in rows:
-        cells = [str(r.concurrency)]
+        cells = [cell(r)]
         for i, step in enumerate(r.cells):
             cells += _cells(step, r.best == i)
         body.append(cells)
     lines = _table(headers, groups, body)
     if not rows:
         lines.append("(no steps in any session)")
-    lines.append(f"latencies in ms; err = failed requests; {BEST_MARK} = most tok/s at that C")
+    at = "C" if head == "C" else "rate" if head.startswith("R") else "load"
+    lines.append(f"latencies in ms; err = failed requests; {BEST_MARK} = most tok/s at that {at}")
     return "\n".join(lines)
 
 
 def _pair_table(sessions, rows, title: str, names: tuple[str, str], cells) -> str:
-    """A table of two figures per session, aligned by C; `cells(step)` gives the two, or
-    None for a step without them ("-")."""
-    rows = align_by_concurrency(sessions) if rows is None else rows
-    headers = ["C"] + list(names) * len(sessions)
+    """A table of two figures per session, aligned by load (C, or R over rates); `cells(step)`
+    gives the two, or None for a step without them ("-")."""
+    rows = align_by_load(sessions) if rows is None else rows
+    head, cell = _load_column(rows)
+    headers = [head] + list(names) * len(sessions)
     groups = [(f"{_letter(i)} {s.label}", 2) for i, s in enumerate(sessions)]
     body = []
     for r in rows:
-        line = [str(r.concurrency)]
+        line = [cell(r)]
         for step in r.cells:
             pair = cells(step) if step is not None else None
             line += list(pair) if pair is not None else ["-", "-"]
@@ -167,11 +182,11 @@ def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row]
 
 
 def _knee_note(s: SessionSummary) -> str:
-    k = knee(s)
+    k = knee_load(s)
     if k is None:
         return "knee: none" + (" (no steps)" if not s.steps else "")
     how = "last good" if s.break_result is not None else "most tok/s, no break"
-    return f"knee C={k} ({how})"
+    return f"knee {k.label} ({how})"
 
 
 def format_comparison(sessions: Sequence[SessionSummary]) -> str:
@@ -181,7 +196,7 @@ def format_comparison(sessions: Sequence[SessionSummary]) -> str:
         where = str(s.path) if s.path is not None else "(live)"
         tparts = [str(s.target[k]) for k in ("url", "model") if s.target.get(k)]
         out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else ""))
-    rows = align_by_concurrency(sessions)
+    rows = align_by_load(sessions)
     out += ["", format_comparison_table(sessions, rows)]
     for extra in (format_goodput_table(sessions, rows), format_efficiency_table(sessions, rows)):
         if extra:

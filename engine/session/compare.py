@@ -1,21 +1,26 @@
-"""Several sessions side by side: load them, align their steps by concurrency, pick the best
-session per concurrency, find each session's knee, and the efficiency figures.
+"""Several sessions side by side: load them, align their steps by load, pick the best
+session per load, find each session's knee, and the efficiency figures.
 
 Pure data: no drawing, no text tables (tui/report_cmd.py formats, tui/curves.py draws).
 
 Definitions, so the report, the curves and the tests agree:
 
-- A session's curve has one point per concurrency. When a session measured the same C more
+- A step's load (`Load`, `step_load`) is what the operator or the preset set: its
+  concurrency C in closed loop, its offered request rate R in open loop (rate mode: the
+  step's C is only the in-flight cap, the same for every rate), its speed factor in a trace
+  replay. Steps are aligned, tabled and drawn by it: rate steps by R, never at the cap.
+- A session's curve has one point per load. When a session measured the same load more
   than once (the operator came back to it in the TUI, or a replay preset), the step with the
   highest output tok/s stands for it (the later one on a tie), as the step table's
   "last good" note picks it.
-- Best session at a C: the highest output tok/s among the sessions with a step there; a tie
-  (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
+- Best session at a load: the highest output tok/s among the sessions with a step there; a
+  tie (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
   failed requests, then to the session named first. No session is marked where fewer than
-  two sessions have a step at that C (nothing to compare).
-- Knee: the break result's last good concurrency; with no break, the concurrency of the
-  session's highest-throughput step (the lowest such C on a tie); None when the session has
-  no steps, or broke on its first step.
+  two sessions have a step at that load (nothing to compare).
+- Knee: the break result's last good load (its rate when the ramp was over rates); with no
+  break, the load of the session's highest-throughput step (the lowest such on a tie) among
+  the steps of its main kind (the kind, C or R or trace speed, it has most loads of); None
+  when the session has no steps, or broke on its first step.
 - Efficiency: tok/s per W is output tokens per joule (tok/s / W = tok/J); J per output
   token is its inverse. From the step's own fields, else from its mean GPU power; None
   without GPU telemetry.
@@ -27,12 +32,53 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SessionError, check_session_dir
 from .report import _load_json, as_break, load_summary
 from ..constants import KNEE_MIN_STEPS, KNEE_PLATEAU_GAIN
+
+
+KINDS = ("C", "R", "x")  # concurrency, request rate (req/s), trace speed factor: the order of rows
+
+
+class Load(NamedTuple):
+    """Where a step is placed: kind "C" (concurrency), "R" (offered req/s) or "x" (trace speed)."""
+
+    kind: str
+    value: float
+
+    @property
+    def label(self) -> str:
+        """`C=8`, `R=2.5/s`, `x2` (as StepResult.load writes them)."""
+        if self.kind == "R":
+            return f"R={self.value:g}/s"
+        if self.kind == "x":
+            return f"x{self.value:g}"
+        return f"C={self.value:g}"
+
+    @property
+    def short(self) -> str:
+        """The value alone under a column that names the kind: `8`, `2.5`, `x2`."""
+        return self.label if self.kind == "x" else f"{self.value:g}"
+
+    def sort_key(self) -> tuple[int, float]:
+        return KINDS.index(self.kind), self.value
+
+
+def step_load(s: StepResult) -> Load:
+    """The load a step is aligned and drawn at (see the module docstring)."""
+    if s.mode == "rate" and s.request_rate is not None:
+        return Load("R", float(s.request_rate))
+    if s.mode == "trace" and s.trace_speed is not None:
+        return Load("x", float(s.trace_speed))
+    return Load("C", s.concurrency)
+
+
+def axis_title(kind: str) -> str:
+    """The x axis (and a table's first column) for loads of `kind`."""
+    return {"R": "request rate (req/s)", "x": "trace speed"}.get(kind, "concurrency")
 
 
 @dataclass(frozen=True)
@@ -47,18 +93,33 @@ class SessionSummary:
     target: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
 
-    def by_concurrency(self) -> dict[int, StepResult]:
-        """One step per concurrency, in increasing C (see the module docstring)."""
-        out: dict[int, StepResult] = {}
+    def by_load(self) -> dict[Load, StepResult]:
+        """One step per load, concurrencies first, then rates, then trace speeds, each
+        increasing (see the module docstring)."""
+        out: dict[Load, StepResult] = {}
         for s in self.steps:
-            old = out.get(s.concurrency)
+            key = step_load(s)
+            old = out.get(key)
             if old is None or s.output_throughput >= old.output_throughput:
-                out[s.concurrency] = s
-        return dict(sorted(out.items()))
+                out[key] = s
+        return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
+
+    def by_concurrency(self) -> dict[int, StepResult]:
+        """One step per concurrency of the closed-loop steps, in increasing C (rate steps are
+        not placed at their in-flight cap: see by_load)."""
+        return {int(k.value): s for k, s in self.by_load().items() if k.kind == "C"}
+
+    @property
+    def kind(self) -> str:
+        """The session's main kind of load: the one it measured most loads of (C on a tie)."""
+        counts = {k: 0 for k in KINDS}
+        for key in self.by_load():
+            counts[key.kind] += 1
+        return max(KINDS, key=lambda k: (counts[k], -KINDS.index(k)))
 
     @property
     def concurrencies(self) -> list[int]:
-        return sorted({s.concurrency for s in self.steps})
+        return sorted({s.concurrency for s in self.steps if step_load(s).kind == "C"})
 
     @property
     def has_power(self) -> bool:
@@ -67,11 +128,16 @@ class SessionSummary:
 
 @dataclass(frozen=True)
 class Row:
-    """One concurrency across sessions: cells[i] is session i's step there, or None."""
+    """One load across sessions: cells[i] is session i's step there, or None."""
 
-    concurrency: int
+    load: Load
     cells: tuple[StepResult | None, ...]
-    best: int | None  # index of the best session at this C (see best_index)
+    best: int | None  # index of the best session at this load (see best_index)
+
+    @property
+    def concurrency(self) -> int | None:
+        """The row's C (None for a rate or trace-speed row)."""
+        return int(self.load.value) if self.load.kind == "C" else None
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -192,15 +258,19 @@ def best_index(cells: Sequence[StepResult | None]) -> int | None:
     return min(present, key=lambda ic: (_rank(ic[1]), ic[0]))[0]
 
 
-def align_by_concurrency(sessions: Sequence[SessionSummary]) -> list[Row]:
-    """One row per concurrency any session measured, in increasing C."""
-    per = [s.by_concurrency() for s in sessions]
-    cs = sorted({c for p in per for c in p})
+def align_by_load(sessions: Sequence[SessionSummary]) -> list[Row]:
+    """One row per load any session measured: concurrencies in increasing C, then rates in
+    increasing R, then trace speeds."""
+    per = [s.by_load() for s in sessions]
+    loads = sorted({k for p in per for k in p}, key=Load.sort_key)
     rows = []
-    for c in cs:
-        cells = tuple(p.get(c) for p in per)
-        rows.append(Row(concurrency=c, cells=cells, best=best_index(cells)))
+    for k in loads:
+        cells = tuple(p.get(k) for p in per)
+        rows.append(Row(load=k, cells=cells, best=best_index(cells)))
     return rows
+
+
+align_by_concurrency = align_by_load  # the name the closed-loop reports knew it by
 
 
 def best_per_row(rows: Sequence[Row]) -> list[int | None]:
@@ -208,31 +278,42 @@ def best_per_row(rows: Sequence[Row]) -> list[int | None]:
     return [best_index(r.cells) for r in rows]
 
 
-def knee(session: SessionSummary) -> int | None:
-    """The session's knee concurrency (see the module docstring).
+def knee_load(session: SessionSummary) -> Load | None:
+    """The session's knee as a load (see the module docstring).
 
-    Without a break result, a knee is named only on at least KNEE_MIN_STEPS concurrencies,
-    and not while the highest one still gains more than KNEE_PLATEAU_GAIN over the best
-    below it (throughput still rising: the knee is further up)."""
+    Without a break result, a knee is named only on at least KNEE_MIN_STEPS loads of the
+    session's main kind, and not while the highest one still gains more than
+    KNEE_PLATEAU_GAIN over the best below it (throughput still rising: the knee is further up)."""
     b = session.break_result
     if b is not None:
-        return b.last_good_concurrency
-    by_c = session.by_concurrency()
-    if len(by_c) < KNEE_MIN_STEPS:
+        if b.last_good_rate is not None or b.rate is not None:  # a ramp over rates: its last good R
+            return None if b.last_good_rate is None else Load("R", float(b.last_good_rate))
+        return None if b.last_good_concurrency is None else Load("C", b.last_good_concurrency)
+    kind = session.kind
+    pts = {k: s for k, s in session.by_load().items() if k.kind == kind}
+    if len(pts) < KNEE_MIN_STEPS:
         return None
-    cs = sorted(by_c)
-    top = by_c[cs[-1]]
-    below = max(by_c[c].output_throughput for c in cs[:-1])
+    loads = list(pts)  # increasing
+    top = pts[loads[-1]]
+    below = max(pts[k].output_throughput for k in loads[:-1])
     if top.output_throughput > below * (1 + KNEE_PLATEAU_GAIN):
         return None
-    best = max(by_c.values(), key=lambda s: (s.output_throughput, -s.concurrency))
-    return best.concurrency
+    return max(loads, key=lambda k: (pts[k].output_throughput, -k.value))
+
+
+def knee(session: SessionSummary) -> float | None:
+    """The knee's value: a concurrency (int) for a closed-loop session, a rate in req/s for
+    one over rates; None without a knee. knee_load() says which."""
+    k = knee_load(session)
+    if k is None:
+        return None
+    return int(k.value) if k.kind == "C" else k.value
 
 
 def knee_step(session: SessionSummary) -> StepResult | None:
-    """The step drawn at the knee (the by_concurrency() step at knee(session)), if any."""
-    k = knee(session)
-    return None if k is None else session.by_concurrency().get(k)
+    """The step drawn at the knee (the by_load() step at knee_load(session)), if any."""
+    k = knee_load(session)
+    return None if k is None else session.by_load().get(k)
 
 
 # -- efficiency ----------------------------------------------------------------------------

@@ -117,8 +117,8 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
     b = as_break(break_)
     if b is None:
         return "break: none (no stop rule fired)"
-    last = "none" if b.last_good_concurrency is None else b.last_good
-    line = f"break: {b.reason} at {b.where}, last good {last}"
+    good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
+    line = f"break: {b.reason} at {b.where}, {good}"
     return f"{line} ({b.detail})" if b.detail else line
 
 

@@ -1,0 +1,147 @@
+"""Issue 27, reports as a newcomer reads them: rate sessions placed by R (never at the
+in-flight cap), no Python repr in any line, client-limited steps flagged."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from redline.engine.session.compare import align_by_load, knee, knee_load, load_session, session_from_steps, step_load
+from redline.engine.stepresult import BreakResult, StepResult
+
+CAP = 256  # every rate step's in-flight cap: the same for all of them
+RATES = (2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+def rate_step(i: int, r: float, tok: float, **kw) -> StepResult:
+    return StepResult(
+        concurrency=CAP, duration_s=30.0, completed=int(r * 30), failed=0, output_throughput=tok,
+        input_throughput=tok / 4, request_throughput=r, median_ttft_ms=50.0 + r, p99_ttft_ms=80.0 + 4 * r,
+        p99_itl_ms=20.0, steady=True, index=i, phase="measure", mean_power_w=200.0 + 10 * r,
+        tokens_per_joule=tok / (200.0 + 10 * r), mode="rate", request_rate=r, arrival="poisson", **kw,
+    )
+
+
+def write_session(d: Path, steps: list[StepResult], br: BreakResult | None, label: str) -> Path:
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"label": label, "target": {"url": "http://127.0.0.1:1", "model": "m"},
+                                             "started_at": "2026-12-01T00:00:00.000Z", "ended_at": "2026-12-01T00:03:00.000Z",
+                                             "end_reason": "preset finished"}))
+    (d / "summary.json").write_text(json.dumps({"target": {}, "label": label, "steps": [s.to_dict() for s in steps],
+                                                "break": None if br is None else br.to_dict(), "probe": None}))
+    return d
+
+
+@pytest.fixture
+def rate_session(tmp_path) -> Path:
+    toks = (200.0, 400.0, 780.0, 1500.0, 1510.0)
+    steps = [rate_step(i + 1, r, t) for i, (r, t) in enumerate(zip(RATES, toks))]
+    br = BreakResult("plateau", CAP, CAP, "32 req/s gave +0.7 % over 16 req/s", rate=32.0, last_good_rate=16.0)
+    return write_session(tmp_path / "rate", steps, br, "rates")
+
+
+# -- 9. rate steps are placed by R ---------------------------------------------------------
+def test_rate_steps_are_aligned_by_rate_not_by_the_cap(rate_session):
+    s = load_session(rate_session)
+    rows = align_by_load([s])
+    assert [r.load.label for r in rows] == ["R=2/s", "R=4/s", "R=8/s", "R=16/s", "R=32/s"]
+    assert all(r.concurrency is None for r in rows)
+    assert s.by_concurrency() == {}  # nothing placed at C=256
+    assert knee_load(s).label == "R=16/s" and knee(s) == 16.0
+
+
+def test_report_of_a_rate_session_says_the_knee_in_req_s(rate_session):
+    from redline.tui.report_cmd import report_text
+
+    text, _ = report_text([rate_session])
+    assert "knee R=16/s (last good)" in text, text
+    assert "knee C=256" not in text
+    assert "last good R=16/s" in text or "last good 16 req/s" in text
+    eff = text[text.index("efficiency"):]
+    lines = [ln for ln in eff.splitlines() if re.match(r"\s*R req/s|\s*\d", ln)]
+    assert [ln.split()[0] for ln in lines] == ["R", "2", "4", "8", "16", "32"], eff  # one row per rate, not one C=256 row
+
+
+def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
+    from redline.tui.report_cmd import report_text
+
+    other = write_session(tmp_path / "other", [rate_step(1, 4.0, 380.0), rate_step(2, 8.0, 700.0)], None, "other")
+    text, _ = report_text([rate_session, other])
+    table = text.split("break and knee")[0]
+    assert "R req/s" in table and "\n  256" not in table
+    assert "most tok/s at that rate" in table
+    assert "knee R=16/s (last good)" in text
+
+
+def test_curves_of_a_rate_session_are_drawn_against_r(rate_session):
+    from redline.tui.curves import render_curves
+
+    s = load_session(rate_session)
+    out = render_curves([s], 100, 24, color=False)
+    assert "vs R (req/s)" in out and "vs C" not in out
+    assert "knee R=16/s" in out and "knee C=" not in out
+    assert "256" not in out and "1024" not in out
+
+
+def test_a_session_mixing_c_and_rate_steps_keeps_them_apart():
+    c_steps = [StepResult(concurrency=c, duration_s=10, completed=10, failed=0, output_throughput=100.0 * c,
+                          input_throughput=1, request_throughput=1, index=i) for i, c in enumerate((8, 16, 32))]
+    s = session_from_steps("mixed", [*c_steps, rate_step(4, 5.0, 300.0)])
+    keys = [step_load(st).label for st in s.steps]
+    assert keys == ["C=8", "C=16", "C=32", "R=5/s"]
+    assert list(s.by_concurrency()) == [8, 16, 32]  # the rate step is not a C=256 point
+    assert s.kind == "C"
+
+
+def test_png_of_a_rate_session(rate_session, tmp_path):
+    pytest.importorskip("matplotlib")
+    from redline.tui.curves import write_png
+
+    out = write_png([load_session(rate_session)], tmp_path / "c.png")
+    assert out.stat().st_size > 1000
+
+
+# -- 6. no Python repr in what a person reads ----------------------------------------------
+PY_REPR = re.compile(r"None|\[['\d]|\{'|\(\d+,|True|False")
+
+
+def test_break_line_with_no_good_step_says_so():
+    from redline.engine.session import format_break_line
+
+    line = format_break_line(BreakResult("latency", 8, None, "p99 TTFT 9 s at C=8"))
+    assert "no step passed" in line and not PY_REPR.search(line), line
+
+
+def test_runner_lines_have_no_python_repr(monkeypatch):
+    """The ramp's log line lists its steps as text, and a break with no good step says
+    `no step passed` (was `4 steps ['C=8', ...]` and `last good C=None`)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from redline.engine import runner
+    from redline.engine.preset import load_preset, resolve_preset
+
+    preset = load_preset(resolve_preset("quick"))
+    logged: list[str] = []
+    lines: list[str] = []
+    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None))
+    first = StepResult(concurrency=preset.ramp.concurrency[0], duration_s=5, completed=1, failed=0,
+                       output_throughput=10.0, input_throughput=1.0, request_throughput=1.0)
+
+    async def one_step(engine, plan, label):
+        return first, False
+
+    class Rules:
+        def evaluate(self, history, cur, server_gone=False):
+            return BreakResult("latency", cur.concurrency, None, "p99 TTFT over the limit")
+
+    monkeypatch.setattr(runner, "_step", one_step)
+    asyncio.run(runner._ramp(engine, preset, Rules(), runner.RunOutcome(), lines.append))
+    plans = preset.ramp.steps()
+    assert logged[0] == f"preset quick: {len(plans)} steps: " + ", ".join(p.label for p in plans)
+    assert lines[-1].startswith("break: latency at C=") and "no step passed" in lines[-1]
+    for text in logged + lines:
+        assert not PY_REPR.search(text), text
