@@ -63,6 +63,9 @@ class StepResult:
     dropped_or_delayed: int | None = None  # sends held back at the in-flight cap during the step (open loop)
     ttft_by_turn: list[dict] | None = None  # multi-turn: [{"turn", "requests", "median_ttft_ms", "p99_ttft_ms"}]
     workload: dict | None = None  # the workload the step ran (dataset, input_len, output_len, ...)
+    # redline's own timings were suspect during the step's measured window (a second with a
+    # client-health cause: its CPU, its loop held, the machine busy): engine/session/writer.py
+    client_limited: bool = False
 
     @property
     def load(self) -> str:
