@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .snapshot import LogLine
 
@@ -24,6 +24,9 @@ class EventLog:
         self._seq = 0
         self._warnings: dict[str, tuple[float, str]] = {}  # key -> (last raised, text)
         self._errors: Counter[str] = Counter()
+        # called as on_warning(key, text) at each new episode of a warning (the headless
+        # runner prints each key once)
+        self.on_warning: Callable[[str, str], None] | None = None
 
     def log(self, kind: str, text: str, **fields: object) -> None:
         """One event: on screen now, and a row of events.ndjson."""
@@ -39,9 +42,12 @@ class EventLog:
         episode, the newest text on screen.
         """
         key = key or text
-        if key not in self._warnings:
+        new = key not in self._warnings
+        if new:
             self.log("warning", text)
         self._warnings[key] = (time.perf_counter(), text)
+        if new and self.on_warning is not None:
+            self.on_warning(key, text)
 
     def hold(self, key: str, text: str, now: float) -> None:
         """Keep a warning on screen (no new log line) while its condition holds."""

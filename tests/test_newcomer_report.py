@@ -145,3 +145,80 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     assert lines[-1].startswith("break: latency at C=") and "no step passed" in lines[-1]
     for text in logged + lines:
         assert not PY_REPR.search(text), text
+
+
+# -- 11. client-health warnings headless, and client-limited steps -------------------------
+def test_writer_flags_steps_measured_over_a_suspect_second(tmp_path):
+    from redline.engine.session import SessionWriter
+
+    w = SessionWriter(tmp_path / "s", {"label": "x"}, fsync=False)
+    t0 = w.t0
+    for k in range(10):  # seconds 3 and 4 were suspect
+        w.add_timeline({"t": t0 + k + 1, "interval_s": 1.0, "client_overloaded": k in (3, 4), "client_cause": "machine_busy" if k in (3, 4) else ""})
+    clean = StepResult(concurrency=8, duration_s=2.0, completed=1, failed=0, output_throughput=1, input_throughput=1,
+                       request_throughput=1, t_start=t0 + 0.5, index=1)
+    busy = StepResult(concurrency=16, duration_s=3.0, completed=1, failed=0, output_throughput=1, input_throughput=1,
+                      request_throughput=1, t_start=t0 + 3.0, index=2)
+    w.write_summary({"steps": [clean.to_dict(), busy.to_dict()], "break": None, "probe": None})
+    w.close()
+    steps = json.loads((tmp_path / "s" / "summary.json").read_text())["steps"]
+    assert [s["client_limited"] for s in steps] == [False, True]
+
+
+def test_report_shows_client_limited_steps():
+    from redline.engine.session import format_step_line, format_step_table
+
+    st = StepResult(concurrency=64, duration_s=6, completed=9, failed=0, output_throughput=900.0, input_throughput=1,
+                    request_throughput=1.5, client_limited=True)
+    assert "client-limited" in format_step_line(st)
+    table = format_step_table([st])
+    assert "(client-limited)" in table and "redline's own timings were suspect" in table
+    assert "client-limited" not in format_step_table([StepResult(concurrency=8, duration_s=6, completed=9, failed=0,
+                                                                 output_throughput=9.0, input_throughput=1, request_throughput=1)])
+
+
+def test_event_log_calls_on_warning_once_per_episode():
+    from redline.engine.eventlog import EventLog
+
+    ev, got = EventLog(), []
+    ev.on_warning = lambda key, text: got.append(key)
+    for i in range(5):
+        ev.warn(f"machine busy: {i}", key="client machine_busy")
+    assert got == ["client machine_busy"]
+    ev.clear("client machine_busy")
+    ev.warn("machine busy again", key="client machine_busy")
+    assert got == ["client machine_busy"] * 2  # a new episode; the headless printer shows each key once
+
+
+@pytest.mark.server
+def test_headless_prints_client_health_warning_once_and_flags_steps(tmp_path, monkeypatch, capsys):
+    """A headless run on a machine too busy to measure: the warning is printed once (not
+    once per episode), and every step measured under it says so in summary.json and the table."""
+    from redline.engine.telemetry import client_health
+    from redline.engine.telemetry.types import ClientHealthSample
+    from redline.tui import cli
+
+    reason = "machine busy: other processes keep redline's loop waiting; latencies may be too high"
+    calls = {"n": 0}
+
+    def busy(self):
+        calls["n"] += 1  # flapping: a new episode every other second
+        on = calls["n"] % 3 != 0
+        return ClientHealthSample(cpu_pct=20.0, loop_lag_ms=80.0, overloaded=on, reason=reason if on else "",
+                                  cause="machine_busy" if on else "")
+
+    monkeypatch.setattr(client_health.ClientHealth, "status", busy)
+    preset = tmp_path / "p.toml"
+    preset.write_text('name = "p"\n[workload]\ninput_len = 16\noutput_len = 16\n'
+                      '[ramp]\nconcurrency = [2, 4]\nwarmup_s = 0.5\nhold_s = 2.5\nmin_requests = 1\nmax_hold_s = 4\n')
+    out = tmp_path / "s"
+    rc = cli.main(["run", str(preset), "--headless", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    warned = [ln for ln in cap.err.splitlines() if "machine busy" in ln]
+    assert len(warned) == 1 and warned[0].startswith("redline: warning: "), cap.err
+    events = [json.loads(ln) for ln in (out / "events.ndjson").read_text().splitlines()]
+    assert sum(1 for e in events if e["kind"] == "warning" and "machine busy" in e["text"]) >= 2  # episodes, printed once
+    steps = json.loads((out / "summary.json").read_text())["steps"]
+    assert steps and all(s["client_limited"] for s in steps)
+    assert "(client-limited)" in cap.out

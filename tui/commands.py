@@ -65,6 +65,7 @@ async def _headless(cfg, preset: Preset) -> int:
     from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
+    engine.events.on_warning = _warning_printer()
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
     work: list[asyncio.Future] = []  # what a signal cancels: start-up, then the preset
@@ -105,6 +106,9 @@ async def _headless(cfg, preset: Preset) -> int:
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
         return 128 + caught[0].value
+    if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
+        for st in [*out.steps, *([out.probe] if out.probe is not None else [])]:
+            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s)
     print()
     print(format_step_table(out.steps, out.break_result, out.probe))
     if cfg.more_urls and cfg.out_dir is not None:
@@ -118,14 +122,27 @@ async def _headless(cfg, preset: Preset) -> int:
     return EXIT_OK
 
 
+def _warning_printer():
+    """Headless: each warning (server cap, client health, ...) printed once, the first time
+    its key is raised; later episodes of it are in events.ndjson and flag their steps."""
+    seen: set[str] = set()
+
+    def show(key: str, text: str) -> None:
+        if key not in seen:
+            seen.add(key)
+            print(f"redline: warning: {text}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def _against(engine) -> str:
     """The banner's target: `URL (kind, model)`, or with several, each URL and its weight."""
     tgt = engine.target
     states = getattr(engine, "targets", None) or []
     if len(states) < 2:
-        return f"{tgt.url} ({tgt.info.kind}, {tgt.model})"
+        return f"{tgt.url} ({tgt.info.kind}, {tgt.model or 'model ?'})"
     urls = ", ".join(f"{st.target.url} (weight {st.weight:g})" for st in states)
-    return f"{len(states)} targets ({tgt.info.kind}, {tgt.model}): {urls}"
+    return f"{len(states)} targets ({tgt.info.kind}, {tgt.model or 'model ?'}): {urls}"
 
 
 # -- redline presets -----------------------------------------------------------------------

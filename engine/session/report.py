@@ -90,7 +90,14 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     if s.slo_attainment is not None or s.output_goodput is not None:
         att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
         line += f"  goodput {s.output_goodput or 0:.1f} tok/s (SLO met {att})"
+    if s.client_limited:
+        line += f"  {CLIENT_LIMITED}"
     return line
+
+
+CLIENT_LIMITED = "client-limited"
+CLIENT_LIMITED_NOTE = (f"{CLIENT_LIMITED} = measured while redline's own timings were suspect (its CPU, its event loop "
+                       "or the machine busy: the warnings in events.ndjson); its latencies may be too high")
 
 
 _COLUMNS = (  # header, right-aligned
@@ -143,6 +150,7 @@ def format_step_table(
         broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
+    notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss)]
     rows = [_row(s, n) for s, n in zip(ss, notes)]
     columns = _COLUMNS
     if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
@@ -169,6 +177,8 @@ def format_step_table(
     else:
         out.append("(no steps)")
     out.append("latencies in ms; srv run = most requests the server reported running")
+    if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
+        out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
     if probe is not None:
         out.append("probe: " + format_step_line(probe))

@@ -82,6 +82,9 @@ class SessionWriter:
         self._bufs = {"requests": self._req, "timeline": self._tl, "events": self._ev}
         self._broken: set[str] = set()  # tables whose last write may have left a partial line
         self._last_summary: str | None = None
+        # (start, end) epoch seconds of the timeline rows that said redline's own timings
+        # were suspect (client_overloaded): the steps measured over one are client-limited
+        self._suspect: list[tuple[float, float]] = []
 
         self._prepare_dir()
         self.t0 = time.time()
@@ -193,6 +196,9 @@ class SessionWriter:
             if t is None:
                 t = time.time()
             row = {"t": t, "elapsed_s": round(t - self.t0, 3), **row}
+        if row.get("client_overloaded"):
+            t = float(row["t"])
+            self._suspect.append((t - float(row.get("interval_s") or 1.0), t))
         buf = self._tl
         buf.append(dumps_row(row))
         if len(buf) >= self.max_buffer:
@@ -242,9 +248,27 @@ class SessionWriter:
     def meta(self) -> dict[str, Any]:
         return dict(self._meta)
 
+    def client_limited(self, t_start: float | None, duration_s: float | None) -> bool:
+        """Whether a timeline row of [t_start, t_start + duration_s] (epoch seconds, a step's
+        measured window) said redline's own timings were suspect (README, client health)."""
+        if t_start is None:
+            return False
+        t_end = t_start + (duration_s or 0.0)
+        return any(a < t_end and b > t_start for a, b in list(self._suspect))
+
+    def _mark_client_limited(self, summary: dict[str, Any]) -> None:
+        steps = [s for s in (summary.get("steps") or []) if isinstance(s, dict)]
+        probe = summary.get("probe")
+        for st in steps + ([probe] if isinstance(probe, dict) else []):
+            if not st.get("client_limited") and self.client_limited(st.get("t_start"), st.get("duration_s")):
+                st["client_limited"] = True
+
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Rewrite summary.json atomically (skipped when nothing changed)."""
-        text = dumps_doc(self._scrub.obj(json.loads(dumps_row(summary)))) + "\n"
+        """Rewrite summary.json atomically (skipped when nothing changed). A step measured
+        over a second whose timeline row says client_overloaded gets client_limited: true."""
+        summary = json.loads(dumps_row(summary))
+        self._mark_client_limited(summary)
+        text = dumps_doc(self._scrub.obj(summary)) + "\n"
         with self._lock:
             if text == self._last_summary:
                 return
