@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 ARRIVAL_FORMS = "poisson, constant or gamma:K (K > 0)"
 MAX_RATE = 1_000_000.0  # requests/s: a sanity bound
+MIN_RATE = 0.1  # requests/s: the lowest rate a person can type (and - and [ reach in the TUI)
 
 
 class ArrivalError(ValueError):
@@ -61,14 +62,23 @@ def parse_arrival(text: object) -> Arrival:
     raise ArrivalError(f"arrival {text!r}: expected {ARRIVAL_FORMS}")
 
 
-def check_rate(r: object, what: str = "rate") -> float:
-    """A request rate in requests/s: a finite number > 0 (ArrivalError otherwise)."""
+def check_rate(r: object, what: str = "rate", *, lo: float | None = None) -> float:
+    """A request rate in requests/s: a finite number > 0 (ArrivalError otherwise).
+
+    Text is what a person typed (`--rate`, the TUI's `c` in rate mode): it must also be at
+    least `lo`, MIN_RATE by default (README: never below 0.1 req/s). A number is one redline
+    computed (the mode key's starting rate: a C=1 step of long answers sends 0.02 req/s) and
+    needs only be > 0."""
     try:
         v = float(str(r).strip()) if not isinstance(r, (int, float)) or isinstance(r, bool) else float(r)
     except ValueError:
         v = math.nan
     if isinstance(r, bool) or not math.isfinite(v) or v <= 0 or v > MAX_RATE:
-        raise ArrivalError(f"{what} {r!r}: expected requests per second, a number > 0 and at most {MAX_RATE:g}")
+        raise ArrivalError(f"{what} {r!r}: expected requests per second, a number > 0 and at most {MAX_RATE:.0f}")
+    floor = (MIN_RATE if isinstance(r, str) else 0.0) if lo is None else lo
+    if v < floor:
+        raise ArrivalError(f"{what} {r!r}: below {floor:g} req/s, the lowest rate accepted; expected requests per second, "
+                           f"a number from {floor:g} to {MAX_RATE:.0f}")
     return v
 
 

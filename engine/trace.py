@@ -200,6 +200,29 @@ def builtin_trace_path() -> Path:
     return Path(str(files(_PACKAGE).joinpath(*_BUILTIN)))
 
 
+def builtin_traces() -> dict[str, Path]:
+    """The traces shipped with redline, by name (`example`: traces/example.jsonl)."""
+    folder = builtin_trace_path().parent
+    try:
+        return {p.stem: p for p in sorted(folder.glob("*.jsonl")) if p.is_file()}
+    except OSError:
+        return {}
+
+
+def resolve_trace(arg: str) -> str:
+    """`--trace PATH|NAME` as a path: an existing file wins, else a bundled trace by its name
+    (`example` or `example.jsonl`: reachable after a plain `pip install`, outside a checkout);
+    anything else is returned as given, for load_trace to refuse with one line."""
+    try:
+        if Path(arg).expanduser().exists():
+            return arg
+    except (OSError, ValueError):
+        return arg
+    name = arg.strip().removesuffix(".jsonl")
+    found = builtin_traces().get(name)
+    return str(found) if found is not None and "/" not in name and os.sep not in name else arg
+
+
 class TracePrompts:
     """The prompt of each row of a trace, in the server's tokens by the calibration.
 

@@ -153,3 +153,98 @@ def test_options_are_not_abbreviated():
 def test_readme_states_the_abbreviation_choice():
     readme = (ROOT / "README.md").read_text()
     assert "never abbreviated" in readme
+
+
+# -- 13. the README's commands work as written ------------------------------------------------
+def readme_commands() -> list[str]:
+    """Every `redline ...` example line of the README's code blocks, its comment dropped."""
+    out = []
+    for line in (ROOT / "README.md").read_text().splitlines():
+        s = line.strip()
+        if line.startswith("    redline") and (s == "redline" or s.startswith("redline ")):
+            out.append(s.split("  #")[0].strip())
+    return out
+
+
+def test_readme_has_the_commands_this_test_checks():
+    cmds = readme_commands()
+    assert "redline --trace example --speed 2" in cmds
+    assert any(c.startswith("redline --workers 4 --concurrency 2048") for c in cmds)
+
+
+@pytest.mark.parametrize("cmd", [c for c in readme_commands()
+                                 if c.split()[1:2] in ([], ["run"]) or c.split()[1].startswith("-")])
+def test_readme_command_is_accepted_as_written(cmd, tmp_path, monkeypatch, nothing_starts):
+    """Each README command that loads a target passes every check made before anything
+    starts (run from a folder outside the checkout: bundled traces and presets by name)."""
+    import shlex
+
+    from redline.engine.preset import as_search, load_preset, resolve_preset
+    from redline.tui import cli
+    from redline.tui.errors import UsageError
+    from redline.tui.launch import checked_config
+
+    argv = shlex.split(cmd)[1:]
+    if any(a.startswith(("./", "runs/")) and before != "--out" for before, a in zip(["", *argv], argv)):
+        pytest.skip("names a file or session of the reader's own")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    args = cli.build_parser().parse_args(argv)
+    args.argv = ["redline", *argv]
+    if args.out is not None:
+        args.out = tmp_path / args.out
+    preset = None
+    if args.command == "run":
+        preset = load_preset(resolve_preset(args.preset))
+        if args.search:
+            preset = as_search(preset, args.max_concurrency)
+    try:
+        checked_config(args, preset)
+    except UsageError as exc:
+        pytest.fail(f"{cmd}: {exc}")
+    assert nothing_starts == []
+
+
+def test_bundled_trace_by_name(tmp_path, monkeypatch):
+    from redline.engine.trace import builtin_trace_path, resolve_trace
+
+    monkeypatch.chdir(tmp_path)  # no presets/ folder here
+    assert resolve_trace("example") == str(builtin_trace_path())
+    assert resolve_trace("example.jsonl") == str(builtin_trace_path())
+    (tmp_path / "example").write_text("")
+    assert resolve_trace("example") == "example"  # an existing file wins
+
+
+def test_unknown_trace_names_the_bundled_ones(tmp_path, monkeypatch, nothing_starts, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main_in_process(["--trace", "nosuch"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "'nosuch'" in line and "bundled trace by name: example" in line
+
+
+def test_readme_preset_list_and_end_reason_match_the_code():
+    from redline.engine.preset import builtin_presets
+
+    readme = (ROOT / "README.md").read_text()
+    names = ", ".join(b.name for b in builtin_presets())
+    assert f"not a built-in preset (built-in: {names})" in readme
+    assert "`preset finished`" in readme and "preset done" not in readme
+    assert "preset finished" in (ROOT / "tui" / "commands.py").read_text()
+
+
+@pytest.mark.parametrize("argv", [["--rate", "0.05"], ["--rate", "0.099"]])
+def test_rate_below_0_1_is_refused_with_one_line(argv, nothing_starts, capsys):
+    rc = main_in_process(argv)
+    line = one_line(capsys.readouterr().err)
+    assert rc == 2 and argv[-1] in line and "0.1" in line
+
+
+def test_typed_rate_floor_and_computed_rates():
+    """What a person types (the TUI's `c`, --rate) is at least 0.1 req/s; a rate redline
+    computes (the mode key's start at the live send rate) may be lower."""
+    from redline.engine.arrivals import ArrivalError, check_rate
+
+    with pytest.raises(ArrivalError, match=r"'0\.05'.*0\.1"):
+        check_rate("0.05")
+    assert check_rate("0.1") == 0.1 and check_rate(0.02) == 0.02
+    assert check_rate("0.05", "--rate-step", lo=0.0) == 0.05

@@ -150,14 +150,15 @@ def _positive_float(name: str):
     return parse
 
 
-def _rate(name: str):
-    """A request rate (or a trace's speed factor): a finite number > 0."""
+def _rate(name: str, lo: float | None = None):
+    """A request rate: a finite number, at least 0.1 req/s (engine/arrivals.py MIN_RATE;
+    `lo` = 0: any number > 0, for a step)."""
 
     def parse(s: str) -> float:
         from redline.engine.arrivals import ArrivalError, check_rate
 
         try:
-            return check_rate(s, name)
+            return check_rate(s, name, lo=lo)
         except ArrivalError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -248,10 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     shape = p.add_argument_group("load shape", "open-loop request rate, multi-turn chat, trace replay (key m switches concurrency <-> rate)")
     shape.add_argument("--rate", type=_rate("--rate"), default=None, metavar="R", help="start in open-loop rate mode at R requests/s (latencies from each intended send time; --max-concurrency caps what is in flight)")
     shape.add_argument("--arrival", type=_arrival, default="poisson", metavar="KIND", help="rate mode's arrivals: poisson (default), constant or gamma:K (K < 1 burstier, K > 1 smoother)")
-    shape.add_argument("--rate-step", type=_rate("--rate-step"), default=1.0, metavar="R", help="what +/- add and remove in rate mode, in req/s (default 1)")
+    shape.add_argument("--rate-step", type=_rate("--rate-step", lo=0.0), default=1.0, metavar="R", help="what +/- add and remove in rate mode, in req/s (default 1)")
     shape.add_argument("--turns", type=_positive_int("--turns"), default=1, metavar="N", help="multi-turn chat: sessions of N turns, each sending the conversation so far; C counts sessions (not with --rate or --trace)")
     shape.add_argument("--think-s", type=_think_s, default=None, metavar="S", help="multi-turn: seconds between an answer and the next turn (default 0; needs --turns 2 or more)")
-    shape.add_argument("--trace", default=None, metavar="PATH", help="replay a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids) open-loop at its recorded times")
+    shape.add_argument("--trace", default=None, metavar="PATH|NAME", help="replay a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids) open-loop at its recorded times; a file, or a bundled trace by name (example)")
     shape.add_argument("--speed", type=_speed, default=None, metavar="X", help="with --trace: replay X times as fast as recorded (default 1)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
     p.set_defaults(handler=commands.cmd_tui)

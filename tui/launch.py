@@ -268,7 +268,10 @@ def check_shape(args: argparse.Namespace) -> None:
     if think is not None and turns < 2:
         raise UsageError(f"--think-s {think:g}: the pause between turns of a session; give --turns N (2 or more) too")
     if trace is not None:
-        check_trace(trace)
+        from redline.engine.trace import resolve_trace
+
+        args.trace = resolve_trace(trace)  # `--trace example`: the bundled trace
+        check_trace(args.trace)
 
 
 def check_trace(path: str) -> None:
@@ -282,7 +285,11 @@ def check_trace(path: str) -> None:
     try:
         rows = load_trace(path)
     except TraceError as exc:
-        raise UsageError(str(exc)) from None
+        from redline.engine.trace import builtin_traces
+
+        bundled = ", ".join(builtin_traces())
+        hint = f" (or a bundled trace by name: {bundled})" if bundled and not Path(path).expanduser().exists() else ""
+        raise UsageError(f"{exc}{hint}") from None
     if not rows:
         raise UsageError(f"--trace {path!r}: no requests in it; expected a Mooncake JSONL trace, one request a line")
 
