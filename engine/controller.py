@@ -71,7 +71,8 @@ class Controller:
         *,
         arrival: Arrival = POISSON,
         seed: int = 0,
-        on_held: Callable[[bool], None] = lambda dropped: None,
+        on_held: Callable[[bool, float], None] = lambda dropped, t: None,
+        on_abandon: Callable[[list[float]], None] = lambda times: None,
     ) -> None:
         self._launch = launch
         self.max_concurrency = max_concurrency
@@ -83,7 +84,8 @@ class Controller:
         self.backlog: deque[tuple[float, object]] = deque()
         self.delayed = 0  # sends that waited for a slot under the cap (session total)
         self.dropped = 0  # sends dropped: the backlog was full
-        self._on_held = on_held  # (dropped?) for each send held back at the cap
+        self._on_held = on_held  # (dropped?, intended time) for each send held back at the cap
+        self._on_abandon = on_abandon  # intended times of held sends given up (left the loop, a pause)
         self._seed = seed
         self._idle = False  # the open loop was idle (paused, held): rebase on resuming
         self.paused = False
@@ -158,10 +160,16 @@ class Controller:
 
     def _leave_open_loop(self) -> None:
         """Back to (or staying in) closed loop: sends still waiting are dropped."""
+        self._abandon()
+        self.mode, self.schedule, self.rate = CONCURRENCY, None, None
+
+    def _abandon(self) -> None:
+        """Sends still waiting will never go: dropped, and told (their step censors them)."""
         if self.backlog:
+            times = [t for t, _ in self.backlog]
             self.dropped += len(self.backlog)
             self.backlog.clear()
-        self.mode, self.schedule, self.rate = CONCURRENCY, None, None
+            self._on_abandon(times)
 
     def _mark_settled(self) -> None:
         if self.settled_at is None and not self.open_loop and len(self._tasks) == self.target:
@@ -254,8 +262,7 @@ class Controller:
         now = time.perf_counter()
         if self._idle:  # back from a pause or a server gone: arrivals start again from now
             self._idle = False
-            self.dropped += len(self.backlog)  # a pause abandons what was waiting
-            self.backlog.clear()
+            self._abandon()  # a pause abandons what was waiting
             sched.rebase(now)
         while self.backlog and len(self._tasks) < self.max_concurrency:
             t, item = self.backlog.popleft()
@@ -268,10 +275,10 @@ class Controller:
             elif len(self.backlog) < BACKLOG_MAX:
                 self.backlog.append((t, item))
                 self.delayed += 1
-                self._on_held(False)
+                self._on_held(False, t)
             else:
                 self.dropped += 1
-                self._on_held(True)
+                self._on_held(True, t)
             await asyncio.sleep(0)  # due sends go out in a burst, but let the loop breathe
             return
         self._wake.clear()

@@ -75,7 +75,7 @@ class Engine:
         self.clock = Clock.now()
         self.metrics = LiveMetrics()
         self.events = EventLog()
-        self.book = StepBook(self.clock, self._step_recorded)
+        self.book = StepBook(self.clock, self._step_recorded, self._step_final)
         self.target: Target | None = None
         self.client: httpx.AsyncClient | None = None
         self.controller: Controller | None = None
@@ -192,7 +192,7 @@ class Engine:
             where = f"Ray actors on {', '.join(sorted({s.node for s in self.pool.states}))}" if cfg.ray is not None else "worker processes"
             self.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections")
         else:
-            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held)
+            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held, on_abandon=self.book.abandon_held)
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
@@ -288,6 +288,7 @@ class Engine:
             await asyncio.gather(*self._closing, return_exceptions=True)
         now = time.perf_counter()
         self.book.close_live(now)
+        self.book.finalize_all(now)  # what the stop cancelled stays censored, at its age
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -491,15 +492,16 @@ class Engine:
         ctl = self._ctl
         return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
 
-    def _stamp(self) -> tuple[int, int, str]:
-        """(step, concurrency, phase) for a request sent now; an open loop's concurrency is its cap."""
+    def _stamp(self, t_intended: float | None = None) -> tuple[int, int, str]:
+        """(step, concurrency, phase) for a request sent now, or scheduled at `t_intended`
+        (open loop: the step that scheduled it owns it); an open loop's concurrency is its cap."""
         ctl = self.controller
         c = 0 if ctl is None else (ctl.max_concurrency if ctl.open_loop else ctl.target)
-        return self.book.stamp(c)
+        return self.book.stamp(c, t_intended)
 
-    def _held(self, dropped: bool) -> None:
-        """A send was held back at the in-flight cap (open loop)."""
-        self.book.on_held()
+    def _held(self, dropped: bool, t_intended: float | None = None) -> None:
+        """A send was held back at the in-flight cap (open loop), due at `t_intended`."""
+        self.book.on_held(None if dropped else t_intended)
         ctl = self._ctl
         what = f"{ctl.dropped} dropped" if ctl.dropped else f"{ctl.delayed} delayed"
         self.events.warn(
@@ -671,12 +673,35 @@ class Engine:
 
     def on_end(self, rec: RequestRecord) -> None:
         self._harvest(rec)
+        if rec.status != R.OK and not is_lane(rec):  # failed requests stay out of every latency figure
+            self.unmeasure_gaps(rec.gaps_from(1))
+            if rec.phase != "calibration":
+                self.metrics.unmeasure_first(rec)
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
         self.book.on_end(rec)
         if self.session is not None:
             self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
         if rec.status == R.FAILED:
             self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
+
+    def unmeasure_gaps(self, gaps: list) -> None:
+        """A failed or cancelled request's gaps leave the live window and the steps' ITL."""
+        if not gaps:
+            return
+        by_t: dict[float, list[float]] = {}
+        for t, itls, _ in gaps:
+            if itls:
+                by_t.setdefault(t, []).extend(itls)
+        for t, itls in by_t.items():
+            self.metrics.unmeasure_gaps(t, itls)
+        self.book.remove_gaps(gaps)
+
+    def _harvest_all(self) -> None:
+        """Feed every in-flight request's gaps that arrived since the last harvest."""
+        for sender in (self.sender, self.lane.sender if self.lane else None):
+            if sender is not None:
+                for rec in list(sender.in_flight.values()):
+                    self._harvest(rec, sender)
 
     def _harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
         """Feed the gaps that arrived since the last harvest (by arrival time)."""
@@ -732,6 +757,13 @@ class Engine:
         self.log("step", prefix + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
         self.write_summary()
 
+    def _step_final(self, res: StepResult) -> None:
+        """A step's late requests all ended: its record now holds their true figures."""
+        if res.ended_after_close:
+            stuck = f", {res.censored_ttft} never answered (the run ended or aborted them)" if res.censored_ttft else ""
+            self.log("step", f"{res.load} final ({res.ended_after_close} requests ended after the step{stuck}): " + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
+        self.write_summary()
+
     def _roll_live_step(self) -> None:
         self._sync_shape()  # steps opened from now (a preset's too) carry the load's shape
         if not self.config.live_steps:
@@ -754,6 +786,7 @@ class Engine:
         reported what it measured before now."""
         now = time.perf_counter()
         if self.pool is None:
+            self._harvest_all()
             self.book.close_live(now)
             return
         acc = self.book.detach_live(now)
@@ -772,6 +805,8 @@ class Engine:
         if self.pool is not None:
             acc.close(now)
             await self.pool.sync()
+        else:
+            self._harvest_all()
         return self.book.close_step(acc, now)
 
     def on_remote_gaps(self, gaps: list) -> None:
@@ -848,10 +883,7 @@ class Engine:
 
     def _each_second(self, now: float) -> None:
         self._check_trace_end()
-        for sender in (self.sender, self.lane.sender if self.lane else None):
-            if sender is not None:
-                for rec in list(sender.in_flight.values()):
-                    self._harvest(rec, sender)
+        self._harvest_all()
         self.metrics.recompute_percentiles(now)
         srv = self._server_total()
         power = total_power_w(self.telemetry.gpus) if self.telemetry else None

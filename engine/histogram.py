@@ -30,6 +30,7 @@ distinct value.
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from collections import deque
@@ -283,6 +284,52 @@ class Digest:
         else:
             self._hist.merge(other._hist if other is not self else other._hist.copy())
 
+    def remove_many(self, values: Iterable[float]) -> None:
+        """Take values added before back out (a request that failed after its gaps were
+        counted: failed requests stay out of every latency figure). Values never added are
+        ignored while exact; binned, each decrements its bin (never below zero)."""
+        vals = list(values)
+        if not vals or not self.count:
+            return
+        if self._exact is not None:
+            left = list(self._exact)
+            for v in vals:
+                try:
+                    left.remove(v)
+                except ValueError:
+                    continue
+            removed = len(self._exact) - len(left)
+            if not removed:
+                return
+            self._exact = array("d", left)
+            self._sorted = None
+            self.count = len(left)
+            self.total = math.fsum(left)
+            if left:
+                self._min, self._max = min(left), max(left)
+            return
+        h = self._hist
+        bins = h.bins
+        n = 0
+        for v in vals:
+            b = bin_index(v)
+            if bins[b] > 0:
+                bins[b] -= 1
+                n += 1
+                h.total -= v
+        if not n:
+            return
+        h.count -= n
+        self.count = h.count
+        self.total = h.total
+        if self.count:  # an extreme's bin emptied: the nearest bin in use stands in
+            used = [i for i, c in enumerate(bins) if c]
+            if not bins[bin_index(self._min)]:
+                self._min = bin_value(used[0])
+            if not bins[bin_index(self._max)]:
+                self._max = bin_value(used[-1])
+            h.vmin, h.vmax = self._min, self._max
+
     def _spill(self) -> None:
         h = LogHistogram()
         h.add_many(self._exact)
@@ -413,6 +460,39 @@ class RollingDigest:
         self.count += len(vals)
         self._cache = None
 
+    def remove_many(self, t: float, values: Iterable[float]) -> None:
+        """Take values added at time `t` back out (a failed request's gaps or TTFT); a
+        second already expired has nothing to take."""
+        vals = list(values)
+        sec = math.floor(t)
+        s = next((x for x in self._secs if x.sec == sec), None)
+        if s is None or not vals:
+            return
+        total = self._total
+        n = 0
+        for v in vals:
+            b = bin_index(v)
+            if s.bins.get(b, 0) <= 0:
+                continue
+            s.bins[b] -= 1
+            if not s.bins[b]:
+                del s.bins[b]
+            left = total[b] - 1
+            if left:
+                total[b] = left
+            else:
+                del total[b]
+            if s.vals is not None:
+                try:
+                    s.vals.remove(v)
+                except ValueError:
+                    pass
+            n += 1
+        s.n -= n
+        self.count -= n
+        s.sorted = None
+        self._cache = None
+
     def expire(self, now: float) -> None:
         lo = math.floor(now - self.window_s)
         secs, total = self._secs, self._total
@@ -461,3 +541,65 @@ class RollingDigest:
 
 #: The old name: the live window, now exact while small.
 RollingHistogram = RollingDigest
+
+
+def censored_quantiles(
+    d: Digest, seen: Sequence[float], censored: Sequence[float], qs: Sequence[float | None]
+) -> list[tuple[float | None, bool]]:
+    """(value, is a lower bound) at each q (None: the mean) of a series with censored values.
+
+    `d` and `seen` hold observed values; `censored` holds lower bounds ("at least this": a
+    request still waiting at a step's close, its age then). The quantile is taken over all
+    of them as numbers; since each censored value can only be larger in truth, the answer
+    is a lower bound of the true quantile, and it is exact when every order statistic it
+    interpolates lies below the smallest censored value (on ties observed values rank
+    first). The mean is a bound as soon as one value is censored.
+    """
+    n_obs = d.count + len(seen)
+    n = n_obs + len(censored)
+    if not n:
+        return [(None, False)] * len(qs)
+    if not censored and not seen:
+        vals = d.quantiles([q for q in qs if q is not None])
+        it = iter(vals)
+        return [((d.mean(), False) if q is None else (next(it), False)) for q in qs]
+    total = d.total + math.fsum(seen) + math.fsum(censored)
+    c_min = min(censored) if censored else math.inf
+    base = d.sorted_values()
+    if base is not None or d.count == 0:
+        obs = sorted([*(base or ()), *seen])
+        allv = sorted([*obs, *censored])
+        # rank of the first censored value: observed values <= c_min rank before it (binned,
+    # below: only the bins wholly under its bin, so a bound is never called exact)
+        first_c = bisect.bisect_right(obs, c_min) if censored else n
+        out = []
+        for q in qs:
+            if q is None:
+                out.append((total / n, bool(censored)))
+                continue
+            pos = _clamp_q(q) * (n - 1)
+            lo = int(pos)
+            hi = min(lo + 1, n - 1)
+            top = hi if pos > lo else lo
+            out.append((quantile(allv, _clamp_q(q)), top >= first_c))
+        return out
+    h = d._hist.copy()  # type: ignore[union-attr]
+    h.add_many(list(seen))
+    h.add_many(list(censored))
+    h.vmin, h.vmax = min(h.vmin, d._min), max(h.vmax, d._max)
+    if censored:
+        cb = bin_index(c_min)
+        first_c = sum(d._hist.bins[:cb]) + sum(1 for v in seen if v <= c_min)  # type: ignore[union-attr]
+    else:
+        first_c = n
+    out = []
+    for q in qs:
+        if q is None:
+            out.append((total / n, bool(censored)))
+            continue
+        pos = _clamp_q(q) * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        top = hi if pos > lo else lo
+        out.append((h.quantile(q), top >= first_c))
+    return out

@@ -139,6 +139,16 @@ class LiveMetrics:
         if itls:
             self._itl.add_many(t, itls)
 
+    def unmeasure_first(self, rec: RequestRecord) -> None:
+        """A request that failed or was cancelled after its first token: its TTFT leaves the window."""
+        if rec.ttft is not None and rec.t_first is not None:
+            self._ttft.remove_many(rec.t_first, (rec.ttft,))
+
+    def unmeasure_gaps(self, t: float, itls: list[float]) -> None:
+        """... and so do its gaps (by the arrival of the chunk that closed them)."""
+        if itls:
+            self._itl.remove_many(t, itls)
+
     def on_request_end(self, rec: RequestRecord, measured: bool = True) -> None:
         """A request ended. Not `measured` (start-up's calibration): counted in the totals,
         kept out of the live windows."""

@@ -32,7 +32,7 @@ from .controller import Controller
 from .histogram import LogHistogram
 from .loop import read_pipe
 from .records import RequestRecord
-from .worker import BUCKET_S, WorkerSpec, worker_main
+from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -287,7 +287,11 @@ class WorkerPool(Controller):
         urls = [t.target.url for t in e.targets]
         live = self._live
         st = self.states[w]
+        book = e.book
         for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg["sends"]:
+            # the step is the coordinator's at the send (intended) time: never the order's
+            # stamp of up to ORDER_POLL_S before
+            step, _, phase = book.stamp(conc, t_int if t_int is not None else t_send)
             rec = RequestRecord(rid=rid, phase=phase, step=step, concurrency=conc, t_send=t_send, expected_input_tokens=exp,
                                 max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
             live[rid] = (ti, rec)
@@ -301,18 +305,14 @@ class WorkerPool(Controller):
         for (ti, b), n in msg["tokens"]:
             stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
             st.tokens += n
-        gaps = []
-        for b, (itls, raws) in msg["gaps"]:
-            t = (b + 0.5) * BUCKET_S
-            gaps.append((t, itls, raws[0]))
-            gaps.extend((t, [], g) for g in raws[1:])
+        gaps = unbucket_gaps(msg["gaps"])
         if gaps:
             e.on_remote_gaps(gaps)
         lags = msg["lags"]
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             e.metrics.lag.merge(lags)
             st.lag.merge(lags)
-        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures) in msg["ends"]:
+        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures, ungaps) in msg["ends"]:
             got = live.pop(rid, None)
             if got is None:
                 continue
@@ -321,6 +321,8 @@ class WorkerPool(Controller):
             rec.status, rec.http_status, rec.error_kind, rec.error_text = status, http_status, kind, text
             rec.input_tokens, rec.output_tokens, rec.usage_reported, rec.remote = n_in, n_out, usage, figures
             st.requests += 1
+            if ungaps is not None:  # failed or cancelled: its figures leave the windows
+                e.unmeasure_gaps(unbucket_gaps(ungaps))
             stats[ti].on_end(rec)
         held = msg["delayed"] + msg["dropped"] - (st.delayed + st.dropped)
         st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
@@ -383,7 +385,8 @@ def _shifted(msg: dict, d: float) -> dict:
         "firsts": [(rid, ts + d, _opt(tf, d), _opt(ta, d)) for rid, ts, tf, ta in msg["firsts"]],
         "tokens": [((ti, b + db), n) for (ti, b), n in msg["tokens"]],
         "gaps": [(b + db, v) for b, v in msg["gaps"]],
-        "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:]) for x in msg["ends"]],
+        "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:13],
+                  None if x[13] is None else [(b + db, v) for b, v in x[13]]) for x in msg["ends"]],
     }
 
 

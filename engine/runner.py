@@ -11,9 +11,13 @@ A step (README "Presets"):
   waits for the previous step's requests to drain; at most SETTLE_MAX_S more);
 - measures for `hold_s`, then longer (up to `max_hold_s`) until `min_requests` of its own
   requests have completed and its throughput is steady; a step that never steadies is
-  marked unsteady, and the throughput rules do not judge it.
-The C=1 probe at the end warms up on its first request (the server may still be unwinding the
-aborted load), then holds `probe_s` and until PROBE_MIN_REQUESTS of its requests completed.
+  marked unsteady, and the throughput rules do not judge it. A step that reaches
+  `max_hold_s` short of `min_requests` closes with what it has: its own requests still
+  waiting are censored (engine/steps.py), so its TTFT is a lower bound, never missing.
+The C=1 probe at the end warms up until its first request's first token (the server may
+still be unwinding the aborted load; it answers again), then holds `probe_s` and until one of
+its own requests answered (or PROBE_MIN_REQUESTS completed): its TTFT and ITL are known long
+before a 2048-token answer ends, and E2E is a bound while its request still runs.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ async def _hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, flo
 async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:
     """Hold plan.hold_s, then until `min_requests` own requests completed and (when asked)
     the window is steady, up to max_hold_s. Returns (result, server gone)."""
+
+    acc.min_completed = min_requests
 
     def done(now: float, el: float) -> bool:
         return el >= plan.hold_s and (el >= max_hold_s or (acc.completed >= min_requests and (not need_steady or acc.steady(now))))
@@ -217,14 +223,18 @@ async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None])
     acc = book.open_step(1, "probe", measure=False, warmup_requests=1)
     await engine.probe()
     label = f"{preset.name} C=1 probe"
-    while not acc.measuring:  # its first request is the warm-up
+    while not acc.measuring:  # its first request is the warm-up, until the server answers it
         if engine.server_gone:
             book.close_step(acc)
             return None
         engine.preset_line = f"{label} warm-up (first request)"
         await asyncio.sleep(POLL_S)
-    plan = StepPlan(1, 0.0, probe_s, PROBE_MIN_REQUESTS, max(probe_s, PROBE_MAX_HOLD_S))
-    res, gone = await _measure(engine, acc, plan, label, PROBE_MIN_REQUESTS, plan.max_hold_s, need_steady=False)
+    max_hold = max(probe_s, PROBE_MAX_HOLD_S)
+
+    def done(now: float, el: float) -> bool:
+        return el >= probe_s and (el >= max_hold or acc.first_token >= 1 or acc.completed >= PROBE_MIN_REQUESTS)
+
+    res, gone = await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}/{probe_s:.0f}s, {acc.first_token} answered")
     if gone:
         return None
     book.record(res)

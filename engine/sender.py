@@ -53,7 +53,7 @@ class Sender:
         client: httpx.AsyncClient,
         target: Target,
         listener: Listener,
-        stamp: Callable[[], tuple[int, int, str]],
+        stamp: Callable[[float | None], tuple[int, int, str]],
         on_lag: Callable[[float], None],
         wall_offset: float,
         on_overload: Callable[[str], None] = lambda kind: None,
@@ -62,7 +62,7 @@ class Sender:
         self.client = client
         self.target = target
         self.listener = listener
-        self._stamp = stamp  # () -> (step index, concurrency, phase) for a request sent now
+        self._stamp = stamp  # (t_intended) -> (step index, concurrency, phase) for a request sent now / scheduled then
         self._on_lag = on_lag
         self._wall_offset = wall_offset
         self._on_overload = on_overload
@@ -87,7 +87,7 @@ class Sender:
         """One request; `phase` overrides the step's (calibration). `t_intended`: its
         scheduled send time (open loop). A multi-turn request (`turn` >= 1) collects its
         answer text (`rec.answer`) and sends `messages` (chat) as the conversation so far."""
-        step, c, step_phase = self._stamp()
+        step, c, step_phase = self._stamp(t_intended)
         rec = RequestRecord(
             rid=next(self._ids),
             phase=phase or step_phase,

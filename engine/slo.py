@@ -79,6 +79,12 @@ class Slo:
                 return True
         return self.e2e_ms is not None and (now - rec.t_start) * 1000.0 > self.e2e_ms
 
+    def missed_wait(self, wait_s: float) -> bool:
+        """A request that has waited `wait_s` with no first token (or no end) has missed
+        the TTFT (or E2E) bound: a censored request past a bound is a miss."""
+        ms = wait_s * 1000.0
+        return (self.ttft_ms is not None and ms > self.ttft_ms) or (self.e2e_ms is not None and ms > self.e2e_ms)
+
     def met(self, rec: RequestRecord) -> bool:
         return not self.missed(rec)
 

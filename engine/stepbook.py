@@ -3,10 +3,16 @@
 The preset runner opens and closes its own steps; in live mode (the TUI) every period held at
 one concurrency is a step, rolled when the operator changes it. Results land in `steps` (or
 `probe_result`) and in summary.json.
+
+A request belongs to the step whose load sent it: `stamp_at(t)` answers for its send time, or
+for its intended send time in open loop (a send held at the cap is still the step's that
+scheduled it). A closed step whose own requests are still out stays fed (`pending`); when the
+last of them ends, its recorded result is completed with their true values (`final`).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from typing import Callable
 
@@ -15,18 +21,22 @@ from .records import Clock, RequestRecord
 from .slo import Slo
 from .telemetry.types import ServerSample
 from .stepresult import BreakResult, StepResult
-from .steps import Gaps, StepAccumulator
+from .steps import WARMUP, Gaps, StepAccumulator
 
 LIVE = "live"
 PROBE = "probe"
 
 
 class StepBook:
-    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None]) -> None:
+    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None) -> None:
         self.clock = clock
         self._on_result = on_result
+        self._on_final = on_final  # a recorded step completed with its late requests' truth
         self.index = 0
         self.open: list[StepAccumulator] = []
+        self.pending: list[StepAccumulator] = []  # closed, own requests still out
+        self._history: list[StepAccumulator] = []  # every step opened, in order (stamp_at)
+        self._recorded: set[int] = set()  # indexes of recorded steps (their final replaces them)
         self.current: StepAccumulator | None = None  # the step a request sent now belongs to
         self.live: StepAccumulator | None = None  # the live-mode step, when one is open
         self.live_result: StepResult | None = None  # its result, refreshed once a second
@@ -41,19 +51,36 @@ class StepBook:
         self.shape: tuple[str, float | None, str | None] = ("concurrency", None, None)
 
     # -- requests -----------------------------------------------------------------------
-    def stamp(self, concurrency: int) -> tuple[int, int, str]:
-        """(step index, concurrency, phase) for a request sent now."""
+    def stamp(self, concurrency: int, t: float | None = None) -> tuple[int, int, str]:
+        """(step index, concurrency, phase) for a request sent now, or (open loop) intended
+        at `t`: the step open at that time, in warm-up or measuring then."""
         cur = self.current
+        if t is not None and (cur is None or t < cur.t_open or (cur.t0 is not None and t < cur.t0)):
+            acc = self._step_at(t)
+            if acc is not None:
+                return acc.index, concurrency, (acc.phase if acc.t0 is not None and t >= acc.t0 else WARMUP)
         if cur is None:
             return self.index, concurrency, self.default_phase
         return cur.index, concurrency, cur.send_phase
 
+    def _step_at(self, t: float) -> StepAccumulator | None:
+        """The step that was open at time t (None: none was)."""
+        h = self._history
+        i = bisect.bisect_right([a.t_open for a in h], t) - 1
+        if i < 0:
+            return None
+        acc = h[i]
+        return acc if acc.t_end is None or t <= acc.t_end else None
+
+    def _fed(self) -> list[StepAccumulator]:
+        return self.open + self.pending if self.pending else self.open
+
     def on_send(self, rec: RequestRecord) -> None:
-        for acc in self.open:
+        for acc in self._fed():
             acc.on_send(rec)
 
     def on_first(self, rec: RequestRecord) -> None:
-        for acc in self.open:
+        for acc in self._fed():
             acc.on_first(rec)
 
     def on_tokens(self, t: float, n: int) -> None:
@@ -64,9 +91,16 @@ class StepBook:
         for acc in self.open:
             acc.on_gaps(gaps)
 
+    def remove_gaps(self, gaps: Gaps) -> None:
+        """A request failed or was cancelled: its gaps leave every window that counted them."""
+        for acc in self._fed():
+            acc.remove_gaps(gaps)
+
     def on_end(self, rec: RequestRecord) -> None:
-        for acc in self.open:
+        for acc in self._fed():
             acc.on_end(rec)
+        if self.pending:
+            self._settle(time.perf_counter())
 
     def on_lane_first(self, rec: RequestRecord) -> None:
         for acc in self.open:
@@ -76,9 +110,45 @@ class StepBook:
         for acc in self.open:
             acc.on_lane_gaps(gaps)
 
-    def on_held(self) -> None:
+    def on_held(self, t_intended: float | None = None) -> None:
         for acc in self.open:
-            acc.note_held()
+            acc.note_held(t_intended)
+
+    def abandon_held(self, times: list[float], now: float | None = None) -> None:
+        """Held sends the open loop gave up (left, paused): censored as aborted."""
+        now = now or time.perf_counter()
+        for acc in self._fed():
+            acc.abandon_held(times, now)
+        if self.pending:
+            self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        """Closed steps whose last own request ended: complete their recorded result."""
+        done = [acc for acc in self.pending if not acc.outstanding]
+        for acc in done:
+            self.pending.remove(acc)
+            if acc.index in self._recorded:
+                self._finalize(acc, now)
+
+    def _finalize(self, acc: StepAccumulator, now: float) -> None:
+        res = acc.result(now)
+        if res.phase == PROBE and self.probe_result is not None and self.probe_result.index == acc.index:
+            self.probe_result = res
+        else:
+            for i, old in enumerate(self.steps):
+                if old.index == acc.index:
+                    self.steps[i] = res
+                    break
+            else:
+                return
+        self._on_final(res)
+
+    def finalize_all(self, now: float | None = None) -> None:
+        """The run ends: what is still out stays censored at its age now (the run ended it)."""
+        now = now or time.perf_counter()
+        for acc in list(self.pending):
+            acc.abandon_outstanding(now)
+        self._settle(now)
 
     def each_second(self, now: float, server: ServerSample | None, power_w: float | None) -> None:
         for acc in self.open:
@@ -100,7 +170,9 @@ class StepBook:
             measure=measure, warmup_requests=warmup_requests, slo=self.slo,
             mode=mode, rate=rate, arrival=arrival, workload=self.workload,
         )
+        acc.warmup_on_first = phase == PROBE  # a probe measures once the server answers again
         self.open.append(acc)
+        self._history.append(acc)
         self.current = acc
         return acc
 
@@ -109,16 +181,23 @@ class StepBook:
         acc.close(now)
         if acc in self.open:
             self.open.remove(acc)
+            if acc.outstanding:
+                self.pending.append(acc)
         if self.current is acc:
             self.current = None
         return acc.result(now)
 
     def record(self, res: StepResult) -> None:
+        self._recorded.add(res.index)
         if res.phase == PROBE:
             self.probe_result = res
         else:
             self.steps.append(res)
         self._on_result(res)
+        if not res.final:  # its late requests may all have ended between the close and now
+            acc = next((a for a in reversed(self._history) if a.index == res.index), None)
+            if acc is not None and acc.closed and not acc.outstanding and acc not in self.pending:
+                self._finalize(acc, time.perf_counter())
 
     # -- live mode ----------------------------------------------------------------------
     def open_live(self, concurrency: int, probing: bool) -> None:

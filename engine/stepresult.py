@@ -17,7 +17,7 @@ class StepResult:
     failed: int
     output_throughput: float  # output tok/s, counted as tokens arrived inside the window
     input_throughput: float  # input tok/s of the step's own requests (sent after warm-up)
-    request_throughput: float  # the step's own requests sent per second (= completions/s at steady state)
+    request_throughput: float  # requests completed per second inside the window (bench_serving's completed / duration)
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
     p99_ttft_ms: float | None = None
@@ -37,7 +37,7 @@ class StepResult:
     tokens_per_joule: float | None = None
     joules_per_token: float | None = None
     requests_sent: int = 0  # own requests sent after warm-up
-    requests_first_token: int = 0  # ... of which got a first token before the step closed
+    requests_first_token: int = 0  # ... of which got a first token (the final record: ever)
     cancelled: int = 0  # ... cancelled (abort, exit) before they ended
     warmup_s: float = 0.0  # from the concurrency change to the start of measurement
     output_throughput_se: float | None = None  # standard error of the per-second tok/s (noise)
@@ -45,9 +45,9 @@ class StepResult:
     p99_chunk_gap_ms: float | None = None
     median_ttfat_ms: float | None = None  # time to the first answer token (reasoning models)
     # with SLOs (engine/slo.py): own requests that met every per-request bound
-    request_goodput: float | None = None  # req/s
-    output_goodput: float | None = None  # their output tok/s
-    slo_attainment: float | None = None  # share of own finished requests that met the SLO
+    request_goodput: float | None = None  # req/s: completions in the window that met the SLO
+    output_goodput: float | None = None  # output tok/s x those completions' share of the tokens
+    slo_attainment: float | None = None  # share of own finished requests that met the SLO (censored past a bound: missed)
     # the probe lane beside the load (engine/lane.py), when it was on
     lane_median_ttft_ms: float | None = None
     lane_median_itl_ms: float | None = None
@@ -63,6 +63,20 @@ class StepResult:
     dropped_or_delayed: int | None = None  # sends held back at the in-flight cap during the step (open loop)
     ttft_by_turn: list[dict] | None = None  # multi-turn: [{"turn", "requests", "median_ttft_ms", "p99_ttft_ms"}]
     workload: dict | None = None  # the workload the step ran (dataset, input_len, output_len, ...)
+    # censoring (README "Requests that outlive their step"): own requests with no first token
+    # (no end) when the step closed enter TTFT (E2E) as "at least their age"; a figure whose
+    # rank falls among them is a lower bound (its *_bound is true, drawn "≥"). When they
+    # finish later the record is completed (final); what stays censored is what the run
+    # ended or aborted
+    censored_ttft: int = 0
+    censored_e2e: int = 0
+    mean_ttft_ms_bound: bool = False
+    median_ttft_ms_bound: bool = False
+    p99_ttft_ms_bound: bool = False
+    median_e2e_latency_ms_bound: bool = False
+    p99_e2e_latency_ms_bound: bool = False
+    ended_after_close: int = 0  # own requests whose outcome came after the close
+    final: bool = True  # every own request's outcome is in (false: the figures at the close)
     # redline's own timings were suspect during the step's measured window (a second with a
     # client-health cause: its CPU, its loop held, the machine busy): engine/session/writer.py
     client_limited: bool = False
@@ -80,6 +94,10 @@ class StepResult:
     def error_rate(self) -> float:
         total = self.completed + self.failed
         return self.failed / total if total else 0.0
+
+    def bound(self, name: str) -> bool:
+        """Is figure `name` (p99_ttft_ms, ...) a lower bound (censored requests)?"""
+        return bool(getattr(self, name + "_bound", False))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,17 +1,24 @@
-"""Step accumulation: what one period held at one concurrency measured (README
-"What the numbers mean").
+"""Step accumulation: what one period held at one load measured (README "What the numbers
+mean").
 
-A step is opened when its concurrency is set; requests sent from then on carry its index.
-Its warm-up ends (begin_measure) once the batch has settled; requests sent during warm-up
-are phase `warmup` and are not its own. Two kinds of figures:
+A step is opened when its load is set; requests sent from then on carry its index (open loop:
+requests whose *intended* send time fell in it, held at the in-flight cap or not). Its warm-up
+ends (begin_measure) once the batch has settled; requests sent during warm-up are phase
+`warmup` and are not its own. Two kinds of figures:
 
-- **Its own requests** (sent at its concurrency after warm-up): TTFT (counted when the first
-  token arrives), E2E, TPOT, request rate and input tokens; how many were sent, got a first
-  token, completed or failed. A request that outlives the step still belongs to it; what
-  it had not done when the step closed is simply not in the result.
+- **Its own requests** (sent at its load after warm-up): TTFT, E2E, TPOT and input tokens;
+  how many were sent, got a first token, completed, failed or were cancelled. A request that
+  outlives the step still belongs to it. At the close, own requests still waiting for a first
+  token (or an end), and open-loop sends still held at the cap, are **censored**: they enter
+  TTFT (E2E) as "at least their age now", and a percentile whose rank falls among them is a
+  lower bound (`*_bound`). The step stays fed after its close: when those requests finish,
+  the recorded result is completed with their true values (`final`). Failed requests stay
+  out of every latency figure; a cancelled one (aborted, the run ended) keeps what it had: a
+  TTFT it got, else its age as a censored value, and its age as a censored E2E.
 - **Its window** [t0, t_end] (what arrived, whoever sent it: the server's state at that
-  load): output tokens, counted when they arrive, and inter-token latencies, by the arrival
-  time of the chunk that ends each gap.
+  load): output tokens, counted when they arrive; inter-token latencies, by the arrival time
+  of the chunk that ends each gap (a request that fails takes its gaps back out); completions
+  (request throughput) and those that met the SLO (goodput).
 
 Percentiles are linear interpolations (numpy's default, as bench_serving), exact while a
 series is small and from a log histogram beyond (engine/histogram.py Digest), so a long step
@@ -20,13 +27,14 @@ stays small and its live result costs no sort of every value.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from typing import Sequence
 
 from . import records as R
 from .constants import STEADY_MIN_S, STEADY_TOLERANCE
-from .histogram import Digest
+from .histogram import Digest, censored_quantiles
 from .records import Clock, RequestRecord
 from .slo import Slo
 from .stepresult import StepResult
@@ -84,8 +92,6 @@ class StepAccumulator:
         self.ttft_turn: dict[int, Digest] = {}  # multi-turn: TTFT per turn index
         self.slo = slo if slo is not None and slo.per_request else None
         self.good = 0  # own requests that met every per-request SLO bound
-        self.good_tokens = 0
-        self._own_live: dict[int, RequestRecord] = {}  # own requests in flight (SLO: already missed?)
         self._prefix: list[tuple[float, float]] = []  # (queries, hits) counter samples while measuring
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/lane.py), in the window
         self.lane_itl = Digest()
@@ -95,13 +101,19 @@ class StepAccumulator:
         self.t_open = t_open  # the step's concurrency was set (warm-up starts)
         self.t0: float | None = t_open if measure else None  # measurement starts
         self.t_end: float | None = None
-        self.warmup_ended = 0  # requests of this step that ended during warm-up
+        self.warmup_ended = 0  # requests of this step that ended (or answered: probe) during warm-up
         self.warmup_requests = warmup_requests  # measuring starts once this many ended (0: told)
+        self.warmup_on_first = False  # ... or got a first token (the probe: the server answers again)
+        self.min_completed = 0  # steady needs this many own completions by the close (the runner's min_requests)
         # its window
         self.out_tokens = 0
         self.per_second: list[float] = []  # output tokens in each second of the window
         self.itl = Digest()
         self.chunk_gap = Digest()
+        self.win_completed = 0  # requests that completed inside the window, whoever sent them
+        self.win_tokens = 0  # ... their output tokens
+        self.win_good = 0  # ... of which met every per-request SLO bound
+        self.win_good_tokens = 0
         self.server_max_running: float | None = None
         self._power_sum = 0.0
         self._power_n = 0
@@ -113,10 +125,17 @@ class StepAccumulator:
         self.cancelled = 0
         self.in_tokens = 0
         self.errors: Counter[str] = Counter()
-        self.ttft = Digest()
+        self.ttft = Digest()  # observed: completed requests, and cancelled ones that had answered
         self.ttfat = Digest()
         self.e2e = Digest()
         self.tpot = Digest()
+        self._own: dict[int, RequestRecord] = {}  # own requests not ended yet
+        self._held_t: list[float] = []  # intended send times of own sends still held at the cap
+        self._stuck_ttft: list[float] = []  # cancelled own requests with no first token: their age then
+        self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
+        self._completed_at_close: int | None = None
+        self.stuck_missed = 0  # cancelled own requests that had already missed an SLO bound
+        self.ended_after_close = 0  # own requests that ended after the close (their truth came late)
 
     # -- phases -----------------------------------------------------------------------
     @property
@@ -124,9 +143,18 @@ class StepAccumulator:
         return self.t0 is not None and self.t_end is None
 
     @property
+    def closed(self) -> bool:
+        return self.t_end is not None
+
+    @property
     def send_phase(self) -> str:
         """The phase stamped on a request sent now."""
         return self.phase if self.t0 is not None else WARMUP
+
+    @property
+    def outstanding(self) -> int:
+        """Own requests (and held sends) whose outcome is not known yet."""
+        return len(self._own) + len(self._held_t)
 
     def begin_measure(self, t: float) -> None:
         if self.t0 is None:
@@ -135,7 +163,9 @@ class StepAccumulator:
     def close(self, t: float) -> None:
         if self.t0 is None:
             self.t0 = t  # closed during warm-up: an empty window
-        self.t_end = t
+        if self.t_end is None:
+            self.t_end = t
+            self._completed_at_close = self.completed
 
     def owns(self, rec: RequestRecord) -> bool:
         return rec.step == self.index and rec.phase not in NOT_OWN
@@ -150,29 +180,68 @@ class StepAccumulator:
         return self.t_end is None or t <= self.t_end
 
     def on_send(self, rec: RequestRecord) -> None:
-        if self.owns(rec) and self._before_end(rec.t_send):
+        # open loop: a send held at the cap goes out later, but it is the step's if its
+        # intended time was (t_start); the stamp (StepBook.stamp_at) chose the step by it
+        if self.owns(rec) and self._before_end(rec.t_start):
             self.sent += 1
             self.in_tokens += rec.expected_input_tokens
             lag = rec.schedule_lag
             if lag is not None:
                 self.lag.add(max(0.0, lag))
-            if self.slo is not None:
-                self._own_live[rec.rid] = rec
+                self._unhold(rec.t_intended)  # type: ignore[arg-type]
+            self._own[rec.rid] = rec
+
+    def note_held(self, t_intended: float | None = None) -> None:
+        """A send was held back at the in-flight cap (open loop), due at `t_intended`."""
+        if t_intended is None:
+            if self.measuring:
+                self.held += 1
+            return
+        if self.t0 is not None and t_intended >= self.t0 and self._before_end(t_intended):
+            self.held += 1
+            bisect.insort(self._held_t, t_intended)
+
+    def _unhold(self, t: float) -> None:
+        i = bisect.bisect_left(self._held_t, t)
+        if i < len(self._held_t) and self._held_t[i] == t:
+            del self._held_t[i]
+
+    def abandon_held(self, times: Sequence[float], now: float) -> None:
+        """Held sends that will never go (the open loop was left or paused): censored at
+        their age now, as requests the run aborted."""
+        for t in times:
+            i = bisect.bisect_left(self._held_t, t)
+            if i < len(self._held_t) and self._held_t[i] == t:
+                del self._held_t[i]
+                self._stuck_ttft.append(now - t)
+                self._stuck_e2e.append(now - t)
+                self.cancelled += 1
+                if self.slo is not None and self.slo.missed_wait(now - t):
+                    self.stuck_missed += 1
+
+    def abandon_outstanding(self, now: float) -> None:
+        """The run ended with own requests still out (a worker lost with them): each keeps
+        what it had, its age now as a censored value for the rest."""
+        for rec in self._own.values():
+            age = now - rec.t_start
+            if rec.ttft is not None:
+                self._add_ttft(rec)
+            else:
+                self._stuck_ttft.append(age)
+            self._stuck_e2e.append(age)
+        self._own.clear()
+        self.abandon_held(list(self._held_t), now)
 
     def on_first(self, rec: RequestRecord) -> None:
-        if rec.ttft is not None and self.owns(rec) and self._before_end(rec.t_first):  # type: ignore[arg-type]
+        if rec.rid in self._own:
             self.first_token += 1
-            self.ttft.add(rec.ttft)
-            if rec.turn:
-                d = self.ttft_turn.get(rec.turn)
-                if d is None:
-                    d = self.ttft_turn[rec.turn] = Digest()
-                d.add(rec.ttft)
+        elif self.warmup_on_first and rec.step == self.index and rec.phase == WARMUP and self._before_end(rec.t_first):  # type: ignore[arg-type]
+            self._warmup_done(rec.t_first)  # type: ignore[arg-type]
 
-    def note_held(self) -> None:
-        """A send was held back at the in-flight cap (open loop)."""
-        if self.measuring:
-            self.held += 1
+    def _warmup_done(self, t: float) -> None:
+        self.warmup_ended += 1
+        if self.warmup_requests and self.warmup_ended >= self.warmup_requests:
+            self.begin_measure(t)
 
     def on_tokens(self, t: float, n: int) -> None:
         if not self._in_window(t):
@@ -190,6 +259,13 @@ class StepAccumulator:
             self.itl.add_many([v for _, vs, _ in inside for v in vs])
             self.chunk_gap.add_many([g for _, _, g in inside])
 
+    def remove_gaps(self, gaps: Gaps) -> None:
+        """A request failed or was cancelled: its gaps that were counted here go back out."""
+        inside = [x for x in gaps if self._in_window(x[0])]
+        if inside:
+            self.itl.remove_many([v for _, vs, _ in inside for v in vs])
+            self.chunk_gap.remove_many([g for _, _, g in inside])
+
     def on_lane_first(self, rec: RequestRecord) -> None:
         if rec.t_first is not None and rec.ttft is not None and self._in_window(rec.t_first):
             self.lane_ttft.add(rec.ttft)
@@ -198,35 +274,58 @@ class StepAccumulator:
         self.lane_itl.add_many([v for t, vs, _ in gaps if self._in_window(t) for v in vs])
 
     def on_end(self, rec: RequestRecord) -> None:
-        if rec.step != self.index or not self._before_end(rec.t_end if rec.t_end is not None else rec.t_send):
+        t_end = rec.t_end if rec.t_end is not None else rec.t_send
+        if rec.status == R.OK and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
+            self.win_completed += 1
+            self.win_tokens += rec.output_tokens
+            if self.slo is not None and self.slo.met(rec):
+                self.win_good += 1
+                self.win_good_tokens += rec.output_tokens
+        if rec.step == self.index and rec.phase == WARMUP:
+            if not self.warmup_on_first and self._before_end(t_end):
+                self._warmup_done(t_end)
             return
-        if rec.phase == WARMUP:
-            self.warmup_ended += 1
-            if self.warmup_requests and self.warmup_ended >= self.warmup_requests and rec.t_end is not None:
-                self.begin_measure(rec.t_end)
+        own = self._own.pop(rec.rid, None)
+        if own is None:
             return
-        if not self.owns(rec):
-            return
-        self._own_live.pop(rec.rid, None)
+        if self.closed:
+            self.ended_after_close += 1
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
         elif rec.status == R.CANCELLED:
             self.cancelled += 1
+            age = t_end - rec.t_start
+            if rec.ttft is not None:
+                self._add_ttft(rec)
+            else:
+                self._stuck_ttft.append(age)
+            self._stuck_e2e.append(age)
+            if self.slo is not None and self.slo.missed_by(rec, t_end):
+                self.stuck_missed += 1
         else:
             self.completed += 1
             if self.slo is not None and self.slo.met(rec):
                 self.good += 1
-                self.good_tokens += rec.output_tokens
             if rec.usage_reported:
                 self.in_tokens += rec.input_tokens - rec.expected_input_tokens
+            self._add_ttft(rec)
             if rec.e2e is not None:
                 self.e2e.add(rec.e2e)
             if rec.tpot is not None:
                 self.tpot.add(rec.tpot)
-            ttfat = getattr(rec, "ttfat", None)
-            if ttfat is not None:
-                self.ttfat.add(ttfat)
+
+    def _add_ttft(self, rec: RequestRecord) -> None:
+        if rec.ttft is None:
+            return
+        self.ttft.add(rec.ttft)
+        if rec.ttfat is not None:
+            self.ttfat.add(rec.ttfat)
+        if rec.turn:
+            d = self.ttft_turn.get(rec.turn)
+            if d is None:
+                d = self.ttft_turn[rec.turn] = Digest()
+            d.add(rec.ttft)
 
     def note_server_running(self, running: float | None) -> None:
         if self.measuring and running is not None and (self.server_max_running is None or running > self.server_max_running):
@@ -266,7 +365,12 @@ class StepAccumulator:
 
     def steady(self, now: float) -> bool:
         """The window's two halves produced tokens at rates within STEADY_TOLERANCE, over
-        at least STEADY_MIN_S whole seconds (silent ones count)."""
+        at least STEADY_MIN_S whole seconds (silent ones count), and the step completed the
+        own requests it was asked for (`min_completed`) by its close: a step closed at
+        max_hold_s short of them is never called steady on figures it does not have."""
+        done = self._completed_at_close if self._completed_at_close is not None else self.completed
+        if done < self.min_completed:
+            return False
         full = self.seconds(now)
         if len(full) < STEADY_MIN_S:
             return False
@@ -276,9 +380,30 @@ class StepAccumulator:
             return False
         return abs(a - b) / max(a, b) <= STEADY_TOLERANCE
 
+    def censored(self, now: float) -> tuple[list[float], list[float], list[float]]:
+        """(TTFTs observed on own requests still in flight, censored TTFTs, censored E2Es)
+        at `now`: what the step's figures hold beyond its ended requests."""
+        seen, c_ttft, c_e2e = [], list(self._stuck_ttft), list(self._stuck_e2e)
+        for rec in self._own.values():
+            age = now - rec.t_start
+            if rec.t_first is not None:
+                seen.append(rec.t_first - rec.t_start)
+            else:
+                c_ttft.append(age)
+            c_e2e.append(age)
+        for t in self._held_t:
+            c_ttft.append(now - t)
+            c_e2e.append(now - t)
+        return seen, c_ttft, c_e2e
+
     def result(self, now: float) -> StepResult:
         d = self.duration(now)
         dd = max(d, 1e-9)
+        # the figures of own requests still outstanding are taken at the close (or now, live)
+        at = self.t_end if self.t_end is not None and self.outstanding else now
+        seen, c_ttft, c_e2e = self.censored(at)
+        (ttft_mean, ttft_mean_b), (ttft_p50, ttft_p50_b), (ttft_p99, ttft_p99_b) = censored_quantiles(self.ttft, seen, c_ttft, (None, 0.5, 0.99))
+        (e2e_p50, e2e_p50_b), (e2e_p99, e2e_p99_b) = censored_quantiles(self.e2e, (), c_e2e, (0.5, 0.99))
         mean_power = self._power_sum / self._power_n if self._power_n else None
         out_tps = self.out_tokens / dd if d > 0 else 0.0
         tpj = out_tps / mean_power if mean_power else None
@@ -290,15 +415,15 @@ class StepAccumulator:
             failed=self.failed,
             output_throughput=round(out_tps, 3),
             input_throughput=round(self.in_tokens / dd, 3) if d > 0 else 0.0,
-            request_throughput=round(self.sent / dd, 4) if d > 0 else 0.0,
-            mean_ttft_ms=_ms(self.ttft.mean()),
-            median_ttft_ms=_ms(self.ttft.quantile(0.5)),
-            p99_ttft_ms=_ms(self.ttft.quantile(0.99)),
+            request_throughput=round(self.win_completed / dd, 4) if d > 0 else 0.0,
+            mean_ttft_ms=_ms(ttft_mean),
+            median_ttft_ms=_ms(ttft_p50),
+            p99_ttft_ms=_ms(ttft_p99),
             median_itl_ms=_ms(self.itl.quantile(0.5)),
             p99_itl_ms=_ms(self.itl.quantile(0.99)),
             mean_tpot_ms=_ms(self.tpot.mean()),
-            median_e2e_latency_ms=_ms(self.e2e.quantile(0.5)),
-            p99_e2e_latency_ms=_ms(self.e2e.quantile(0.99)),
+            median_e2e_latency_ms=_ms(e2e_p50),
+            p99_e2e_latency_ms=_ms(e2e_p99),
             steady=self.steady(now),
             server_max_running=self.server_max_running,
             index=self.index,
@@ -316,11 +441,20 @@ class StepAccumulator:
             median_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.5)),
             p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
             median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
-            **self._goodput(d),
+            **self._goodput(d, out_tps, at),
             lane_median_ttft_ms=_ms(self.lane_ttft.quantile(0.5)),
             lane_median_itl_ms=_ms(self.lane_itl.quantile(0.5)),
             prefix_hit_rate=self._prefix_hit_rate(),
             **self._shape(),
+            censored_ttft=len(c_ttft),
+            censored_e2e=len(c_e2e),
+            mean_ttft_ms_bound=ttft_mean_b,
+            median_ttft_ms_bound=ttft_p50_b,
+            p99_ttft_ms_bound=ttft_p99_b,
+            median_e2e_latency_ms_bound=e2e_p50_b,
+            p99_e2e_latency_ms_bound=e2e_p99_b,
+            ended_after_close=self.ended_after_close,
+            final=self.closed and not self.outstanding,
         )
 
     def _shape(self) -> dict:
@@ -343,16 +477,22 @@ class StepAccumulator:
             ]
         return out
 
-    def _goodput(self, d: float) -> dict:
+    def _goodput(self, d: float, out_tps: float, at: float) -> dict:
+        """Goodput counts like throughput: the window's completions that met every
+        per-request bound, per second (request_goodput), and output tok/s scaled by their
+        share of the completions' tokens (output_goodput), so that at 100 % attainment
+        goodput equals throughput. Attainment is over the step's own requests: those still
+        outstanding that already missed a TTFT/E2E bound count as misses (a step whose
+        requests all wait in a queue has not met a TTFT bound)."""
         if self.slo is None:
             return {}
-        # own requests still in flight that already missed a bound count as missing it: a
-        # step whose requests all wait in a queue has not met a TTFT bound
-        end = self.t_end if self.t_end is not None else (self.t0 or 0.0) + d
-        late = sum(1 for rec in self._own_live.values() if self.slo.missed_by(rec, end))
+        late = sum(1 for rec in self._own.values() if self.slo.missed_by(rec, at))
+        late += sum(1 for t in self._held_t if self.slo.missed_wait(at - t))
+        late += self.stuck_missed
         finished = self.completed + self.failed + late
+        share = self.win_good_tokens / self.win_tokens if self.win_tokens else (1.0 if self.win_completed and self.win_good == self.win_completed else 0.0)
         return {
-            "request_goodput": round(self.good / d, 4) if d > 0 else 0.0,
-            "output_goodput": round(self.good_tokens / d, 3) if d > 0 else 0.0,
+            "request_goodput": round(self.win_good / d, 4) if d > 0 else 0.0,
+            "output_goodput": round(out_tps * share, 3) if d > 0 else 0.0,
             "slo_attainment": round(self.good / finished, 4) if finished else None,
         }

@@ -82,6 +82,26 @@ def request_figures(rec: RequestRecord) -> tuple[int, float | None, float | None
     return n, (ts[-1] - ts[0]) / (n - 1), max(gaps), p99
 
 
+def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]:
+    """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps))."""
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for t, itls, raw in gaps:
+        slot = out.setdefault(int(t / BUCKET_S), ([], []))
+        slot[0].extend(itls)
+        slot[1].append(raw)
+    return sorted(out.items())
+
+
+def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
+    """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
+    gaps = []
+    for b, (itls, raws) in buckets:
+        t = (b + 0.5) * BUCKET_S
+        gaps.append((t, itls, raws[0]))
+        gaps.extend((t, [], g) for g in raws[1:])
+    return gaps
+
+
 class Batch:
     """The listener of every Sender of a worker: what happened since the last flush."""
 
@@ -108,13 +128,12 @@ class Batch:
     def harvest(self, rec: RequestRecord) -> None:
         nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
         self.cursor[rec.rid] = nxt
-        for t, itls, raw in gaps:
-            b = int(t / BUCKET_S)
+        for b, (itls, raws) in bucket_gaps(gaps):
             slot = self.gaps.get(b)
             if slot is None:
                 slot = self.gaps[b] = ([], [])
             slot[0].extend(itls)
-            slot[1].append(raw)
+            slot[1].extend(raws)
 
     def take(self) -> dict:
         """Everything since the last take (gaps of requests in flight harvested first)."""
@@ -158,7 +177,7 @@ class _TargetListener:
         b.ends.append((
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            request_figures(rec),
+            request_figures(rec), None if rec.status == "ok" else bucket_gaps(rec.gaps_from(1)),
         ))
 
 
@@ -186,7 +205,7 @@ class Worker:
         for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
                                  request_timeout=spec.request_timeout, origin=tgt.url)
-            s = Sender(client, tgt, self.batch.listener(ti), lambda: self.stamp, self.batch.on_lag, spec.wall_offset, ids=ids)
+            s = Sender(client, tgt, self.batch.listener(ti), lambda t=None: self.stamp, self.batch.on_lag, spec.wall_offset, ids=ids)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
             self.clients.append(client)

@@ -19,6 +19,7 @@ import pytest
 from redline.engine.config import EngineConfig
 from redline.engine.preset import parse_preset
 from redline.engine.sim.truth import window_truth
+from redline.engine.stepresult import StepResult
 from redline.engine.workload import WorkloadConfig
 
 from helpers import run_preset_headless
@@ -57,15 +58,28 @@ def capped_run(tmp_path_factory):
     return outcome, records, out
 
 
+def _final_steps(out) -> list[StepResult]:
+    return [StepResult.from_dict(d) for d in json.loads((out / "summary.json").read_text())["steps"]]
+
+
 def test_each_step_ttft_e2e_itl_match_the_sims_clock(capped_run):
-    outcome, records, _ = capped_run
+    """The recorded (final) figures: every request sent in the step, however late it answered
+    or ended, against the sim's own clock."""
+    outcome, records, out = capped_run
     assert [s.concurrency for s in outcome.steps] == [4, 8, 16]
-    for s in outcome.steps:
+    req = pl.read_ndjson(out / "requests.ndjson")
+    steps = _final_steps(out)
+    for s in steps:
+        own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
+        # what the run's end cancelled stays censored (the last step's; the others drained)
+        assert s.final and s.censored_e2e == own.filter(pl.col("status") == "cancelled").height
+        assert s.censored_ttft == own.filter((pl.col("status") == "cancelled") & pl.col("ttft_ms").is_null()).height
+    assert steps[0].censored_e2e == steps[1].censored_e2e == 0
+    for s in steps[:-1]:
         truth = window_truth(records, s.t_start, s.t_start + s.duration_s)
-        assert truth["first_token"] >= 3, truth
-        assert _close(s.median_ttft_ms, truth["median_ttft_ms"]), (s.concurrency, s.median_ttft_ms, truth)
-        if truth["completed"] >= 3:
-            assert _close(s.median_e2e_latency_ms, truth["median_e2e_ms"]), (s.concurrency, s.median_e2e_latency_ms, truth)
+        assert truth["sent"] >= 3, truth
+        assert _close(s.median_ttft_ms, truth["median_ttft_all_ms"]), (s.concurrency, s.median_ttft_ms, truth)
+        assert _close(s.median_e2e_latency_ms, truth["median_e2e_all_ms"]), (s.concurrency, s.median_e2e_latency_ms, truth)
         assert _close(s.median_itl_ms, truth["median_gap_ms"], slack_ms=1.5), (s.concurrency, s.median_itl_ms, truth)
     c16 = outcome.steps[-1]
     # above the cap, requests sent in the step queue: their TTFT is over a decode-long wait,
@@ -76,11 +90,15 @@ def test_each_step_ttft_e2e_itl_match_the_sims_clock(capped_run):
 def test_step_counts_its_own_requests(capped_run):
     outcome, _, out = capped_run
     req = pl.read_ndjson(out / "requests.ndjson")
-    for s in outcome.steps:
+    for closing, s in zip(outcome.steps, _final_steps(out)):
         own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
-        assert s.requests_sent == own.height
-        assert s.completed == own.filter((pl.col("status") == "ok") & (pl.col("t_send") + pl.col("e2e_ms") / 1000 <= s.t_start + s.duration_s + 1e-5)).height
-        assert s.completed >= PRESET["ramp"]["min_requests"] or s.duration_s >= PRESET["ramp"]["max_hold_s"]
+        assert s.requests_sent == own.height == closing.requests_sent
+        # at the close: what had completed by then (the rest was censored); in the record: all
+        assert closing.completed == own.filter((pl.col("status") == "ok") & (pl.col("t_send") + pl.col("e2e_ms") / 1000 <= s.t_start + s.duration_s + 1e-5)).height
+        assert s.completed == own.filter(pl.col("status") == "ok").height
+        assert s.ended_after_close == (s.completed + s.failed + s.cancelled) - (closing.completed + closing.failed + closing.cancelled)
+        assert closing.censored_e2e == closing.requests_sent - closing.completed - closing.failed
+        assert closing.completed >= PRESET["ramp"]["min_requests"] or closing.duration_s >= PRESET["ramp"]["max_hold_s"]
         assert s.requests_first_token >= s.completed
         # warm-up rows carry the step they belong to, at its concurrency
         warm = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "warmup"))
@@ -97,22 +115,24 @@ def test_readme_polars_example_reproduces_summary(capped_run):
     steps = json.load(open(f"{d}/summary.json"))["steps"]
     req = pl.read_ndjson(f"{d}/requests.ndjson")
     for s in steps:
-        end = s["t_start"] + s["duration_s"]
-        own = req.filter((pl.col("step") == s["index"]) & (pl.col("phase") != "warmup"))
-        ttft = own.filter(pl.col("t_send") + pl.col("ttft_ms") / 1000 <= end)["ttft_ms"]
-        e2e = own.filter((pl.col("status") == "ok") & (pl.col("t_send") + pl.col("e2e_ms") / 1000 <= end))["e2e_ms"]
+        own = req.filter((pl.col("step") == s["index"]) & (pl.col("phase") != "warmup") & (pl.col("status") != "failed"))
+        # a request the run cancelled before it answered counts as "at least its age"
+        ttft = own.select(pl.coalesce("ttft_ms", "censored_ms"))["ttft_ms"]
+        e2e = own.select(pl.coalesce("e2e_ms", "censored_ms"))["e2e_ms"]  # cancelled: at least its age
         # ---------------------------------------------------------------------------
-        assert ttft.len() == s["requests_first_token"]
+        assert ttft.len() == s["requests_first_token"] + s["censored_ttft"]
+        assert e2e.len() == s["completed"] + s["censored_e2e"]
         assert abs(ttft.quantile(0.5, "linear") - s["median_ttft_ms"]) <= 0.002
         assert abs(ttft.quantile(0.99, "linear") - s["p99_ttft_ms"]) <= 0.002
         assert abs(e2e.quantile(0.5, "linear") - s["median_e2e_latency_ms"]) <= 0.002
 
 
-def test_probe_warms_up_then_measures_three_requests(healthy_sim, tmp_path):
-    """After the ramp, the C=1 probe's first request is its warm-up; it then holds until 3
-    of its own requests completed, so it always reports a TTFT."""
+def test_probe_warms_up_then_measures_until_it_answers(healthy_sim, tmp_path):
+    """After the ramp, the C=1 probe's first request is its warm-up (until it answers); it
+    then holds probe_s and until one of its own requests answered, so it always reports a
+    TTFT and an ITL; E2E is a bound while its request still runs."""
     preset = parse_preset(
-        {"name": "p", "workload": {"input_len": 8, "output_len": 24}, "ramp": {"concurrency": [8], "warmup_s": 0.3, "hold_s": 0.7, "min_requests": 1}, "after": {"probe_s": 0.5}},
+        {"name": "p", "workload": {"input_len": 8, "output_len": 24}, "ramp": {"concurrency": [8], "warmup_s": 0.3, "hold_s": 0.7, "min_requests": 1}, "after": {"probe_s": 2.0}},
         "p.toml",
     )
     cfg = EngineConfig(url=healthy_sim.url, concurrency=8, workload=WorkloadConfig(input_len=8, output_len=24), out_dir=tmp_path / "s", live_steps=False, use_nvml=False)
@@ -120,11 +140,14 @@ def test_probe_warms_up_then_measures_three_requests(healthy_sim, tmp_path):
     outcome = run_preset_headless(cfg, preset)
     probe = outcome.probe
     assert probe is not None and probe.phase == "probe" and probe.concurrency == 1
-    assert probe.completed >= 3 and probe.median_ttft_ms is not None
+    assert probe.requests_first_token >= 1 and probe.median_ttft_ms is not None and probe.median_itl_ms is not None
+    assert probe.duration_s < 2.0 + 1.5  # probe_s, then no waiting for answers to end
+    if probe.completed < probe.requests_sent:
+        assert probe.median_e2e_latency_ms_bound and probe.censored_e2e >= 1
     req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
     rows = req.filter(pl.col("step") == probe.index)
     assert rows.filter(pl.col("phase") == "warmup").height == 1
-    assert rows.filter(pl.col("phase") == "probe").height >= 3
+    assert rows.filter(pl.col("phase") == "probe").height == probe.requests_sent
 
 
 def test_timeline_rows_cover_one_second_under_a_busy_loop():

@@ -113,14 +113,19 @@ class TruthLog:
         return [r.to_dict(chunks, text) for r in self.records]
 
 
-def _median(values: list[float]) -> float | None:
+def _p(values: list[float], q: float) -> float | None:
+    """Linear-interpolated quantile (numpy's default)."""
     if not values:
         return None
     s = sorted(values)
     n = len(s)
-    mid = (n - 1) / 2
-    lo = int(mid)
-    return s[lo] + (s[min(lo + 1, n - 1)] - s[lo]) * (mid - lo)
+    pos = q * (n - 1)
+    lo = int(pos)
+    return s[lo] + (s[min(lo + 1, n - 1)] - s[lo]) * (pos - lo)
+
+
+def _median(values: list[float]) -> float | None:
+    return _p(values, 0.5)
 
 
 def window_truth(records: list[dict[str, Any]], t_start: float, t_end: float) -> dict[str, Any]:
@@ -132,6 +137,7 @@ def window_truth(records: list[dict[str, Any]], t_start: float, t_end: float) ->
     ttft = [(r["t_first"] - r["t_arrive"]) * 1000 for r in sent if r["t_first"] is not None and r["t_first"] <= t_end]
     e2e = [(r["t_end"] - r["t_arrive"]) * 1000 for r in sent if r["outcome"] == "completed" and r["t_end"] is not None and r["t_end"] <= t_end]
     ttft_all = [(r["t_first"] - r["t_arrive"]) * 1000 for r in sent if r["t_first"] is not None]
+    e2e_all = [(r["t_end"] - r["t_arrive"]) * 1000 for r in sent if r["outcome"] == "completed" and r["t_end"] is not None]
     gaps: list[float] = []
     for r in records:
         ct = r.get("chunk_times") or []
@@ -144,6 +150,10 @@ def window_truth(records: list[dict[str, Any]], t_start: float, t_end: float) ->
         "median_ttft_ms": _median(ttft),
         "median_ttft_all_ms": _median(ttft_all),  # every request sent in it, first token whenever
         "median_e2e_ms": _median(e2e),
+        "median_e2e_all_ms": _median(e2e_all),  # every request sent in it, ended whenever
+        "p99_ttft_all_ms": _p(ttft_all, 0.99),
+        "p99_e2e_all_ms": _p(e2e_all, 0.99),
+        "completed_all": len(e2e_all),
         "median_gap_ms": _median(gaps),
         "p90_gap_ms": gaps[int(0.9 * (len(gaps) - 1))] if gaps else None,
         "gaps": len(gaps),
