@@ -6,7 +6,9 @@ Every formatter gives "-" for an unknown value (None).
 
 from __future__ import annotations
 
-__all__ = ["ms", "num", "rate"]
+__all__ = ["BOUND", "ms", "num", "rate", "step_ms"]
+
+BOUND = "≥"  # a lower bound (censored requests: README "Requests that outlive their step")
 
 
 def ms(v: float | None, unit: bool = True) -> str:
@@ -35,3 +37,11 @@ def num(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v:.0f}" if abs(v - round(v)) < 1e-6 or abs(v) >= 100 else f"{v:.1f}"
+
+
+def step_ms(step: object, name: str, unit: bool = True) -> str:
+    """A step's latency figure `name` (p99_ttft_ms, ...), "≥" in front when it is a lower
+    bound (its `name + "_bound"` flag: own requests still waiting at the step's close)."""
+    v = getattr(step, name, None)
+    text = ms(v, unit)
+    return BOUND + text if v is not None and getattr(step, name + "_bound", False) else text

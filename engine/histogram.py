@@ -549,12 +549,17 @@ def censored_quantiles(
     """(value, is a lower bound) at each q (None: the mean) of a series with censored values.
 
     `d` and `seen` hold observed values; `censored` holds lower bounds ("at least this": a
-    request still waiting at a step's close, its age then). The quantile is taken over all
-    of them as numbers; since each censored value can only be larger in truth, the answer
-    is a lower bound of the true quantile, and it is exact when every order statistic it
-    interpolates lies below the smallest censored value (on ties observed values rank
-    first). The mean is a bound as soon as one value is censored.
+    request still waiting at a step's close, its age then). A censored value below the
+    largest observed one says nothing the observed values do not (a request sent a moment
+    ago, as in any busy step): like Kaplan-Meier's risk set, it leaves the sample. The rest,
+    waiting longer than every observed value, join it as numbers; since each can only be
+    larger in truth, the answer is a lower bound of the true quantile, and it is exact when
+    every order statistic it interpolates lies below them. The mean is a bound as soon as
+    one censored value joins.
     """
+    if censored and (d.count or seen):
+        top = max(d.max if d.count else -math.inf, max(seen) if seen else -math.inf)
+        censored = [c for c in censored if c >= top]
     n_obs = d.count + len(seen)
     n = n_obs + len(censored)
     if not n:

@@ -251,6 +251,7 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
         sp.start, sp.max, resolution=sp.resolution, factor=sp.factor,
         plateau_gain=preset.stop.plateau_gain if preset.stop.plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
         slo=engine.config.slo, error_rate=preset.stop.error_rate,
+        label=(lambda c: f"{sp.rate_of(c):g} req/s") if sp.rate_unit is not None else (lambda c: f"C={c}"),
     )
     engine.log("preset", f"preset {preset.name}: knee search from C={sp.start} up to {sp.max}, resolution {sp.resolution * 100:g} %")
     t0 = time.perf_counter()
@@ -280,12 +281,12 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
         knee, best = out.search["knee_rate"], out.search["max_slo_rate"]
         slo_part = ("" if search.slo is None else ", no rate met the SLO" if best is None else f", largest rate meeting the SLO {best:g} req/s")
         points = ", ".join(f"{r:g}" for r in out.search["rates"]) + " req/s"
-        line = f"search: {'no knee found' if knee is None else f'knee at {knee:g} req/s'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
+        line = f"search: {f'no knee: {result.knee_reason}' if knee is None else f'knee at {knee:g} req/s'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
     else:
         knee, best = result.knee_concurrency, result.max_slo_concurrency
         slo_part = ("" if search.slo is None else ", no C met the SLO" if best is None else f", largest C meeting the SLO {best}")
         points = ", ".join(f"C={c}" for c in result.points)
-        line = f"search: {'no knee found' if knee is None else f'knee C={knee}'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
+        line = f"search: {f'no knee: {result.knee_reason}' if knee is None else f'knee C={knee}'}{slo_part} ({len(result.points)} points in {result.duration_s:.0f} s: {points})"
     engine.log("preset", line)
     on_line(line)
 

@@ -11,13 +11,21 @@ answer is bracketed between a good C and a bad C (or `max` is reached). Then it 
 bracket, the widest first, until its width is at most `resolution` x C (or 1). Every point
 is a full step (warm-up, hold until steady), measured by engine/runner.py; the search only
 chooses C. It knows no engine: the runner feeds it StepResults.
+
+Noise: a gain counts only when it clears the plateau gain by more than the two steps' noise
+(engine/breaker.py noise_margin) and the step was steady; a doubling that does not gain is
+measured once more before the search believes it (one noisy step never stops the growth
+for good). "No knee below max" is an answer: when the top point still gained, the knee is
+None and `knee_reason` says "still rising at max C=64".
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
+from .breaker import noise_margin
 from .slo import Slo
 from .stepresult import StepResult
 
@@ -28,10 +36,12 @@ class SearchResult:
     max_slo_concurrency: int | None
     duration_s: float
     points: list[int] = field(default_factory=list)
+    knee_reason: str = ""  # why the knee is where it is, or why there is none
 
     def to_dict(self) -> dict:
         return {
             "knee_concurrency": self.knee_concurrency,
+            "knee_reason": self.knee_reason,
             "max_slo_concurrency": self.max_slo_concurrency,
             "duration_s": round(self.duration_s, 3),
             "points": list(self.points),
@@ -49,6 +59,7 @@ class KneeSearch:
         plateau_gain: float = 0.05,
         slo: Slo | None = None,
         error_rate: float | None = None,
+        label: Callable[[int], str] = lambda c: f"C={c}",
     ) -> None:
         self.start = start
         self.max_c = max_c
@@ -61,6 +72,8 @@ class KneeSearch:
         self.points: list[int] = []
         self._growing = True
         self._hard_stop: int | None = None  # C where errors or a collapse began: never go above
+        self._confirmed: set[int] = set()  # points measured twice (a stall is believed once confirmed)
+        self.label = label  # how a level reads: "C=64", "32 req/s"
 
     # -- judging one point -----------------------------------------------------------
     def _failed(self, s: StepResult) -> bool:
@@ -73,9 +86,23 @@ class KneeSearch:
     def _best_tps(self) -> float:
         return max((s.output_throughput for s in self.results.values()), default=0.0)
 
+    def _best(self, below: int | None = None) -> StepResult | None:
+        cands = [s for c, s in self.results.items() if below is None or c < below]
+        return max(cands, key=lambda s: s.output_throughput, default=None)
+
     def saturated(self, c: int) -> bool:
-        """C gives within plateau_gain of the most tok/s seen (or more)."""
-        return self.results[c].output_throughput >= (1 - self.gain) * self._best_tps()
+        """C gives within plateau_gain of the most tok/s seen (or more), noise allowed for."""
+        cur, best = self.results[c], self._best()
+        assert best is not None
+        return cur.output_throughput + noise_margin(cur, best) >= (1 - self.gain) * best.output_throughput
+
+    def gained(self, c: int) -> bool:
+        """C's step was steady and gained more than the plateau gain over the best point
+        below it, by more than the noise."""
+        cur, best = self.results[c], self._best(below=c)
+        if best is None:
+            return True
+        return cur.steady and cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + self.gain)
 
     # -- brackets ---------------------------------------------------------------------
     def knee_bracket(self) -> tuple[int | None, int | None]:
@@ -94,13 +121,18 @@ class KneeSearch:
         good = [c for c in cs if self.slo_ok(self.results[c]) and (hi is None or c < hi)]
         return (good[-1] if good else None), hi
 
-    def _knee_found(self) -> bool:
-        """Growing has shown the curve flattening: the last step gained at most the plateau gain."""
+    def _stalled(self) -> bool:
+        """The top point did not gain over the ones below it."""
         cs = sorted(self.results)
-        if len(cs) < 2:
-            return False
-        last, prev = self.results[cs[-1]], max(self.results[c].output_throughput for c in cs[:-1])
-        return last.output_throughput < prev * (1 + self.gain)
+        return len(cs) >= 2 and not self.gained(cs[-1])
+
+    def _knee_found(self) -> bool:
+        """Growing has shown the curve flattening: the top point did not gain, twice."""
+        return self._stalled() and max(self.results) in self._confirmed
+
+    def rising_at_max(self) -> bool:
+        """The search reached max and the top point still gained: no knee below max."""
+        return bool(self.results) and max(self.results) >= self.max_c and len(self.results) >= 2 and self.gained(max(self.results))
 
     def _narrow(self, lo: int | None, hi: int | None) -> bool:
         if lo is None or hi is None:
@@ -109,6 +141,8 @@ class KneeSearch:
 
     # -- the plan -----------------------------------------------------------------------
     def observe(self, c: int, res: StepResult) -> None:
+        if c in self.results:  # measured again: the confirmation of a stall
+            self._confirmed.add(c)
         self.results[c] = res
         self.points.append(c)
         best_before = max((s.output_throughput for k, s in self.results.items() if k < c), default=None)
@@ -124,12 +158,17 @@ class KneeSearch:
         if self._growing:
             need_knee = not self._knee_found()
             need_slo = self.slo is not None and self.slo_bracket()[1] is None
-            if self._hard_stop is not None or top >= self.max_c or not (need_knee or need_slo):
+            if self._hard_stop is not None or not (need_knee or need_slo):
+                self._growing = False
+            elif need_knee and self._stalled() and top not in self._confirmed:
+                return top  # a stall is measured once more before it is believed
+            elif top >= self.max_c:
                 self._growing = False
             else:
                 return min(self.max_c, max(top + 1, round(top * self.factor)))
-        # bisect the widest bracket that is not narrow yet
-        brackets = [self.knee_bracket()]
+        # bisect the widest bracket that is not narrow yet (none for the knee while the
+        # curve still rises at max)
+        brackets = [] if self.rising_at_max() and self._hard_stop is None else [self.knee_bracket()]
         if self.slo is not None:
             brackets.append(self.slo_bracket())
         open_ = [(hi - lo, lo, hi) for lo, hi in brackets if not self._narrow(lo, hi)]
@@ -142,8 +181,16 @@ class KneeSearch:
         return mid
 
     def result(self, duration_s: float) -> SearchResult:
-        knee = self.knee_bracket()[1] if self.results else None
+        knee, reason = None, "no point measured"
+        if self.rising_at_max() and self._hard_stop is None:
+            reason = f"still rising at max {self.label(max(self.results))}"
+        elif self.results:
+            knee = self.knee_bracket()[1]
+            best = self._best()
+            assert best is not None
+            best_c = next(c for c, s in self.results.items() if s is best)
+            reason = f"within {self.gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {self.label(best_c)})"
         max_slo = None
         if self.slo is not None:
             max_slo = self.slo_bracket()[0]
-        return SearchResult(knee, max_slo, duration_s, list(self.points))
+        return SearchResult(knee, max_slo, duration_s, list(self.points), knee_reason=reason)

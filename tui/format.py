@@ -3,9 +3,9 @@ the step report and the stop-rule texts agree) and the shapes only the screen dr
 
 from __future__ import annotations
 
-from redline.engine.fmt import ms, num, rate
+from redline.engine.fmt import ms, num, rate, step_ms
 
-__all__ = ["bar", "duration", "ms", "num", "rate"]
+__all__ = ["bar", "duration", "ms", "num", "rate", "step_ms"]
 
 
 def duration(s: float) -> str:

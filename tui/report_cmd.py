@@ -28,6 +28,7 @@ from redline.engine.session.compare import (
     load_sessions,
     tokens_per_watt,
 )
+from redline.engine.fmt import step_ms
 from redline.engine.session.report import fmt_ms
 from redline.engine.stepresult import StepResult
 
@@ -99,8 +100,8 @@ def _cells(step: StepResult | None, best: bool) -> list[str]:
         return ["-", "-", "-", "-", "-"]
     return [
         f"{step.output_throughput:.1f}" + (BEST_MARK if best else " "),
-        fmt_ms(step.median_ttft_ms),
-        fmt_ms(step.p99_ttft_ms),
+        step_ms(step, "median_ttft_ms", unit=False),
+        step_ms(step, "p99_ttft_ms", unit=False),
         fmt_ms(step.p99_itl_ms),
         str(step.failed),
     ]

@@ -10,7 +10,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from ..fmt import ms, num, rate
+from ..fmt import ms, num, rate, step_ms
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SUMMARY, SessionError, check_session_dir
 
@@ -82,7 +82,7 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     s = as_step(step)
     line = (
         f"{s.load:<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
-        f"  TTFT p50 {ms(s.median_ttft_ms):>7} p99 {ms(s.p99_ttft_ms):>7}"
+        f"  TTFT p50 {step_ms(s, 'median_ttft_ms'):>7} p99 {step_ms(s, 'p99_ttft_ms'):>7}"
         f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
     )
     if s.mode != "concurrency":  # open loop: how late sends went, how many waited at the cap
@@ -112,9 +112,9 @@ def _row(s: StepResult, note: str) -> list[str]:
     return [
         str(s.concurrency), f"{s.duration_s:.1f}", str(s.completed), str(s.failed),
         f"{s.output_throughput:.1f}", rate(s.request_throughput),
-        *(ms(v, unit=False) for v in (
-            s.median_ttft_ms, s.p99_ttft_ms, s.median_itl_ms, s.p99_itl_ms, s.mean_tpot_ms,
-            s.median_e2e_latency_ms, s.p99_e2e_latency_ms)),
+        *(step_ms(s, name, unit=False) for name in (
+            "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_tpot_ms",
+            "median_e2e_latency_ms", "p99_e2e_latency_ms")),
         num(s.server_max_running),
         "yes" if s.steady else "no", note,
     ]

@@ -330,6 +330,8 @@ class SimService:
                 produced += await sim_req.next_tokens()
                 while produced - sent >= per_chunk or (produced == total and sent < total):
                     k = min(per_chunk, produced - sent)
+                    if plan.kind is FaultKind.DISCONNECT and sent + k >= plan.at_token and self.profile.disconnect_stall_s:
+                        await asyncio.sleep(self.profile.disconnect_stall_s)
                     text = tokens.next_text(k)
                     chunk = shape.token_chunk(text, sent + k, sent + k == total)
                     await _send(resp, chunk)

@@ -74,6 +74,9 @@ class SimProfile:
     error_429_rate: float = 0.0
     disconnect_rate: float = 0.0
     malformed_rate: float = 0.0
+    # A disconnecting stream first stalls this long before its last chunk (a server that
+    # hangs, answers once more and drops: the stall must not count as a served gap).
+    disconnect_stall_s: float = 0.0
     # Stop sending after this many tokens without closing the connection (every request).
     stall_after_tokens: int | None = None
 

@@ -21,7 +21,7 @@ from textual.widgets import DataTable
 from redline.engine.snapshot import LogLine, Snapshot
 from redline.engine.stepresult import StepResult
 
-from ..format import ms, rate
+from ..format import ms, rate, step_ms
 from .header import rate_text
 
 COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run", "at")
@@ -51,8 +51,8 @@ def step_cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
         c,
         f"{s.duration_s:.0f}s",
         rate(s.output_throughput),
-        ms(s.median_ttft_ms),
-        ms(s.p99_ttft_ms),
+        step_ms(s, "median_ttft_ms"),
+        step_ms(s, "p99_ttft_ms"),
         ms(s.p99_itl_ms),
         str(s.failed),
         "-" if s.server_max_running is None else f"{s.server_max_running:.0f}",
