@@ -1,6 +1,7 @@
 """Shared helpers of the benchmark scripts (not a benchmark itself).
 
-Every benchmark starts its own simulated server on 127.0.0.1 and stops it on the way out.
+Every benchmark starts its own simulated server on 127.0.0.1 and stops it on the way out;
+Ctrl-C or SIGTERM stops a benchmark the same way (run_main).
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
+import sys
 import urllib.request
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, NoReturn, Sequence
 
 from redline.engine.sim.serve import SimProcess, spawn_sim_process
 
@@ -85,3 +88,34 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
     return "\n".join(lines)
 
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised where the script is, so its `finally` blocks run (as on Ctrl-C)."""
+
+
+def run_main(main: Callable[[], object]) -> NoReturn:
+    """A script's entry point: Ctrl-C or SIGTERM stops it through its `finally` blocks (the
+    sims and processes it started are stopped; a sim also ends with its parent), one line
+    on stderr, exit 130 / 143."""
+
+    def on_term(signum, frame) -> None:
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        rc = main()
+    except KeyboardInterrupt as exc:
+        sig = signal.SIGTERM if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"{os.path.basename(sys.argv[0])}: stopped by {sig.name}", file=sys.stderr)
+        sys.exit(128 + sig)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(
+        description="Helpers shared by the benchmark scripts beside this file (a sim per benchmark, CPU "
+                    "readings, tables); not a benchmark: run one of the others, e.g. python benchmarks/lag.py --help",
+    ).parse_args()

@@ -6,17 +6,34 @@ then times read_table and the export to each format.
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from redline.engine.session import SessionWriter, export_session, read_table
-from redline.engine.session.paths import table_path
+
+def _rows(s: str) -> int:
+    try:
+        n = int(s)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"N_ROWS {s!r}: expected a whole number >= 1")
+    return n
 
 
-def main(n: int) -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0].split(": ")[0] + ": write N request rows, "
+                                 "then time read_table and the export to parquet, csv and ndjson (a temporary folder)")
+    ap.add_argument("n_rows", nargs="?", type=_rows, default=1_000_000, metavar="N_ROWS", help="request rows (default 1000000)")
+    bench(ap.parse_args(argv).n_rows)
+
+
+def bench(n: int) -> None:
+    from redline.engine.session import SessionWriter, export_session, read_table
+    from redline.engine.session.paths import table_path
+
     tmp = Path(tempfile.mkdtemp(prefix="redline-bench-"))
     try:
         w = SessionWriter(tmp / "s", {"label": "bench"})
@@ -51,4 +68,6 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+    from _bench import run_main
+
+    run_main(main)

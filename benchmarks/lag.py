@@ -234,7 +234,8 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.tui_child:
+    if args.tui_child:  # quits by its own SIGTERM (tui_child): the app's default handling
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.exit(tui_child(args.url, args.c, args.seconds, args.warmup, args.out, args.result, args.transport, args.tui_nice))
 
     from _bench import machine, sim, table
@@ -287,4 +288,6 @@ def _pct(v: float | None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from _bench import run_main
+
+    run_main(main)

@@ -93,4 +93,6 @@ def _prefix_ids(groups: int) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from _bench import run_main
+
+    run_main(main)

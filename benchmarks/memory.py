@@ -90,4 +90,6 @@ def _sample(proc, host, elapsed: float) -> tuple:
 
 
 if __name__ == "__main__":
-    main()
+    from _bench import run_main
+
+    run_main(main)
