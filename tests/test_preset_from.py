@@ -76,7 +76,8 @@ def test_preset_from_session_keeps_target_and_workload(tmp_path):
     assert p.name == "again" and p.target.url == "http://gpu-host:30000"
     assert p.workload.api == "completions" and (p.workload.input_len, p.workload.output_len) == (100, 200)
     assert p.ramp.concurrency == (8, 16) and p.ramp.durations_s == (3, 4)
-    assert replay.segments == 3 and replay.seconds == pytest.approx(9)
+    assert replay.steps == 2 and replay.seconds == pytest.approx(7)  # the steps the file has
+    assert replay.left_out_s == pytest.approx(2) and replay.probe_s == 0
 
 
 def test_preset_from_session_not_a_session(tmp_path):
@@ -101,5 +102,54 @@ def test_preset_from_unwritable_output_is_one_line(tmp_path, capsys, where):
 def test_preset_from_prints_what_it_wrote(tmp_path, capsys):
     f = tmp_path / "r.toml"
     assert cli.main(["preset-from", str(recorded(tmp_path)), "-o", str(f)]) == 0
-    assert capsys.readouterr().out.strip() == f"wrote {f}: 3 segments, 9 s"
+    assert capsys.readouterr().out.strip() == f"wrote {f}: 2 steps, 7 s (2 s paused or stopped left out)"
     assert load_preset(f).ramp.concurrency == (8, 16)
+
+
+# -- issue 27: a replayed probe aborts as the original did; one count everywhere --------------
+def probed(tmp_path: Path, inner: bool = False) -> Path:
+    """A preset-like session: C=8 for 4 s, C=64 for 4 s, (with `inner`: a probe for 2 s and
+    C=64 again for 2 s,) then the C=1 probe for 3 s, then stopped."""
+    d = tmp_path / "probed"
+    w = SessionWriter(d, {"target": {"url": "http://gpu-host:30000", "api": "chat"}, "server_info": {"kind": "sglang"},
+                          "workload": {"dataset": "random", "input_len": 32, "output_len": 64}}, fsync=False)
+    plan = [("preset", 8)] * 4 + [("preset", 64)] * 4
+    if inner:
+        plan += [("probe", 1)] * 2 + [("preset", 64)] * 2
+    plan += [("probe", 1)] * 3 + [("stopped", 1)] * 2
+    for i, (state, c) in enumerate(plan):
+        w.add_timeline({"t": 1.7e9 + i, "elapsed_s": float(i), "state": state, "target_c": c, "mode": "concurrency"})
+    w.close()
+    return d
+
+
+def test_closing_probe_is_replayed_as_a_probe(tmp_path, capsys):
+    f = tmp_path / "r.toml"
+    assert cli.main(["preset-from", str(probed(tmp_path)), "-o", str(f)]) == 0
+    out = capsys.readouterr().out.strip()
+    p = load_preset(f)
+    assert p.ramp.concurrency == (8, 64)  # not a C=1 step the C=64 load drains into
+    assert p.after.probe_s == 3  # the runner's probe: abort what is in flight, then C=1
+    assert out == f"wrote {f}: 2 steps, 8 s, then a 3 s C=1 probe"
+    assert p.description == "replay of a recorded session: 2 steps, 8 s, then a 3 s C=1 probe"
+
+
+def test_printed_count_is_the_files_step_count(tmp_path, capsys):
+    import re
+
+    for d in (recorded(tmp_path), probed(tmp_path, inner=True)):
+        f = tmp_path / f"{d.name}.toml"
+        assert cli.main(["preset-from", str(d), "-o", str(f)]) == 0
+        said = int(re.search(r": (\d+) steps?,", capsys.readouterr().out).group(1))
+        p = load_preset(f)
+        assert said == len(p.ramp.concurrency) == len(p.ramp.steps())
+        assert f"{said} step" in p.description
+
+
+def test_probe_inside_the_timeline_is_named_in_a_note(tmp_path, capsys):
+    f = tmp_path / "r.toml"
+    assert cli.main(["preset-from", str(probed(tmp_path, inner=True)), "-o", str(f)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"wrote {f}: 4 steps, 12 s, then a 3 s C=1 probe"
+    assert lines[1].startswith("note: 1 C=1 probe inside the timeline replayed as a C=1 step")
+    assert load_preset(f).ramp.concurrency == (8, 64, 1, 64)

@@ -244,5 +244,14 @@ def cmd_preset_from(args: argparse.Namespace) -> int:
         out.write_text(replay.toml, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"-o {str(out)!r}: cannot write: {exc.strerror or exc}") from None
-    print(f"wrote {out}: {replay.segments} segments, {replay.seconds:.0f} s")
+    from redline.engine.preset.replay import steps_text
+
+    line = f"wrote {out}: {steps_text(replay.steps, replay.seconds - replay.probe_s, replay.probe_s)}"
+    if replay.left_out_s >= 0.5:
+        line += f" ({replay.left_out_s:.0f} s paused or stopped left out)"
+    print(line)
+    if replay.inner_probes:
+        n = replay.inner_probes
+        print(f"note: {n} C=1 probe{'s' if n > 1 else ''} inside the timeline replayed as {'C=1 steps' if n > 1 else 'a C=1 step'}: "
+              f"{'they do' if n > 1 else 'it does'} not abort the load before {'them' if n > 1 else 'it'} as `a` did")
     return EXIT_OK

@@ -1,7 +1,11 @@
 """A recorded session as a preset that replays it (`redline preset-from`).
 
 The session's concurrency timeline becomes a replay-mode ramp: `[ramp].concurrency` plus
-`durations_s`, no warm-up, no stop rules, no probe (README, "Presets", replay mode).
+`durations_s`, no warm-up, no stop rules (README, "Presets", replay mode). A C=1 probe that
+ended the session (a preset's `[after].probe_s`, or `a` as the last thing done) is replayed as
+one, `[after].probe_s`: it aborts what is in flight as the original did, where a C=1 step would
+let the load before it drain into its figures. A probe inside the timeline (`a`, then `r`) is
+replayed as a C=1 step; the replay says so (`SessionReplay.inner_probes`).
 """
 
 from __future__ import annotations
@@ -32,8 +36,11 @@ REPLAY_HEADER = "Replays a recorded session's concurrency timeline (redline pres
 
 class SessionReplay(NamedTuple):
     toml: str  # the preset, as TOML text
-    segments: int  # (duration, C) segments of the session's timeline, paused ones included
-    seconds: float  # the timeline's length
+    steps: int  # steps of its [ramp] (the count its description gives), the probe apart
+    seconds: float  # how long it replays: its steps, then its probe
+    probe_s: float = 0.0  # the session's closing C=1 probe, replayed as [after].probe_s
+    left_out_s: float = 0.0  # paused or stopped time of the session: not replayed
+    inner_probes: int = 0  # probes inside the timeline, replayed as C=1 steps (no abort)
 
 
 def timeline_preset(
@@ -45,6 +52,7 @@ def timeline_preset(
     end_s: float | None = None,
     description: str | None = None,
     arrival: str = "poisson",
+    probe_s: float = 0.0,
 ) -> str:
     """A preset (TOML text) that replays a recorded session's concurrency timeline.
 
@@ -53,7 +61,8 @@ def timeline_preset(
     or, when end_s is None, the last point only marks the end (its C is ignored: a session's
     timeline naturally ends with (t_end, 0)). Periods at C <= 0 (paused) are left out,
     consecutive equal C merge. The result has [ramp].concurrency + durations_s, no stop
-    rules and no probe. Raises PresetError for a timeline with nothing to replay or a bad URL.
+    rules, and a probe only when `probe_s` > 0 (`[after].probe_s`: after the steps, an abort
+    and C=1). Raises PresetError for a timeline with nothing to replay or a bad URL.
 
     A point may carry two more entries, (t_s, C, rate, workload): a rate (req/s) makes that
     period an open-loop step at that rate (C its in-flight cap), and a workload dict (the
@@ -99,15 +108,22 @@ def timeline_preset(
             workloads=tuple(w for _, _, w, _ in raw) if any(w for _, _, w, _ in raw) else None,
         ),
         stop=StopSpec(),
-        after=AfterSpec(probe_s=0.0),
+        after=AfterSpec(probe_s=probe_s),
         description=description
         if description is not None
-        else f"replay of a recorded session: {len(segs)} steps, {total:.0f} s",
+        else f"replay of a recorded session: {steps_text(len(segs), total, probe_s)}",
     )
     text = preset_to_toml(preset, header=REPLAY_HEADER)
     # Prove it reads back; raises PresetError (e.g. a dataset file that is gone).
     parse_toml(text, f"<timeline {name}>")
     return text
+
+
+def steps_text(steps: int, seconds: float, probe_s: float = 0.0) -> str:
+    """`3 steps, 120 s` (`, then a 30 s C=1 probe`): how preset-from and the preset's
+    description both count a replay."""
+    text = f"{steps} step{'' if steps == 1 else 's'}, {seconds:.0f} s"
+    return text + (f", then a {probe_s:.0f} s C=1 probe" if probe_s > 0 else "")
 
 
 def _rate(p: tuple) -> float | None:
@@ -140,6 +156,12 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
     meta = meta if isinstance(meta, dict) else {}
     if any(mode == "trace" and c > 0 for _, c, mode, _, _ in segs):
         raise PresetError(f"{d}: a trace replay session: replay the trace itself ([workload].trace with [ramp].speed)")
+    # the closing probe (idle time after it aside) is replayed as a probe: [after].probe_s
+    last = max((i for i, s in enumerate(segs) if s[1] > 0), default=-1)
+    probe_s = 0.0
+    if last > 0 and segs[last][2] == "probe":
+        probe_s = max(1.0, round(segs[last][0]))
+        segs = segs[:last]
     points, t = [], 0.0
     for dur, c, mode, rate, wl in segs:
         points.append((t, c, rate if mode == "rate" else None, wl))
@@ -154,7 +176,11 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
             output_len=int(wl.get("output_len") or 128),
         )
         url = None if "redline_sim" in (meta.get("server_info") or {}) else tgt.get("url")
-        text = timeline_preset(name, url, spec, points, end_s=t, arrival=str(meta.get("arrival") or "poisson"))
+        text = timeline_preset(name, url, spec, points, end_s=t, arrival=str(meta.get("arrival") or "poisson"), probe_s=probe_s)
+        preset = parse_toml(text, f"<replay {name}>")
     except (PresetError, AttributeError, TypeError, ValueError) as exc:
         raise PresetError(f"{d}: {exc}") from None
-    return SessionReplay(text, len(segs), t)
+    steps = len(preset.ramp.concurrency)
+    replayed = sum(preset.ramp.durations_s or ())
+    inner = sum(1 for _, c, mode, _, _ in segs if mode == "probe" and c > 0)
+    return SessionReplay(text, steps, replayed + probe_s, probe_s, max(0.0, t - replayed), inner)

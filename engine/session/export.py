@@ -238,7 +238,8 @@ def load_segments(session_dir: str | os.PathLike) -> list[Segment]:
     From timeline rows: each row lasts until the next row's elapsed_s (the last one for the
     median row interval); rows whose state is paused, stopped or server gone (IDLE_STATES)
     count as C=0, since no load was sent; rows with no target_c are skipped. `mode` and
-    `rate` are the row's (concurrency and None in sessions before rate mode); `workload` is
+    `rate` are the row's (concurrency and None in sessions before rate mode), mode `probe`
+    for the C=1 probe (state probe: it began by aborting what was in flight); `workload` is
     the one set by the latest `workload` event (None before any). Consecutive equal
     segments merge; durations are rounded to 0.1 s.
     """
@@ -265,7 +266,8 @@ def load_segments(session_dir: str | os.PathLike) -> list[Segment]:
         if dur <= 0:
             continue
         idle = st in IDLE_STATES
-        key = (0 if idle else int(c), "concurrency" if idle or not mode else mode, None if idle or rate is None else float(rate), wl)
+        kind = "concurrency" if idle or not mode else "probe" if st == "probe" else mode
+        key = (0 if idle else int(c), kind, None if idle or rate is None or kind == "probe" else float(rate), wl)
         if segs and tuple(segs[-1][1:]) == key:
             segs[-1][0] += dur
         else:
