@@ -91,8 +91,9 @@ async def _headless(cfg, preset: Preset) -> int:
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
         lo, hi = preset.duration_bounds()
+        span = f"{lo:.0f} s" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} s"
         print(f"redline: preset {preset.name} against {_against(engine)}; "
-              f"{lo:.0f}-{hi:.0f} s unless a rule fires; session {cfg.out_dir}", flush=True)
+              f"{span} unless a rule fires; session {cfg.out_dir}", flush=True)
         work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
         out = await work[-1]
     except asyncio.CancelledError:
