@@ -4,6 +4,16 @@ Tests that start a server are marked `server`: automatically when they use one o
 fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a test starts one
 itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
 formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers.py.
+
+Parallel runs (pytest-xdist, `-n auto`, as .ci/run does): every server a test starts listens on
+a port the OS picks (port 0), so workers never collide; the one local Ray cluster runs in its
+own xdist group. `slow` marks the few long end-to-end tests (kept in CI; `-m 'not slow'` for a
+quick pass).
+
+Hypothesis: the `ci` profile (the default) runs each fuzzer's examples as sized by
+`helpers.examples` (a quarter of the written count, at least hypothesis' own 100);
+`--hypothesis-profile=thorough` runs the counts as written. Neither has a deadline: a slow
+example on a loaded machine is not a failure (pytest-timeout bounds every test).
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 import pytest
+from hypothesis import settings
 
 from redline.engine.sim.serve import SimProcess, spawn_sim_process
 
@@ -27,6 +38,11 @@ SERVER_FIXTURES = frozenset({
     "capped_run",  # tests/test_step_truth.py: a preset run against its own sim
     "results",  # tests/test_cli_errors.py: redline processes against a listening socket
 })
+
+
+settings.register_profile("ci", deadline=None, print_blob=True)
+settings.register_profile("thorough", deadline=None, print_blob=True)
+settings.load_profile("ci")  # `--hypothesis-profile=NAME` (hypothesis' own option) loads another
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,8 @@ from redline.engine.apis import (
 )
 from redline.engine.sse import DONE, SSEDecoder
 
+from helpers import examples
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -222,7 +224,7 @@ def _chunk(draw):
     return api, payload
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_chunk())
 def test_fast_path_equals_the_full_parse_on_real_shapes(case):
     api, payload = case

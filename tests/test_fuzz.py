@@ -35,11 +35,13 @@ from redline.engine.records import RequestRecord
 from redline.engine.request import run_request
 from redline.engine.sse import DONE, SSEDecoder
 
+from helpers import examples
+
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT_CAPTURE = FIXTURES / "vllm_chat_stream.txt"
 COMPLETIONS_CAPTURE = FIXTURES / "vllm_completions_stream.txt"
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOWER = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -335,7 +337,7 @@ toml_ish = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(toml_ish)
 def test_preset_files_of_any_bytes_only_raise_preset_error(tmp_path, data):
     f = tmp_path / "fuzz.toml"
@@ -391,7 +393,7 @@ def _chunks(draw):
     return api, payload if draw(st_.booleans()) else payload[:cut]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(_chunks())
 def test_fast_decoder_path_equals_the_full_parse(case):
     api, payload = case

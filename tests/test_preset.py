@@ -31,6 +31,8 @@ from redline.engine.preset import (
 )
 from redline.engine.target import validate_url
 
+from helpers import examples
+
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 SHIPPED = ["until-it-breaks", "quick", "c1-probe", "doubling", "rate-ramp", "trace-replay"]
 
@@ -522,19 +524,19 @@ def _check(data, tmp_path_factory=None):
     assert parse_preset(tomllib.loads(preset_to_toml(p)), "fuzz/x.toml") == p
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(DOC)
 def test_fuzz_random_documents_only_raise_preset_error(data):
     _check(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(NEAR_VALID)
 def test_fuzz_near_valid_documents_only_raise_preset_error(data):
     _check(data)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(GOODISH_RAMP, st.dictionaries(KNOWN_KEY, st.one_of(st.floats(-1, 2), st.integers(-1, 10**5)), max_size=4))
 def test_fuzz_ramps_and_stop_rules(ramp, stop):
     _check({"ramp": ramp, "stop": stop})
