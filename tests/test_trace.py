@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
@@ -260,7 +261,11 @@ def test_other_block_sizes():
 
 def test_builtin_trace_has_the_promised_shape():
     path = builtin_trace_path()
-    assert path.is_file() and path.name == "example.jsonl" and path.parent.parent == ROOT / "presets"
+    # the package's own presets folder: the checkout's presets/ (editable install) or
+    # site-packages/redline/presets (a plain install)
+    presets = Path(str(files("redline.presets")))
+    assert presets == ROOT / "presets" or (presets.name, presets.parent.name) == ("presets", "redline"), presets
+    assert path.is_file() and path.name == "example.jsonl" and path.parent.parent == presets
     rows = load_trace(path)
     assert 100 <= len(rows) <= 140
     assert rows[0].t_s == 0.0 and 50 <= trace_duration_s(rows) <= 70
@@ -274,7 +279,7 @@ def test_builtin_trace_has_the_promised_shape():
     assert 4 <= len(groups) <= 6 and sum(groups) >= len(rows) // 2, firsts
     # shipped as package data: pyproject's globs for redline.presets name it
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    rel = path.relative_to(ROOT / "presets").as_posix()
+    rel = path.relative_to(presets).as_posix()
     assert any(fnmatch.fnmatch(rel, g) for g in data["redline.presets"]), data
 
 
