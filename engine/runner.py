@@ -117,6 +117,9 @@ async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult 
     book = engine.book
     c = _set_load(engine, plan)
     acc = book.open_step(c, "measure", measure=False)
+    ctl = engine.controller
+    if ctl is not None and ctl.paused:  # a preset run starts held: its first request is its first step's
+        ctl.resume()
     engine.log("preset", f"{label}: warm-up", concurrency=c)
     gone = await _warm_up(engine, acc, plan, label)
     if gone:
@@ -162,8 +165,6 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     ctl = engine.controller
     if ctl is not None and preset.ramp.max_concurrency is not None:
         ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap
-    if ctl is not None and ctl.paused:
-        ctl.resume()
     book.default_phase = "measure"
     try:
         if preset.ramp.search is not None:

@@ -122,8 +122,9 @@ def test_readme_polars_example_reproduces_summary(capped_run):
     req = pl.read_ndjson(f"{d}/requests.ndjson")
     for s in steps:
         own = req.filter((pl.col("step") == s["index"]) & (pl.col("phase") != "warmup") & (pl.col("status") != "failed"))
-        ttft = with_censored(own["ttft_ms"].drop_nulls(), own.filter(pl.col("ttft_ms").is_null())["censored_ms"])
-        e2e = with_censored(own["e2e_ms"].drop_nulls(), own["censored_ms"].drop_nulls())
+        cancelled = own.filter(pl.col("status") == "cancelled")
+        ttft = with_censored(own["ttft_ms"].drop_nulls(), cancelled.filter(pl.col("ttft_ms").is_null())["ended_ms"])
+        e2e = with_censored(own["e2e_ms"].drop_nulls(), cancelled["ended_ms"])
         # ---------------------------------------------------------------------------
         assert own["ttft_ms"].drop_nulls().len() == s["requests_first_token"]
         assert own.filter(pl.col("ttft_ms").is_null()).height == s["censored_ttft"]

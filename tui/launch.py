@@ -70,6 +70,9 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
             url = preset.target.url
     cfg = engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
                         live_steps=live_steps)
+    # a preset run holds its load until the runner opens the first step: every request of
+    # the run belongs to a step (none goes out before it)
+    cfg.start_paused = cfg.start_paused or preset is not None
     cfg.rate, cfg.arrival = rate, arrival
     cfg.more_urls = tuple(urls[1:])
     cfg.weights = target_weights(args, len(urls))

@@ -41,7 +41,7 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "turn": "int",
     "ttft_ms": "float",
     "e2e_ms": "float",
-    "censored_ms": "float",
+    "ended_ms": "float",
     "itl_mean_ms": "float",
     "itl_max_ms": "float",
     "tpot_ms": "float",
@@ -178,9 +178,10 @@ def request_row(
         "turn": rec.turn,
         "ttft_ms": _ms(ttft),
         "e2e_ms": _ms(e2e),
-        # a cancelled request never ended by itself: its age then is a lower bound of its
-        # E2E (and of its TTFT when it never answered): how its step counts it
-        "censored_ms": _ms(rec.t_end - rec.t_start) if cancelled and rec.t_end is not None else None,
+        # from its (intended) send to its end, whatever the outcome: for a cancelled request
+        # (it never ended by itself) the lower bound of its E2E, and of its TTFT when it never
+        # answered, that its step counts (censored)
+        "ended_ms": _ms((rec.t_end if rec.t_end is not None else rec.t_send) - rec.t_start),
         "itl_mean_ms": _ms(itl_mean),
         "itl_max_ms": _ms(itl_max),
         "tpot_ms": _ms(tpot),

@@ -1,0 +1,224 @@
+"""Truth at the breaking point (README "Requests that outlive their step"): a step's figures
+count every request it sent, the ones still waiting at its close included, checked against
+the sim's own clock (/sim/requests: when each request arrived, answered, ended).
+
+A server with 4 slots and 200-token answers (~2 s each at the cap): at C=32 the step's own
+requests queue behind 28 others for longer than the step is held, so none of them has a first
+token when it closes. Before censoring, such a step reported TTFT `None` and a p99 rule passed
+it; now its TTFT is a lower bound ("≥"), which breaks the rule, and once the requests finish
+(a drain step after it) the record holds their true figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import polars as pl
+import pytest
+
+from redline.engine.config import EngineConfig
+from redline.engine.preset import parse_preset
+from redline.engine.sim.truth import window_truth
+from redline.engine.stepresult import StepResult
+from redline.engine.workload import WorkloadConfig
+
+from helpers import finish, run_preset_headless, start_headless
+
+# 4 running at a time, one decode step 10 ms whatever the batch: a 200-token answer takes ~2 s
+SLOTS4 = ("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0")
+OVERLOAD = {"workload": {"api": "chat", "input_len": 16, "output_len": 200},
+            "ramp": {"concurrency": [4, 32], "warmup_s": 1, "hold_s": 4, "min_requests": 4, "max_hold_s": 10},
+            "after": {"probe_s": 0}}
+
+
+def _summary_steps(out) -> list[StepResult]:
+    return [StepResult.from_dict(d) for d in json.loads((out / "summary.json").read_text())["steps"]]
+
+
+def _within(measured: float | None, truth: float | None, rel: float) -> bool:
+    assert measured is not None and truth is not None, (measured, truth)
+    return abs(measured - truth) <= rel * truth
+
+
+def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_path):
+    """[4, 32] on 4 slots, max_hold_s 10, p99_ttft_ms 3000: the C=32 step closes with its own
+    requests all still queued; its TTFT is a bound above 3 s and the rule fires."""
+    sim = sim_factory("healthy", extra_args=SLOTS4)
+    preset = tmp_path / "overload.toml"
+    preset.write_text(
+        '[workload]\napi = "chat"\ninput_len = 16\noutput_len = 200\n'
+        "[ramp]\nconcurrency = [4, 32]\nwarmup_s = 1\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 10\n"
+        "[stop]\np99_ttft_ms = 3000\n[after]\nprobe_s = 0\n"
+    )
+    rc, out, err = finish(start_headless(sim.url, preset, tmp_path / "s"), timeout=90)
+    assert rc == 0, (out, err)
+    assert "break: latency at C=32; last good C=4" in out, out
+    c32_line = next(line for line in out.splitlines() if line.startswith("C=32"))
+    assert "TTFT p50 ≥" in c32_line and "p99 ≥" in c32_line, c32_line
+    steps = _summary_steps(tmp_path / "s")
+    c4, c32 = steps
+    assert not c4.p99_ttft_ms_bound and c4.p99_ttft_ms < 3000
+    # the run ended at the break: what never answered stays censored, and says so
+    assert c32.censored_ttft >= 1 and c32.p99_ttft_ms_bound and c32.p99_ttft_ms > 3000
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
+    own = req.filter((pl.col("step") == c32.index) & (pl.col("phase") == "measure"))
+    assert c32.requests_sent == own.height
+    assert c32.censored_ttft == own.filter(pl.col("ttft_ms").is_null()).height
+    # every request of the run belongs to a step (none went out before the first)
+    assert req.filter(pl.col("phase") != "calibration")["step"].min() == c4.index
+
+
+def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tmp_path):
+    """[4, 32, 2]: the C=32 step closes on bounds; the drain lets its requests finish, and
+    summary.json's C=32 TTFT p50 / p99 and E2E p50 are within 20 % of the sim's own clock
+    for the requests sent in that step."""
+    sim = sim_factory("healthy", extra_args=SLOTS4)
+    d = json.loads(json.dumps(OVERLOAD))
+    d["ramp"]["concurrency"] = [4, 32, 2]
+    d["ramp"]["hold_s"] = 2
+    d["ramp"]["min_requests"] = 2
+    cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=200), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    outcome = run_preset_headless(cfg, parse_preset(d, "drain.toml"))
+    records = httpx.get(sim.url + "/sim/requests", timeout=30).json()
+    closing = outcome.steps[1]
+    assert closing.concurrency == 32 and not closing.final
+    assert closing.censored_ttft == closing.requests_sent  # none of its own had answered at the close
+    assert closing.p99_ttft_ms_bound and closing.median_ttft_ms_bound
+    c32 = _summary_steps(tmp_path / "s")[1]
+    assert c32.final and c32.censored_ttft == 0 and c32.censored_e2e == 0
+    assert not (c32.median_ttft_ms_bound or c32.p99_ttft_ms_bound or c32.median_e2e_latency_ms_bound)
+    assert c32.ended_after_close == c32.requests_sent == c32.completed
+    truth = window_truth(records, c32.t_start, c32.t_start + c32.duration_s)
+    assert truth["sent"] == c32.requests_sent, truth
+    assert _within(c32.median_ttft_ms, truth["median_ttft_all_ms"], 0.2), (c32, truth)
+    assert _within(c32.p99_ttft_ms, truth["p99_ttft_all_ms"], 0.2), (c32, truth)
+    assert _within(c32.median_e2e_latency_ms, truth["median_e2e_all_ms"], 0.2), (c32, truth)
+    # the bound at the close was a true lower bound of what the requests then showed
+    assert closing.median_ttft_ms <= c32.median_ttft_ms and closing.p99_ttft_ms <= c32.p99_ttft_ms
+
+
+def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, tmp_path):
+    """rate [8, 0.1] at cap 8 on a server finishing ~3.3 req/s: the 8 req/s step's backlog,
+    sent during the 0.1 req/s step, is the 8 req/s step's; the slow step counts only its own
+    request; request_throughput is what the server finished."""
+    sim = sim_factory("healthy", extra_args=("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000",
+                                             "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
+    d = {"workload": {"api": "chat", "input_len": 16, "output_len": 60},
+         "ramp": {"rate": [8, 0.1], "max_concurrency": 8, "arrival": "constant", "warmup_s": 0.5, "hold_s": 5,
+                  "min_requests": 1, "max_hold_s": 5},
+         "after": {"probe_s": 0}}
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=60), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False, rate=8.0, arrival="constant", max_concurrency=8)
+    outcome = run_preset_headless(cfg, parse_preset(d, "rate.toml"))
+    records = httpx.get(sim.url + "/sim/requests", timeout=30).json()
+    fast, slow = outcome.steps
+    assert fast.request_rate == 8 and slow.request_rate == 0.1
+    # at the close the fast step's own requests still queued or held are censored, not left out
+    assert fast.censored_ttft >= 5 and fast.p99_ttft_ms_bound
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson").with_columns(
+        (pl.col("t_send") - pl.col("schedule_lag_ms").fill_null(0) / 1000).alias("t_intended"))
+    for s in (fast, slow):  # every row is the step its intended time fell in
+        inside = req.filter((pl.col("t_intended") >= s.t_start) & (pl.col("t_intended") <= s.t_start + s.duration_s))
+        assert set(inside["step"].to_list()) <= {s.index}, s.load
+    fast_rows = req.filter(pl.col("step") == fast.index)
+    assert fast_rows.filter(pl.col("t_send") > fast.t_start + fast.duration_s).height >= 3  # held past its close
+    final_fast, final_slow = _summary_steps(tmp_path / "s")
+    assert final_slow.requests_sent <= 2 and final_slow.requests_sent == req.filter((pl.col("step") == slow.index) & (pl.col("phase") == "measure")).height
+    assert final_fast.requests_sent == fast_rows.filter(pl.col("phase") == "measure").height
+    # scheduled at 8/s over the window: sent, or held and given up when the run ended
+    abandoned = final_fast.censored_ttft - fast_rows.filter((pl.col("phase") == "measure") & pl.col("ttft_ms").is_null()).height
+    assert abs(final_fast.requests_sent + abandoned - 8 * fast.duration_s) <= 2, (final_fast, abandoned)
+    # request_throughput: completions per second in the window, as the sim counts them
+    done = sum(1 for r in records if r["outcome"] == "completed" and fast.t_start <= r["t_end"] <= fast.t_start + fast.duration_s)
+    assert fast.request_throughput == pytest.approx(done / fast.duration_s, rel=0.2)
+    assert fast.request_throughput < 4.5  # the server's ~3.3/s, not the 8/s sent
+
+
+def test_goodput_equals_throughput_when_every_request_meets_the_slo(sim_factory, tmp_path):
+    """Every request inside a generous SLO: output_goodput is the step's output tok/s."""
+    sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))
+    d = {"workload": {"input_len": 16, "output_len": 60},
+         "ramp": {"concurrency": [8], "warmup_s": 0.5, "hold_s": 3, "min_requests": 8, "max_hold_s": 8},
+         "slo": {"ttft_ms": 60000, "e2e_ms": 120000}, "after": {"probe_s": 0}}
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=60), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    (s,) = run_preset_headless(cfg, parse_preset(d, "g.toml")).steps
+    assert s.slo_attainment == 1.0
+    assert s.output_goodput == pytest.approx(s.output_throughput, rel=0.1)
+    assert s.request_goodput == pytest.approx(s.request_throughput, rel=0.1)
+
+
+def test_streams_that_stall_then_drop_stay_out_of_itl(sim_factory, tmp_path):
+    """A third of the streams hang 400 ms, send once more and drop: the step's p99 ITL is the
+    successful requests' (every gap of theirs well under 100 ms), not the stall."""
+    sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001",
+                                             "--set", "disconnect_rate=0.3", "--set", "disconnect_stall_s=0.4"))
+    d = {"workload": {"input_len": 16, "output_len": 40},
+         "ramp": {"concurrency": [8], "warmup_s": 0.5, "hold_s": 4, "min_requests": 8, "max_hold_s": 8},
+         "after": {"probe_s": 0}}
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=40), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    (s,) = run_preset_headless(cfg, parse_preset(d, "stall.toml")).steps
+    records = httpx.get(sim.url + "/sim/requests?chunks=1", timeout=30).json()
+    stalled = [r for r in records if r["outcome"] == "failed" and len(r["chunk_times"]) > 1
+               and max(b - a for a, b in zip(r["chunk_times"], r["chunk_times"][1:])) >= 0.35]
+    assert len(stalled) >= 3  # the sim did stall and drop streams inside the step
+    assert s.failed >= 3
+    assert s.p99_itl_ms < 100, s
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
+    ok = req.filter((pl.col("step") == s.index) & (pl.col("status") == "ok"))
+    assert ok["itl_max_ms"].max() < 100
+    # and no failed request's TTFT is in the step's (its record: every own request's outcome in)
+    (final,) = _summary_steps(tmp_path / "s")
+    own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure") & (pl.col("status") != "failed"))
+    seen = own["ttft_ms"].drop_nulls()
+    waited = own.filter(pl.col("ttft_ms").is_null())["ended_ms"]  # cancelled by the run's end: "at least"
+    assert final.censored_ttft == waited.len()
+    ttft = pl.concat([seen, waited.filter(waited >= seen.max())])
+    assert final.median_ttft_ms == pytest.approx(ttft.quantile(0.5, "linear"), abs=0.002)
+    assert final.failed == req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure") & (pl.col("status") == "failed")).height
+
+
+def test_search_on_a_server_still_scaling_names_no_knee(sim_factory, tmp_path):
+    """A search to max=64 on a server whose throughput still doubles with C: no knee, said so."""
+    sim = sim_factory("healthy", extra_args=("--set", "ceiling_tok_s=1000000", "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.00001"))
+    d = {"workload": {"input_len": 16, "output_len": 40},
+         "ramp": {"mode": "search", "start": 8, "max": 64, "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "resolution": 0.1},
+         "stop": {"plateau_gain": 0.05}}
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=40), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    out = run_preset_headless(cfg, parse_preset(d, "s.toml"))
+    assert out.search["knee_concurrency"] is None, out.search
+    assert out.search["knee_reason"] == "still rising at max C=64"
+    assert out.search["points"][:4] == [8, 16, 32, 64]
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["search"]["knee_concurrency"] is None and summary["search"]["knee_reason"] == "still rising at max C=64"
+
+
+def test_censored_quantile_is_a_lower_bound_exactly_where_its_rank_falls_among_them():
+    """Without a server: observed 1..10 and three requests still waiting at ages 20, 30, 40."""
+    from redline.engine.histogram import Digest, censored_quantiles
+
+    d = Digest()
+    d.add_many([float(v) for v in range(1, 11)])
+    (p50, b50), (p75, b75), (p80, b80), (p99, b99), (mean, bmean) = censored_quantiles(d, (), [20.0, 30.0, 40.0], (0.5, 0.75, 0.8, 0.99, None))
+    assert (p50, b50) == (7.0, False)  # ranks 0..12: the median is rank 6, observed
+    assert (p75, b75) == (10.0, False)  # rank 9 exactly: the slowest observed, nothing censored below
+    assert b80 is True and p80 == pytest.approx(10 + (20 - 10) * 0.6)  # between rank 9 (10) and rank 10 (20, censored)
+    assert b99 and p99 == pytest.approx(30 + 0.88 * 10)
+    assert bmean and mean == pytest.approx((55 + 90) / 13)
+    # a fresh request (age 0.5, below the slowest observed) tells nothing: not a bound
+    (p50, b50), (p99, b99) = censored_quantiles(d, (), [0.5], (0.5, 0.99))
+    assert not b50 and not b99 and p50 == 5.5
+    # nothing observed: everything is a bound
+    (p50, b50), = censored_quantiles(Digest(), (), [3.0, 5.0], (0.5,))
+    assert b50 and p50 == 4.0
+    # binned (beyond the exact limit): still a bound where censored values rank
+    big = Digest(limit=100)
+    big.add_many([0.1 + i * 1e-4 for i in range(1000)])
+    (p50, b50), (p99, b99) = censored_quantiles(big, (), [5.0] * 50, (0.5, 0.99))
+    assert not b50 and b99 and p99 >= 5.0 * 0.99
+    assert math.isclose(p50, 0.1 + 524.5e-4, rel_tol=0.01)  # rank 524.5 of 1050: among the observed
