@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 WARNING_HOLD_S = 10.0  # a warning stays on screen this long after its condition was last seen
 LOG_LINES = 200  # lines kept in memory for the screen
+SUPERSEDED_BY_GONE = ("overloaded",)  # warning keys (engine/core.py) moot once the server is gone
 
 
 class EventLog:
@@ -69,7 +70,13 @@ class EventLog:
         self._errors.clear()
         self._warnings = {k: v for k, v in self._warnings.items() if now - v[0] < WARNING_HOLD_S}
 
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self, server_gone: bool = False) -> tuple[str, ...]:
+        """The warnings on screen now. A gone server supersedes what it said while it still
+        answered (its 429/503 overload): that episode ends (cleared; answers after the server
+        is back log a new one) instead of reading "overloaded" under [SERVER GONE]."""
+        if server_gone:
+            for key in SUPERSEDED_BY_GONE:
+                self._warnings.pop(key, None)
         return tuple(text for _, text in self._warnings.values())
 
     def recent(self, n: int = 50) -> tuple[LogLine, ...]:

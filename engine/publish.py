@@ -7,12 +7,16 @@ client itself), so a reader finds the source of a figure in one hop.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from .core import Engine
+
+
+RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
 
 
 def _server(st) -> dict:
@@ -90,10 +94,11 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         client_cpu_pct=h.cpu_pct if h else None,
         loop_lag_ms=h.loop_lag_ms if h else None,
         client_overloaded=h.overloaded if h else False,
-        warnings=engine.events.warnings(),
+        warnings=engine.events.warnings(server_gone=engine.server_gone),
         tok_per_joule=engine._row.get("tok_per_joule"),
         second=engine._second,
         row=engine._row,
+        recent=tuple(islice(reversed(engine.history), RECENT_ROWS))[::-1],
         log=engine.events.recent(50),
         session_dir=str(cfg.out_dir or ""),
         session_error=engine.session.error if engine.session else None,

@@ -97,6 +97,9 @@ class Snapshot:
     # per-second history for sparklines: (second index, timeline row)
     second: int = 0
     row: dict = field(default_factory=dict)
+    # the last few timeline rows, oldest first, `row` last (seconds second-len+1 .. second):
+    # a screen held past a second still draws a column for each (tui/widgets/panels.py)
+    recent: tuple[dict, ...] = ()
     log: tuple[LogLine, ...] = ()  # the most recent event lines
     session_dir: str = ""
     session_error: str | None = None  # the session log's first write error (disk full, ...)

@@ -17,6 +17,8 @@ from .metrics import LiveStats
 from .telemetry.efficiency import total_power_w
 from .telemetry.types import ClientHealthSample, GpuSample, ServerSample
 
+EARLY_S = 1e-6  # float slack on deadlines counted in steps of SNAPSHOT_INTERVAL_S
+
 
 async def tick(t0: float, on_second: Callable[[float], None], on_frame: Callable[[float], None]) -> None:
     """Call on_frame every SNAPSHOT_INTERVAL_S and on_second every TIMELINE_INTERVAL_S,
@@ -32,8 +34,13 @@ async def tick(t0: float, on_second: Callable[[float], None], on_frame: Callable
         now = time.perf_counter()
         if now - deadline > SNAPSHOT_INTERVAL_S:  # held: skip the frames already missed
             frame = int((now - t0) / SNAPSHOT_INTERVAL_S)
-        if now >= next_second:
-            while next_second <= now:
+        # The frame's own time is its deadline: a loop whose timers fire a little early
+        # (uvloop counts in whole ms from the time its iteration began) wakes just before
+        # it, and that frame is still the one the second falls on (else the row slips a
+        # frame: rows 1.25 s then 0.75 s apart).
+        due = max(now, deadline)
+        if due >= next_second - EARLY_S:
+            while next_second <= due + EARLY_S:
                 next_second += TIMELINE_INTERVAL_S
             on_second(now)
         on_frame(now)
