@@ -10,12 +10,14 @@ from the Snapshot (see engine/snapshot.py for where each is computed).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -39,7 +41,7 @@ from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
 from .widgets.panels import LivePanels
-from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt
+from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt, _LinePrompt
 from .widgets.rate import RateLine
 from .widgets.steps import StepTable
 from .widgets.targets import TargetsPanel
@@ -69,34 +71,41 @@ class RedlineApp(App[int]):
     C_STEP = Binding.Group("C±", compact=True)
     R_STEP = Binding.Group("R±", compact=True)
     C_TIMES = Binding.Group("×÷2", compact=True)
+    # Priority bindings: the app acts on a key as it is read, in the order typed, before any
+    # widget's queue (a key that first went to a widget came back through every container's
+    # queue: `[` took over a second on a busy machine, and the digits typed right after `c`
+    # reached the step table before the prompt existed). check_action leaves the keys to a
+    # dialog while one is up (run_action), and an Input keeps the keys it types.
     BINDINGS = [
-        Binding("plus,equals_sign,up", "more", "+C", key_display="+", group=C_STEP),
-        Binding("minus,down", "less", "-C", key_display="-", group=C_STEP),
-        Binding("plus,equals_sign,up", "rate_more", "+R", key_display="+", group=R_STEP),
-        Binding("minus,down", "rate_less", "-R", key_display="-", group=R_STEP),
-        Binding("right_square_bracket", "double", "×2", key_display="]", group=C_TIMES),
-        Binding("left_square_bracket", "halve", "÷2", key_display="[", group=C_TIMES),
-        Binding("right_square_bracket", "rate_double", "×2", key_display="]", group=C_TIMES),
-        Binding("left_square_bracket", "rate_halve", "÷2", key_display="[", group=C_TIMES),
-        Binding("c", "type_concurrency", "set"),  # `a` and `r` take turns: see check_action
-        Binding("c", "type_rate", "set"),
-        Binding("a", "probe", "probe"),
-        Binding("r", "restore", "back"),
-        Binding("space", "pause", "pause", key_display="␣"),
-        Binding("p", "preset", "preset"),
-        Binding("e", "export", "export"),
-        Binding("g", "graph", "curve"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit_redline", "quit"),
-        Binding("l", "lane", "probe lane", show=False),
-        Binding("k", "search", "knee search", show=False),
-        Binding("o", "slo", "SLOs", show=False),
-        Binding("m", "mode", "mode", show=False),
-        Binding("w", "workload", "workload", show=False),
-        Binding("pageup", "steps_up", "scroll steps", show=False),
-        Binding("pagedown", "steps_down", "scroll steps", show=False),
+        Binding("plus,equals_sign,up", "more", "+C", key_display="+", group=C_STEP, priority=True),
+        Binding("minus,down", "less", "-C", key_display="-", group=C_STEP, priority=True),
+        Binding("plus,equals_sign,up", "rate_more", "+R", key_display="+", group=R_STEP, priority=True),
+        Binding("minus,down", "rate_less", "-R", key_display="-", group=R_STEP, priority=True),
+        Binding("right_square_bracket", "double", "×2", key_display="]", group=C_TIMES, priority=True),
+        Binding("left_square_bracket", "halve", "÷2", key_display="[", group=C_TIMES, priority=True),
+        Binding("right_square_bracket", "rate_double", "×2", key_display="]", group=C_TIMES, priority=True),
+        Binding("left_square_bracket", "rate_halve", "÷2", key_display="[", group=C_TIMES, priority=True),
+        Binding("c", "type_concurrency", "set", priority=True),  # `a` and `r` take turns: see check_action
+        Binding("c", "type_rate", "set", priority=True),
+        Binding("a", "probe", "probe", priority=True),
+        Binding("r", "restore", "back", priority=True),
+        Binding("space", "pause", "pause", key_display="␣", priority=True),
+        Binding("p", "preset", "preset", priority=True),
+        Binding("e", "export", "export", priority=True),
+        Binding("g", "graph", "curve", priority=True),
+        Binding("question_mark", "help", "help", key_display="?", priority=True),
+        Binding("q", "quit_redline", "quit"),  # not priority: `q` closes the help
+        Binding("l", "lane", "probe lane", show=False, priority=True),
+        Binding("k", "search", "knee search", show=False, priority=True),
+        Binding("o", "slo", "SLOs", show=False, priority=True),
+        Binding("m", "mode", "mode", show=False, priority=True),
+        Binding("w", "workload", "workload", show=False, priority=True),
+        Binding("pageup", "steps_up", "scroll steps", show=False, priority=True),
+        Binding("pagedown", "steps_down", "scroll steps", show=False, priority=True),
         Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
     ]
+    # the main screen's keys: off while a dialog (prompt, picker, help) has the keys
+    SCREEN_ACTIONS = frozenset(b.action for b in BINDINGS if b.action != "quit_redline")
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
@@ -132,6 +141,10 @@ class RedlineApp(App[int]):
         self._want_rate: float | None = None
         self._want_rate_until = 0.0
         self._workers_shown = 1  # lines the workers block took at the last refresh
+        self._exporting = False
+        self._preset: tuple[str, int] | None = None  # the preset the app started: name, last log seq then
+        self._preset_seen = False  # ... and the engine has shown it running
+        self._preset_note = ""  # "preset NAME finished (...)", in the header until the load changes
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -151,8 +164,6 @@ class RedlineApp(App[int]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        for w in (self.query_one(StepTable), self.query_one(EventLog)):
-            w.can_focus = False
         self.set_interval(REFRESH_S, self.pull_snapshot)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -181,6 +192,9 @@ class RedlineApp(App[int]):
             header = base.query_one(StatusHeader)
         except NoMatches:  # not composed yet, or tearing down
             return
+        self._follow_preset(snap)
+        if self._preset_note and not snap.preset:
+            snap = replace(snap, preset=self._preset_note)
         now = time.monotonic()
         if self._want is not None and now < self._want_until and snap.target_c != self._want:
             snap = replace(snap, target_c=self._want, previous_c=None)  # not yet confirmed
@@ -243,6 +257,21 @@ class RedlineApp(App[int]):
             return self._mode not in OPEN_LOOP
         return True
 
+    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:
+        """The main screen's keys do nothing while a dialog is up (a prompt, the picker, the
+        help): the key goes on to the dialog (its list's arrows, its Input). Not done in
+        check_action, which also decides what the footer under the dialog shows."""
+        if (isinstance(action, str) and action in self.SCREEN_ACTIONS
+                and default_namespace in (None, self) and self._dialog_up()):
+            return False
+        return await super().run_action(action, default_namespace, namespaces)
+
+    def _dialog_up(self) -> bool:
+        try:
+            return len(self.screen_stack) > 1
+        except Exception:  # noqa: BLE001 - no screen yet (starting) or any more (exiting)
+            return False
+
     def _mode_settled(self) -> bool:
         """False (and says so) while an `m` waits for the engine: a C or R key now would act on
         the mode being left."""
@@ -273,10 +302,19 @@ class RedlineApp(App[int]):
             return
         self._send_concurrency(n)
 
+    def command(self, cmd: C.Command) -> concurrent.futures.Future:
+        """Send a load command (the engine's reply as a Future); a key that takes over from
+        a preset ends the app's watch on it (the engine logs the cancel) and the header's
+        "preset finished" note."""
+        if isinstance(cmd, C.OPERATOR_TAKES_OVER):
+            self._preset = None
+        self._preset_note = ""
+        return self.host.send(cmd)
+
     def _send_concurrency(self, n: int, raise_max: bool = False) -> None:
         if raise_max:
             self._raised_max = max(self._raised_max, n)
-        self.host.send(C.SetConcurrency(n, raise_max=raise_max))
+        self.command(C.SetConcurrency(n, raise_max=raise_max))
         self._want, self._want_until = n, time.monotonic() + WANT_HOLD_S
         snap = self.snapshot
         if snap is not None:  # show the new C at once; the next snapshot confirms it
@@ -298,7 +336,14 @@ class RedlineApp(App[int]):
         if self._mode_settled():
             self.set_concurrency(self.target // 2)
 
-    def action_type_concurrency(self) -> None:
+    async def open_prompt(self, prompt: _LinePrompt, done: Callable[[str | None], None]) -> None:
+        """Open a one-line prompt with its Input focused before the next key is read: keys
+        typed right after the one that opened it go into it (nothing else waits here)."""
+        await self.push_screen(prompt, done)
+        if prompt.is_attached and self.screen is prompt:
+            prompt.focus_input()
+
+    async def action_type_concurrency(self) -> None:
         if not self._mode_settled():
             return
         def done(text: str | None) -> None:
@@ -311,7 +356,7 @@ class RedlineApp(App[int]):
                 return
             self.set_concurrency(n)
 
-        self.push_screen(ConcurrencyPrompt(self.target, self.max_concurrency), done)
+        await self.open_prompt(ConcurrencyPrompt(self.target, self.max_concurrency), done)
 
     # -- open-loop rate (README "Load shapes") ------------------------------------------
     @property
@@ -333,7 +378,7 @@ class RedlineApp(App[int]):
         self._send_rate(r)
 
     def _send_rate(self, r: float) -> None:
-        self.host.send(C.SetRate(r))
+        self.command(C.SetRate(r))
         self._want_rate, self._want_rate_until = r, time.monotonic() + WANT_HOLD_S
         snap = self.snapshot
         if snap is not None and snap.mode in OPEN_LOOP:  # show the new R at once
@@ -355,7 +400,7 @@ class RedlineApp(App[int]):
         if self._mode_settled():
             self.set_rate(self.target_rate / 2)
 
-    def action_type_rate(self) -> None:
+    async def action_type_rate(self) -> None:
         from redline.engine.arrivals import ArrivalError, check_rate
 
         if not self._mode_settled():
@@ -381,7 +426,7 @@ class RedlineApp(App[int]):
         else:
             question = "Request rate R in requests/s" + (f", now R={now:g}/s" if now else "")
             hint = "a number > 0, e.g. 12.5 — Enter sets, Esc cancels"
-        self.push_screen(TextPrompt(question, hint, f"{now:g}" if now else "10"), done)
+        await self.open_prompt(TextPrompt(question, hint, f"{now:g}" if now else "10"), done)
 
     def action_mode(self) -> None:
         """Concurrency <-> open-loop rate mode (the engine picks the other mode's last value;
@@ -393,7 +438,7 @@ class RedlineApp(App[int]):
             return
         self._want = self._want_rate = None
         self._switching_from, self._switch_until = mode, time.monotonic() + MODE_SWITCH_S
-        self.host.send(C.ToggleMode())
+        self.command(C.ToggleMode())
 
     # -- the workload (`w`) --------------------------------------------------------------
     def action_workload(self) -> None:
@@ -414,7 +459,7 @@ class RedlineApp(App[int]):
 
     async def _apply_workload(self, change) -> str | None:
         """Send the change; the engine's error as one line, or None once it took it."""
-        fut = self.host.send(C.SetWorkload(change))
+        fut = self.command(C.SetWorkload(change))
         try:
             await asyncio.wait_for(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
         except asyncio.TimeoutError:
@@ -426,37 +471,108 @@ class RedlineApp(App[int]):
 
     def action_probe(self) -> None:
         self._want = None
-        self.host.send(C.Probe())
+        self.command(C.Probe())
 
     def action_restore(self) -> None:
         self._want = None
-        self.host.send(C.Restore())
+        self.command(C.Restore())
 
     def action_pause(self) -> None:
-        self.host.send(C.TogglePause())
+        self.command(C.TogglePause())
 
     # -- presets -----------------------------------------------------------------------
     def action_preset(self) -> None:
-        presets = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
-        if not presets:
+        paths = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
+        if not paths:
             self.notify(f"no presets found in {self.presets_dir}", severity="warning")
             return
-
-        def chosen(path: Path | None) -> None:
-            if path is None:
-                return
+        entries: list[tuple[str, Preset | None, str]] = []  # name, preset (None: unusable), its line
+        for path in paths:
             try:
                 preset = load_preset(path)
             except PresetError as exc:
-                self.notify(str(exc), severity="error")
+                entries.append((path.stem, None, str(exc)))
+                continue
+            entries.append((path.stem, preset, preset.description))
+
+        def chosen(i: int | None) -> None:
+            if i is None:
+                return
+            name, preset, line = entries[i]
+            if preset is None:
+                self.notify(line, severity="error")
                 return
             self.run_preset(preset)
 
-        self.push_screen(PresetPicker(presets), chosen)
+        self.push_screen(PresetPicker([(name, line, preset is None) for name, preset, line in entries]), chosen)
 
     def run_preset(self, preset: Preset) -> None:
+        """Run a preset with its own workload, as `redline run NAME` does: what differs from
+        the session's (lengths, dataset) is applied first, as a workload change, and the
+        preset starts once the engine took it. What cannot change live (a trace, turns) is
+        said in one line and nothing starts."""
         self._want = None
-        self.host.send(C.StartPreset(preset))
+        try:
+            change = preset_workload_change(preset, self._workload())
+        except PresetError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if change is None:
+            self._start_preset(preset)
+            return
+        self.run_worker(self._start_with_workload(preset, change), group="preset")
+
+    def _workload(self) -> dict:
+        """The session's workload now (WorkloadConfig.describe()): the engine's, else the one
+        it was started with."""
+        snap = self.snapshot
+        if snap is not None and snap.workload:
+            return dict(snap.workload)
+        wl = getattr(self.host.config, "workload", None)
+        return wl.describe() if wl is not None else {}
+
+    async def _start_with_workload(self, preset: Preset, change) -> None:
+        fut = self.command(C.SetWorkload(change))
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
+        except asyncio.TimeoutError:
+            self.notify(f"preset {preset.name}: the engine has not confirmed its workload ({change.describe()}); not started", severity="error")
+            return
+        except Exception as exc:  # noqa: BLE001 - the engine's refusal (a dataset file it cannot read)
+            self.notify(f"preset {preset.name}: workload {change.describe()}: {_one_line(exc)}; not started", severity="error")
+            return
+        self._start_preset(preset)
+
+    def _start_preset(self, preset: Preset) -> None:
+        snap = self.snapshot
+        self.command(C.StartPreset(preset))
+        self._preset = (preset.name, max((line.seq for line in snap.log), default=0) if snap else 0)
+        self._preset_seen = False
+
+    def _follow_preset(self, snap: Snapshot) -> None:
+        """A preset the app started that ended on its own (not cancelled by a key or a
+        guard) is logged, "preset NAME finished (break: ... | no break)", and the header
+        says so until the operator changes the load (the probe it ends in may hold)."""
+        if self._preset is None:
+            return
+        if snap.preset_running:
+            self._preset_seen = True
+            return
+        if not self._preset_seen:  # not started yet
+            return
+        (name, seq0), self._preset = self._preset, None
+        lines = [line for line in snap.log if line.seq > seq0]
+        if any(line.kind == "preset" and ("cancelled" in line.text or "stopped by" in line.text) for line in lines):
+            return
+        br = snap.break_result if any(line.kind == "break" for line in lines) else None
+        if br is not None:
+            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
+            how = f"break: {br.reason} at {br.where}; {good}"
+        else:
+            how = "no break"
+        text = f"preset {name} finished ({how})"
+        self.host.send(C.Log("preset", text))
+        self._preset_note = text  # line 2 says what holds now (`[PROBE] C=1 (was C=256, r returns)`)
 
     # -- finding the limit (README "Finding the limit") ----------------------------------
     def action_lane(self) -> None:
@@ -469,7 +585,7 @@ class RedlineApp(App[int]):
         self.run_preset(search_preset(self.target, self.max_concurrency, getattr(self.host, "config", None)))
         self.notify(f"knee search from C={self.target} up to {self.max_concurrency}; any concurrency key cancels it")
 
-    def action_slo(self) -> None:
+    async def action_slo(self) -> None:
         from redline.engine.slo import SloError, parse_slo
 
         def done(text: str | None) -> None:
@@ -486,30 +602,45 @@ class RedlineApp(App[int]):
             self.host.send(C.SetSlo(slo))
 
         now = self.snapshot.slo if self.snapshot and self.snapshot.slo else "none"
-        self.push_screen(TextPrompt(f"SLOs (now: {now})", "e.g. ttft=2s,itl=100ms,e2e=60s — off clears, Esc cancels", "ttft=2s,itl=100ms"), done)
+        await self.open_prompt(TextPrompt(f"SLOs (now: {now})", "e.g. ttft=2s,itl=100ms,e2e=60s — off clears, Esc cancels", "ttft=2s,itl=100ms"), done)
 
     def action_help(self) -> None:
         snap = self.snapshot or self.host.snapshot
         self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency, self.rate_step))
 
     def action_steps_up(self) -> None:
-        self.query_one(StepTable).scroll_page_up(animate=False)
+        self.query_one(StepTable).page_back()
 
     def action_steps_down(self) -> None:
-        self.query_one(StepTable).scroll_page_down(animate=False)
+        self.query_one(StepTable).page_on()
 
     def action_graph(self) -> None:
         """Switch between the live panels and the live saturation curve."""
         self.toggle_class("-graph")
 
     # -- session -----------------------------------------------------------------------
-    async def action_export(self) -> None:
-        from redline.engine.session import SessionError, export_session
-
+    def action_export(self) -> None:
+        """Export in a worker: the flush and the export take seconds on a long session, and
+        the keys must not wait for them."""
         d = self.host.config.out_dir
         if d is None:
             self.notify("no session directory", severity="warning")
             return
+        if self._exporting:
+            self.notify("an export is already running", severity="warning", timeout=2)
+            return
+        self._exporting = True
+        self.run_worker(self._export(d), group="export")
+
+    async def _export(self, d: Path) -> None:
+        try:
+            await self._export_now(d)
+        finally:
+            self._exporting = False
+
+    async def _export_now(self, d: Path) -> None:
+        from redline.engine.session import SessionError, export_session
+
         try:  # every row recorded so far is on disk before the export reads it
             err = await asyncio.wrap_future(self.host.send(C.Flush()))
         except Exception as exc:  # noqa: BLE001 - the engine is gone: export what was written
@@ -540,6 +671,32 @@ class RedlineApp(App[int]):
         if self.hard_exit:
             _exit_watchdog(EXIT_GRACE_S)
         self.exit(0)
+
+
+def preset_workload_change(preset: Preset, current: dict):
+    """The WorkloadChange that gives the session `preset`'s [workload] (its lengths and
+    dataset), or None when the session already has it. PresetError (one line) for what a
+    running session cannot change: a trace replay or the number of turns."""
+    from redline.engine.workload_change import WorkloadChange
+
+    w = preset.workload
+    trace = getattr(w, "trace", None)
+    if (trace or None) != (current.get("trace") or None):
+        what = f"replays the trace {trace}" if trace else f"has no trace and this session replays {current.get('trace')}"
+        raise PresetError(f"preset {preset.name} {what}: start it with `redline run {preset.name}`; nothing started")
+    turns = getattr(w, "turns", 1)
+    if turns != current.get("turns", 1):
+        raise PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
+                          f"start it with `redline run {preset.name}`; nothing started")
+    if trace:
+        return None  # a trace sets each request's lengths
+    prefix = w.dataset.startswith("prefix:")  # its lengths are in the spec
+    change = WorkloadChange(
+        input_len=w.input_len if w.input_len != current.get("input_len") and not prefix else None,
+        output_len=w.output_len if w.output_len != current.get("output_len") else None,
+        dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
+    )
+    return None if change.empty else change
 
 
 def search_preset(start: int, max_c: int, config) -> Preset:

@@ -19,11 +19,19 @@ class GpuPanel(Static):
     snapshot: reactive[Snapshot | None] = reactive(None, layout=True)
 
     def render(self) -> Text:
+        return self.text(self.size.width)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        """The lines at the width being laid out (render() reads the size of the last
+        layout: after a resize the panel kept the height of its old width)."""
+        return len(self.text(width).plain.split("\n"))
+
+    def text(self, width: int) -> Text:
         s = self.snapshot
         t = Text(no_wrap=True, overflow="ellipsis")
         if s is None:
             return t
-        width = max(self.size.width, 20)
+        width = max(width, 20)
         compact = len(s.gpus) > 4 and width < 120  # 8 GPUs in two lines at 80 columns
         cells = [self._cell(g, compact) for g in s.gpus]
         per_line = max(1, width // (COMPACT_CELL + 2)) if compact else (1 if len(cells) <= 4 or width < 70 else 2)

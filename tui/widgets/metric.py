@@ -5,6 +5,11 @@ largest value shown; a second with no value (no request finished, nothing measur
 blank column, and a metric with no value yet is a blank row: an empty row never looks like
 a full one. The row prints the current value and the top of the scale (`↑`) beside it:
 bars alone say nothing of magnitude.
+
+A second whose timeline row is flagged (redline's own timings were suspect: the loop was
+held, its CPU saturated; or the row covers a held loop's longer interval) does not set the
+scale: one outlier after a stall would flatten every other column for minutes. It is drawn
+full height when above the scale. Only when every second shown is flagged do they set it.
 """
 
 from __future__ import annotations
@@ -22,14 +27,24 @@ from textual.widgets import Label
 BARS = "▁▂▃▄▅▆▇█"
 
 
-def spark_text(values: Sequence[float | None], width: int) -> str:
+def spark_top(values: Sequence[float | None], flagged: Sequence[bool] = ()) -> float | None:
+    """The top of the scale: the largest value of an unflagged second (of any second when
+    all are flagged); None when there is no value."""
+    flags = list(flagged)[-len(values):] if values else []
+    flags = [False] * (len(values) - len(flags)) + flags
+    known = [v for v, f in zip(values, flags) if v is not None and not f]
+    if not known:
+        known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def spark_text(values: Sequence[float | None], width: int, flagged: Sequence[bool] = ()) -> str:
     """The last `width` values as bars, right-aligned; None is a blank column; 0 the lowest
-    bar; the largest value shown the highest."""
+    bar; the top of the scale (spark_top: flagged seconds left out) the highest."""
     if width <= 0:
         return ""
     shown = list(values)[-width:]
-    known = [v for v in shown if v is not None]
-    top = max(known, default=0.0)
+    top = spark_top(shown, list(flagged)[-len(shown):] if shown else []) or 0.0
     cells = []
     for v in shown:
         if v is None:
@@ -52,9 +67,10 @@ class Spark(Widget):
     """
 
     data: reactive[tuple[float | None, ...]] = reactive((), always_update=False)
+    flagged: tuple[bool, ...] = ()  # set before data (its change redraws)
 
     def render(self) -> Text:
-        return Text(spark_text(self.data, self.size.width), no_wrap=True)
+        return Text(spark_text(self.data, self.size.width, self.flagged), no_wrap=True)
 
 
 class MetricRow(Horizontal):
@@ -68,12 +84,16 @@ class MetricRow(Horizontal):
         yield Spark(classes="metric-spark")
         yield Label("-", classes="metric-value")
 
-    def show(self, history: Sequence[float | None], current: float | None) -> None:
+    def show(self, history: Sequence[float | None], current: float | None, flagged: Sequence[bool] = ()) -> None:
         spark = self.query_one(Spark)
+        flags = tuple(flagged)
+        if flags != spark.flagged:
+            spark.flagged = flags
+            spark.refresh()
         spark.data = tuple(history)
-        shown = list(history)[-spark.size.width :] if spark.size.width else list(history)
-        known = [v for v in shown if v is not None]  # the scale of what is drawn
-        top = max(known) if known else None
+        n = spark.size.width or len(history)
+        shown = list(history)[-n:]
+        top = spark_top(shown, list(flags)[-len(shown):] if shown else [])  # the scale of what is drawn
         value = self.fmt(current)
         scale = f" ↑{self.fmt(top)}" if top is not None else ""
         self.query_one(".metric-value", Label).update(f"{value}{scale}")

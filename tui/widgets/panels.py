@@ -1,8 +1,16 @@
-"""The live panels: a sparkline row per metric, fed from per-second timeline rows."""
+"""The live panels: a sparkline row per metric, fed from per-second timeline rows.
+
+One column is one engine second: columns are keyed by the engine's second index (the
+snapshot's `second`), never by when the screen drew. A snapshot carries its last few rows
+(`recent`), so a screen that was held past a second still draws each of them; seconds
+older than those are blank columns, so the columns stay one a second.
+"""
 
 from __future__ import annotations
 
 from collections import deque
+
+from redline.engine.constants import TIMELINE_INTERVAL_S
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -33,7 +41,9 @@ class LivePanels(Vertical):
     def __init__(self, *, id: str = "panels") -> None:
         super().__init__(id=id)
         self._history = {col: deque(maxlen=HISTORY_POINTS) for _, _, col, _, _ in ROWS}
+        self._flagged: deque[bool] = deque(maxlen=HISTORY_POINTS)  # per second: row_flagged
         self._second = -1
+        self.seconds: list[int] = []  # the engine second of each column taken (tests; the last HISTORY_POINTS)
 
     def compose(self) -> ComposeResult:
         for wid, title, _, _, fmt in ROWS:
@@ -42,18 +52,46 @@ class LivePanels(Vertical):
 
     def show(self, snap: Snapshot) -> None:
         if snap.second != self._second and snap.row:
-            self._second = snap.second
-            for _, _, col, _, _ in ROWS:
-                self._history[col].append(snap.row.get(col))
+            self._take(snap)
+        flagged = tuple(self._flagged)
         for wid, _, col, live, _ in ROWS:
             row = self.query_one(f"#m-{wid}", MetricRow)
             if wid == "good":
                 row.display = snap.goodput_tok_s is not None
-            row.show(self._history[col], live(snap))
+            row.show(self._history[col], live(snap), flagged)
         lane = self.query_one("#lane-line", Label)
         lane.display = snap.lane_on
         if snap.lane_on:
             lane.update(lane_text(snap))
+
+
+    def _take(self, snap: Snapshot) -> None:
+        """A column for each engine second since the last one taken."""
+        rows = tuple(getattr(snap, "recent", ()) or ()) or (snap.row,)
+        first = snap.second - len(rows) + 1
+        if snap.second < self._second:  # another engine (cannot happen live): start again
+            self._second = -1
+        if self._second >= 0:
+            for sec in range(max(self._second + 1, first - HISTORY_POINTS), first):
+                self._column(sec, {})  # older than the snapshot's rows: blank, one a second
+        for i, row in enumerate(rows):
+            if first + i > self._second:
+                self._column(first + i, row)
+        self._second = snap.second
+
+    def _column(self, sec: int, row: dict) -> None:
+        for _, _, col, _, _ in ROWS:
+            self._history[col].append(row.get(col))
+        self._flagged.append(row_flagged(row))
+        self.seconds.append(sec)
+        del self.seconds[:-HISTORY_POINTS]
+
+
+def row_flagged(row: dict) -> bool:
+    """A second whose figures are suspect (timeline.ndjson `client_overloaded`: the loop was
+    held, redline's CPU saturated, the machine busy), or that covers a held loop's longer
+    interval: it does not set a sparkline's scale (widgets/metric.py)."""
+    return bool(row.get("client_overloaded")) or (row.get("interval_s") or TIMELINE_INTERVAL_S) > 1.5 * TIMELINE_INTERVAL_S
 
 
 def lane_text(snap: Snapshot) -> str:

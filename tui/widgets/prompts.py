@@ -1,9 +1,8 @@
-"""Modal prompts: type an exact concurrency; confirm a large one; pick a preset."""
+"""Modal prompts: type an exact concurrency (or a rate, or SLOs); confirm a large one; pick a preset."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -12,10 +11,31 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 
-class ConcurrencyPrompt(ModalScreen[str | None]):
-    """Returns the typed text (checked by the app) or None when cancelled."""
+class _LinePrompt(ModalScreen[str | None]):
+    """One line typed into an Input; returns the text (checked by the app) or None (Esc).
+
+    The app opens it with `open_prompt` (app.py): the Input has the focus before the next key
+    is read, so keys typed right after the one that opened it land in it, in order."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def focus_input(self) -> None:
+        """Give the Input the focus now (Widget.focus() waits for the app's next message:
+        a key already typed would reach the screen, not the Input)."""
+        self.set_focus(self.query_one(Input))
+
+    def on_mount(self) -> None:
+        self.focus_input()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConcurrencyPrompt(_LinePrompt):
+    """Returns the typed text (checked by the app) or None when cancelled."""
 
     def __init__(self, current: int, max_concurrency: int) -> None:
         super().__init__()
@@ -28,17 +48,9 @@ class ConcurrencyPrompt(ModalScreen[str | None]):
             yield Label("Enter sets, Esc cancels", classes="dim")
             yield Input(placeholder=str(self.current), id="concurrency-input")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class TextPrompt(ModalScreen[str | None]):
+class TextPrompt(_LinePrompt):
     """One line of text (checked by the app), or None when cancelled."""
-
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, question: str, hint: str, placeholder: str = "") -> None:
         super().__init__()
@@ -51,12 +63,6 @@ class TextPrompt(ModalScreen[str | None]):
             yield Label(self.question, classes="question")
             yield Label(self.hint, classes="dim")
             yield Input(placeholder=self.placeholder, id="text-input")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -78,20 +84,31 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class PresetPicker(ModalScreen[Path | None]):
+class PresetPicker(ModalScreen[int | None]):
+    """The presets by name, each with its description (or why it cannot be used, in red);
+    returns the index of the one picked, or None."""
+
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
-    def __init__(self, presets: list[Path]) -> None:
+    def __init__(self, presets: list[tuple[str, str, bool]]) -> None:
         super().__init__()
-        self.presets = presets
+        self.presets = presets  # (name, description or error, is an error)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Run a preset: Enter runs it, Esc cancels", classes="question")
-            yield OptionList(*[Option(p.stem, id=str(i)) for i, p in enumerate(self.presets)], id="preset-list")
+            yield Label("Run a preset with its workload: Enter runs it, Esc cancels", classes="question")
+            yield OptionList(*[Option(self._prompt(*p), id=str(i)) for i, p in enumerate(self.presets)], id="preset-list")
+
+    @staticmethod
+    def _prompt(name: str, line: str, bad: bool) -> Text:
+        t = Text(name, style="bold")
+        if line:
+            t.append("\n  ")
+            t.append(line, style="red" if bad else "dim")
+        return t
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(self.presets[int(event.option.id or 0)])
+        self.dismiss(int(event.option.id or 0))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -80,6 +80,7 @@ class _Pause:
 
 
 class StepTable(DataTable):
+    can_focus = False  # the app's keys are read by the app (app.py BINDINGS); wheel and PgUp/PgDn scroll
     def __init__(self, *, id: str = "steps") -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True, show_cursor=False)
         self._keys: list[str] = []  # row keys as shown
@@ -88,6 +89,11 @@ class StepTable(DataTable):
         self._probes: dict[int, StepResult] = {}  # every probe seen (a snapshot holds the last)
         self._pauses: list[_Pause] = []
         self._log_seen = 0
+        # Following the live row (the last): until the operator scrolls up (PgUp, the wheel),
+        # and again once they scroll back to the end. Kept as a flag, not read off the scroll
+        # position: when the table is made shorter (the goodput row, the lane line or a
+        # warning above it), the position is no longer at the end, and the live row was lost.
+        self.following = True
 
     def on_mount(self) -> None:
         self._columns = self.add_columns(*COLUMNS)
@@ -137,7 +143,6 @@ class StepTable(DataTable):
         plain = {k: cells + (("*",) if is_live else ()) for k, cells, is_live in rows}
         if keys == self._keys and all(plain[k] == self._cells.get(k) for k in keys):
             return
-        follow = self.scroll_y >= self.max_scroll_y  # at the end: keep following; scrolled up: stay
         if keys[: len(self._keys)] == self._keys:  # rows only added, or their figures changed
             for k in self._keys:
                 if plain[k] != self._cells[k]:
@@ -155,8 +160,37 @@ class StepTable(DataTable):
         self.show_cursor = live is not None  # the highlight is the live row's, never another's
         if live is not None:
             self.move_cursor(row=live, scroll=False)
-        if follow:
-            self.call_after_refresh(self.scroll_end, animate=False)
+        if self.following:
+            self.call_after_refresh(self._to_live)
+
+    # -- following the live row ----------------------------------------------------------
+    def _to_live(self) -> None:
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
+    def on_resize(self) -> None:
+        if self.following:  # shorter or taller: the live row stays in view
+            self.call_after_refresh(self._to_live)
+
+    def page_back(self) -> None:
+        """PgUp: older rows; the table stops following the live row."""
+        self.following = False
+        self.scroll_page_up(animate=False)
+
+    def page_on(self) -> None:
+        """PgDn: newer rows; at the end the table follows the live row again."""
+        self.scroll_page_down(animate=False)
+        self.call_after_refresh(self._at_end)
+
+    def on_mouse_scroll_up(self) -> None:
+        self.following = False
+
+    def on_mouse_scroll_down(self) -> None:
+        self.call_after_refresh(self._at_end)
+
+    def _at_end(self) -> None:
+        if self.scroll_y >= self.max_scroll_y:
+            self.following = True
 
     @staticmethod
     def _styled(cells: tuple[str, ...], live: bool, key: str) -> tuple[Text, ...]:
