@@ -929,8 +929,12 @@ class Engine:
         _, _, req_s, err_s = m.rates(now)
         err_rate = err_s / (req_s + err_s) if req_s + err_s > 0 else None
         p99 = m.percentiles.ttft.p99
+        p99_ms = p99 * 1000.0 if p99 is not None else None
+        live = self.book.live_result  # requests waiting past the bound with no first token: a breach
+        if live is not None and live.p99_ttft_ms_bound and live.p99_ttft_ms is not None:
+            p99_ms = max(p99_ms or 0.0, live.p99_ttft_ms)
         temps = [x.temp_c for x in (self.telemetry.gpus if self.telemetry else []) if x.temp_c is not None]
-        to = g.second(ctl.target, err_rate, p99 * 1000.0 if p99 is not None else None, max(temps) if temps else None)
+        to = g.second(ctl.target, err_rate, p99_ms, max(temps) if temps else None)
         if to is None:
             if g.crossed_for:
                 self.events.hold("guard crossing", f"guard: {g.reason} for {g.crossed_for} s (drops the load at {g.sustain_s} s)", now)

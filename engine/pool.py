@@ -324,7 +324,6 @@ class WorkerPool(Controller):
             if ungaps is not None:  # failed or cancelled: its figures leave the windows
                 e.unmeasure_gaps(unbucket_gaps(ungaps))
             stats[ti].on_end(rec)
-        held = msg["delayed"] + msg["dropped"] - (st.delayed + st.dropped)
         st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
         st.delayed, st.dropped = msg["delayed"], msg["dropped"]
         if st.cpu_s0 is None:
@@ -332,8 +331,10 @@ class WorkerPool(Controller):
         st.cpu_s = msg["cpu_s"] - st.cpu_s0
         self.delayed = sum(s.delayed for s in self.states)
         self.dropped = sum(s.dropped for s in self.states)
-        for _ in range(max(0, held)):
-            e._held(False)
+        for dropped, t in msg["held"]:  # held at the worker's cap: its step (by intended time) counts it
+            e._held(dropped, t)
+        if msg["abandoned"]:
+            e.book.abandon_held(msg["abandoned"])
         self._mark_settled()
 
     def _worker_died(self, i: int) -> None:
@@ -385,6 +386,8 @@ def _shifted(msg: dict, d: float) -> dict:
         "firsts": [(rid, ts + d, _opt(tf, d), _opt(ta, d)) for rid, ts, tf, ta in msg["firsts"]],
         "tokens": [((ti, b + db), n) for (ti, b), n in msg["tokens"]],
         "gaps": [(b + db, v) for b, v in msg["gaps"]],
+        "held": [(dropped, t + d) for dropped, t in msg["held"]],
+        "abandoned": [t + d for t in msg["abandoned"]],
         "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:13],
                   None if x[13] is None else [(b + db, v) for b, v in x[13]]) for x in msg["ends"]],
     }

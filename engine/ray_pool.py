@@ -9,9 +9,11 @@ the targets itself, from its node.
 What crosses the network: orders (shares, the stamp, pause), and every FLUSH_S each
 worker's report: token counts and ITL values in 10 ms buckets, one summary per ended
 request. Never a chunk's timestamp. Clocks of different hosts are never subtracted from each
-other: a report carries its host's clock at the moment it was taken (`now`), and the
-coordinator places every time in it by its age (receipt time - (now - t)); on the
-coordinator's own host the clock is shared and used as it is. A worker (or node) that dies is
+other: a report carries its host's clock at the moment it was taken (`now`); the coordinator
+keeps one offset per worker, the smallest (receipt time - now) seen so far (the report that
+travelled fastest), and moves every time of every report of that worker by it, so a
+request's send, first token and end, told in different reports, keep their distances. On
+the coordinator's own host the clock is shared and used as it is. A worker (or node) that dies is
 reported, and its share goes to the others.
 """
 
@@ -97,6 +99,7 @@ class RayPool(WorkerPool):
         self._pg = None
         self._poller: asyncio.Task | None = None
         self._here = platform.node()
+        self._offsets: dict[int, float] = {}  # worker -> its clock's offset (smallest receipt - now)
         # one pull at a time: a report applied before an earlier one would end requests whose
         # sends are not in yet (pulls of the poller, of a step's sync, of abort and stop)
         self._pulling = asyncio.Lock()
@@ -131,7 +134,10 @@ class RayPool(WorkerPool):
         return True
 
     def _place(self, i: int, msg: dict, t_recv: float) -> None:
-        shift = 0.0 if self.states[i].node == self._here else t_recv - msg["now"]
+        shift = 0.0
+        if self.states[i].node != self._here:
+            seen = t_recv - msg["now"]
+            shift = self._offsets[i] = min(seen, self._offsets.get(i, seen))
         self._apply(i, msg, shift)
 
     async def _call(self, i: int, ref):

@@ -116,6 +116,8 @@ class Batch:
         self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
         self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
         self.ends: list[tuple] = []
+        self.held: list[tuple[bool, float]] = []  # (dropped?, intended time) of sends held at the cap
+        self.abandoned: list[float] = []  # intended times of held sends given up (their step censors them)
         self.lags = LogHistogram()  # the chunks' lags, binned as the coordinator bins them
 
     def on_lag(self, lag: float) -> None:
@@ -145,6 +147,8 @@ class Batch:
             "tokens": list(self.tokens.items()),
             "gaps": sorted(self.gaps.items()),
             "ends": self.ends,
+            "held": self.held,
+            "abandoned": self.abandoned,
             "lags": self.lags if self.lags.count else None,
         }
         self._reset()
@@ -212,7 +216,9 @@ class Worker:
             self.targets.append(_Target(s, w))
         self.workload = spec.workload
         self.source = self._source(spec.workload)
-        self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index)
+        b = self.batch
+        self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
+                              on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
         self.ctl.pause()  # until the coordinator gives this worker its share
 
     def _source(self, wl: WorkloadConfig) -> PromptSource:

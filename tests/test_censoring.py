@@ -100,10 +100,12 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
     assert closing.median_ttft_ms <= c32.median_ttft_ms and closing.p99_ttft_ms <= c32.p99_ttft_ms
 
 
-def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "2-workers"])
+def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, tmp_path, workers):
     """rate [8, 0.1] at cap 8 on a server finishing ~3.3 req/s: the 8 req/s step's backlog,
     sent during the 0.1 req/s step, is the 8 req/s step's; the slow step counts only its own
-    request; request_throughput is what the server finished."""
+    request; request_throughput is what the server finished. Worker processes hold the same
+    load: their sends are placed by intended time on the coordinator's clock."""
     sim = sim_factory("healthy", extra_args=("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000",
                                              "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
     d = {"workload": {"api": "chat", "input_len": 16, "output_len": 60},
@@ -111,7 +113,7 @@ def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, 
                   "min_requests": 1, "max_hold_s": 5},
          "after": {"probe_s": 0}}
     cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=60), out_dir=tmp_path / "s",
-                       live_steps=False, use_nvml=False, rate=8.0, arrival="constant", max_concurrency=8)
+                       live_steps=False, use_nvml=False, rate=8.0, arrival="constant", max_concurrency=8, workers=workers)
     outcome = run_preset_headless(cfg, parse_preset(d, "rate.toml"))
     records = httpx.get(sim.url + "/sim/requests", timeout=30).json()
     fast, slow = outcome.steps
@@ -151,16 +153,18 @@ def test_goodput_equals_throughput_when_every_request_meets_the_slo(sim_factory,
     assert s.request_goodput == pytest.approx(s.request_throughput, rel=0.1)
 
 
-def test_streams_that_stall_then_drop_stay_out_of_itl(sim_factory, tmp_path):
-    """A third of the streams hang 400 ms, send once more and drop: the step's p99 ITL is the
-    successful requests' (every gap of theirs well under 100 ms), not the stall."""
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "2-workers"])
+def test_streams_that_stall_then_drop_stay_out_of_itl(sim_factory, tmp_path, workers):
+    """Half the streams hang 400 ms, send once more and drop: the step's p99 ITL is the
+    successful requests' (every gap of theirs well under 100 ms), not the stall; with worker
+    processes the failed request's gaps travel back out of the coordinator's figures."""
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001",
-                                             "--set", "disconnect_rate=0.3", "--set", "disconnect_stall_s=0.4"))
+                                             "--set", "disconnect_rate=0.5", "--set", "disconnect_stall_s=0.4"))
     d = {"workload": {"input_len": 16, "output_len": 40},
          "ramp": {"concurrency": [8], "warmup_s": 0.5, "hold_s": 4, "min_requests": 8, "max_hold_s": 8},
          "after": {"probe_s": 0}}
     cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=40), out_dir=tmp_path / "s",
-                       live_steps=False, use_nvml=False)
+                       live_steps=False, use_nvml=False, workers=workers)
     (s,) = run_preset_headless(cfg, parse_preset(d, "stall.toml")).steps
     records = httpx.get(sim.url + "/sim/requests?chunks=1", timeout=30).json()
     stalled = [r for r in records if r["outcome"] == "failed" and len(r["chunk_times"]) > 1
