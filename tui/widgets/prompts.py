@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -84,6 +86,9 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
 
+DESCRIPTION_WIDTH = 60  # the picker's list is 62 columns wide at 80 (redline.tcss .dialog)
+
+
 class PresetPicker(ModalScreen[int | None]):
     """The presets by name, each with its description (or why it cannot be used, in red);
     returns the index of the one picked, or None."""
@@ -101,10 +106,12 @@ class PresetPicker(ModalScreen[int | None]):
 
     @staticmethod
     def _prompt(name: str, line: str, bad: bool) -> Text:
+        """The name, then its description indented under it (wrapped to the dialog's width
+        at 80 columns, every line indented)."""
         t = Text(name, style="bold")
-        if line:
+        for row in textwrap.wrap(line, DESCRIPTION_WIDTH):
             t.append("\n  ")
-            t.append(line, style="red" if bad else "dim")
+            t.append(row, style="red" if bad else "dim")
         return t
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
