@@ -127,6 +127,22 @@ def test_healthy_curve_saturates_in_the_model() -> None:
     assert t192 < 1.1 * t128
 
 
+def test_time_scale_scales_every_step_and_defaults_to_real_time() -> None:
+    """`--set time_scale=X` (tests that need the shape of time, not its length): every
+    iteration, decode, collapse and prefill alike, takes X times as long; 1.0 is the default."""
+    for name in PROFILES:
+        p = get_profile(name)
+        assert p.time_scale == 1.0
+        fast = apply_overrides(p, {"time_scale": "0.25"})
+        for batch, prefill in ((1, 0), (8, 512), (64, 0), (200, 4096)):
+            assert fast.step_time(batch, prefill) == pytest.approx(0.25 * p.step_time(batch, prefill))
+        assert fast.steady_throughput(32) == pytest.approx(4 * p.steady_throughput(32))
+    assert get_profile("healthy").step_time(32) == 0.040 + 0.0002 * 32  # unscaled: as before
+    for bad in ("0", "-1"):
+        with pytest.raises(ValueError, match="time_scale must be > 0"):
+            apply_overrides(get_profile("healthy"), {"time_scale": bad})
+
+
 def test_cli_unknown_profile_exits_2_with_one_line() -> None:
     proc = subprocess.run([sys.executable, "-m", "redline.engine.sim", "--profile", "nope"],
                           capture_output=True, text=True, timeout=30)
