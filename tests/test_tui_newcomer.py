@@ -304,6 +304,16 @@ async def test_keys_typed_right_after_c_go_into_the_prompt():
     assert [c.n for c in sent] == [16], (sent, notes)
 
 
+async def test_keys_typed_right_after_w_go_into_the_workload_form():
+    app, host, snaps = make_app("healthy")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await play(pilot, host, snaps)
+        burst(app, "w", "6", "4", "enter")  # the field's value is selected: typing replaces it
+        await frames(pilot, 6)
+    sent = [c for c in host.sent if isinstance(c, C.SetWorkload)]
+    assert len(sent) == 1 and sent[0].change.output_len == 64, host.sent
+
+
 async def test_typed_slo_letters_never_act_as_keys():
     """`o` then `e2e=60s` typed fast: the `e` (export) and `q` never act; the text is the SLO."""
     app, host, snaps = make_app("healthy")

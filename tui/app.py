@@ -41,7 +41,7 @@ from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
 from .widgets.panels import LivePanels
-from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt, _LinePrompt
+from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt, LinePrompt
 from .widgets.rate import RateLine
 from .widgets.steps import StepTable
 from .widgets.targets import TargetsPanel
@@ -336,9 +336,9 @@ class RedlineApp(App[int]):
         if self._mode_settled():
             self.set_concurrency(self.target // 2)
 
-    async def open_prompt(self, prompt: _LinePrompt, done: Callable[[str | None], None]) -> None:
-        """Open a one-line prompt with its Input focused before the next key is read: keys
-        typed right after the one that opened it go into it (nothing else waits here)."""
+    async def open_prompt(self, prompt: LinePrompt | WorkloadForm, done: Callable) -> None:
+        """Open a prompt with its Input focused before the next key is read: keys typed
+        right after the one that opened it go into it (nothing else waits here)."""
         await self.push_screen(prompt, done)
         if prompt.is_attached and self.screen is prompt:
             prompt.focus_input()
@@ -441,7 +441,7 @@ class RedlineApp(App[int]):
         self.command(C.ToggleMode())
 
     # -- the workload (`w`) --------------------------------------------------------------
-    def action_workload(self) -> None:
+    async def action_workload(self) -> None:
         snap = self.snapshot
         workload = dict(snap.workload) if snap and snap.workload else {}
         if not workload:  # an engine that does not publish it yet: what it was started with
@@ -455,7 +455,7 @@ class RedlineApp(App[int]):
             if change is not None:
                 self.notify(f"workload: {change.describe()}", timeout=3)
 
-        self.push_screen(WorkloadForm(workload, self._apply_workload), done)
+        await self.open_prompt(WorkloadForm(workload, self._apply_workload), done)
 
     async def _apply_workload(self, change) -> str | None:
         """Send the change; the engine's error as one line, or None once it took it."""

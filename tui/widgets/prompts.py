@@ -13,7 +13,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 
-class _LinePrompt(ModalScreen[str | None]):
+class LinePrompt(ModalScreen[str | None]):
     """One line typed into an Input; returns the text (checked by the app) or None (Esc).
 
     The app opens it with `open_prompt` (app.py): the Input has the focus before the next key
@@ -36,7 +36,7 @@ class _LinePrompt(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ConcurrencyPrompt(_LinePrompt):
+class ConcurrencyPrompt(LinePrompt):
     """Returns the typed text (checked by the app) or None when cancelled."""
 
     def __init__(self, current: int, max_concurrency: int) -> None:
@@ -51,7 +51,7 @@ class ConcurrencyPrompt(_LinePrompt):
             yield Input(placeholder=str(self.current), id="concurrency-input")
 
 
-class TextPrompt(_LinePrompt):
+class TextPrompt(LinePrompt):
     """One line of text (checked by the app), or None when cancelled."""
 
     def __init__(self, question: str, hint: str, placeholder: str = "") -> None:

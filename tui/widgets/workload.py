@@ -115,7 +115,12 @@ class WorkloadForm(ModalScreen[WorkloadChange | None]):
             yield Label("", id="workload-error", classes="form-error")
 
     def on_mount(self) -> None:
-        self.query_one("#wl-output_len", Input).focus()
+        self.focus_input()
+
+    def focus_input(self) -> None:
+        """The first field has the focus now (Widget.focus() waits for the app's next
+        message: keys typed right after `w` would reach the screen, not the field)."""
+        self.set_focus(self.query_one("#wl-output_len", Input))
 
     def values(self) -> dict[str, str]:
         return {key: self.query_one(f"#wl-{key}", Input).value for key, _, _ in FIELDS}
