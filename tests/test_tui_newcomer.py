@@ -245,9 +245,11 @@ async def test_timeline_rows_are_one_second_apart_under_the_tui(sim_factory, tmp
     finally:
         host.stop()
     rows = [json.loads(x) for x in (out / "timeline.ndjson").read_text().splitlines()]
+    # a row that slipped a frame is 0.25 s off (1.25 then 0.75); a loaded machine's late wake-up
+    # is tens of ms at most
     gaps = [round(b["t"] - a["t"], 3) for a, b in zip(rows, rows[1:-1])]  # the last: the stop's own
-    assert len(gaps) >= 6 and all(abs(g - 1.0) < 0.05 for g in gaps), gaps
-    assert all(abs(r["interval_s"] - 1.0) < 0.05 for r in rows[:-1]), [r["interval_s"] for r in rows]
+    assert len(gaps) >= 6 and all(abs(g - 1.0) < 0.15 for g in gaps), gaps
+    assert all(abs(r["interval_s"] - 1.0) < 0.15 for r in rows[:-1]), [r["interval_s"] for r in rows]
     assert taken == list(range(taken[0], taken[0] + len(taken))), taken  # a column per engine second
 
 
