@@ -253,6 +253,40 @@ async def test_timeline_rows_are_one_second_apart_under_the_tui(sim_factory, tmp
     assert taken == list(range(taken[0], taken[0] + len(taken))), taken  # a column per engine second
 
 
+async def test_tick_takes_a_frame_woken_a_little_early_as_the_seconds_own(monkeypatch):
+    """uvloop's timers fire up to a ms before the perf_counter deadline, now and then: the
+    frame that wakes 0.5 ms early is still the second's, so rows stay one second apart
+    (they were 1.25 s then 0.75 s apart)."""
+    from types import SimpleNamespace
+
+    from redline.engine import timeline
+
+    clock = [1000.0]
+    wakes = [0]
+
+    async def early_sleep(delay: float) -> None:  # every third wake-up half a ms early
+        wakes[0] += 1
+        clock[0] += delay - (0.0005 if wakes[0] % 3 == 0 else 0.0)
+
+    class Done(Exception):
+        pass
+
+    frames_seen: list[float] = []
+    seconds: list[float] = []
+
+    def on_frame(now: float) -> None:
+        frames_seen.append(now)
+        if len(frames_seen) >= 41:
+            raise Done
+
+    monkeypatch.setattr(timeline, "asyncio", SimpleNamespace(sleep=early_sleep))
+    monkeypatch.setattr(timeline, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    with pytest.raises(Done):
+        await timeline.tick(1000.0, seconds.append, on_frame)
+    gaps = [round(b - a, 3) for a, b in zip(seconds, seconds[1:])]
+    assert len(seconds) == 10 and all(abs(g - 1.0) < 0.01 for g in gaps), gaps
+
+
 async def test_a_screen_held_past_a_second_still_draws_a_column_for_each():
     app, host, snaps = make_app("healthy")
     async with app.run_test(size=(80, 24)) as pilot:
