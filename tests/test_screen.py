@@ -428,10 +428,7 @@ def test_rate_mode_picture(snap_compare):
 
 
 async def test_rate_mode_reads_at_80x24():
-    app, host, snaps, ctx = await _open("rate")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played("rate")).lines
     assert lines[1].strip() == "[RUNNING] R=12.5/s poisson  in-flight 64 (cap 64)  server run 64 queue 0", lines[:6]
     rate_line = next(line for line in lines[2:6] if line.strip().startswith("lag "))
     assert rate_line.strip() == "lag p50 0.6 ms p99 4.5 ms  held 3  dropped or delayed 17  done 11.8 req/s"
@@ -456,10 +453,7 @@ def test_workers_picture(snap_compare):
 
 
 async def test_targets_read_at_80x24():
-    app, host, snaps, ctx = await _open("targets")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played("targets")).lines
     assert lines[0].lstrip().startswith("3 targets (1 gone)  llama-3.1-70b-instruct"), lines[0]
     assert lines[1].strip() == "[RUNNING] C=32  in-flight 32", "run/queue are each target's, on its row"
     top = next(i for i, line in enumerate(lines) if line.split()[:3] == ["target", "tok/s", "err/s"])
@@ -496,12 +490,33 @@ async def _open(name: str, size=(80, 24)):
     return app, host, snaps, app.run_test(size=size, notifications=True)
 
 
+@dataclass(frozen=True)
+class Played:
+    """What is on the screen once a whole story has played: its lines and the header's height."""
+
+    lines: list[str]
+    header_height: int
+
+
+_PLAYED: dict[tuple[str, tuple[int, int]], Played] = {}
+
+
+async def played(name: str, size=(80, 24)) -> Played:
+    """The screen after story `name` played at `size`, as `_open` + `play` draw it: played once
+    per story and size in a test process and shared by the tests that only read it (each gets
+    its own copy of the lines)."""
+    key = (name, tuple(size))
+    if key not in _PLAYED:
+        app, host, snaps, ctx = await _open(name, size)
+        async with ctx as pilot:
+            await play(pilot, host, snaps)
+            _PLAYED[key] = Played(screen_lines(app), app.query_one(StatusHeader).size.height)
+    return Played(list(_PLAYED[key].lines), _PLAYED[key].header_height)
+
+
 @pytest.mark.parametrize("name", list(STORIES))
 async def test_80x24_every_line_fits_and_no_stray_glyphs(name):
-    app, host, snaps, ctx = await _open(name)
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played(name)).lines
     assert len(lines) == 24
     assert all(len(line) <= 80 for line in lines)
     titles = ("out tok/s", "TTFT p", "ITL p", "E2E p", "errors/s")  # sparkline rows draw bars
@@ -518,10 +533,7 @@ async def test_80x24_every_line_fits_and_no_stray_glyphs(name):
 
 
 async def test_event_log_wraps_at_words():
-    app, host, snaps, ctx = await _open("healthy")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played("healthy")).lines
     log = [line for line in lines[-4:-1]]
     body = " ".join(log)
     # the step line is wider than 80: its words arrive whole, on the next line if need be
@@ -531,21 +543,15 @@ async def test_event_log_wraps_at_words():
 
 
 async def test_header_two_lines_in_probe_state_with_the_state_first():
-    app, host, snaps, ctx = await _open("probe")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        header = app.query_one(StatusHeader)
-        assert header.size.height == 2
-        lines = screen_lines(app)
+    screen = await played("probe")
+    assert screen.header_height == 2
+    lines = screen.lines
     assert lines[1].strip().startswith("[PROBE] C=1 (was C=64, r returns)  in-flight 1")
     assert "0:01:46  done" in lines[0]
 
 
 async def test_backing_off_and_session_error_in_the_header():
-    app, host, snaps, ctx = await _open("overload")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played("overload")).lines
     assert "[RUNNING] C=64  in-flight 52, 12 backing off" in lines[1]
     assert lines[2].strip().startswith("✗ session log: [Errno 28] No space left on device"), lines[:5]
     assert sum("session log" in line for line in lines[:5]) == 1, "the error once, not again as a warning"
@@ -562,10 +568,7 @@ async def test_session_error_shown_even_without_its_warning():
 
 
 async def test_cap_warning_wraps_and_keeps_its_cause():
-    app, host, snaps, ctx = await _open("capped")
-    async with ctx as pilot:
-        await play(pilot, host, snaps)
-        lines = screen_lines(app)
+    lines = (await played("capped")).lines
     head = " ".join(line.strip() for line in lines[2:4])
     assert head.startswith("⚠ server cap: client holds 32 in flight, server runs 8, queue 24")
     assert "pp micro-batch cap 8" in head
