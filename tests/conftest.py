@@ -5,10 +5,12 @@ fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a te
 itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
 formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers.py.
 
-Parallel runs (pytest-xdist, `-n auto`, as .ci/run does): every server a test starts listens on
-a port the OS picks (port 0), so workers never collide; the one local Ray cluster runs in its
-own xdist group. `slow` marks the few long end-to-end tests (kept in CI; `-m 'not slow'` for a
-quick pass).
+Parallel runs (pytest-xdist, `-n auto --dist loadgroup`, as .ci/run does): every server a test
+starts listens on a port the OS picks (port 0), so workers never collide; a module whose
+module-scoped fixture is a long run (or the local Ray cluster) stays on one worker. `timing`
+marks the tests that measure the machine's own timing: .ci/run runs them alone afterwards
+(`-m 'not timing'` in parallel, then `-m timing`). `slow` marks the few long end-to-end tests
+(kept in CI; `-m 'not slow'` for a quick pass).
 
 Hypothesis: the `ci` profile (the default) runs each fuzzer's examples as sized by
 `helpers.examples` (a quarter of the written count, at least hypothesis' own 100);
@@ -45,11 +47,62 @@ settings.register_profile("thorough", deadline=None, print_blob=True)
 settings.load_profile("ci")  # `--hypothesis-profile=NAME` (hypothesis' own option) loads another
 
 
+# Module-scoped fixtures that are worth one setup per module (minutes of runs, or a Ray
+# cluster): under xdist (--dist loadgroup) their module's tests stay on one worker.
+MODULE_FIXTURES = frozenset({"compare_runs", "results", "capped_run", "ray_head"})
+
+# The few long end-to-end runs (knee searches, whole presets, a Ray cluster): marked `slow`
+# here, in one list, so that `-m 'not slow'` gives a quick pass; CI runs them all. A test id
+# without its parameters marks every parameter; SLOW_FIXTURES mark the tests that use them.
+SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/test_compare.py: two headless runs
+SLOW = frozenset({
+    "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",
+    "test_find_limit.py::test_search_finds_the_healthy_knee",
+    "test_find_limit.py::test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo",
+    "test_find_limit.py::test_a_guard_drops_the_load_when_the_fragile_server_starts_failing",
+    "test_load_shapes.py::test_a_knee_search_over_rate_measures_rate_steps",
+    "test_load_shapes.py::test_a_live_workload_change_is_a_step_in_summary_and_preset_from_replays_it",
+    "test_headless.py::test_healthy_breaks_by_plateau_near_saturation",
+    "test_headless.py::test_fragile_breaks_by_errors",
+    "test_preset_from.py::test_preset_from_replays_the_timeline",
+    "test_prefix_workload.py::test_step_reports_the_servers_prefix_hit_rate",
+    "test_ray.py::test_two_ray_actors_give_the_same_counts",
+})
+
+
+# Tests that measure the machine's own timing (event-loop lag, wall-clock accuracy of sends and
+# timeline rows, latencies checked against the sim's clock, a knee read off a measured curve):
+# beside other tests on the same cores they read the other tests' load, as redline should.
+# Marked `timing` here; .ci/run runs them alone, after the parallel run of the others.
+TIMING_FIXTURES = frozenset({"capped_run"})  # tests/test_step_truth.py: one run read by its tests
+TIMING = frozenset({
+    "test_engine_telemetry.py::test_client_lag_warning_when_the_loop_stalls",
+    "test_load_shapes.py::test_a_trace_replays_at_its_recorded_times_over_speed",
+    "test_step_truth.py::test_timeline_rows_cover_one_second_under_a_busy_loop",
+    "test_find_limit.py::test_search_finds_the_healthy_knee",
+    "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",
+    "test_tui_newcomer.py::test_timeline_rows_are_one_second_apart_under_the_tui",
+    "test_workers.py::test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process",
+})
+
+
+def _listed(item: pytest.Item, ids: frozenset[str]) -> bool:
+    return f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in ids
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     server = pytest.mark.server
     for item in items:
-        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        names = getattr(item, "fixturenames", ())
+        if SERVER_FIXTURES.intersection(names):
             item.add_marker(server)
+        if MODULE_FIXTURES.intersection(names):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+        if SLOW_FIXTURES.intersection(names) or _listed(item, SLOW):
+            item.add_marker(pytest.mark.slow)
+        if TIMING_FIXTURES.intersection(names) or _listed(item, TIMING):
+            item.add_marker(pytest.mark.timing)
 
 
 @pytest.fixture
