@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 WARNING_HOLD_S = 10.0  # a warning stays on screen this long after its condition was last seen
 LOG_LINES = 200  # lines kept in memory for the screen
 SUPERSEDED_BY_GONE = ("overloaded",)  # warning keys (engine/core.py) moot once the server is gone
+SOURCED = ("key", "probe", "workload")  # the kinds an operator command logs (see `source`)
 
 
 class EventLog:
@@ -28,11 +29,16 @@ class EventLog:
         # called as on_warning(key, text) at each new episode of a warning (the headless
         # runner prints each key once)
         self.on_warning: Callable[[str, str], None] | None = None
+        # while a control-API command runs (engine/control_server.py): {"source": "api",
+        # "client": ADDR}, added to the events.ndjson rows of the lines that command logs
+        self.source: dict | None = None
 
     def log(self, kind: str, text: str, **fields: object) -> None:
         """One event: on screen now, and a row of events.ndjson."""
         self._seq += 1
         self.lines.append(LogLine(self._seq, time.time(), kind, text))
+        if self.source is not None and kind in SOURCED:
+            fields = {**self.source, **fields}
         if self.session is not None:
             self.session.add_event(kind, text, **fields)
 
