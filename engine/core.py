@@ -115,6 +115,9 @@ class Engine:
         self.lane_stats = LaneStats()
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
+        self.control = None  # --control: the control API (engine/control_server.py)
+        self.prom = None  # ... and its Prometheus figures (engine/prom.py), fed below
+        self.on_stop_request: Callable[[str], None] | None = None  # a host's way to end the session (POST /v1/stop)
 
     # -- life cycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -140,7 +143,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, self._meta(), secrets=[cfg.api_key or ""])
+            self.session = SessionWriter(cfg.out_dir, self._meta(), secrets=[cfg.api_key or "", cfg.control_token or ""])
             self.events.session = self.session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
@@ -208,6 +211,12 @@ class Engine:
         self._tasks.append(asyncio.create_task(tick(self._t0, self._each_second, self._publish), name="redline-ticker"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
+        if cfg.control is not None:
+            from .control_server import ControlServer
+
+            self.control = ControlServer(self, cfg.control, cfg.control_token)
+            self.prom = self.control.metrics
+            await self.control.start()
 
     def _worker_spec(self) -> WorkerSpec:
         cfg = self.config
@@ -309,6 +318,8 @@ class Engine:
         self._disk.shutdown(wait=True)  # what was queued is written before the log closes
         if self.session is not None:
             self.session.close(reason)
+        if self.control is not None:
+            await self.control.close()
         if self.client is not None:
             await self.client.aclose()
         for st in self.targets[1:]:
@@ -673,6 +684,8 @@ class Engine:
 
     def on_end(self, rec: RequestRecord) -> None:
         self._harvest(rec)
+        if self.prom is not None:
+            self.prom.on_end(rec)
         if rec.status != R.OK and not is_lane(rec):  # failed requests stay out of every latency figure
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
@@ -720,6 +733,8 @@ class Engine:
         else:
             self.metrics.on_gaps(gaps[-1][0], itls)
             self.book.on_gaps(gaps)
+            if self.prom is not None:
+                self.prom.on_itls(rec, itls)
 
     # -- server gone / back ------------------------------------------------------------
     def _server_gone(self) -> None:
@@ -818,6 +833,8 @@ class Engine:
         for t, itls in by_t.items():
             self.metrics.on_gaps(t, itls)
         self.book.on_gaps(gaps)
+        if self.prom is not None:
+            self.prom.on_gaps(gaps)
 
     def resume_live_steps(self) -> None:
         self.config.live_steps = True

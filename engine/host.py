@@ -127,6 +127,12 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
         stop.set()
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+
+    def on_stop_request(why: str) -> None:  # POST /v1/stop: as the parent's Stop (q) does
+        reason[0] = why
+        stop.set()
+
+    engine.on_stop_request = on_stop_request
     try:
         await engine.start()
     except BaseException as exc:
