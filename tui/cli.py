@@ -262,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
     r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
     r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
+    r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
+    r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
     _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
     r.set_defaults(handler=commands.cmd_run)
 
@@ -278,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
     rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
     rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
+    rp.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write one self-contained interactive HTML page (needs the html extra)")
+    rp.add_argument("--gate", default=None, metavar="SPEC", help="CI conditions: with BASELINE CANDIDATE, changes such as tok_s>=-5%%,ttft_p99<=+10%%,knee>=-1step; absolute ones (knee>=64) on the last session; a failed one exits 4")
+    rp.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with --gate: also write its conditions as a JUnit XML report")
     rp.set_defaults(handler=commands.cmd_report)
 
     pf = sub.add_parser("preset-from", help="write a preset that replays a session's concurrency timeline")
