@@ -182,7 +182,9 @@ class RedlineApp(App[int]):
 
     # -- refresh -----------------------------------------------------------------------
     def pull_snapshot(self) -> None:
-        self.snapshot = self.host.snapshot
+        snap = self.snapshot = self.host.snapshot
+        if snap is not None and snap.done and not self._quitting:  # ended elsewhere (POST /v1/stop)
+            self.run_worker(self.action_quit_redline("engine stopped"), exclusive=True, group="quit")
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or self._quitting or not self.screen_stack:

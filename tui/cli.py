@@ -232,6 +232,12 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     o.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
 
 
+def _control_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("control API", "steer the run from scripts: HTTP/JSON under /v1/, Prometheus /metrics (README \"Steering from scripts\")")
+    g.add_argument("--control", default=None, metavar="[HOST:]PORT", help="serve the control API on PORT (host 127.0.0.1 unless given; any other host needs --control-token-env)")
+    g.add_argument("--control-token-env", default=None, metavar="NAME", help="environment variable holding the control API's bearer token (every request then needs Authorization: Bearer TOKEN); never shown or logged")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="redline",
@@ -255,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--trace", default=None, metavar="PATH|NAME", help="replay a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids) open-loop at its recorded times; a file, or a bundled trace by name (example)")
     shape.add_argument("--speed", type=_speed, default=None, metavar="X", help="with --trace: replay X times as fast as recorded (default 1)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
+    p.add_argument("--headless", action="store_true", help="no TUI: hold the starting load until the control API (--control) changes or stops it, or a signal ends it")
+    _control_options(p)
     p.set_defaults(handler=commands.cmd_tui)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
@@ -265,7 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
     r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
     _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
+    _control_options(r)
     r.set_defaults(handler=commands.cmd_run)
+
+    from .ctl import add_ctl_parser
+
+    add_ctl_parser(sub)
 
     ps = sub.add_parser("presets", help="list the built-in presets with their descriptions")
     ps.set_defaults(handler=commands.cmd_presets)

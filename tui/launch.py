@@ -79,7 +79,19 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.workers = worker_count(args, cfg)
     cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
+    cfg.control, cfg.control_token = control(args)
     return cfg
+
+
+def control(args: argparse.Namespace) -> tuple:
+    """--control [HOST:]PORT and --control-token-env NAME checked before anything starts: a
+    non-loopback host without a token, a port that cannot be listened on: one line, exit 2."""
+    from redline.engine.control import ControlError, check_control
+
+    try:
+        return check_control(getattr(args, "control", None), getattr(args, "control_token_env", None), os.environ)
+    except ControlError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
