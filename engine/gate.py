@@ -235,10 +235,15 @@ class Measured:
     where: str = ""  # "C=64", "at C=128", "(still rising at max C=64)"
     kind: str = "C"  # for loads: "C" or "R"
     note: str = ""  # why there is no value
+    rate: bool = False  # errors: a share, not a count
 
     def show(self, fig: Figure) -> str:
         if self.value is None:
             return self.note or "not measured"
+        if self.rate:
+            return f"{self.value * 100:.2f} %"
+        if fig.unit == "load" and self.bound:  # C≥64: the knee lies at or past the top load
+            return fmt_value(fig, self.value, self.kind).replace("=", BOUND, 1)
         return (BOUND if self.bound else "") + fmt_value(fig, self.value, self.kind)
 
 
@@ -351,7 +356,7 @@ class GateSession:
             return Measured(float(failed), where=f"({failed} of {total} requests)")
         if not total:
             return Measured(None, note="no request ended")
-        return Measured(failed / total, where=f"({failed} of {total} requests)")
+        return Measured(failed / total, where=f"({failed} of {total} requests)", rate=True)
 
     def figure(self, cond: Condition, at: tuple[str, float] | None = None) -> Measured:
         fig = cond.fig
@@ -459,11 +464,8 @@ def evaluate(conds: Sequence[Condition], session: GateSession) -> list[Outcome]:
             continue
         hi = math.inf if m.bound else m.value
         ok = _holds(c.op, m.value, hi, c.value)
-        if fig.name == "errors" and not c.rate:
-            shown = f"{m.value:g}"
-        else:
-            shown = m.show(fig)
-        detail = f"{fig.what} {shown}" + (f" {m.where}" if m.where else "")
+        shown = m.show(fig)
+        detail = f"{fig.name} {shown}" + (f" {m.where}" if m.where else "")
         if ok is None:
             detail += f" (a lower bound: cannot show {c.op} {_limit_text(c, m.kind)})"
         elif not ok:
@@ -557,7 +559,7 @@ def compare(conds: Sequence[Condition], baseline: GateSession, candidate: GateSe
                     change = _change_text(cond, b.value, c.value)
                 if ok is None:
                     change += " (a lower bound: not proven)"
-                regs.append(Regression(where, fig.what, b.show(fig), c.show(fig), change + f", allowed {_allowed(cond)}"))
+                regs.append(Regression(where, fig.name, b.show(fig), c.show(fig), change + f", allowed {_allowed(cond)}"))
         if compared == 0:
             why = "; ".join(missing) or "no load both sessions measured"
             out.append(Outcome(cond, False, f"nothing to compare ({why})"))

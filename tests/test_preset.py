@@ -246,7 +246,7 @@ def test_durations_replay_mode():
         ({"ramp": RAMP, "workload": {"input": 3}},
          ["unknown key [workload].input (accepted: api, dataset, input_len, output_len, model, turns, think_s, trace)"]),
         # tables and top level
-        ({"ramp": RAMP, "stopp": {"x": 1}}, ["unknown table [stopp] (accepted: target, workload, ramp, stop, after, slo, guard)"]),
+        ({"ramp": RAMP, "stopp": {"x": 1}}, ["unknown table [stopp] (accepted: target, workload, ramp, stop, after, slo, guard, gate)"]),
         ({"ramp": RAMP, "hold_s": 3}, ["unknown key hold_s (accepted: name, description, and tables [target]"]),
         ({"ramp": RAMP, "name": 3}, ["name: expected a non-empty one-line string, got 3"]),
         ({"ramp": RAMP, "description": ["a"]}, ["description: expected a one-line string"]),

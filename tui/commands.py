@@ -18,7 +18,7 @@ from pathlib import Path
 from redline.engine.preset import Preset, PresetError, as_search, builtin_presets, load_preset, preset_from_session, resolve_preset
 from redline.engine.session import SessionError
 
-from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import checked_config, running_target
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -115,14 +115,53 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if getattr(args, "search", False):
         preset = as_search(preset, args.max_concurrency)
+    gate = run_gate(args, preset)  # a bad spec: one line, exit 2, before any load
     cfg = checked_config(args, preset)
     if not args.headless:
+        if getattr(args, "gate", None) or getattr(args, "junit", None):
+            flag = "--gate" if getattr(args, "gate", None) else "--junit"
+            raise UsageError(f"{flag}: a gate is checked at the end of an unattended run; add --headless")
         return _tui(args, cfg, preset=preset)
     with running_target(cfg, args) as cfg:
-        return asyncio.run(_headless(cfg, preset))
+        return asyncio.run(_headless(cfg, preset, gate, getattr(args, "junit", None)))
 
 
-async def _headless(cfg, preset: Preset) -> int:
+def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
+    """The gate of `redline run`: --gate, else the preset's [gate]; None without one. Checked
+    here, before anything starts (UsageError: one line, exit 2)."""
+    from redline.engine.gate import GateError, has_relative, parse_gate
+
+    spec = getattr(args, "gate", None)
+    junit = getattr(args, "junit", None)
+    try:
+        if spec is not None:
+            conds = parse_gate(spec)
+        elif getattr(preset, "gate", None):
+            conds = parse_gate(list(preset.gate), flag=f"{preset.name}: [gate]")
+        else:
+            conds = None
+    except GateError as exc:
+        raise UsageError(str(exc)) from None
+    if conds is not None and has_relative(conds):
+        bad = next(c for c in conds if c.relative is not None)
+        raise UsageError(f"--gate {bad.text!r}: a change needs a baseline session; compare with "
+                         "redline report BASELINE CANDIDATE --gate ...")
+    if junit is not None:
+        if conds is None:
+            raise UsageError(f"--junit {junit}: there is no gate to report (give --gate SPEC or a preset [gate])")
+        _check_out_file(junit, "--junit", "report.xml")
+    return conds
+
+
+def _check_out_file(path: Path, flag: str, example: str) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; expected a file name such as {example}")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+
+
+async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None) -> int:
     from redline.engine.core import Engine
     from redline.engine.runner import run_preset
     from redline.engine.session import format_step_table
@@ -208,7 +247,62 @@ async def _headless(cfg, preset: Preset) -> int:
             print()
             print(table)
     print(f"\nsession: {cfg.out_dir}")
+    if gate is not None:
+        return _run_gate_end(cfg, out, gate, junit)
     return EXIT_OK
+
+
+def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
+    """The gate at the end of a headless run: judged on summary.json as written (the steps'
+    final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
+    JUnit file; EXIT_GATE_FAILED when a condition failed."""
+    from redline.engine.gate import GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed
+    from redline.engine.session import SUMMARY
+    from redline.engine.session.compare import session_from_steps
+
+    summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
+    session = None
+    if summary_path is not None and summary_path.is_file():
+        try:
+            session = GateSession.load(cfg.out_dir)
+        except SessionError:
+            session = None
+    if session is None:
+        s = session_from_steps(cfg.label or "session", out.steps, out.break_result, out.probe)
+        summ = {"search": out.search, "slo": cfg.slo.to_dict() if cfg.slo is not None else None}
+        session = GateSession(s.label, tuple(s.steps), {k: v for k, v in summ.items() if v is not None}, s)
+    outcomes = evaluate(gate, session)
+    print()
+    print(format_outcomes(outcomes))
+    if summary_path is not None and summary_path.is_file():
+        _add_to_summary(summary_path, "gate", gate_dict(outcomes))
+    rc = EXIT_OK
+    if junit is not None:
+        try:
+            junit.write_text(junit_xml(outcomes, f"redline gate: {session.label}"), encoding="utf-8")
+        except OSError as exc:
+            _err(f"--junit {junit}: cannot write: {exc.strerror or exc}")
+            rc = EXIT_BAD_INPUT
+    if not passed(outcomes):
+        print(f"redline: {failure_line(outcomes)}", file=sys.stderr, flush=True)
+        return EXIT_GATE_FAILED
+    return rc
+
+
+def _add_to_summary(path: Path, key: str, value: object) -> None:
+    """summary.json with `key` set, rewritten atomically (the session's log is closed by now)."""
+    import json
+
+    from redline.engine.session.rows import dumps_doc
+    from redline.engine.session.writer import write_text_atomic
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict):
+            doc[key] = value
+            write_text_atomic(path, dumps_doc(doc) + "\n")
+    except (OSError, ValueError) as exc:
+        _err(f"cannot add the gate to {path}: {exc}")
 
 
 def _warning_printer():
@@ -269,10 +363,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     png: Path | None = args.png
     if png is not None:
         _check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
+    html: Path | None = getattr(args, "html", None)
+    if html is not None:
+        _check_html_target(html)
+    gate = report_gate(args)
     try:
         text, sessions = report_text(args.session_dirs)
     except SessionError as exc:
         raise UsageError(str(exc)) from None
+    if html is not None:  # before any output too
+        from redline.engine.session.html import HtmlUnavailable, collect, write_html
+
+        try:
+            write_html([collect(s.path, s) for s in sessions], html)
+        except HtmlUnavailable as exc:
+            raise UsageError(f"--html {html}: {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"--html {html}: cannot write: {exc.strerror or exc}") from None
     if png is not None:  # before any output too: an error is the only line printed
         from .curves import PngUnavailable, write_png
 
@@ -292,12 +399,82 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(terminal_curves(sessions, w, h, color=_use_color()))
         if png is not None:
             print(f"\nwrote {png}")
+        if html is not None:
+            print(f"{'' if png is not None else chr(10)}wrote {html}")
         sys.stdout.flush()
     except BrokenPipeError:  # `redline report ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+    if gate is not None:
+        return _report_gate_end(args, gate)
     return EXIT_OK
+
+
+def report_gate(args: argparse.Namespace) -> list | None:
+    """`redline report ... --gate SPEC`: checked before anything is read (one line, exit 2).
+    A change (tok_s>=-5%) compares two sessions, BASELINE CANDIDATE."""
+    from redline.engine.gate import GateError, has_relative, parse_gate
+
+    spec, junit = getattr(args, "gate", None), getattr(args, "junit", None)
+    if spec is None:
+        if junit is not None:
+            raise UsageError(f"--junit {junit}: there is no gate to report (give --gate SPEC)")
+        return None
+    try:
+        conds = parse_gate(spec)
+    except GateError as exc:
+        raise UsageError(str(exc)) from None
+    if has_relative(conds) and len(args.session_dirs) != 2:
+        bad = next(c for c in conds if c.relative is not None)
+        raise UsageError(f"--gate {bad.text!r}: a change compares two sessions: redline report BASELINE CANDIDATE --gate ... "
+                         f"(got {len(args.session_dirs)})")
+    if junit is not None:
+        _check_out_file(junit, "--junit", "report.xml")
+    return conds
+
+
+def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
+    """The gate of `redline report`: changes of the candidate (the second session) against
+    the baseline (the first), absolute conditions on the last session."""
+    from redline.engine.gate import GateSession, compare, evaluate, failure_line, format_outcomes, junit_xml, passed
+
+    try:
+        sessions = [GateSession.load(d) for d in args.session_dirs]
+    except SessionError as exc:
+        raise UsageError(str(exc)) from None
+    cand = sessions[-1]
+    if len(sessions) == 2:
+        base = sessions[0]
+        if base.label == cand.label:
+            base.label, cand.label = f"{base.label} ({args.session_dirs[0]})", f"{cand.label} ({args.session_dirs[1]})"
+        outcomes = compare(gate, base, cand)
+        title = f"gate: {cand.label} against baseline {base.label}"
+    else:
+        outcomes = evaluate(gate, cand)
+        title = f"gate: {cand.label}"
+    print()
+    print(format_outcomes(outcomes, title))
+    rc = EXIT_OK
+    junit: Path | None = getattr(args, "junit", None)
+    if junit is not None:
+        try:
+            junit.write_text(junit_xml(outcomes, title), encoding="utf-8")
+        except OSError as exc:
+            _err(f"--junit {junit}: cannot write: {exc.strerror or exc}")
+            rc = EXIT_BAD_INPUT
+    if not passed(outcomes):
+        print(f"redline: {failure_line(outcomes)}", file=sys.stderr, flush=True)
+        return EXIT_GATE_FAILED
+    return rc
+
+
+def _check_html_target(path: Path) -> None:
+    from redline.engine.session.html import HTML_EXTRA_HINT, html_available
+
+    if not html_available():
+        raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
+    _check_out_file(path, "--html", "report.html")
 
 
 def _check_png_target(path: Path) -> None:

@@ -68,7 +68,7 @@ from .spec import (
 )
 
 TOP_KEYS = ("name", "description")
-TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard")
+TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard", "gate")
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "target": ("url", "api"),
     "workload": ("api", "dataset", "input_len", "output_len", "model", "turns", "think_s", "trace"),
@@ -94,6 +94,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
     "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
+    "gate": ("conditions",),
     "stop": ("plateau_gain", "p99_ttft_ms", "p99_itl_ms", "error_rate", "collapse"),
     "after": ("probe_s",),
 }
@@ -139,8 +140,8 @@ def parse_preset(data: dict, source: str) -> Preset:
         raise ctx.bad("", "a TOML document (a table of tables)", data)
 
     for key, value in data.items():
-        if key in TOP_KEYS:
-            continue
+        if key in TOP_KEYS or (key == "gate" and not isinstance(value, dict)):
+            continue  # gate = "knee>=64" (or a list): checked by _parse_gate
         if key in TABLES:
             if not isinstance(value, dict):
                 raise ctx.bad(f"[{key}]", "a table", value)
@@ -187,8 +188,9 @@ def parse_preset(data: dict, source: str) -> Preset:
     after = _parse_after(ctx, data.get("after", {}))
     slo = _parse_slo(ctx, data["slo"]) if "slo" in data else None
     guard = _parse_guard(ctx, data["guard"]) if "guard" in data else None
+    gate = _parse_gate(ctx, data["gate"]) if "gate" in data else None
     path = Path(str(source)) if source else None
-    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard)
+    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard, gate)
 
 
 def _parse_target(ctx: Ctx, t: dict) -> tuple[TargetSpec, str | None]:
@@ -660,6 +662,27 @@ def _parse_guard(ctx: Ctx, g: Any) -> GuardSpec:
     if not vals:
         raise ctx.err("[guard]", "expected at least one of error_rate, ttft_p99_ms, gpu_temp_c")
     return GuardSpec(**vals)
+
+
+def _parse_gate(ctx: Ctx, g: Any) -> tuple[str, ...]:
+    """`[gate] conditions = "knee>=64,errors<=1%"` (or a list of them), or `gate = ...` at the
+    top: the conditions of `redline run --headless`'s gate (engine/gate.py), checked here."""
+    from ..gate import GateError, parse_gate
+
+    key = "gate"
+    if isinstance(g, dict):
+        if "conditions" not in g:
+            raise ctx.err("[gate]", "expected conditions = \"knee>=64,errors<=1%\" (a string or a list of strings)")
+        key, g = "[gate].conditions", g["conditions"]
+    if isinstance(g, str):
+        g = [g]
+    if not isinstance(g, list) or not g or not all(isinstance(x, str) for x in g):
+        raise ctx.bad(key, "a string of conditions such as \"knee>=64,errors<=1%\", or a list of such strings", g)
+    try:
+        conds = parse_gate(g, flag=key)
+    except GateError as exc:
+        raise ctx.err("", str(exc)) from None
+    return tuple(c.text for c in conds)
 
 
 def _parse_after(ctx: Ctx, a: dict) -> AfterSpec:

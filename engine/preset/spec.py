@@ -171,6 +171,7 @@ class Preset:
     description: str = ""
     slo: Slo | None = None
     guard: GuardSpec | None = None
+    gate: tuple[str, ...] | None = None  # [gate]: conditions checked at the end of a headless run (engine/gate.py)
 
     def duration_bounds(self) -> tuple[float, float]:
         """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:
