@@ -92,6 +92,8 @@ class ControlServer:
         self._closing = asyncio.Event()
         self.port = addr.port
         self._unauthorized = 0
+        if token is not None:  # what a client sends is logged: the token never shows, on screen either
+            engine.events.scrub = lambda text: text.replace(token, "***")
 
     @property
     def url(self) -> str:
@@ -591,9 +593,9 @@ def status_of(engine: Engine, url: str = "") -> dict:
         "elapsed_s": round(s.elapsed_s, 3),
         **live,
         "timeline_row": s.row,
-        "step": None if step is None else {"index": step.index, "phase": step.phase, "concurrency": step.concurrency, "load": getattr(step, "load", None), "result": step.to_dict()},
+        "step": step_of(engine, step),
         "steps_recorded": len(s.steps),
-        "preset": {"running": s.preset_running, "progress": s.preset} if s.preset_running or s.preset else None,
+        "preset": {"running": s.preset_running, "progress": s.preset},
         "completed": s.completed, "failed": s.failed, "cancelled": s.cancelled,
         "output_tokens_total": s.output_tokens_total,
         "errors_by_kind": s.errors_by_kind,
@@ -609,3 +611,15 @@ def status_of(engine: Engine, url: str = "") -> dict:
         "control": url,
         "done": s.done,
     }
+
+
+def step_of(engine: Engine, result) -> dict | None:
+    """The step open now: index, phase, concurrency, and its figures so far (refreshed once a
+    second; null in its first second)."""
+    book = engine.book
+    acc = book.live or getattr(book, "current", None)
+    if acc is None and result is None:
+        return None
+    src = acc if acc is not None else result
+    return {"index": src.index, "phase": src.phase, "concurrency": src.concurrency,
+            "result": None if result is None else result.to_dict()}

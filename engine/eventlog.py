@@ -32,10 +32,13 @@ class EventLog:
         # while a control-API command runs (engine/control_server.py): {"source": "api",
         # "client": ADDR}, added to the events.ndjson rows of the lines that command logs
         self.source: dict | None = None
+        self.scrub: Callable[[str], str] | None = None  # hides a secret (the control token) on screen too
 
     def log(self, kind: str, text: str, **fields: object) -> None:
         """One event: on screen now, and a row of events.ndjson."""
         self._seq += 1
+        if self.scrub is not None:
+            text = self.scrub(text)
         self.lines.append(LogLine(self._seq, time.time(), kind, text))
         if self.source is not None and kind in SOURCED:
             fields = {**self.source, **fields}

@@ -44,11 +44,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def latency_buckets() -> tuple[float, ...]:
-    """Upper bounds in seconds: 1 ms .. 10 min, 1 / 1.5 / 2 / 3 / 5 / 7.5 per decade."""
+    """Upper bounds in seconds: 1 ms .. 10 min, 1 / 1.5 / 2 / 3 / 5 / 7.5 per decade (35)."""
     out: list[float] = []
     for exp in range(-3, 3):
         for m in (1.0, 1.5, 2.0, 3.0, 5.0, 7.5):
-            out.append(round(m * 10.0**exp, 6))
+            v = round(m * 10.0**exp, 6)
+            if v < 600.0:
+                out.append(v)
     out.append(600.0)
     return tuple(out)
 
@@ -115,6 +117,14 @@ class PromMetrics:
         self.errors: dict[tuple, int] = {}  # labels + (kind,)
         self.out_tokens: dict[tuple, int] = {}
         self.in_tokens: dict[tuple, int] = {}
+        if not self.req_labels:  # one series each from the start: a scrape before any request has them at 0
+            for d in (self.ttft, self.e2e):
+                d[()] = Hist()
+            for outcome in (R.OK, R.FAILED, R.CANCELLED):
+                self.requests[(outcome,)] = 0
+            self.out_tokens[()] = self.in_tokens[()] = 0
+        if not self.itl_labels:
+            self.itl[()] = Hist()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 

@@ -1,0 +1,420 @@
+"""The control API (`--control`, issue 23) on an engine the tests start, against the sim: every
+endpoint, every refusal, the log's source, server-sent events, /metrics read back with
+prometheus_client's own parser, the TUI following an API change, and a fuzzer.
+(The command line, `redline ctl` and a headless process driven over HTTP: tests/test_ctl.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from redline.engine.config import EngineConfig
+from redline.engine.control import ControlAddress, ControlError, check_control, parse_control
+from redline.engine.host import EngineThread
+from redline.engine.workload import WorkloadConfig
+
+from helpers import examples, sim_running, wait_for
+
+LONG = WorkloadConfig(input_len=16, output_len=2000)  # requests that stay in flight
+SHORT = WorkloadConfig(input_len=16, output_len=12)  # requests that end at once
+TOKEN = "s3cr3t-control-token-XYZ"
+
+
+def start(url: str, out: Path, *, workload=LONG, concurrency: int = 4, token: str | None = None, **kw) -> EngineThread:
+    h = EngineThread(EngineConfig(url=url, concurrency=concurrency, workload=workload, out_dir=out, calibrate=False,
+                                  control=ControlAddress("127.0.0.1", 0), control_token=token, **kw))
+    h.start()
+    return h
+
+
+def api(h: EngineThread, token: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=h.engine.control.url, timeout=10.0, headers=headers)
+
+
+@pytest.fixture
+def sim(shared_sim):
+    return shared_sim("healthy")
+
+
+@pytest.fixture
+def held(sim, tmp_path):
+    h = start(sim.url, tmp_path / "session", max_concurrency=64)
+    c = api(h)
+    yield h, c
+    c.close()
+    h.stop()
+
+
+def events(out: Path) -> list[dict]:
+    h_lines = (out / "events.ndjson").read_text().splitlines()
+    return [json.loads(x) for x in h_lines if x.strip()]
+
+
+# -- the address and token rules ----------------------------------------------------------------
+def test_parse_control():
+    assert parse_control("8090") == ControlAddress("127.0.0.1", 8090)
+    assert parse_control("0.0.0.0:8090") == ControlAddress("0.0.0.0", 8090)
+    assert parse_control("[::1]:8090") == ControlAddress("::1", 8090)
+    assert parse_control("[::1]:8090").url == "http://[::1]:8090"
+    for bad in ("", "x", "1:2:3", "host:", ":80", "70000", "-1", "[::1]8090", "a b:80"):
+        with pytest.raises(ControlError):
+            parse_control(bad)
+
+
+def test_non_loopback_needs_a_token():
+    with pytest.raises(ControlError, match="not loopback"):
+        check_control("0.0.0.0:0", None, {})
+    assert check_control("0.0.0.0:0", "RL_TOK", {"RL_TOK": TOKEN}) == (ControlAddress("0.0.0.0", 0), TOKEN)
+    assert check_control("127.0.0.1:0", None, {}) == (ControlAddress("127.0.0.1", 0), None)
+    with pytest.raises(ControlError, match="not set"):
+        check_control("0.0.0.0:0", "RL_TOK", {})
+    with pytest.raises(ControlError) as e:  # the token pasted in place of the name: never echoed
+        check_control("127.0.0.1:0", TOKEN, {})
+    assert TOKEN not in str(e.value)
+    with pytest.raises(ControlError, match="give --control"):
+        check_control(None, "RL_TOK", {"RL_TOK": TOKEN})
+
+
+# -- every endpoint ------------------------------------------------------------------------------
+def test_status_fields(held, tmp_path):
+    h, c = held
+    assert wait_for(lambda: c.get("/v1/status").json()["in_flight"] == 4, 5)
+    s = c.get("/v1/status").json()
+    for k in ("state", "mode", "concurrency", "rate", "in_flight", "output_tok_s", "ttft_p50_ms", "itl_p99_ms", "e2e_p90_ms",
+              "server_running", "step", "preset", "session_dir", "targets", "workers", "timeline_row"):
+        assert k in s, k
+    assert s["state"] == "running" and s["mode"] == "concurrency" and s["concurrency"] == 4
+    assert s["session_dir"] == str(tmp_path / "session")
+    assert s["targets"][0]["url"] == h.engine.target.url
+    assert s["step"]["concurrency"] == 4
+
+
+def test_commands_change_the_load_and_refusals_leave_it(held, sim):
+    h, c = held
+    url = sim.url
+    assert wait_for(lambda: sim_running(url) == 4, 5)
+    r = c.post("/v1/concurrency", json={"value": 16})
+    assert r.status_code == 200 and r.json() == {"ok": True, "line": "C=16", "concurrency": 16}
+    t0 = time.monotonic()
+    assert wait_for(lambda: sim_running(url) == 16, 2.0), "16 at the server within 2 s"
+    assert c.get("/v1/status").json()["concurrency"] == 16
+    # refusals: a 4xx with one line, and the load holds
+    for body, status in (({"value": 0}, 400), ({"value": -3}, 400), ({"value": "many"}, 400), ({"value": 1.5}, 400),
+                         ({"value": True}, 400), ({}, 400), ({"value": 65}, 400), ({"value": 16, "raise_max": "yes"}, 400)):
+        r = c.post("/v1/concurrency", json=body)
+        assert r.status_code == status, (body, r.text)
+        err = r.json()["error"]
+        assert r.json()["ok"] is False and "\n" not in err and err
+    assert c.post("/v1/concurrency", content=b'{"value": 16').status_code == 400
+    assert "bad JSON" in c.post("/v1/concurrency", content=b'{"value": 16').json()["error"]
+    assert c.post("/v1/concurrency", content=b"[16]").status_code == 400
+    assert c.post("/v1/concurrency", content=b"\xff\xfe").status_code == 400
+    assert c.post("/v1/rate", json={"value": 0}).status_code == 400
+    assert c.post("/v1/rate", json={"value": "NaN"}).status_code == 400
+    assert c.get("/v1/nope").status_code == 404 and c.post("/v1/nope").status_code == 404
+    assert c.get("/v1/concurrency").status_code == 405
+    assert c.post("/v1/concurrency", content=b"{" + b" " * 70_000 + b"}").status_code == 413
+    assert c.post("/v1/restore").status_code == 409  # not in the probe
+    assert c.post("/v1/slo", json={"spec": "ttft=soon"}).status_code == 400
+    assert c.post("/v1/workload", json={"output_len": 0}).status_code == 400
+    assert c.post("/v1/workload", json={"colour": "red"}).status_code == 400
+    assert c.post("/v1/workload", json={"dataset": "jsonl:/nonexistent/file.jsonl"}).status_code == 400
+    assert c.post("/v1/preset", json={"name": "no-such-preset"}).status_code == 400
+    assert c.post("/v1/preset", json={"toml": "[ramp\n"}).status_code == 400
+    assert c.post("/v1/preset", json={}).status_code == 400
+    assert c.post("/v1/search", json={"start": 0}).status_code == 400
+    assert c.post("/v1/lane", json={"on": "yes"}).status_code == 400
+    assert c.post("/v1/export", json={"format": "xlsx"}).status_code == 400
+    assert h.engine.controller.target == 16 and sim_running(url) == 16 and not h.engine._closed
+    assert time.monotonic() - t0 < 30
+    # the C=1 probe: at most 1 at the server within 1.5 s, then back
+    r = c.post("/v1/probe")
+    t1 = time.monotonic()
+    assert r.status_code == 200 and r.json()["cancelled"] >= 15
+    assert wait_for(lambda: sim_running(url) <= 1, 1.5 - (time.monotonic() - t1))
+    s = c.get("/v1/status").json()
+    assert s["probing"] and s["state"] == "probe" and s["previous_concurrency"] == 16
+    assert c.post("/v1/restore").json()["line"] == "back to C=16"
+    assert wait_for(lambda: sim_running(url) == 16, 3)
+    # pause / resume, each idempotent
+    assert c.post("/v1/pause").json() == {"ok": True, "line": "paused", "changed": True}
+    assert c.post("/v1/pause").json()["changed"] is False
+    assert c.get("/v1/status").json()["state"] == "paused"
+    assert c.post("/v1/resume").json()["line"] == "resumed at C=16"
+    assert c.post("/v1/resume").json()["changed"] is False
+    # above --max-concurrency only when asked, as the TUI's confirmation
+    assert c.post("/v1/concurrency", json={"value": 70, "raise_max": True}).json()["concurrency"] == 70
+    assert h.engine.controller.max_concurrency == 70
+    assert c.post("/v1/concurrency", json={"value": 8}).status_code == 200
+    # rate, SLO, workload, lane, export
+    r = c.post("/v1/rate", json={"value": 2.5}).json()
+    assert r["rate"] == 2.5 and c.get("/v1/status").json()["mode"] == "rate"
+    assert c.post("/v1/slo", json={"spec": "ttft=2s,itl=100ms"}).json()["slo"].startswith("TTFT≤2 s")
+    assert h.engine.config.slo is not None
+    assert c.post("/v1/slo", json={"spec": "off"}).json()["slo"] is None
+    assert c.post("/v1/workload", json={"output_len": 1500}).json()["workload"]["output_len"] == 1500
+    assert c.post("/v1/workload", json={"spec": "input_len=24"}).json()["workload"]["input_len"] == 24
+    assert c.post("/v1/lane", json={"on": True}).json()["on"] is True
+    assert c.post("/v1/lane", json={"on": True}).json()["line"] == "probe lane already on"
+    assert c.post("/v1/lane").json()["on"] is False
+    paths = c.post("/v1/export", json={"format": "csv"}).json()["paths"]
+    assert {Path(p).name for p in paths} == {"requests.csv", "timeline.csv", "events.csv"}
+
+
+def test_preset_and_search_run_in_the_engine(held):
+    h, c = held
+    toml = ('name = "api-ramp"\n[workload]\ninput_len = 16\noutput_len = 2000\n'
+            '[ramp]\nconcurrency = [2, 3]\nwarmup_s = 0\nhold_s = 60\nmin_requests = 1\n')
+    r = c.post("/v1/preset", json={"toml": toml})
+    assert r.status_code == 200 and r.json()["line"] == "preset api-ramp started (2 steps)", r.text
+    assert wait_for(lambda: c.get("/v1/status").json()["preset"]["running"], 3)
+    s = c.get("/v1/status").json()
+    assert s["state"] == "preset" and "api-ramp step 1/2" in s["preset"]["progress"]
+    assert c.post("/v1/preset", json={"toml": toml.replace("[2, 3]", "[2, 300]")}).status_code == 400  # above max
+    # a concurrency command takes the wheel, as a key does
+    assert c.post("/v1/concurrency", json={"value": 5}).status_code == 200
+    assert wait_for(lambda: not h.snapshot.preset_running, 3)
+    r = c.post("/v1/search", json={"start": 2, "max": 8})
+    assert r.status_code == 200 and r.json()["line"] == "knee search from C=2 up to 8"
+    assert wait_for(lambda: "knee search" in c.get("/v1/status").json()["preset"]["progress"], 3)
+    assert c.post("/v1/probe").status_code == 200
+    assert wait_for(lambda: not h.snapshot.preset_running, 3)
+
+
+def test_each_command_is_logged_with_its_source(held, tmp_path):
+    h, c = held
+    c.post("/v1/concurrency", json={"value": 6})
+    c.post("/v1/concurrency", json={"value": 0})
+    c.post("/v1/probe")
+    assert wait_for(lambda: any(line.kind == "probe" for line in h.snapshot.log), 3)
+    h.send(__import__("redline.engine.commands", fromlist=["Flush"]).Flush()).result(5)
+    rows = events(tmp_path / "session")
+    api = [r for r in rows if r["kind"] == "api"]
+    assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64 (above --max-concurrency: add \"raise_max\": true)"]
+    assert all(r["source"] == "api" and r["client"].startswith("127.0.0.1:") for r in api)
+    key = next(r for r in rows if r["kind"] == "key" and r["text"] == "C=6")
+    assert key["source"] == "api" and key["client"] == api[0]["client"]
+    probe = next(r for r in rows if r["kind"] == "probe")
+    assert probe["source"] == "api"
+    screen = [line.text for line in h.snapshot.log]
+    assert any(t.startswith("api 127.0.0.1:") and t.endswith(": probe") for t in screen)
+
+
+def test_server_sent_events(held):
+    h, c = held
+    got: list[tuple[str, dict]] = []
+    with httpx.Client(base_url=h.engine.control.url, timeout=10.0) as s, s.stream("GET", "/v1/events") as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        c.post("/v1/concurrency", json={"value": 7})
+        event = None
+        deadline = time.monotonic() + 5
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                got.append((event, json.loads(line[6:])))
+                if any(e == "log" and d["text"] == "C=7" for e, d in got) or time.monotonic() > deadline:
+                    break
+    kinds = [(e, d["kind"]) for e, d in got if e == "log"]
+    assert ("log", "api") in kinds and ("log", "key") in kinds
+
+
+# -- /metrics --------------------------------------------------------------------------------------
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_metrics_parse_back_and_match_the_request_rows(sim, tmp_path):
+    out = tmp_path / "session"
+    h = start(sim.url, out, workload=SHORT, concurrency=6)
+    try:
+        with api(h) as c:
+            assert wait_for(lambda: h.snapshot.completed >= 60, 30)
+            c.post("/v1/probe")  # some cancelled too
+            c.post("/v1/restore")
+            assert wait_for(lambda: h.snapshot.completed >= 90, 30)
+            c.post("/v1/pause")
+            assert wait_for(lambda: h.engine.in_flight == 0, 10)
+            h.send(__import__("redline.engine.commands", fromlist=["Flush"]).Flush()).result(5)
+            r = c.get("/metrics")
+            assert r.headers["content-type"].startswith("text/plain")
+            fam = families(r.text)
+    finally:
+        h.stop()
+    rows = [json.loads(x) for x in (out / "requests.ndjson").read_text().splitlines() if x.strip()]
+    load = [x for x in rows if x["phase"] not in ("calibration", "lane")]
+    ok = [x for x in load if x["status"] == "ok"]
+
+    def sample(name: str, suffix: str, **labels) -> float:
+        for s in fam[name].samples:
+            if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+        raise KeyError((name, suffix, labels))
+
+    assert sample("redline_ttft_seconds", "_count") == len(ok) > 0
+    assert sample("redline_e2e_seconds", "_count") == len(ok)
+    assert sample("redline_ttft_seconds", "_bucket", le="+Inf") == len(ok)
+    assert sample("redline_ttft_seconds", "_sum") == pytest.approx(sum(x["ttft_ms"] for x in ok) / 1000, rel=1e-3)
+    # cumulative buckets from 1 ms to 10 min
+    les = [float(s.labels["le"]) for s in fam["redline_ttft_seconds"].samples if s.name.endswith("_bucket")]
+    assert les[0] == 0.001 and les[-2] == 600.0 and les == sorted(les)
+    within_1s = sum(1 for x in ok if x["ttft_ms"] <= 1000.0)
+    assert sample("redline_ttft_seconds", "_bucket", le="1.0") == within_1s
+    for outcome in ("ok", "failed", "cancelled"):
+        assert sample("redline_requests", "_total", outcome=outcome) == sum(1 for x in load if x["status"] == outcome)
+    assert sample("redline_requests", "_total", outcome="cancelled") > 0
+    assert sample("redline_output_tokens", "_total") == sum(x["output_tokens"] for x in load)
+    assert sample("redline_itl_seconds", "_count") > 0
+    assert sample("redline_concurrency", "") == 6 and sample("redline_in_flight", "") == 0
+    assert sample("redline_paused", "") == 1
+    assert fam["redline_info"].samples[0].labels["url"] == sim.url
+
+
+def test_metrics_with_several_targets_are_labelled(sim_factory, tmp_path):
+    a, b = sim_factory(), sim_factory()
+    h = start(a.url, tmp_path / "s", workload=SHORT, concurrency=4, more_urls=(b.url,))
+    try:
+        assert wait_for(lambda: h.snapshot.completed >= 20, 30)
+        with api(h) as c:
+            fam = families(c.get("/metrics").text)
+    finally:
+        h.stop()
+    targets = {s.labels["target"] for s in fam["redline_requests"].samples}
+    assert targets == {a.url, b.url}
+    assert {s.labels["target"] for s in fam["redline_ttft_seconds"].samples} == {a.url, b.url}
+    assert {s.labels["target"] for s in fam["redline_target_output_tokens_per_second"].samples} == {a.url, b.url}
+
+
+# -- the token ----------------------------------------------------------------------------------------
+def test_token_required_and_never_written(sim, tmp_path):
+    out = tmp_path / "session"
+    h = start(sim.url, out, token=TOKEN)
+    try:
+        with api(h) as bare, api(h, TOKEN) as good, api(h, TOKEN + "x") as bad:
+            for path in ("/v1/status", "/metrics", "/v1/events"):
+                assert bare.get(path).status_code == 401
+                assert bad.get(path).status_code == 401
+            r = bare.post("/v1/concurrency", json={"value": 9})
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+            assert h.engine.controller.target == 4
+            assert good.get("/v1/status").status_code == 200
+            assert good.get("/metrics").status_code == 200
+            assert good.post("/v1/concurrency", json={"value": 9}).json()["concurrency"] == 9
+            good.post("/v1/workload", json={"dataset": f"jsonl:/nonexistent/{TOKEN}.jsonl"})  # a body that carries it
+            good.post("/v1/slo", json={"spec": TOKEN})
+            good.post("/v1/stop")
+        assert wait_for(lambda: h.engine._closed and h.snapshot.done, 10)
+    finally:
+        h.stop()
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"meta.json", "events.ndjson", "requests.ndjson", "summary.json"}
+    for p in files:
+        assert TOKEN.encode() not in p.read_bytes(), p
+    assert not any(TOKEN in line.text for line in h.snapshot.log)
+    assert TOKEN not in repr(h.engine.config)
+
+
+def test_stop_ends_the_session(held, tmp_path):
+    h, c = held
+    r = c.post("/v1/stop")
+    assert r.status_code == 200 and r.json()["session_dir"] == str(tmp_path / "session")
+    assert wait_for(lambda: h.snapshot.done, 10)
+    meta = json.loads((tmp_path / "session" / "meta.json").read_text())
+    assert meta["end_reason"].startswith("api stop from 127.0.0.1:")
+    assert (tmp_path / "session" / "summary.json").is_file()
+    with pytest.raises(httpx.HTTPError):
+        c.get("/v1/status")
+
+
+# -- fuzz: nothing the API receives stops the load ----------------------------------------------------
+PATHS = ["/v1/status", "/v1/events?since=x", "/metrics", "/v1/concurrency", "/v1/rate", "/v1/restore", "/v1/resume",
+         "/v1/preset", "/v1/search", "/v1/slo", "/v1/workload", "/v1/lane", "/v1/export", "/v1/", "/", "/v1/status/x"]
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(["value", "name", "toml", "spec", "on", "start", "max", "format", "output_len", "input_len", "dataset", "prefix_ratio", "raise_max", "x"]), kids, max_size=4),
+    max_leaves=12,
+)
+BODY = JSON.map(lambda v: json.dumps(v, allow_nan=True).encode()) | st.binary(max_size=200)
+
+
+@pytest.fixture(scope="module")
+def fuzz_engine(tmp_path_factory, shared_sim):
+    sim = shared_sim("healthy")
+    h = start(sim.url, tmp_path_factory.mktemp("fuzz") / "session", concurrency=3, max_concurrency=6,
+              workload=WorkloadConfig(input_len=16, output_len=400))
+    c = api(h)
+    yield h, c, sim
+    c.close()
+    h.stop()
+
+
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
+@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]), path=st.sampled_from(PATHS) | st.text(max_size=30).map(lambda s: "/v1/" + s),
+       body=BODY, ctype=st.sampled_from(["application/json", "text/plain", "", "multipart/form-data; boundary=x"]))
+def test_fuzz_never_crashes_nor_stops_the_load(fuzz_engine, method, path, body, ctype):
+    h, c, sim = fuzz_engine
+    if path.split("?")[0].rstrip("/") == "/v1/events":
+        return  # a stream: its own test
+    try:
+        r = c.request(method, path, content=body, headers={"Content-Type": ctype} if ctype else {})
+    except httpx.InvalidURL:
+        return
+    assert r.status_code < 500, (method, path, body, r.text)
+    if r.status_code >= 400:
+        assert r.json()["ok"] is False
+    e = h.engine
+    assert not e._closed and not e.controller.stopped and e.controller.target >= 1
+    if e.controller.paused or e.controller.probing:  # a valid restore/resume cannot pause; keep the load on
+        c.post("/v1/resume")
+
+
+def test_after_the_fuzz_the_load_goes_on(fuzz_engine):
+    h, c, sim = fuzz_engine
+    assert c.get("/v1/status").json()["state"] in ("running", "preset")
+    assert c.post("/v1/concurrency", json={"value": 3}).status_code == 200
+    assert wait_for(lambda: h.engine.in_flight == 3, 5)
+
+
+# -- the TUI follows an API change within one frame ----------------------------------------------------
+async def test_tui_shows_an_api_change_within_one_frame(sim, tmp_path):
+    from redline.tui.app import REFRESH_S, RedlineApp
+    from redline.tui.widgets.header import StatusHeader
+
+    h = start(sim.url, tmp_path / "session", workload=LONG, concurrency=4)
+    try:
+        app = RedlineApp(h, step=8)
+        async with app.run_test(size=(80, 24)) as pilot:
+            def header() -> str:
+                return app.query_one(StatusHeader).render().plain
+
+            for _ in range(40):
+                if "C=4" in header():
+                    break
+                await pilot.pause(0.05)
+            async with httpx.AsyncClient(base_url=h.engine.control.url) as c:
+                r = await c.post("/v1/concurrency", json={"value": 24})
+                assert r.status_code == 200
+                t0 = time.monotonic()
+                while "C=24" not in header() and time.monotonic() - t0 < 2 * REFRESH_S:
+                    await pilot.pause(0.02)
+                assert "C=24" in header(), header()
+                assert time.monotonic() - t0 <= REFRESH_S + 0.15  # the next frame (a loaded machine wakes late)
+                assert any("api 127.0.0.1" in line.text for line in h.snapshot.log)
+                # POST /v1/stop ends the app as q does
+                await c.post("/v1/stop")
+            for _ in range(100):
+                if app._quitting:
+                    break
+                await pilot.pause(0.05)
+            assert app._quitting
+    finally:
+        h.stop()
