@@ -343,7 +343,9 @@ class GateSession:
         except TypeError:
             return Measured(None, note="summary.json's slo is not readable")
         kind = self.kind()
-        good = [v for (k, v), s in self.by_load().items() if k == kind and slo.judge(s) is None]
+        # met: no bound missed, and with per-request bounds an attainment measured
+        good = [v for (k, v), s in self.by_load().items()
+                if k == kind and slo.judge(s) is None and (not slo.per_request or s.slo_attainment is not None)]
         if not good:
             return Measured(None, note="no step met the SLO")
         return Measured(max(good), kind=kind)

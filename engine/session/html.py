@@ -207,6 +207,12 @@ def _timeline_data(rows: Sequence[dict[str, Any]], events: Sequence[dict[str, An
             "server": any(v is not None for v in cols["running"]), "events": ev}
 
 
+def meets_slo(slo: Slo, st: StepResult) -> bool:
+    """The step met the SLO: no bound missed, and with per-request bounds an attainment was
+    measured (a step none of whose own requests finished proves nothing)."""
+    return slo.judge(st) is None and (not slo.per_request or st.slo_attainment is not None)
+
+
 def _describe_slo(d: dict[str, Any]) -> str:
     try:
         return Slo(**d).describe()
@@ -235,7 +241,7 @@ def _session_data(i: int, rs: ReportSession, kind: str) -> dict[str, Any]:
     elif isinstance(rs.summary.get("slo"), dict) and rs.summary["slo"]:
         try:
             slo = Slo(**rs.summary["slo"])
-            good = [key.value for key, st in s.by_load().items() if key.kind == kind and slo.judge(st) is None]
+            good = [key.value for key, st in s.by_load().items() if key.kind == kind and meets_slo(slo, st)]
             if good:
                 max_slo = {"x": max(good), "how": "largest load whose step met the recorded SLO"}
         except TypeError:
@@ -298,7 +304,7 @@ def _n(v: float | None, nd: int = 1) -> str:
 
 
 STEP_COLUMNS = ("load", "s", "done", "fail", "tok/s", "good tok/s", "SLO met", "req/s", "TTFT p50", "TTFT p99",
-                "ITL p50", "ITL p99", "TPOT", "E2E p50", "E2E p99", "srv run", "GPU W", "selected SLO")
+                "ITL p50", "ITL p99", "TPOT", "E2E p50", "E2E p99", "srv run", "GPU W", "SLO selected")
 
 
 def _step_table(i: int, rs: ReportSession, kind: str) -> str:
@@ -510,13 +516,14 @@ h1 { font-size: 22px; margin: 8px 0 2px; } h2 { font-size: 17px; margin: 0 0 6px
 .key { margin-right: 12px; white-space: nowrap; color: var(--fg); }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 13px; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 7px; text-align: right; white-space: nowrap; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: right; white-space: nowrap; }
+table.steps { font-size: 12.5px; }
 table.settings th, table.settings td { text-align: left; white-space: normal; vertical-align: top; }
 table.settings td { max-width: 520px; overflow-wrap: anywhere; }
 thead th { background: #eef1f4; position: sticky; top: 0; }
 tr.pass td.verdict { background: var(--pass); color: #1e6b34; } tr.fail td.verdict { background: var(--fail); color: #a61b1b; }
 tr.unknown td.verdict { background: var(--unknown); color: #7a5a00; }
-td.verdict { text-align: left; }
+td.verdict { text-align: left; white-space: normal; min-width: 90px; max-width: 260px; }
 #slo-form { display: flex; flex-wrap: wrap; gap: 6px 18px; }
 #slo-form input { width: 80px; padding: 2px 4px; font: inherit; }
 #slo-verdicts { margin: 6px 0 0; padding-left: 18px; }
@@ -560,6 +567,13 @@ _PAGE_JS = r"""
   var FONT = {family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 12};
   function loadLabel(x){ return KIND === 'R' ? 'R=' + x + '/s' : KIND === 'x' ? 'x' + x : 'C=' + x; }
   function ms(v, b){ if (v === null || v === undefined) return '-'; var s = v >= 10000 ? (v/1000).toFixed(2) + ' s' : (v >= 100 ? v.toFixed(0) : v.toFixed(1)) + ' ms'; return (b ? BOUND : '') + s; }
+  function logTicks(vals){  // 1-2-5 ticks over the values' range (finer when that gives too few)
+    if (!vals.length) return [];
+    var lo = Math.min.apply(null, vals) / 1.15, hi = Math.max.apply(null, vals) * 1.15;
+    function ticks(mult){ var out = []; for (var e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) mult.forEach(function(m){ var v = m * Math.pow(10, e); if (v >= lo && v <= hi) out.push(+v.toPrecision(3)); }); return out; }
+    var t = ticks([1, 2, 5]);
+    return t.length >= 3 ? t : ticks([1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9]);
+  }
   function num(v, nd){ return v === null || v === undefined ? '-' : v.toFixed(nd); }
   function xaxis(extra){
     var xs = []; S.forEach(function(s){ s.steps.forEach(function(p){ if (xs.indexOf(p.x) < 0) xs.push(p.x); }); });
@@ -651,18 +665,18 @@ _PAGE_JS = r"""
           mode: 'lines', line: {color: s.color, width: 1.5, dash: 'dash'},
           hovertemplate: '%{x}<br>goodput %{y:.1f} tok/s<extra>' + esc(s.label) + '</extra>'});
       }
-      function mark(m, symbol, text){
+      function mark(m, symbol, text, pos){
         if (!m || m.x === null || m.x === undefined) return;
         var p = s.steps.filter(function(q){ return q.x === m.x; })[0];
         var y = p ? p.tok_s : 0;
         traces.push({x: [m.x], y: [y], name: s.label + ' ' + text, legendgroup: 's' + i, mode: 'markers+text', showlegend: false,
           marker: {symbol: symbol, size: 17, color: symbol === 'x-thin-open' ? '#c00' : s.color, line: {color: '#222', width: 1.5}},
-          text: [text + ' ' + loadLabel(m.x)], textposition: 'top center', textfont: {size: 11, color: s.color},
+          text: [text + ' ' + loadLabel(m.x)], textposition: pos, textfont: {size: 11, color: s.color},
           hovertemplate: text + ' ' + loadLabel(m.x) + '<br>%{y:.1f} tok/s<br>' + esc(m.how || m.detail || '') + '<extra>' + esc(s.label) + '</extra>'});
       }
-      mark(s.knee, 'diamond', 'knee');
-      mark(s.max_slo, 'star', 'max SLO');
-      if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break');
+      mark(s.knee, 'diamond', 'knee', 'top left');
+      mark(s.max_slo, 'star', 'max SLO', 'bottom right');
+      if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', 'top center');
     });
     jobs.push(plot('chart-saturation', traces, {xaxis: xaxis(), yaxis: {title: {text: 'output tok/s'}, rangemode: 'tozero', automargin: true}}));
   })();
@@ -673,7 +687,10 @@ _PAGE_JS = r"""
     panels.forEach(function(pn, k){
       var ax = k === 0 ? '' : String(k + 1);
       layout['xaxis' + ax] = xaxis({title: {text: k >= 2 ? D.axis : ''}});
-      layout['yaxis' + ax] = {title: {text: pn[1] + ' (ms)'}, type: 'log', automargin: true};
+      var vals = [];
+      S.forEach(function(s){ s.steps.forEach(function(p){ [pn[0], pn[0] + '_p50', pn[0] + '_p99'].forEach(function(k){ if (p[k] > 0) vals.push(p[k]); }); }); });
+      var tv = logTicks(vals);
+      layout['yaxis' + ax] = {title: {text: pn[1]}, type: 'log', automargin: true, tickvals: tv, ticktext: tv.map(function(v){ return v >= 1000 ? +(v / 1000).toPrecision(3) + ' s' : v + ' ms'; })};
       layout.annotations.push({text: '<b>' + pn[1] + '</b>', xref: (ax ? 'x' + ax : 'x') + ' domain', yref: (ax ? 'y' + ax : 'y') + ' domain', x: 0, y: 1.12, showarrow: false, xanchor: 'left'});
       var series = pn[0] === 'tpot' ? [['tpot', 'mean', 'solid']] : [[pn[0] + '_p99', 'p99', 'solid'], [pn[0] + '_p50', 'p50', 'dot']];
       S.forEach(function(s, i){
@@ -712,11 +729,12 @@ _PAGE_JS = r"""
     var traces = S.map(function(s, i){
       var pts = s.steps.filter(function(p){ return p.attainment !== null; });
       return {type: 'bar', x: pts.map(function(p){ return p.load; }), y: pts.map(function(p){ return p.attainment * 100; }), name: s.label,
-        marker: {color: s.color}, hovertemplate: '%{x}<br>SLO met by %{y:.1f} % of requests<extra>' + esc(s.label) + '</extra>'};
+        marker: {color: s.color}, text: pts.map(function(p){ return (p.attainment * 100).toFixed(0) + ' %'; }), textposition: 'outside', cliponaxis: false,
+        hovertemplate: '%{x}<br>SLO met by %{y:.1f} % of requests<extra>' + esc(s.label) + '</extra>'};
     });
     var need = null;
     S.forEach(function(s){ if (need === null && s.slo && s.slo.attainment) need = s.slo.attainment * 100; });
-    var layout = {barmode: 'group', xaxis: {title: {text: D.axis}, type: 'category'}, yaxis: {title: {text: 'requests meeting the SLO (%)'}, range: [0, 105]}};
+    var layout = {barmode: 'group', xaxis: {title: {text: D.axis}, type: 'category'}, yaxis: {title: {text: 'requests meeting the SLO (%)'}, range: [0, 112]}};
     if (need !== null) layout.shapes = [{type: 'line', xref: 'paper', x0: 0, x1: 1, y0: need, y1: need, line: {color: '#444', dash: 'dash', width: 1}}];
     jobs.push(plot('chart-attainment', traces, layout));
   })();
