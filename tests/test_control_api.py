@@ -418,3 +418,15 @@ async def test_tui_shows_an_api_change_within_one_frame(sim, tmp_path):
             assert app._quitting
     finally:
         h.stop()
+
+
+def test_grafana_dashboard_draws_names_redline_exposes():
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    dash = json.loads((root / "docs" / "grafana-redline.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|total)$", "", n) for e in exprs for n in re.findall(r"(?<![$\w])redline_[a-z0-9_]+", e)}
+    exposed = set(re.findall(r'"(redline_[a-z0-9_]+)"', (root / "engine" / "prom.py").read_text()))
+    assert used and used <= exposed, used - exposed
+    assert any("sglang:" in e for e in exprs) and any("vllm:" in e for e in exprs)

@@ -27,7 +27,7 @@ PHASES = ("calibration", "warmup", "measure", "live", "probe")
 STATES = ("running", "paused", "probe", "preset", "stopped", "server gone")
 # States in which redline sends no request, whatever the set concurrency (target_c) says.
 IDLE_STATES = ("paused", "stopped", "server gone")
-EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe", "workload")
+EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe", "workload", "api")
 
 REQUESTS_COLUMNS: dict[str, str] = {
     "rid": "int",
