@@ -175,6 +175,20 @@ def test_errors_as_a_share_or_a_count(tmp_path):
     assert not o.passed and "2.00 %" in o.detail
 
 
+def test_rate_steps_are_placed_by_their_rate_not_their_cap(tmp_path):
+    steps = [_step(64, 300.0, mode="rate", request_rate=2.0), _step(64, 550.0, mode="rate", request_rate=4.0),
+             _step(64, 600.0, mode="rate", request_rate=8.0, p99_ttft_ms=3000.0)]
+    brk = {"reason": "latency", "concurrency": 64, "last_good_concurrency": None, "detail": "", "rate": 8.0, "last_good_rate": 4.0}
+    s = GateSession.load(make_session(tmp_path, "rate", steps, **{"break": brk}))
+    o = _one("tok_s@R=4/s>=500", s)
+    assert o.passed and "at R=4/s" in o.detail
+    assert not _one("ttft_p99@R=8/s<=2s", s).passed
+    o = _one("tok_s@C=64>=1", s)
+    assert not o.passed and "no step at C=64" in o.detail and "R=2/s" in o.detail
+    o = _one("knee>=4", s)
+    assert o.passed and "R=4/s" in o.detail
+
+
 def test_a_censored_latency_never_proves_an_upper_limit(tmp_path):
     steps = [_step(8, 800.0, p99_ttft_ms=1500.0, p99_ttft_ms_bound=True)]
     s = GateSession.load(make_session(tmp_path, "cens", steps))

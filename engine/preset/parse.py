@@ -29,6 +29,8 @@ A bad one raises PresetError naming the file, the key and what is accepted. In s
     collapse = 0.2
     [after]
     probe_s = 30                      # C=1 probe at the end; 0 = none
+    [gate]                            # optional; CI conditions of a headless run (engine/gate.py)
+    conditions = ["knee>=64", "errors<=1%"]   # or a string; --gate replaces them
 """
 
 from __future__ import annotations
