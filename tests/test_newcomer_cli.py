@@ -127,7 +127,7 @@ def test_a_failed_start_still_closes_the_session(tmp_path):
     (["--concurency", "32"], ("'--concurency'", "--concurrency")),
     (["--concurency=32"], ("'--concurency'", "--concurrency")),
     (["run", "quick", "--headles"], ("'--headles'", "--headless", "redline run")),
-    (["--headless"], ("'--headless'", "redline run")),  # a command's option without the command
+    (["--search"], ("'--search'", "redline run")),  # a command's option without the command
     (["run", "quick", "--concurrency", "4"], ("'--concurrency'", "not of redline run")),
     (["--conc", "4"], ("'--conc'", "--concurrency")),  # abbreviations are refused, not guessed
     (["--xyzzy"], ("'--xyzzy'",)),

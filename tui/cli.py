@@ -98,7 +98,9 @@ class OneLineParser(argparse.ArgumentParser):
                 continue
             elsewhere = [p.prog for p in (self, *subs.values()) if p is not parser and name in p._option_string_actions]
             longs = [o for o in known if o.startswith("--")]
-            close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, longs, n=1, cutoff=0.6)
+            close = [o for o in longs if o.startswith(name)] if name.startswith("--") else []
+            if len(close) != 1:  # `--conc` is the start of --concurrency alone: that one, not --control
+                close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, longs, n=1, cutoff=0.6)
             if elsewhere:
                 hint = f"; it is an option of {elsewhere[0]}, not of {parser.prog}"
             elif close:
