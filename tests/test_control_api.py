@@ -430,3 +430,39 @@ def test_grafana_dashboard_draws_names_redline_exposes():
     exposed = set(re.findall(r'"(redline_[a-z0-9_]+)"', (root / "engine" / "prom.py").read_text()))
     assert used and used <= exposed, used - exposed
     assert any("sglang:" in e for e in exprs) and any("vllm:" in e for e in exprs)
+
+
+def test_metrics_with_worker_processes_are_labelled(sim, tmp_path):
+    h = start(sim.url, tmp_path / "s", workload=SHORT, concurrency=4, workers=2)
+    try:
+        assert wait_for(lambda: h.snapshot.completed >= 20, 30)
+        with api(h) as c:
+            fam = families(c.get("/metrics").text)
+    finally:
+        h.stop()
+    assert {s.labels["worker"] for s in fam["redline_requests"].samples} == {"0", "1"}
+    assert {s.labels["worker"] for s in fam["redline_worker_share"].samples} == {"0", "1"}
+    itl = [s.value for s in fam["redline_itl_seconds"].samples if s.name == "redline_itl_seconds_count"]
+    assert itl and itl[0] > 0  # the workers' ITLs, from their reports
+
+
+def test_stop_through_the_engine_process_ends_it(sim, tmp_path):
+    """Under the TUI the engine is a child process: POST /v1/stop ends it as q does."""
+    from redline.engine.host import EngineProcess
+
+    port = __import__("helpers").free_port()
+    h = EngineProcess(EngineConfig(url=sim.url, concurrency=2, workload=LONG, out_dir=tmp_path / "s", calibrate=False,
+                                   control=ControlAddress("127.0.0.1", port)))
+    h.start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as c:
+            assert c.post("/v1/concurrency", json={"value": 3}).status_code == 200
+            assert wait_for(lambda: h.snapshot.target_c == 3, 3)
+            assert c.post("/v1/stop").status_code == 200
+        assert wait_for(lambda: h.snapshot.done, 10)
+        h._proc.join(10)
+        assert h._proc.exitcode == 0
+    finally:
+        h.stop()
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert meta["end_reason"].startswith("api stop from")

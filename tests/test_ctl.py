@@ -207,3 +207,29 @@ def test_ctl_against_a_held_session(sim, tmp_path):
             proc.kill()
             proc.wait(5)
     assert code == 0, stderr
+
+
+def test_a_headless_preset_run_taken_over_and_stopped_through_the_api(sim, tmp_path):
+    from helpers import start_headless, write_preset
+
+    port, out = free_port(), tmp_path / "session"
+    preset = write_preset(tmp_path, "long", concurrency=[2, 3], output_len=2000, hold_s=60)
+    proc = start_headless(sim.url, preset, out, "--control", f"127.0.0.1:{port}")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as c:
+            assert wait_for(lambda: c.get("/v1/status").json()["state"] == "preset", 30), finish(proc, 5)
+            assert c.post("/v1/concurrency", json={"value": 5}).status_code == 200
+            assert wait_for(lambda: sim_running(sim.url) == 5, 3)
+            assert wait_for(lambda: c.get("/v1/status").json()["state"] == "running", 2)  # the next snapshot
+            assert not c.get("/v1/status").json()["preset"]["running"]
+            time.sleep(0.5)
+            assert proc.poll() is None  # held, not ended
+            assert c.post("/v1/stop").status_code == 200
+        code, stdout, stderr = finish(proc, 20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert code == 0, (stdout, stderr)
+    assert "cancelled through the control API; holding C=5" in stdout
+    assert json.loads((out / "meta.json").read_text())["end_reason"].startswith("api stop from")
