@@ -217,7 +217,9 @@ class ControlServer:
         return reply(status_of(self.engine, self.url))
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        body = self.metrics.exposition()
+        from .prom import render
+
+        body = await asyncio.to_thread(render, self.metrics.freeze())  # the text off the loop that stamps bytes
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
