@@ -5,7 +5,6 @@ prometheus_client's own parser, the TUI following an API change, and a fuzzer.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
