@@ -323,7 +323,18 @@ def test_token_required_and_never_written(sim, tmp_path):
 
 
 def test_stop_ends_the_session(held, tmp_path):
+    import threading
+
     h, c = held
+    seen: list[str] = []
+
+    def follow() -> None:  # an event stream open at the stop ends with `end`
+        with httpx.Client(base_url=h.engine.control.url, timeout=10.0) as s, s.stream("GET", "/v1/events") as r:
+            seen.extend(line[7:] for line in r.iter_lines() if line.startswith("event: "))
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    time.sleep(0.3)
     r = c.post("/v1/stop")
     assert r.status_code == 200 and r.json()["session_dir"] == str(tmp_path / "session")
     assert wait_for(lambda: h.snapshot.done, 10)
@@ -332,6 +343,8 @@ def test_stop_ends_the_session(held, tmp_path):
     assert (tmp_path / "session" / "summary.json").is_file()
     with pytest.raises(httpx.HTTPError):
         c.get("/v1/status")
+    t.join(5)
+    assert not t.is_alive() and seen and seen[-1] == "end", seen
 
 
 # -- fuzz: nothing the API receives stops the load ----------------------------------------------------
