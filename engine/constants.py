@@ -50,4 +50,7 @@ HIST_MIN_S = 1e-5
 HIST_MAX_S = 1e4
 
 # Percentiles
+# a censored figure is a lower bound when its waiting requests, taken as endlessly late, would
+# raise it by more than this (engine/histogram.py censored_quantiles)
+BOUND_TOLERANCE = 0.02
 EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins

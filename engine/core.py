@@ -116,6 +116,9 @@ class Engine:
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
         self.control = None  # --control: the control API (engine/control_server.py)
+        # how a command from outside runs: the host sets engine/runner.py execute (StartPreset
+        # there, the rest here); the engine itself knows no presets
+        self.dispatch: Callable[[Engine, C.Command], object] = lambda engine, cmd: engine.execute(cmd)
         self.prom = None  # ... and its Prometheus figures (engine/prom.py), fed below
         self.on_stop_request: Callable[[str], None] | None = None  # a host's way to end the session (POST /v1/stop)
 

@@ -36,7 +36,7 @@ from array import array
 from collections import deque
 from typing import Iterable, Sequence
 
-from .constants import EXACT_LIMIT, HIST_MAX_S, HIST_MIN_S, HIST_RATIO
+from .constants import BOUND_TOLERANCE, EXACT_LIMIT, HIST_MAX_S, HIST_MIN_S, HIST_RATIO
 
 _LOG_RATIO = math.log(HIST_RATIO)
 _LOG_MIN = math.log(HIST_MIN_S)
@@ -549,17 +549,14 @@ def censored_quantiles(
     """(value, is a lower bound) at each q (None: the mean) of a series with censored values.
 
     `d` and `seen` hold observed values; `censored` holds lower bounds ("at least this": a
-    request still waiting at a step's close, its age then). A censored value below the
-    largest observed one says nothing the observed values do not (a request sent a moment
-    ago, as in any busy step): like Kaplan-Meier's risk set, it leaves the sample. The rest,
-    waiting longer than every observed value, join it as numbers; since each can only be
-    larger in truth, the answer is a lower bound of the true quantile, and it is exact when
-    every order statistic it interpolates lies below them. The mean is a bound as soon as
-    one censored value joins.
+    request still waiting at a step's close, its age then). The value is the quantile of all
+    of them as numbers (linear interpolation, as everywhere): since a censored value can
+    only be larger in truth, it is never above the true quantile. It is a **lower bound**
+    when the censored values could still move it: taken as endlessly late instead, they
+    give a quantile more than BOUND_TOLERANCE higher (or beyond every observed value). A
+    busy step's requests sent a moment before its close do not make a bound; requests
+    queued behind the load do. The mean is a bound as soon as one value is censored.
     """
-    if censored and (d.count or seen):
-        top = max(d.max if d.count else -math.inf, max(seen) if seen else -math.inf)
-        censored = [c for c in censored if c >= top]
     n_obs = d.count + len(seen)
     n = n_obs + len(censored)
     if not n:
@@ -569,42 +566,40 @@ def censored_quantiles(
         it = iter(vals)
         return [((d.mean(), False) if q is None else (next(it), False)) for q in qs]
     total = d.total + math.fsum(seen) + math.fsum(censored)
-    c_min = min(censored) if censored else math.inf
     base = d.sorted_values()
     if base is not None or d.count == 0:
         obs = sorted([*(base or ()), *seen])
-        allv = sorted([*obs, *censored])
-        # rank of the first censored value: observed values <= c_min rank before it (binned,
-    # below: only the bins wholly under its bin, so a bound is never called exact)
-        first_c = bisect.bisect_right(obs, c_min) if censored else n
-        out = []
-        for q in qs:
-            if q is None:
-                out.append((total / n, bool(censored)))
-                continue
-            pos = _clamp_q(q) * (n - 1)
-            lo = int(pos)
-            hi = min(lo + 1, n - 1)
-            top = hi if pos > lo else lo
-            out.append((quantile(allv, _clamp_q(q)), top >= first_c))
-        return out
-    h = d._hist.copy()  # type: ignore[union-attr]
-    h.add_many(list(seen))
-    h.add_many(list(censored))
-    h.vmin, h.vmax = min(h.vmin, d._min), max(h.vmax, d._max)
-    if censored:
-        cb = bin_index(c_min)
-        first_c = sum(d._hist.bins[:cb]) + sum(1 for v in seen if v <= c_min)  # type: ignore[union-attr]
+        low: list[float] | None = sorted([*obs, *censored])
+
+        def order_stat(r: int) -> float:  # of the observed values, censored ones endlessly late
+            return obs[r] if r < n_obs else math.inf
     else:
-        first_c = n
-    out = []
+        h = d._hist.copy()  # type: ignore[union-attr]
+        h.add_many(list(seen))
+        h.vmin, h.vmax = min(h.vmin, *seen) if seen else h.vmin, max(h.vmax, *seen) if seen else h.vmax
+        merged = h.copy()
+        merged.add_many(list(censored))
+        low = None
+
+        def order_stat(r: int) -> float:
+            if r >= n_obs:
+                return math.inf
+            return h.quantile(r / (n_obs - 1)) if n_obs > 1 else h.vmax  # type: ignore[return-value]
+    out: list[tuple[float | None, bool]] = []
     for q in qs:
         if q is None:
             out.append((total / n, bool(censored)))
             continue
-        pos = _clamp_q(q) * (n - 1)
+        qq = _clamp_q(q)
+        v = quantile(low, qq) if low is not None else merged.quantile(qq)
+        if not censored:
+            out.append((v, False))
+            continue
+        pos = qq * (n - 1)
         lo = int(pos)
         hi = min(lo + 1, n - 1)
-        top = hi if pos > lo else lo
-        out.append((h.quantile(q), top >= first_c))
+        frac = pos - lo
+        a, b = order_stat(lo), order_stat(hi)
+        worst = a if frac == 0 else (math.inf if math.isinf(b) else a + (b - a) * frac)
+        out.append((v, worst > v * (1 + BOUND_TOLERANCE) + 1e-9))
     return out

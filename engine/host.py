@@ -42,6 +42,7 @@ class EngineThread:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.engine = Engine(config)
+        self.engine.dispatch = execute
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._run, name="redline-engine", daemon=True)
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -118,6 +119,7 @@ def _child_main(config: EngineConfig, conn: Connection) -> None:
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
     engine = Engine(config)
+    engine.dispatch = execute
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     reason = ["quit"]

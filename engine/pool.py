@@ -288,6 +288,10 @@ class WorkerPool(Controller):
         live = self._live
         st = self.states[w]
         book = e.book
+        # held at the worker's cap: its step (by intended time) counts it; first, as a held
+        # send that went out in this same report is one of these
+        for dropped, t in msg["held"]:
+            e._held(dropped, t)
         for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg["sends"]:
             # the step is the coordinator's at the send (intended) time: never the order's
             # stamp of up to ORDER_POLL_S before
@@ -305,6 +309,8 @@ class WorkerPool(Controller):
         for (ti, b), n in msg["tokens"]:
             stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
             st.tokens += n
+        if msg["abandoned"]:
+            book.abandon_held(msg["abandoned"])
         gaps = unbucket_gaps(msg["gaps"])
         if gaps:
             e.on_remote_gaps(gaps)
@@ -331,10 +337,6 @@ class WorkerPool(Controller):
         st.cpu_s = msg["cpu_s"] - st.cpu_s0
         self.delayed = sum(s.delayed for s in self.states)
         self.dropped = sum(s.dropped for s in self.states)
-        for dropped, t in msg["held"]:  # held at the worker's cap: its step (by intended time) counts it
-            e._held(dropped, t)
-        if msg["abandoned"]:
-            e.book.abandon_held(msg["abandoned"])
         self._mark_settled()
 
     def _worker_died(self, i: int) -> None:

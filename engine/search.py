@@ -97,12 +97,14 @@ class KneeSearch:
         return cur.output_throughput + noise_margin(cur, best) >= (1 - self.gain) * best.output_throughput
 
     def gained(self, c: int) -> bool:
-        """C's step was steady and gained more than the plateau gain over the best point
-        below it, by more than the noise."""
+        """C's step gained more than the plateau gain over the best point below it, by more
+        than the noise, and was steady (or, measured a second time, the noise margin alone
+        judges: an open loop's Poisson seconds are rarely steady)."""
         cur, best = self.results[c], self._best(below=c)
         if best is None:
             return True
-        return cur.steady and cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + self.gain)
+        clear = cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + self.gain)
+        return clear and (cur.steady or c in self._confirmed)  # measured twice: the noise margin judges
 
     # -- brackets ---------------------------------------------------------------------
     def knee_bracket(self) -> tuple[int | None, int | None]:

@@ -158,7 +158,9 @@ class StepBook:
             if server is not None:
                 acc.note_prefix(server.prefix_queries_total, server.prefix_hits_total)
             acc.note_power(power_w)
-        self.live_result = self.live.result(now) if self.live is not None else None
+        # the step measured now: the live one, or a preset's / a search's (the screen's * row)
+        acc = self.live or self.current
+        self.live_result = acc.result(now) if acc is not None else None
 
     # -- steps --------------------------------------------------------------------------
     def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0) -> StepAccumulator:

@@ -325,8 +325,10 @@ def test_a_knee_search_over_rate_measures_rate_steps(sim_factory, tmp_path):
     out = tmp_path / "s"
     res = run_preset_headless(_cfg(sim.url, workload=WorkloadConfig(input_len=16, output_len=8), rate=2.0, arrival="constant", live_steps=False, out_dir=out), preset)
     assert res.steps and all(s.mode == "rate" for s in res.steps)
-    assert [s.request_rate for s in res.steps][:3] == [2.0, 4.0, 8.0]
+    # (an unsteady point is measured once more before its stall is believed)
+    assert list(dict.fromkeys(s.request_rate for s in res.steps))[:3] == [2.0, 4.0, 8.0]
     for s in res.steps:  # an open loop the server keeps up with: achieved = target
         assert s.request_throughput == pytest.approx(s.request_rate, rel=0.3)
     search = json.loads((out / "summary.json").read_text())["search"]
-    assert search["rates"][:3] == [2.0, 4.0, 8.0] and search["knee_rate"] in search["rates"]
+    assert list(dict.fromkeys(search["rates"]))[:3] == [2.0, 4.0, 8.0]
+    assert search["knee_rate"] in search["rates"] or (search["knee_rate"] is None and search["knee_reason"].startswith("still rising at max"))

@@ -41,10 +41,12 @@ async def _held(cfg) -> int:
     """`redline --headless [--control PORT]`: hold the starting load until an API call changes
     it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N)."""
     from redline.engine.core import Engine
+    from redline.engine.runner import execute
     from redline.engine.session import format_step_table
     from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
+    engine.dispatch = execute
     engine.events.on_warning = _warning_printer()
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
@@ -163,11 +165,13 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
 
 async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None) -> int:
     from redline.engine.core import Engine
+    from redline.engine.runner import execute
     from redline.engine.runner import run_preset
     from redline.engine.session import format_step_table
     from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
+    engine.dispatch = execute
     engine.events.on_warning = _warning_printer()
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []

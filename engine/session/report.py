@@ -89,7 +89,8 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
         line += f"  {rate(s.request_throughput)} req/s  lag p99 {ms(s.schedule_lag_p99_ms)}  held {s.dropped_or_delayed or 0}"
     if s.slo_attainment is not None or s.output_goodput is not None:
         att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
-        line += f"  goodput {s.output_goodput or 0:.1f} tok/s (SLO met {att})"
+        good = "-" if s.output_goodput is None else f"{s.output_goodput:.1f}"
+        line += f"  goodput {good} tok/s (SLO met {att})"
     if s.client_limited:
         line += f"  {CLIENT_LIMITED}"
     return line
@@ -155,7 +156,7 @@ def format_step_table(
     columns = _COLUMNS
     if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
         columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
-        rows = [r[:5] + [f"{s.output_goodput or 0:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
+        rows = [r[:5] + ["-" if s.output_goodput is None else f"{s.output_goodput:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
                 for r, s in zip(rows, ss)]
     if any(s.mode != "concurrency" for s in ss):  # open loop: the load, achieved, schedule lag, held
         columns = (("load", True),) + columns[:6] + (("lag p99", True), ("held", True)) + columns[6:]
