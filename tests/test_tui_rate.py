@@ -101,6 +101,14 @@ async def test_m_switches_to_rate_and_the_keys_change_r(sim, tmp_path):
             await pilot.pause(0.3)
             assert host.snapshot.target_rate == 7.5
             assert any("rate '0'" in str(n.message) and "nothing changed" in str(n.message) for n in app._notifications)
+            # below README's floor: refused, and the line says the floor (not "> 0")
+            await pilot.press("c")
+            await pilot.pause()
+            await type_text(pilot, "0.05")
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+            assert host.snapshot.target_rate == 7.5
+            assert any("rate '0.05'" in str(n.message) and "0.1" in str(n.message) for n in app._notifications)
             # [ halves, never below the floor
             for _ in range(8):
                 await pilot.press("left_square_bracket")

@@ -415,19 +415,21 @@ class RedlineApp(App[int]):
                 return
             try:
                 r = check_rate(text.strip().removesuffix("/s").lstrip("×x"))
-            except ArrivalError:
-                what = "a speed factor > 0 (2 = twice as fast)" if trace else "requests per second, a number > 0 (e.g. 12.5)"
-                self.notify(f"{'speed' if trace else 'rate'} {text!r}: expected {what}; nothing changed", severity="error")
+            except ArrivalError as exc:
+                if trace:
+                    self.notify(f"speed {text!r}: expected a speed factor from 0.1 (2 = twice as fast); nothing changed", severity="error")
+                else:
+                    self.notify(f"{exc}; nothing changed", severity="error")  # names the value and the range
                 return
             self._send_rate(r)
 
         now = self.snapshot.target_rate if self.snapshot and self.snapshot.target_rate else None
         if trace:
             question = "Trace speed factor" + (f", now ×{now:g}" if now else "")
-            hint = "a number > 0: 2 replays twice as fast as recorded — Enter sets, Esc cancels"
+            hint = "a number from 0.1: 2 replays twice as fast as recorded — Enter sets, Esc cancels"
         else:
             question = "Request rate R in requests/s" + (f", now R={now:g}/s" if now else "")
-            hint = "a number > 0, e.g. 12.5 — Enter sets, Esc cancels"
+            hint = "at least 0.1, e.g. 12.5 — Enter sets, Esc cancels"
         await self.open_prompt(TextPrompt(question, hint, f"{now:g}" if now else "10"), done)
 
     def action_mode(self) -> None:
