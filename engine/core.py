@@ -689,7 +689,9 @@ class Engine:
         self._harvest(rec)
         if self.prom is not None:
             self.prom.on_end(rec)
-        if rec.status != R.OK and not is_lane(rec):  # failed requests stay out of every latency figure
+        # failed requests stay out of every latency figure; a cancelled one (the client's abort,
+        # the run's end) keeps what the server served it
+        if rec.status == R.FAILED and not is_lane(rec):
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
@@ -701,7 +703,7 @@ class Engine:
             self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
 
     def unmeasure_gaps(self, gaps: list) -> None:
-        """A failed or cancelled request's gaps leave the live window and the steps' ITL."""
+        """A failed request's gaps leave the live window and the steps' ITL."""
         if not gaps:
             return
         by_t: dict[float, list[float]] = {}

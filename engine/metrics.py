@@ -140,7 +140,7 @@ class LiveMetrics:
             self._itl.add_many(t, itls)
 
     def unmeasure_first(self, rec: RequestRecord) -> None:
-        """A request that failed or was cancelled after its first token: its TTFT leaves the window."""
+        """A request that failed after its first token: its TTFT leaves the window."""
         if rec.ttft is not None and rec.t_first is not None:
             self._ttft.remove_many(rec.t_first, (rec.ttft,))
 

@@ -327,7 +327,7 @@ class WorkerPool(Controller):
             rec.status, rec.http_status, rec.error_kind, rec.error_text = status, http_status, kind, text
             rec.input_tokens, rec.output_tokens, rec.usage_reported, rec.remote = n_in, n_out, usage, figures
             st.requests += 1
-            if ungaps is not None:  # failed or cancelled: its figures leave the windows
+            if ungaps is not None:  # failed: its gaps leave the windows
                 e.unmeasure_gaps(unbucket_gaps(ungaps))
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]

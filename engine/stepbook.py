@@ -92,7 +92,7 @@ class StepBook:
             acc.on_gaps(gaps)
 
     def remove_gaps(self, gaps: Gaps) -> None:
-        """A request failed or was cancelled: its gaps leave every window that counted them."""
+        """A request failed: its gaps leave every window that counted them."""
         for acc in self._fed():
             acc.remove_gaps(gaps)
 

@@ -17,7 +17,8 @@ ends (begin_measure) once the batch has settled; requests sent during warm-up ar
   TTFT it got, else its age as a censored value, and its age as a censored E2E.
 - **Its window** [t0, t_end] (what arrived, whoever sent it: the server's state at that
   load): output tokens, counted when they arrive; inter-token latencies, by the arrival time
-  of the chunk that ends each gap (a request that fails takes its gaps back out); completions
+  of the chunk that ends each gap (a request that fails takes its gaps back out; a cancelled
+  one keeps what the server served it); completions
   (request throughput) and those that met the SLO (goodput).
 
 Percentiles are linear interpolations (numpy's default, as bench_serving), exact while a
@@ -260,7 +261,7 @@ class StepAccumulator:
             self.chunk_gap.add_many([g for _, _, g in inside])
 
     def remove_gaps(self, gaps: Gaps) -> None:
-        """A request failed or was cancelled: its gaps that were counted here go back out."""
+        """A request failed: its gaps that were counted here go back out."""
         inside = [x for x in gaps if self._in_window(x[0])]
         if inside:
             self.itl.remove_many([v for _, vs, _ in inside for v in vs])

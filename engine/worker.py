@@ -34,6 +34,7 @@ from .conversation import run_session
 from .histogram import LogHistogram
 from .http import make_client
 from .loop import new_event_loop, read_pipe
+from . import records as R
 from .records import RequestRecord
 from .sender import Sender
 from .steps import new_gaps
@@ -181,7 +182,7 @@ class _TargetListener:
         b.ends.append((
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            request_figures(rec), None if rec.status == "ok" else bucket_gaps(rec.gaps_from(1)),
+            request_figures(rec), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
         ))
 
 

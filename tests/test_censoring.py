@@ -231,3 +231,33 @@ def test_censored_quantile_is_a_lower_bound_exactly_where_its_rank_falls_among_t
     (p50, b50), (p99, b99) = censored_quantiles(big, (), [5.0] * 50, (0.5, 0.99))
     assert not b50 and b99 and p99 >= 5.0 * 0.99
     assert math.isclose(p50, 0.1 + 524.5e-4, rel_tol=0.01)  # rank 524.5 of 1050: among the observed
+
+
+def test_a_step_the_probe_aborts_keeps_its_itl_and_censors_its_ends(sim_factory, tmp_path):
+    """Live C=16 with answers longer than the step, then `a`: every request of the step is
+    cancelled, but what the server served it stays (its window's ITL), and its E2E is a
+    bound (the requests' ages at the abort), not a missing figure."""
+    import asyncio
+
+    from redline.engine.core import Engine
+
+    sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
+    cfg = EngineConfig(url=sim.url, concurrency=16, workload=WorkloadConfig(input_len=16, output_len=1000), out_dir=tmp_path / "s", use_nvml=False)
+
+    async def go():
+        e = Engine(cfg)
+        await e.start()
+        try:
+            await asyncio.sleep(4.5)
+            await e.probe()
+            await asyncio.sleep(0.5)
+            return list(e.steps)
+        finally:
+            await e.stop("quit")
+
+    steps = asyncio.run(go())
+    c16 = next(s for s in steps if s.concurrency == 16)
+    assert c16.completed == 0 and c16.cancelled == c16.requests_sent >= 16
+    assert c16.median_itl_ms is not None and c16.median_itl_ms == pytest.approx(20, rel=0.5)
+    assert c16.median_e2e_latency_ms_bound and c16.censored_e2e == c16.requests_sent
+    assert c16.median_ttft_ms is not None and not c16.median_ttft_ms_bound
