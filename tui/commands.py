@@ -37,13 +37,29 @@ def cmd_tui(args: argparse.Namespace) -> int:
     return _tui(args, cfg, preset=None)
 
 
+async def _start_engine(engine, futures: list) -> int | None:
+    """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
+    exit status when the target or the session refuses, else None."""
+    from redline.engine.target import TargetError, TargetUnreachable
+
+    try:
+        futures.append(asyncio.ensure_future(engine.start()))
+        await futures[-1]
+    except (TargetError, SessionError) as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    except TargetUnreachable as exc:
+        _err(str(exc))
+        return EXIT_UNREACHABLE
+    return None
+
+
 async def _held(cfg) -> int:
     """`redline --headless [--control PORT]`: hold the starting load until an API call changes
     it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N)."""
     from redline.engine.core import Engine
     from redline.engine.runner import execute
     from redline.engine.session import format_step_table
-    from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -69,14 +85,9 @@ async def _held(cfg) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            starting.append(asyncio.ensure_future(engine.start()))
-            await starting[-1]
-        except (TargetError, SessionError) as exc:
-            _err(str(exc))
-            return EXIT_BAD_INPUT
-        except TargetUnreachable as exc:
-            _err(str(exc))
-            return EXIT_UNREACHABLE
+            refused = await _start_engine(engine, starting)
+            if refused is not None:
+                return refused
         except asyncio.CancelledError:
             if not caught:
                 raise
@@ -168,7 +179,6 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
     from redline.engine.runner import execute
     from redline.engine.runner import run_preset
     from redline.engine.session import format_step_table
-    from redline.engine.target import TargetError, TargetUnreachable
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -197,15 +207,9 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
         loop.add_signal_handler(sig, on_signal, sig)
     out = None
     try:
-        try:
-            work.append(asyncio.ensure_future(engine.start()))
-            await work[-1]
-        except (TargetError, SessionError) as exc:
-            _err(str(exc))
-            return EXIT_BAD_INPUT
-        except TargetUnreachable as exc:
-            _err(str(exc))
-            return EXIT_UNREACHABLE
+        refused = await _start_engine(engine, work)
+        if refused is not None:
+            return refused
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
         lo, hi = preset.duration_bounds()
