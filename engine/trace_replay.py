@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+from .constants import TRACE_LEAD_S
 from .controller import TRACE, Controller
 from .trace import TracePrompts, TraceRow, load_trace, trace_duration_s
 from .workload import Calibration, Prompt
@@ -79,8 +80,10 @@ class TraceReplay:
         return trace_duration_s(self.rows)
 
     def start(self, controller: Controller, speed: float) -> TraceSchedule:
-        """From the first row again, now, at `speed` (x2 = twice as fast)."""
-        self.schedule = TraceSchedule(self.rows, speed, time.perf_counter())
+        """From the first row again, at `speed` (x2 = twice as fast): the first row is due
+        TRACE_LEAD_S from now, so the command's own bookkeeping (log, step opening) does not
+        make it late."""
+        self.schedule = TraceSchedule(self.rows, speed, time.perf_counter() + TRACE_LEAD_S)
         self.finished_logged = False
         controller.start_schedule(self.schedule, TRACE, speed)
         return self.schedule
