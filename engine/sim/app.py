@@ -22,6 +22,7 @@ from .faults import FaultKind, FaultPlan, OverloadGuard, draw_fault
 from .gpu import GpuFleet
 from .metrics import PROMETHEUS_CONTENT_TYPE, make_registry, render_dcgm, render_sglang
 from .model import BatchModel, ModelSnapshot, SimRequest, SimShutdown
+from .ops import SimOps
 from .profiles import SimProfile
 from .stats import RequestCounters, RequestTracker
 from .tokens import TokenStream
@@ -63,6 +64,7 @@ class SimService:
         self._registry = make_registry(profile, self._read_state)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
+        self.ops = SimOps(self)  # /start_profile, /stop_profile, /flush_cache, and their log
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -83,6 +85,8 @@ class SimService:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/generate", self.generate)
+        # SGLang's server operations (engine/sim/ops.py): the profiler and the cache flush
+        self.ops.add_routes(app)
         app.on_startup.append(self._start_tasks)
         app.on_shutdown.append(self._stop_tasks)
         return app
@@ -139,6 +143,10 @@ class SimService:
             "kv_budget_tokens": snap.kv_budget_tokens,
             "gen_throughput": snap.gen_throughput,
             "prefix_cache": snap.prefix_cache_state(),
+            "preemptions_total": snap.preemptions_total,
+            "spec_accept_length": snap.spec_accept_length,
+            "spec_verify_steps_total": snap.spec_verify_steps_total,
+            **self.ops.state(),
             "overloaded": self.guard.overloaded(snap.running + snap.queued),
             "crashed": self.guard.crashed,
         }
@@ -291,7 +299,8 @@ class SimService:
             return _error(400, str(exc), "BadRequestError")
         try:
             self.guard.observe(self.model.load)
-            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()))
+            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()),
+                               cache_report=self.profile.cache_report)
             tokens = TokenStream(rng, first=f" r{truth.index}")  # every answer its own text
             truth.prompt_tokens = req.prompt_tokens
             truth.set_prompt_tail(req.prompt_tail)
@@ -299,6 +308,8 @@ class SimService:
                 return await self._stream(request, req, sim_req, shape, tokens, plan, tracker, truth)
             return await self._whole(request, req, sim_req, shape, tokens, plan, tracker, truth)
         finally:
+            truth.cached_tokens = sim_req.cached_tokens
+            truth.preempted = sim_req.preempted
             self.model.release(sim_req)
 
     async def _stream(
@@ -315,6 +326,7 @@ class SimService:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
         per_chunk = self.profile.tokens_per_chunk
+        chunk_all = self.profile.spec_accept_length is not None  # one chunk per verify step
         stall_at = self.profile.stall_after_tokens
         malformed_pending = plan.kind is FaultKind.MALFORMED
         total = req.max_tokens
@@ -328,8 +340,9 @@ class SimService:
                     await self._stall(sim_req, tracker)
                     return resp
                 produced += await sim_req.next_tokens()
-                while produced - sent >= per_chunk or (produced == total and sent < total):
-                    k = min(per_chunk, produced - sent)
+                shape.cached_tokens = sim_req.cached_tokens  # known once admitted
+                while produced - sent >= per_chunk or (produced == total and sent < total) or (chunk_all and produced > sent):
+                    k = produced - sent if chunk_all else min(per_chunk, produced - sent)
                     if plan.kind is FaultKind.DISCONNECT and sent + k >= plan.at_token and self.profile.disconnect_stall_s:
                         await asyncio.sleep(self.profile.disconnect_stall_s)
                     text = tokens.next_text(k)
@@ -382,6 +395,7 @@ class SimService:
                 await self._stall(sim_req, tracker)
                 return web.Response()
             produced += await sim_req.next_tokens()
+            shape.cached_tokens = sim_req.cached_tokens
             if plan.kind is FaultKind.DISCONNECT and produced >= plan.at_token:
                 tracker.fail("disconnect")
                 _close_connection(request)

@@ -73,6 +73,17 @@ class SglangCollector(Collector):
                                      labels=["model_name", "cache_source"])
         cached.add_metric([self._model_name, "device"], snap.prefix_hit_tokens)
         yield cached
+        # KV budget full: requests retracted to the queue (SGLang's counter; vLLM's is
+        # vllm:num_preemptions_total)
+        yield counter("sglang:num_retracted_requests_total", "Total number of retracted requests.",
+                      snap.preemptions_total)
+        if snap.spec_accept_length is not None:  # speculative decoding on
+            yield gauge("sglang:spec_accept_length",
+                        "The average acceptance length of speculative decoding.",
+                        snap.spec_accept_length)
+            yield gauge("sglang:spec_accept_rate",
+                        "The average acceptance rate of speculative decoding.",
+                        snap.spec_acceptance_rate or 0.0)
         yield counter("redline_sim:requests_received_total",
                       "Requests that reached a generation endpoint.", counters.received)
         yield counter("redline_sim:requests_completed_total",

@@ -20,13 +20,31 @@ blocks of a prefix first, as a radix tree evicts leaves. Blocks enter when their
 admitted (its prefill runs in that iteration), so two requests of one group admitted in the
 same iteration: the second hits. Counters: prompt tokens queried (every admitted prompt) and
 hit; the gauge ``cache_hit_rate`` is, as in SGLang, the hit rate of the last prefill batch.
-The KV reservation of a request is unchanged by hits.
+The KV reservation of a request is unchanged by hits. A request's ``cached_tokens`` are its
+hits at admission (served as /generate's ``meta_info.cached_tokens`` and the OpenAI usage's
+``prompt_tokens_details.cached_tokens``), so the requests' cached tokens add up to the
+``prefix_hit_tokens`` counter. :meth:`BatchModel.flush_cache` empties the cache, and refuses
+(returns False) while any request is queued or running, as SGLang's ``/flush_cache`` does.
+
+Preemption (``kv_reserve_output = False``): admission needs only the tokens a request holds now
+(prompt + generated + 1); before an iteration's tokens are written, while they would not fit
+in the KV budget, the most recently admitted running request is retracted to the front of the
+queue (``preemptions_total``), its KV freed. Readmitted, it prefills its prompt and what it had
+generated again (no second prefix lookup: its cached tokens and the cache counters count its
+first admission only).
+
+Speculative decoding (``spec_accept_length = L``): each iteration verifies draft tokens for
+every running request and gives it L tokens on average (a running credit: floor of the credit
+each iteration, the rest carried), at most what it still needs. Counters: verify steps (one per
+request per iteration) and the tokens they emitted; ``spec_accept_length`` is their ratio over
+the last seconds (SGLang's gauge), and the acceptance rate (accept length - 1) / draft tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -112,6 +130,10 @@ class PrefixCache:
             n += 1
         return n
 
+    def clear(self) -> None:
+        """Forget every block."""
+        self._blocks.clear()
+
     def insert(self, blocks: Sequence[int]) -> None:
         """Hold all ``blocks`` as most recently used, the first one last: eviction takes the
         deepest blocks of a prefix before the blocks it hangs from."""
@@ -144,7 +166,8 @@ class SimRequest:
     """One generation request inside the model."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "generated", "state", "blocks",
-                 "cached_tokens", "_available", "_waiter", "_error")
+                 "cached_tokens", "admitted", "preempted", "spec_credit", "_available", "_waiter",
+                 "_error")
 
     def __init__(self, rid: int, prompt_tokens: int, max_tokens: int,
                  blocks: tuple[int, ...] = ()) -> None:
@@ -153,6 +176,9 @@ class SimRequest:
         self.max_tokens = max_tokens
         self.blocks = blocks  # prefix-cache block keys of the prompt (dropped at admission)
         self.cached_tokens = 0  # prompt tokens found in the prefix cache at admission
+        self.admitted = False  # admitted once (a retracted request is not looked up again)
+        self.preempted = 0  # times it was retracted to the queue (KV budget full)
+        self.spec_credit = 0.0  # speculative decoding: tokens owed beyond whole ones
         self.generated = 0
         self.state = RequestState.QUEUED
         self._available = 0
@@ -210,6 +236,11 @@ class ModelSnapshot:
     prefix_hit_tokens: int = 0  # of those, found in the cache (their prefill skipped)
     cache_hit_rate: float = 0.0  # hit rate of the last prefill batch (sglang:cache_hit_rate)
     prefix_cache_held_tokens: int = 0  # tokens the cache holds now
+    preemptions_total: int = 0  # requests retracted to the queue because the KV budget filled
+    spec_accept_length: float | None = None  # tokens per verify step over the last seconds
+    spec_acceptance_rate: float | None = None  # (accept length - 1) / draft tokens
+    spec_verify_steps_total: int = 0  # one per running request per iteration (spec decoding)
+    flushes_total: int = 0  # prefix-cache flushes done (refused ones not counted)
 
     @property
     def token_usage(self) -> float:
@@ -230,6 +261,7 @@ class ModelSnapshot:
             "hit_rate": self.prefix_hit_rate,
             "last_batch_hit_rate": self.cache_hit_rate,
             "held_tokens": self.prefix_cache_held_tokens,
+            "flushes": self.flushes_total,
         }
 
 
@@ -261,7 +293,11 @@ class BatchModel:
         self._prefix_queried = 0
         self._prefix_hit = 0
         self._last_batch_hit_rate = 0.0
+        self._preemptions = 0
+        self._flushes = 0
+        self._spec_steps = 0
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
+        self._recent_steps: collections.deque[tuple[float, int, int]] = collections.deque()  # (t, verify steps, tokens)
         self._started = clock()
         self._batch_reported = -1
         self._closed = False
@@ -336,7 +372,21 @@ class BatchModel:
             prefix_hit_tokens=self._prefix_hit,
             cache_hit_rate=self._last_batch_hit_rate,
             prefix_cache_held_tokens=self._cache.held_tokens,
+            preemptions_total=self._preemptions,
+            spec_accept_length=self._spec_accept_length(),
+            spec_acceptance_rate=self._spec_acceptance_rate(),
+            spec_verify_steps_total=self._spec_steps,
+            flushes_total=self._flushes,
         )
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; refused (False, nothing changes) while any request is
+        queued or running."""
+        if self._queue or self._running:
+            return False
+        self._cache.clear()
+        self._flushes += 1
+        return True
 
     def close(self) -> None:
         """Fail every waiting request with SimShutdown and refuse new ones."""
@@ -377,13 +427,25 @@ class BatchModel:
         """Admit queued requests for this iteration; return the prompt tokens to prefill
         (those not found in the prefix cache)."""
         budget = self._profile.kv_budget_tokens
+        reserve = self._profile.kv_reserve_output
         chunk = self._profile.chunked_prefill_size
         cache = self._cache
         prefill = queried = hit = 0
         while self._queue and len(self._running) < self._cap:
             head = self._queue[0]
-            if self._kv_reserved + head.kv_reserved > budget:
+            if reserve:
+                if self._kv_reserved + head.kv_reserved > budget:
+                    break
+            elif self._kv_used + head.kv_used + 1 > budget:
                 break
+            if head.admitted:  # readmitted after a retraction: recompute what it held
+                new = head.kv_used
+                if prefill and prefill + new > chunk:
+                    break
+                self._queue.popleft()
+                self._start_running(head)
+                prefill += new
+                continue
             cached = 0
             if head.blocks and cache.enabled:
                 cached = min(cache.match(head.blocks) * cache.block_tokens, head.prompt_tokens - 1)
@@ -394,10 +456,8 @@ class BatchModel:
             cache.insert(head.blocks)
             head.blocks = ()
             head.cached_tokens = cached
-            head.state = RequestState.RUNNING
-            self._running[head] = None
-            self._kv_reserved += head.kv_reserved
-            self._kv_used += head.kv_used
+            head.admitted = True
+            self._start_running(head)
             self._prompt_total += head.prompt_tokens
             queried += head.prompt_tokens
             hit += cached
@@ -408,20 +468,60 @@ class BatchModel:
             self._last_batch_hit_rate = hit / queried
         return prefill
 
+    def _start_running(self, req: SimRequest) -> None:
+        req.state = RequestState.RUNNING
+        self._running[req] = None
+        self._kv_reserved += req.kv_reserved
+        self._kv_used += req.kv_used
+
+    def _retract(self, req: SimRequest) -> None:
+        """Preempt a running request: back to the front of the queue, its KV freed."""
+        del self._running[req]
+        self._kv_reserved -= req.kv_reserved
+        self._kv_used -= req.kv_used
+        req.state = RequestState.QUEUED
+        req.preempted += 1
+        self._queue.appendleft(req)
+        self._preemptions += 1
+
+    def _make_room(self, per_request: int) -> None:
+        """Without output reservations: retract the newest running requests while this
+        iteration's tokens would not fit in the KV budget (one always stays)."""
+        budget = self._profile.kv_budget_tokens
+        while len(self._running) > 1 and self._kv_used + per_request * len(self._running) > budget:
+            self._retract(next(reversed(self._running)))
+        if self._running and self._preemptions:
+            self._report_batch(len(self._running))
+
     def _emit(self) -> None:
-        """End of an iteration: one token to every running request."""
+        """End of an iteration: one token to every running request (speculative decoding:
+        its accepted tokens)."""
         self._iterations += 1
-        n = len(self._running)
-        if not n:
+        if not self._running:
             return
+        spec = self._profile.spec_accept_length
+        if not self._profile.kv_reserve_output:
+            self._make_room(1 if spec is None else int(math.ceil(spec)))
+        n = len(self._running)
         finished: list[SimRequest] = []
+        made = 0
         for req in self._running:
-            req.generated += 1
-            req._push(1)
+            k = 1
+            if spec is not None:
+                req.spec_credit += spec
+                k = int(req.spec_credit)
+                req.spec_credit -= k
+                k = max(1, min(k, req.max_tokens - req.generated))
+            req.generated += k
+            made += k
+            req._push(k)
             if req.generated >= req.max_tokens:
                 finished.append(req)
-        self._kv_used += n
-        self._generated_total += n
+        self._kv_used += made
+        self._generated_total += made
+        if spec is not None:
+            self._spec_steps += n
+            self._recent_steps.append((self._clock(), n, made))
         for req in finished:
             del self._running[req]
             req.state = RequestState.FINISHED
@@ -431,13 +531,29 @@ class BatchModel:
         if finished:
             self._report_batch(len(self._running))
         now = self._clock()
-        self._recent.append((now, n))
+        self._recent.append((now, made))
         self._trim_recent(now)
 
     def _trim_recent(self, now: float) -> None:
         cutoff = now - _THROUGHPUT_WINDOW_S
         while self._recent and self._recent[0][0] < cutoff:
             self._recent.popleft()
+        while self._recent_steps and self._recent_steps[0][0] < cutoff:
+            self._recent_steps.popleft()
+
+    def _spec_accept_length(self) -> float | None:
+        """Tokens per verify step over the last seconds (0 steps there: None)."""
+        if self._profile.spec_accept_length is None:
+            return None
+        self._trim_recent(self._clock())
+        steps = sum(s for _, s, _ in self._recent_steps)
+        return sum(m for _, _, m in self._recent_steps) / steps if steps else None
+
+    def _spec_acceptance_rate(self) -> float | None:
+        length = self._spec_accept_length()
+        if length is None:
+            return None
+        return (length - 1.0) / self._profile.spec_draft_tokens
 
     def _gen_throughput(self) -> float:
         now = self._clock()

@@ -59,6 +59,23 @@ class SimProfile:
     # capacity in tokens (None: the KV budget, as the radix cache lives in the KV pool; 0: off).
     prefix_cache_tokens: int | None = None
     prefix_block_tokens: int = 16
+    # Cached tokens per request: /generate's meta_info.cached_tokens always; with
+    # ``cache_report`` the OpenAI usage also carries prompt_tokens_details.cached_tokens
+    # (SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details).
+    cache_report: bool = True
+    # KV admission: ``kv_reserve_output`` reserves prompt + max_tokens per request at admission
+    # (never preempts). False admits on the tokens in use now (prompt + generated), as SGLang's
+    # and vLLM's schedulers do: when the budget fills, the newest running requests are
+    # retracted (preempted) to the front of the queue and recomputed when readmitted.
+    kv_reserve_output: bool = True
+    # Speculative decoding: each decode iteration verifies ``spec_draft_tokens`` draft tokens
+    # per request and emits ``spec_accept_length`` tokens on average (accepted + 1), in one
+    # chunk (None: no speculative decoding, one token per iteration).
+    spec_accept_length: float | None = None
+    spec_draft_tokens: int = 3
+    # The torch profiler endpoints (/start_profile, /stop_profile): False answers 404 (vLLM
+    # started without VLLM_TORCH_PROFILER_DIR).
+    profiler: bool = True
 
     # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
     # power = idle_w + (peak_w - idle_w) * util.
@@ -101,6 +118,10 @@ class SimProfile:
                      "default_max_tokens", "saturation_batch"):
             if getattr(self, attr) < 1:
                 problems.append(f"{attr} must be >= 1")
+        if self.spec_accept_length is not None and not 1.0 <= self.spec_accept_length <= self.spec_draft_tokens + 1:
+            problems.append("spec_accept_length must be within 1..spec_draft_tokens + 1 or None")
+        if self.spec_draft_tokens < 1:
+            problems.append("spec_draft_tokens must be >= 1")
         if self.prefix_block_tokens < 1:
             problems.append("prefix_block_tokens must be >= 1")
         if self.prefix_cache_tokens is not None and self.prefix_cache_tokens < 0:
@@ -216,6 +237,13 @@ def _coerce(name: str, hint: Any, raw: str) -> Any:
             return None
         hint = next(a for a in args if a is not type(None))
     kind = getattr(hint, "__name__", str(hint))
+    if hint is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"bad value {raw!r} for profile field {name!r} (expected true or false)")
     try:
         if hint is int:
             return int(raw)

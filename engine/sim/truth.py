@@ -25,7 +25,7 @@ ANSWER_CHARS = 4_000  # answer text kept per request (its start)
 
 class TruthRecord:
     __slots__ = ("index", "t_arrive", "chunk_times", "chunk_tokens", "t_end", "outcome", "prompt_tokens",
-                 "prompt_tail", "_answer", "_answer_room")
+                 "prompt_tail", "_answer", "_answer_room", "cached_tokens", "preempted")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -36,6 +36,8 @@ class TruthRecord:
         self.outcome: str | None = None
         self.prompt_tokens: int | None = None
         self.prompt_tail: str | None = None  # set once the request is parsed
+        self.cached_tokens: int | None = None  # prompt tokens found in the prefix cache (once admitted)
+        self.preempted = 0  # times the model retracted it (KV budget full)
         self._answer: list[str] | None = []  # None once its texts are dropped
         self._answer_room = ANSWER_CHARS
 
@@ -85,6 +87,8 @@ class TruthRecord:
             "chunks": len(ct),
             "prompt_tokens": self.prompt_tokens,
             "outcome": self.outcome,
+            "cached_tokens": self.cached_tokens,
+            "preempted": self.preempted,
         }
         if chunks:
             d["chunk_times"] = list(ct)

@@ -183,16 +183,23 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
 class ResponseShape:
     """Builds the chunks and the full body of one response (one subclass per API)."""
 
-    def __init__(self, rid: str, created: int, req: GenerationRequest) -> None:
+    def __init__(self, rid: str, created: int, req: GenerationRequest,
+                 cache_report: bool = False) -> None:
         self.rid = rid
         self.created = created
         self.req = req
+        self.cache_report = cache_report  # usage carries prompt_tokens_details.cached_tokens
+        self.cached_tokens = 0  # prompt tokens found in the prefix cache (set once admitted)
 
-    def usage(self, completion_tokens: int) -> dict[str, int]:
-        """OpenAI usage object."""
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        """OpenAI usage object (with the cache report: prompt_tokens_details.cached_tokens,
+        as vLLM --enable-prompt-tokens-details and SGLang --enable-cache-report write it)."""
         p = self.req.prompt_tokens
-        return {"prompt_tokens": p, "total_tokens": p + completion_tokens,
-                "completion_tokens": completion_tokens}
+        out: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + completion_tokens,
+                               "completion_tokens": completion_tokens}
+        if self.cache_report:
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return out
 
     def opening(self) -> dict[str, Any] | None:
         """A chunk sent before the first token, if the API has one."""
@@ -278,15 +285,16 @@ class CompletionShape(ResponseShape):
 class GenerateShape(ResponseShape):
     """SGLang ``/generate``: the streamed ``text`` is cumulative."""
 
-    def __init__(self, rid: str, created: int, req: GenerationRequest) -> None:
-        super().__init__(rid, created, req)
+    def __init__(self, rid: str, created: int, req: GenerationRequest,
+                 cache_report: bool = False) -> None:
+        super().__init__(rid, created, req, cache_report)
         self._text = ""
 
     def _meta(self, completion_tokens: int, last: bool) -> dict[str, Any]:
         finish = {"type": "length", "length": completion_tokens} if last else None
         return {"id": self.rid, "prompt_tokens": self.req.prompt_tokens,
                 "completion_tokens": completion_tokens, "finish_reason": finish,
-                "cached_tokens": 0}
+                "cached_tokens": self.cached_tokens}
 
     def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
         self._text += text
@@ -297,10 +305,12 @@ class GenerateShape(ResponseShape):
         return {"text": text, "meta_info": self._meta(completion_tokens, True), "index": 0}
 
 
-def make_shape(req: GenerationRequest, rid_hex: str, created: int) -> ResponseShape:
-    """The response shape for ``req.api``; ``rid_hex`` makes the response id."""
+def make_shape(req: GenerationRequest, rid_hex: str, created: int,
+               cache_report: bool = False) -> ResponseShape:
+    """The response shape for ``req.api``; ``rid_hex`` makes the response id;
+    ``cache_report``: OpenAI usage with prompt_tokens_details.cached_tokens."""
     if req.api == "chat":
-        return ChatShape(f"chatcmpl-{rid_hex}", created, req)
+        return ChatShape(f"chatcmpl-{rid_hex}", created, req, cache_report)
     if req.api == "completions":
-        return CompletionShape(f"cmpl-{rid_hex}", created, req)
-    return GenerateShape(rid_hex, created, req)
+        return CompletionShape(f"cmpl-{rid_hex}", created, req, cache_report)
+    return GenerateShape(rid_hex, created, req, cache_report)
