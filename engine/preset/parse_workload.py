@@ -1,0 +1,87 @@
+"""Reading [target] and [workload] (what is sent, to where), and checking that the workload
+and the ramp agree on the load shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from redline.engine.apis import APIS
+
+from .fields import Ctx
+from .spec import RampSpec, TargetSpec, WorkloadSpec
+
+MAX_TURNS = 1000
+
+
+def parse_target(ctx: Ctx, t: dict) -> tuple[TargetSpec, str | None]:
+    """[target]: the URL, and `api` (an alias of [workload].api, returned beside)."""
+    url = None
+    if "url" in t:
+        url = ctx.url("[target].url", t["url"])
+    api = None
+    if "api" in t:
+        api = _api(ctx, "[target].api", t["api"])
+    return TargetSpec(url=url, api=api), api
+
+
+def _api(ctx: Ctx, key: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in APIS:
+        raise ctx.bad(key, f"one of {', '.join(APIS)}", value)
+    return value
+
+
+def parse_workload(ctx: Ctx, w: dict, alias_api: str | None, base: Path) -> WorkloadSpec:
+    """[workload]; `base` (the preset's folder) anchors relative dataset and trace paths."""
+    api = alias_api or WorkloadSpec.api
+    if "api" in w:
+        api = _api(ctx, "[workload].api", w["api"])
+        if alias_api is not None and alias_api != api:
+            raise ctx.err(
+                "[workload].api",
+                f"{api!r} disagrees with [target].api {alias_api!r} (give one, or the same in both)",
+            )
+    dataset = WorkloadSpec.dataset
+    if "dataset" in w:
+        dataset = ctx.dataset("[workload].dataset", w["dataset"], base)
+    input_len = WorkloadSpec.input_len
+    if "input_len" in w:
+        input_len = ctx.integer("[workload].input_len", w["input_len"], maximum=10_000_000)
+    output_len = WorkloadSpec.output_len
+    if "output_len" in w:
+        output_len = ctx.integer("[workload].output_len", w["output_len"], maximum=10_000_000)
+    model = None
+    if "model" in w:
+        model = ctx.string("[workload].model", w["model"])
+    turns = ctx.integer("[workload].turns", w["turns"], maximum=MAX_TURNS) if "turns" in w else 1
+    think_s = ctx.seconds("[workload].think_s", w["think_s"], zero_ok=True) if "think_s" in w else 0.0
+    trace = _trace(ctx, w["trace"], base) if "trace" in w else None
+    return WorkloadSpec(api, dataset, input_len, output_len, model, turns, think_s, trace)
+
+
+def _trace(ctx: Ctx, value: Any, base: Path) -> str:
+    """A Mooncake JSONL trace, made absolute (relative to the preset's folder) and read
+    once to check every line (engine/trace.py)."""
+    from redline.engine.trace import TraceError, load_trace
+
+    raw = ctx.string("[workload].trace", value, "a path to a JSONL trace file")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    try:
+        load_trace(path)
+    except TraceError as exc:
+        raise ctx.err("[workload].trace", str(exc)) from None
+    return str(path)
+
+
+def check_shape(ctx: Ctx, w: WorkloadSpec, r: RampSpec) -> None:
+    """The workload and the ramp agree on the load shape."""
+    if w.trace is not None and r.speed is None:
+        raise ctx.err("[workload].trace", "a trace replays one step per [ramp].speed factor: give speed = [1.0] (or more)")
+    if r.speed is not None and w.trace is None:
+        raise ctx.err("[ramp].speed", "replays [workload].trace = \"PATH\": give the trace")
+    if w.turns > 1 and (r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None)):
+        raise ctx.err("[workload].turns", "multi-turn sessions run in concurrency mode (C counts sessions), not with rate or speed")
+    if w.think_s > 0 and w.turns == 1:
+        raise ctx.err("[workload].think_s", "only used with turns > 1 (the pause between a session's turns)")
