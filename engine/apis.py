@@ -58,6 +58,10 @@ class Event:
     # the answer text, only from a decoder made with text=True (else None); /generate: the
     # whole text so far (cumulative), the OpenAI APIs: this chunk's piece
     text: str | None = None
+    # prompt tokens the server found in its prefix cache: usage.prompt_tokens_details.cached_tokens
+    # (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report), /generate's
+    # meta_info.cached_tokens; None when the server does not say
+    cached_tokens: int | None = None
 
 
 # stream_options for OpenAI APIs. continuous_usage_stats (vLLM, SGLang) puts the cumulative
@@ -165,6 +169,9 @@ def _usage(ev: Event, obj: dict[str, Any]) -> None:
             ev.prompt_tokens = pt
         if ct is not None:
             ev.completion_tokens = ct
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            ev.cached_tokens = _count(details.get("cached_tokens"))
 
 
 def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
@@ -359,6 +366,7 @@ class GenerateDecoder:
             ct, pt = _count(meta.get("completion_tokens")), _count(meta.get("prompt_tokens"))
             if pt is not None:
                 ev.prompt_tokens = pt
+            ev.cached_tokens = _count(meta.get("cached_tokens"))
             if ct is not None:
                 ev.completion_tokens = ct
                 ev.tokens = max(0, ct - self._tokens)

@@ -78,6 +78,14 @@ class ToggleLane:
 
 
 @dataclass(frozen=True)
+class StartProfile:
+    """Start the server's profiler at the load held now, for `seconds` (None: --profile-s)
+    or until the step ends (engine/server_ops.py)."""
+
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class SetSlo:
     slo: Any  # redline.engine.slo.Slo, or None to turn SLOs off
 
@@ -93,7 +101,7 @@ class Stop:
     reason: str = "quit"
 
 
-Command = Union[SetConcurrency, SetRate, ToggleMode, SetWorkload, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, ToggleLane, SetSlo, Log, Stop]
+Command = Union[SetConcurrency, SetRate, ToggleMode, SetWorkload, TogglePause, Probe, Restore, Abort, StartPreset, CancelPreset, Flush, ToggleLane, StartProfile, SetSlo, Log, Stop]
 
 # commands that take the wheel from a running preset
 OPERATOR_TAKES_OVER = (SetConcurrency, SetRate, ToggleMode, SetWorkload, Probe, Abort)

@@ -55,3 +55,8 @@ class EngineConfig:
     # an engine.control.ControlAddress; its bearer token never printed, logged or written
     control: object | None = None
     control_token: str | None = field(default=None, repr=False)
+    # looking inside the server (engine/server_ops.py): a profiler capture lasts at most
+    # profile_s (`--profile-s`); flush_cache (`--flush-cache`) drains and flushes the prefix
+    # cache before each preset step and the probe
+    profile_s: float = 5.0
+    flush_cache: bool = False

@@ -98,6 +98,9 @@ class RequestRecord:
     input_tokens: int = 0
     output_tokens: int = 0  # reasoning tokens included
     usage_reported: bool = False  # token counts came from the server's usage / meta_info
+    # prompt tokens the server found in its prefix cache (usage.prompt_tokens_details /
+    # meta_info.cached_tokens, its last report); None: the server did not say
+    cached_tokens: int | None = None
     status: str = OK
     http_status: int = 0
     error_kind: str = ""

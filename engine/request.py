@@ -231,6 +231,8 @@ async def run_request(
                     if ev.prompt_tokens is not None:
                         rec.input_tokens = ev.prompt_tokens
                         rec.usage_reported = True
+                    if ev.cached_tokens is not None:
+                        rec.cached_tokens = ev.cached_tokens
                     ct = ev.completion_tokens
                     if ct is not None:  # cumulative: credit exactly what is new
                         completion_tokens = ct

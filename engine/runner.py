@@ -33,6 +33,7 @@ from .constants import DEFAULT_PLATEAU_GAIN, PROBE_MAX_HOLD_S, PROBE_MIN_REQUEST
 from .core import Engine
 from .preset import Preset, StepPlan
 from .search import KneeSearch
+from .server_ops import drain_and_flush, start_capture
 from .session import format_step_line
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
@@ -110,13 +111,32 @@ def _set_load(engine: Engine, plan: StepPlan) -> int:
     return engine._live_c()
 
 
-async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult | None, bool]:
+def _flushes(engine: Engine, preset: Preset | None) -> bool:
+    """`[ramp] flush_cache = true` or `--flush-cache`: flush the prefix cache before each step."""
+    return bool(engine.config.flush_cache or (preset is not None and getattr(preset.ramp, "flush_cache", False)))
+
+
+def _profiles(preset: Preset | None, plan: StepPlan) -> bool:
+    """`[ramp] profile = [C, ...]`: capture the server's profiler during this step's load."""
+    wanted = getattr(preset.ramp, "profile", None) if preset is not None else None
+    if not wanted:
+        return False
+    level = plan.rate if plan.rate is not None else plan.concurrency
+    return any(float(w) == float(level) for w in wanted)
+
+
+async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | None = None) -> tuple[StepResult | None, bool]:
     """One step at plan's load: set it, open, warm up, measure, record. (result, server gone).
     The load is set before the step opens, with no await between: no request goes out in
-    between, and the step carries the load's shape."""
+    between, and the step carries the load's shape. With a cache flush, the load drains to
+    zero and the cache is flushed first (engine/server_ops.py): the drain is in no step.
+    With a profiler capture at this load, it starts once the step measures and stops after
+    --profile-s or at the step's end."""
     book = engine.book
+    flushed = await drain_and_flush(engine, plan.label) if _flushes(engine, preset) else None
     c = _set_load(engine, plan)
     acc = book.open_step(c, "measure", measure=False)
+    acc.cache_flush = flushed
     ctl = engine.controller
     if ctl is not None and ctl.paused:  # a preset run starts held: its first request is its first step's
         ctl.resume()
@@ -126,10 +146,14 @@ async def _step(engine: Engine, plan: StepPlan, label: str) -> tuple[StepResult 
         book.close_step(acc)
         return None, True
     replay = plan.min_requests == 0
+    capture = start_capture(engine, acc=acc) if _profiles(preset, plan) else None
     if plan.speed is not None:
         res, gone = await _measure_trace(engine, acc, plan, label)
     else:
         res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
+    if capture is not None:
+        await asyncio.shield(capture)  # stopped at the step's end (or before, after --profile-s)
+        res.profiles = list(acc.profiles) or None
     if gone:
         return None, True
     book.record(res)
@@ -189,7 +213,7 @@ async def _ramp(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcom
         label = f"{preset.name} step {i}/{len(plans)} {plan.label}"
         if i <= len(workloads):
             await _replay_workload(engine, workloads[i - 1])
-        res, gone = await _step(engine, plan, label)
+        res, gone = await _step(engine, plan, label, preset)
         if res is not None:
             out.steps.append(res)
             on_line(format_step_line(res))
@@ -221,7 +245,9 @@ async def _replay_workload(engine: Engine, w: dict | None) -> None:
 async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None]) -> StepResult | None:
     probe_s = preset.after.probe_s
     book = engine.book
+    flushed = await drain_and_flush(engine, "the C=1 probe") if _flushes(engine, preset) else None
     acc = book.open_step(1, "probe", measure=False, warmup_requests=1)
+    acc.cache_flush = flushed
     await engine.probe()
     label = f"{preset.name} C=1 probe"
     while not acc.measuring:  # its first request is the warm-up, until the server answers it
@@ -260,7 +286,7 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     while (c := search.next()) is not None:
         plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c))
         label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
-        res, gone = await _step(engine, plan, label)
+        res, gone = await _step(engine, plan, label, preset)
         if gone:
             br = rules.evaluate(out.steps, None, server_gone=True)
             br.concurrency = c
@@ -322,8 +348,12 @@ def start_preset(engine: Engine, preset: Preset) -> None:
 
 
 def execute(engine: Engine, cmd: C.Command) -> object:
-    """A host's entry point: StartPreset runs here, every other command in the engine."""
+    """A host's entry point: StartPreset and StartProfile run here, every other command in
+    the engine."""
     if isinstance(cmd, C.StartPreset):
         start_preset(engine, cmd.preset)
         return None
+    if isinstance(cmd, C.StartProfile):  # the server's profiler at the load held now (key P)
+        task = start_capture(engine, cmd.seconds)
+        return "started" if task is not None else "already running"
     return engine.execute(cmd)

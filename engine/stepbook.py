@@ -157,6 +157,7 @@ class StepBook:
                 acc.note_server_running(server.running)
             if server is not None:
                 acc.note_prefix(server.prefix_queries_total, server.prefix_hits_total)
+                acc.note_server(server)
             acc.note_power(power_w)
         # the step measured now: the live one, or a preset's / a search's (the screen's * row)
         acc = self.live or self.current

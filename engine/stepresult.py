@@ -52,6 +52,22 @@ class StepResult:
     lane_median_ttft_ms: float | None = None
     lane_median_itl_ms: float | None = None
     prefix_hit_rate: float | None = None  # the server's prefix-cache hits / queries over the step (its counters)
+    # prompt tokens the server reports it found cached, over the prompt tokens of the step's own
+    # requests that said (usage.prompt_tokens_details.cached_tokens, meta_info.cached_tokens)
+    cached_prompt_ratio: float | None = None
+    cached_tokens: int | None = None  # ... their cached tokens, summed
+    # the server's own view over the step's window (engine/telemetry/server_view.py)
+    server_gen_throughput: float | None = None  # mean of its generation throughput, tok/s
+    server_kv_usage: float | None = None  # mean KV-cache use, 0..1
+    server_kv_usage_max: float | None = None
+    server_preemptions: int | None = None  # requests it preempted (KV cache full) in the window
+    spec_accept_length: float | None = None  # speculative decoding: tokens per verify step
+    spec_acceptance_rate: float | None = None  # ... accepted / draft tokens
+    # server operations during the step (engine/server_ops.py): profiler captures, each
+    # {"load", "t_start", "t_end", "duration_s", "trace", "server_said", "stopped_by"}; and the
+    # cache flush done before it ({"t", "drain_s", "drained", "path"}), the drain in no step
+    profiles: list[dict] | None = None
+    cache_flush: dict | None = None
     # load shape (engine/controller.py): "concurrency" (closed loop at C), "rate" (open loop at
     # request_rate req/s, C = the in-flight cap) or "trace" (a trace replayed at trace_speed)
     mode: str = "concurrency"

@@ -38,7 +38,9 @@ from .constants import STEADY_MIN_S, STEADY_TOLERANCE
 from .histogram import Digest, censored_quantiles
 from .records import Clock, RequestRecord
 from .slo import Slo
+from .telemetry.types import ServerSample
 from .stepresult import StepResult
+from .telemetry.server_view import ServerStepView
 
 WARMUP = "warmup"
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
@@ -94,6 +96,12 @@ class StepAccumulator:
         self.slo = slo if slo is not None and slo.per_request else None
         self.good = 0  # own requests that met every per-request SLO bound
         self._prefix: list[tuple[float, float]] = []  # (queries, hits) counter samples while measuring
+        self.server_view = ServerStepView()  # the server's own figures over the window
+        self.cached_tokens = 0  # own requests that said: prompt tokens the server found cached
+        self.cached_prompt_tokens = 0  # ... and their prompt tokens
+        self.cached_reports = 0  # own requests whose server said how many were cached
+        self.profiles: list[dict] = []  # profiler captures during the step (engine/server_ops.py)
+        self.cache_flush: dict | None = None  # the flush done before it (engine/server_ops.py)
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/lane.py), in the window
         self.lane_itl = Digest()
         self.concurrency = concurrency
@@ -291,6 +299,10 @@ class StepAccumulator:
             return
         if self.closed:
             self.ended_after_close += 1
+        if rec.cached_tokens is not None and rec.input_tokens > 0:
+            self.cached_reports += 1
+            self.cached_tokens += rec.cached_tokens
+            self.cached_prompt_tokens += rec.input_tokens
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
@@ -346,6 +358,17 @@ class StepAccumulator:
             return None
         (q0, h0), (q1, h1) = self._prefix[0], self._prefix[-1]
         return round((h1 - h0) / (q1 - q0), 4) if q1 > q0 else None
+
+    def note_server(self, server: ServerSample | None) -> None:
+        """A server sample, once a second: the step's own view of the server (its window)."""
+        if server is not None and self.measuring and self.t0 is not None and server.t >= self.t0:
+            self.server_view.note(server)
+
+    def _cached(self) -> dict:
+        if not self.cached_reports:
+            return {}
+        p = self.cached_prompt_tokens
+        return {"cached_tokens": self.cached_tokens, "cached_prompt_ratio": round(self.cached_tokens / p, 4) if p else None}
 
     def note_power(self, watts: float | None) -> None:
         if self.measuring and watts is not None:
@@ -446,6 +469,10 @@ class StepAccumulator:
             lane_median_ttft_ms=_ms(self.lane_ttft.quantile(0.5)),
             lane_median_itl_ms=_ms(self.lane_itl.quantile(0.5)),
             prefix_hit_rate=self._prefix_hit_rate(),
+            **self._cached(),
+            **self.server_view.result(),
+            profiles=[dict(p) for p in self.profiles] or None,
+            cache_flush=dict(self.cache_flush) if self.cache_flush else None,
             **self._shape(),
             censored_ttft=len(c_ttft),
             censored_e2e=len(c_e2e),

@@ -94,6 +94,8 @@ def timeline_row(
     row["server_kv_usage"] = server.kv_usage if server else None
     row["server_gen_throughput"] = server.gen_throughput if server else None
     row["server_prefix_hit_rate"] = server.prefix_hit_rate if server else None
+    row["server_preemptions"] = server.preemptions_recent if server else None  # over the last 10 s
+    row["server_spec_accept_length"] = server.spec_accept_length if server else None
     if health is not None:
         row["client_cpu_pct"] = health.cpu_pct
         row["loop_lag_ms"] = health.loop_lag_ms

@@ -117,6 +117,10 @@ class RampSpec:
     speed: tuple[float, ...] | None = None  # a trace replay ([workload].trace) per speed factor
     # replay mode: the workload of each step (None: [workload]'s), for sessions that changed it live
     workloads: tuple[dict | None, ...] | None = None
+    # looking inside the server (engine/server_ops.py): the loads (C, or req/s of a rate
+    # ramp) at which the profiler captures, and a prefix-cache flush before each step
+    profile: tuple[float, ...] = ()
+    flush_cache: bool = False
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""

@@ -11,6 +11,10 @@ The condition, per observation:
 - the server runs clearly fewer: ``running < RUNNING_SHORT * in_flight`` and ``running < target_c``;
 - the server's queue is non-empty.
 
+The cause named first: preemptions in the poller's recent window (requests the server sent back
+to its queue because its KV cache filled: "KV cache full: the server preempts"), then a cap
+the server info names, then a full KV cache.
+
 It must hold for SUSTAIN_S seconds across at least MIN_SERVER_SAMPLES distinct server
 samples (a stale sample repeated does not count), restarting whenever the target changes,
 so the ramp-up after a concurrency change (the server still admitting/prefilling new
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 from ..fmt import num
 from ..serverinfo import ServerInfo
+from .server_metrics import PREFIX_WINDOW_S
 from .types import ServerSample
 
 __all__ = ["CapDetector", "cap_cause", "cap_warning"]
@@ -33,6 +38,7 @@ MIN_SERVER_SAMPLES = 3
 CLEAR_S = 3.0
 MAX_GAP_S = 5.0  # observations further apart than this do not make one episode
 KV_FULL = 0.9  # KV-cache usage at which a short running count is the token budget's doing
+PREEMPT_WINDOW_S = PREFIX_WINDOW_S  # the poller counts preemptions over this window
 
 
 def _near(running: float, cap: int) -> bool:
@@ -42,6 +48,9 @@ def _near(running: float, cap: int) -> bool:
 def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     """The likely reason the server runs only ``server.running`` requests."""
     running = server.running or 0.0
+    if server.preemptions_recent:  # requests sent back to the queue: the KV cache is the limit
+        kv = f", KV {100 * server.kv_usage:.0f} % used" if server.kv_usage is not None else ""
+        return f"KV cache full: the server preempts ({num(server.preemptions_recent)} preempted in the last {PREEMPT_WINDOW_S:.0f} s{kv})"
     if info is not None:
         dp = info.dp_size if info.dp_size and info.dp_size > 1 else 1
         candidates: list[tuple[int, str]] = []

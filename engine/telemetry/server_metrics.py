@@ -17,6 +17,13 @@ Prefix cache: the counters of prompt tokens looked up and found (vLLM v1
 it over its last ``PREFIX_WINDOW_S`` seconds. Without them, the server's own gauge (SGLang
 ``sglang:cache_hit_rate``: its last prefill batch; vLLM v0 ``vllm:gpu_prefix_cache_hit_rate``),
 averaged over replicas.
+
+Beyond load and the prefix cache: preemptions (vLLM ``vllm:num_preemptions_total``, SGLang's
+retractions ``sglang:num_retracted_requests_total``: the KV cache filled and running requests
+went back to the queue), counted over the poller's recent window too; speculative decoding
+(SGLang's gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``; vLLM's counters
+``vllm:spec_decode_num_accepted_tokens_total`` / ``num_drafts_total`` /
+``num_draft_tokens_total``, turned into the same two figures over the recent window).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from .poller import PromPoller
 from .types import ServerSample
 
 __all__ = [
+    "CounterWindow",
     "PREFIX_WINDOW_S",
     "SGLANG_METRICS",
     "VLLM_METRICS",
@@ -46,6 +54,7 @@ __all__ = [
     "parse_server_metrics",
     "server_metrics_parser",
     "server_sample_from_samples",
+    "spec_from_counters",
 ]
 
 # Labels that name a rank *inside* one scheduler replica (replicated views, not shards).
@@ -60,6 +69,9 @@ SGLANG_METRICS = {
     "prompt_tokens_total": "sglang:prompt_tokens_total",
     "prefix_hit_rate": "sglang:cache_hit_rate",  # gauge: the last prefill batch
     "prefix_hits_total": "sglang:cached_tokens_total",  # prompt tokens found in the cache
+    "preemptions_total": "sglang:num_retracted_requests_total",  # retractions: KV cache full
+    "spec_accept_length": "sglang:spec_accept_length",  # gauge: tokens per verify step
+    "spec_accept_rate": "sglang:spec_accept_rate",  # gauge: accepted / draft tokens
 }
 
 VLLM_METRICS = {
@@ -73,6 +85,10 @@ VLLM_METRICS = {
     "prefix_queries_total": "vllm:prefix_cache_queries_total",  # in tokens (v1)
     "prefix_hits_total": "vllm:prefix_cache_hits_total",  # in tokens (v1)
     "prefix_hit_rate_old": "vllm:gpu_prefix_cache_hit_rate",  # vLLM v0 gauge, 0..1
+    "preemptions_total": "vllm:num_preemptions_total",
+    "spec_accepted_total": "vllm:spec_decode_num_accepted_tokens_total",
+    "spec_drafts_total": "vllm:spec_decode_num_drafts_total",
+    "spec_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
 }
 
 #: Seconds of scrapes the poller's prefix-cache hit rate covers (at least two scrapes).
@@ -134,6 +150,9 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
             prefix_hit_rate=_ratio(_mean_replicas(samples.get(sg["prefix_hit_rate"]))),
             prefix_queries_total=prompts if hits is not None else None,
             prefix_hits_total=hits,
+            preemptions_total=_sum_replicas(samples.get(sg["preemptions_total"])),
+            spec_accept_length=_mean_replicas(samples.get(sg["spec_accept_length"])),
+            spec_acceptance_rate=_ratio(_mean_replicas(samples.get(sg["spec_accept_rate"]))),
         )
     vl = VLLM_METRICS
     if any(samples.get(vl[k]) for k in ("running", "queued", "kv_usage", "kv_usage_old")):
@@ -154,6 +173,10 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
             prefix_hit_rate=_ratio(_mean_replicas(samples.get(vl["prefix_hit_rate_old"]))),
             prefix_queries_total=queries if hits is not None else None,
             prefix_hits_total=hits if queries is not None else None,
+            preemptions_total=_sum_replicas(samples.get(vl["preemptions_total"])),
+            spec_accepted_total=_sum_replicas(samples.get(vl["spec_accepted_total"])),
+            spec_drafts_total=_sum_replicas(samples.get(vl["spec_drafts_total"])),
+            spec_draft_tokens_total=_sum_replicas(samples.get(vl["spec_draft_tokens_total"])),
         )
     return None
 
@@ -205,6 +228,42 @@ class PrefixRateWindow:
         return dataclasses.replace(sample, prefix_hit_rate=rate)
 
 
+class CounterWindow:
+    """Deltas of some cumulative counters over the last ``window_s`` seconds of samples (the
+    oldest point kept is the latest at or before ``t - window_s``). A counter going back (a
+    restarted server) starts the window again; a sample without them clears it."""
+
+    def __init__(self, names: tuple[str, ...], window_s: float = PREFIX_WINDOW_S) -> None:
+        self.names = names
+        self.window_s = window_s
+        self._points: deque[tuple[float, tuple[float, ...]]] = deque()
+
+    def update(self, sample: ServerSample) -> tuple[float, ...] | None:
+        """The counters' increase over the window, None until two samples carry them."""
+        values = tuple(getattr(sample, n) for n in self.names)
+        points = self._points
+        if any(v is None for v in values):
+            points.clear()
+            return None
+        if points and any(v < p for v, p in zip(values, points[-1][1])):
+            points.clear()
+        points.append((sample.t, values))  # type: ignore[arg-type]
+        while len(points) >= 2 and points[1][0] <= sample.t - self.window_s:
+            points.popleft()
+        if len(points) < 2:
+            return None
+        first = points[0][1]
+        return tuple(v - f for v, f in zip(values, first))  # type: ignore[operator]
+
+
+def spec_from_counters(accepted: float, drafts: float, draft_tokens: float) -> tuple[float | None, float | None]:
+    """vLLM's speculative-decoding counters (their increase over some time) -> (accept length:
+    1 + accepted / drafts, acceptance rate: accepted / draft tokens)."""
+    length = 1.0 + accepted / drafts if drafts > 0 else None
+    rate = _ratio(accepted / draft_tokens) if draft_tokens > 0 else None
+    return length, rate
+
+
 class ServerMetricsPoller(PromPoller):
     """Fetches and parses a server's /metrics; never raises on network or parse errors.
 
@@ -226,6 +285,8 @@ class ServerMetricsPoller(PromPoller):
         self.last: ServerSample | None = None
         self._prev_counter: tuple[float, float] | None = None  # (t, gen_tokens_total)
         self._prefix = PrefixRateWindow()
+        self._preempt = CounterWindow(("preemptions_total",))
+        self._spec = CounterWindow(("spec_accepted_total", "spec_drafts_total", "spec_draft_tokens_total"))
 
     async def poll(self) -> ServerSample | None:
         """One GET + parse. None on any failure, with the reason in ``.last_error``."""
@@ -237,10 +298,23 @@ class ServerMetricsPoller(PromPoller):
         if sample is None:
             self._prev_counter = None
             return self._nothing(text, "no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
-        sample = self._prefix.update(self._with_rate(sample))
+        sample = self._with_windows(self._prefix.update(self._with_rate(sample)))
         self.last_error = None
         self.last = sample
         return sample
+
+    def _with_windows(self, sample: ServerSample) -> ServerSample:
+        """Preemptions over the recent window; vLLM's speculative-decoding figures from its
+        counters over it (SGLang gives them as gauges)."""
+        changes: dict[str, float | None] = {}
+        d = self._preempt.update(sample)
+        if d is not None:
+            changes["preemptions_recent"] = d[0]
+        d = self._spec.update(sample)
+        if d is not None and sample.spec_accept_length is None:
+            length, rate = spec_from_counters(*d)
+            changes.update(spec_accept_length=length, spec_acceptance_rate=rate)
+        return dataclasses.replace(sample, **changes) if changes else sample
 
     def _with_rate(self, sample: ServerSample) -> ServerSample:
         counter = sample.gen_tokens_total

@@ -46,6 +46,20 @@ class ServerSample:
     prefix_hit_rate: float | None = None
     prefix_queries_total: float | None = None  # cumulative prompt tokens looked up in the cache
     prefix_hits_total: float | None = None  # cumulative prompt tokens found there
+    # Preemptions: requests the server evicted from the running batch because its KV cache
+    # filled (vLLM vllm:num_preemptions_total; SGLang's retractions,
+    # sglang:num_retracted_requests_total), cumulative; and over the poller's recent window.
+    preemptions_total: float | None = None
+    preemptions_recent: float | None = None
+    # Speculative decoding: tokens per verify step (accepted drafts + 1) and the share of draft
+    # tokens accepted. SGLang: its gauges sglang:spec_accept_length / spec_accept_rate; vLLM:
+    # from its counters over the poller's recent window (1 + accepted / drafts, accepted /
+    # draft tokens). None: no speculative decoding reported.
+    spec_accept_length: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_accepted_total: float | None = None  # vLLM counters (cumulative)
+    spec_drafts_total: float | None = None
+    spec_draft_tokens_total: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
