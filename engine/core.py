@@ -184,8 +184,6 @@ class Engine:
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         if cfg.workers > 1 or cfg.ray is not None:
-            if self.trace is not None:
-                raise RuntimeError("--trace replays in one process: drop --workers")
             kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
             if cfg.ray is not None:
                 from .ray_pool import RayPool  # the optional extra redline[ray]

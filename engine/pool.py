@@ -26,9 +26,11 @@ import os
 import platform
 import signal
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
-from .controller import Controller
+from .constants import TRACE_FEED_AHEAD_S
+from .controller import TRACE, Controller
 from .histogram import LogHistogram
 from .loop import read_pipe
 from .records import RequestRecord
@@ -72,6 +74,8 @@ class _WorkerState:
         self.cpu_s = 0.0
         self.t0 = time.perf_counter()
         self.share = 0
+        self.fed = 0  # trace rows fed to it in this replay ...
+        self.taken = 0  # ... and taken by its pool (its last report of this replay)
 
 
 class WorkerPool(Controller):
@@ -87,6 +91,12 @@ class WorkerPool(Controller):
         self._seq = 0
         self._waits: dict[int, tuple[asyncio.Future, set[int], list]] = {}
         self._stopped_workers: set[int] = set()
+        # a trace replay: its generation, how far pauses and probes moved it, whose turn next
+        self._gen = 0
+        self._shift = 0.0
+        self._stopped_at: float | None = None  # when the replay was paused or probed
+        self._fed_times: deque[float] = deque()  # intended times of the rows fed lately
+        self._next_worker = 0
 
     # -- start / stop ---------------------------------------------------------------------
     async def launch(self, spec: WorkerSpec) -> None:
@@ -165,6 +175,38 @@ class WorkerPool(Controller):
         if self.settled_at is None and not self.open_loop and self.in_flight == self.target:
             self.settled_at = time.perf_counter()
 
+    @property
+    def trace_done(self) -> bool:
+        """Every row was fed, and every live worker has taken (sent, held or dropped) its own."""
+        return super().trace_done and all(s.taken >= s.fed and s.backlog == 0 for s in self.states if s.alive)
+
+    def start_schedule(self, schedule, mode: str, rate: float | None) -> None:
+        """A new trace replay: the workers drop what is left of the last one."""
+        super().start_schedule(schedule, mode, rate)
+        self._gen += 1
+        self._shift = 0.0
+        self._stopped_at = None
+        self._fed_times.clear()
+        for s in self.states:
+            s.fed = s.taken = 0
+
+    async def probe(self) -> int:
+        if self._replaying():
+            self._stopped_at = time.perf_counter()
+        return await super().probe()
+
+    def restore(self) -> int | None:
+        """Back from a probe: a trace replay resumes from now (the rows fed move with it)."""
+        prev = self._previous_load
+        sched = prev[2] if prev is not None else None
+        before = sched.t_next if sched is not None else None
+        out = super().restore()  # the unfed rest of the trace: from now
+        if sched is not None and self._stopped_at is not None:
+            if before is not None:
+                self._shift += sched.t_next - before
+            self._move_trace(time.perf_counter())
+        return out
+
     async def abort(self) -> int:
         self._push_orders()  # a probe's C=1 reaches the workers before the abort: none refills
         fut = self._ask("abort")
@@ -197,12 +239,13 @@ class WorkerPool(Controller):
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
         stamp = self.engine._stamp()
         gone = [t.gone for t in self.engine.targets]
-        mode = "rate" if self.open_loop and not self.probing else "concurrency"
+        mode = self.mode if self.open_loop and not self.probing else "concurrency"
+        trace = (self._gen, self.rate, self._shift) if self._gen else None
         out = []
         for i in range(n):
             out.append({
                 "kind": "order", "stamp": stamp, "gone": gone, "mode": mode,
-                "c": cs.get(i, 0), "rate": (self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0,
+                "c": cs.get(i, 0), "rate": (self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0, "trace": trace,
                 "cap": caps.get(i, 1), "paused": self.paused or self.stopped, "hold": self.hold,
                 "workload": self.engine.config.workload,  # a live change reaches every worker
             })
@@ -219,7 +262,9 @@ class WorkerPool(Controller):
 
     async def _run(self) -> None:
         while not self.stopped:
-            self._push_orders()
+            self._rebase_trace()
+            self._push_orders()  # a move of the trace reaches the workers before rows fed after it
+            self._feed()
             self._mark_settled()
             self._wake.clear()
             try:
@@ -227,6 +272,64 @@ class WorkerPool(Controller):
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    # -- a trace replay -------------------------------------------------------------------------
+    def _replaying(self) -> bool:
+        return self.mode == TRACE and self.schedule is not None and not self.probing
+
+    def _rebase_trace(self) -> None:
+        """Back from a pause (or the server back): the rest of the trace from now, as one
+        process's loop does (Controller._open_step), the rows already fed moved with it."""
+        if not self._replaying():
+            return
+        now = time.perf_counter()
+        if self.paused or self.hold:
+            if self._stopped_at is None:
+                self._stopped_at = now
+        elif self._stopped_at is not None:
+            self._move_trace(now)
+
+    def _move_trace(self, now: float) -> None:
+        """The first row not sent when the replay stopped is due now; every later row (fed
+        or not) keeps its spacing."""
+        stopped, self._stopped_at = self._stopped_at, None
+        sched = self.schedule
+        waiting = [t for t in self._fed_times if t >= stopped]
+        first = min(waiting) if waiting else sched.t_next
+        if first is None or now <= first:
+            return
+        d = now - first
+        if sched.t_next is not None:
+            sched.rebase(sched.t_next + d)
+        self._fed_times = deque(t + d for t in self._fed_times)
+        self._shift += d
+
+    def _feed(self) -> None:
+        """The rows due within TRACE_FEED_AHEAD_S go to the live workers in turn, each with
+        its intended time: the worker's pool sends it then (held at its share of the cap)."""
+        if not self._replaying() or self.paused or self.hold:
+            return
+        sched = self.schedule
+        horizon = time.perf_counter() + TRACE_FEED_AHEAD_S
+        alive = [s.index for s in self.states if s.alive and s.index < len(self._conns)]
+        if not alive:
+            return
+        rows: dict[int, list] = {}
+        while sched.t_next is not None and sched.t_next <= horizon:
+            t, row = sched.pop()
+            i = alive[self._next_worker % len(alive)]
+            self._next_worker += 1
+            rows.setdefault(i, []).append((self._worker_time(i, t), row))
+            self.states[i].fed += 1
+            self._fed_times.append(t)
+        while self._fed_times and self._fed_times[0] < horizon - 2 * TRACE_FEED_AHEAD_S:
+            self._fed_times.popleft()
+        for i, batch in rows.items():
+            self._send(i, {"kind": "feed", "gen": self._gen, "rows": batch})
+
+    def _worker_time(self, i: int, t: float) -> float:
+        """A time of this host as worker i's clock reads it (one monotonic clock here)."""
+        return t
 
     def _send(self, i: int, msg: dict) -> bool:
         try:
@@ -332,6 +435,9 @@ class WorkerPool(Controller):
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
         st.delayed, st.dropped = msg["delayed"], msg["dropped"]
+        gen, taken = msg.get("fed", (0, 0))
+        if gen == self._gen:
+            st.taken = taken
         if st.cpu_s0 is None:
             st.cpu_s0 = msg["cpu_s"]
         st.cpu_s = msg["cpu_s"] - st.cpu_s0

@@ -51,6 +51,7 @@ def _actor_class():
             from redline.engine.worker import Worker
 
             self.w = Worker(spec, None)
+            await self.w.warm()
             self.w.ctl.start()
             return platform.node()
 
@@ -132,6 +133,10 @@ class RayPool(WorkerPool):
     def _send(self, i: int, msg: dict) -> bool:
         self._actors[i].order.remote(msg)  # an actor runs one caller's calls in order
         return True
+
+    def _worker_time(self, i: int, t: float) -> float:
+        """A time of this host on worker i's clock: its reports' offset taken back."""
+        return t - self._offsets.get(i, 0.0)
 
     def _place(self, i: int, msg: dict, t_recv: float) -> None:
         shift = 0.0

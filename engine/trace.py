@@ -240,7 +240,8 @@ class TracePrompts:
     same order give the same texts.
     """
 
-    def __init__(self, calibration: Calibration, seed: int = 0, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> None:
+    def __init__(self, calibration: Calibration, seed: int = 0, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+                 suffix_seed: int | None = None) -> None:
         if block_tokens < 1:
             raise ValueError(f"block_tokens {block_tokens}: expected a whole number >= 1")
         self.calibration = calibration
@@ -248,7 +249,9 @@ class TracePrompts:
         self.block_tokens = block_tokens
         self.block_words = max(1, round(block_tokens / calibration.per_word))
         self._heads = random.Random(f"redline-trace-heads:{seed}").randrange(10**9)
-        self._rng = random.Random(f"redline-trace-suffix:{seed}")
+        # a worker process draws its suffixes from a seed of its own (its blocks are the
+        # session's: the same hash ids give the same bytes in every process)
+        self._rng = random.Random(f"redline-trace-suffix:{seed if suffix_seed is None else suffix_seed}")
         self._memo: dict[int, str] = {}
         self._memo_chars = 0
 

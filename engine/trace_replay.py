@@ -10,6 +10,7 @@ the schedule lag and the sends held back at the cap.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Sequence
 
 from .constants import TRACE_LEAD_S
@@ -95,3 +96,49 @@ class TraceReplay:
     def progress(self) -> tuple[int, int]:
         """(rows sent or due so far, rows in the trace)."""
         return (self.schedule.sent if self.schedule else 0), len(self.rows)
+
+
+class FedSchedule:
+    """A worker's share of a trace replay (`--workers N`): rows the coordinator fed it, each
+    with its intended send time (this host's perf seconds), sent by the worker's own pool.
+
+    The coordinator owns the replay (its TraceSchedule: speed, pauses, progress) and feeds
+    each worker the rows due in the next TRACE_FEED_AHEAD_S (engine/pool.py). A pause or a
+    probe moves the rest of the trace later; the coordinator sends the total move (`shift`)
+    in its orders and the rows already fed move with it (`shift_to`), so they keep their
+    spacing with the rows fed after. `gen` counts replays: a new replay clears the old rows."""
+
+    def __init__(self) -> None:
+        self.q: deque[tuple[float, TraceRow]] = deque()
+        self.gen = 0
+        self.shift = 0.0
+        self.popped = 0  # rows of this replay taken by the pool (sent, held or dropped)
+
+    @property
+    def t_next(self) -> float | None:
+        return self.q[0][0] if self.q else None
+
+    def pop(self) -> tuple[float, TraceRow]:
+        self.popped += 1
+        return self.q.popleft()
+
+    def rebase(self, now: float) -> None:
+        """The coordinator moves the times (`shift_to`); a pause owes nothing here."""
+
+    def start(self, gen: int) -> None:
+        """A new replay: the old one's rows are gone."""
+        if gen != self.gen:
+            self.q.clear()
+            self.gen, self.shift, self.popped = gen, 0.0, 0
+
+    def feed(self, gen: int, rows: Sequence[tuple[float, TraceRow]]) -> None:
+        if gen == self.gen:
+            self.q.extend(rows)
+
+    def shift_to(self, total: float) -> None:
+        """The replay moved `total` seconds later since it started: rows held here move by
+        what they have not moved yet."""
+        d = total - self.shift
+        if d:
+            self.q = deque((t + d, row) for t, row in self.q)
+            self.shift = total

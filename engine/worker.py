@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 import httpx
 
 from .arrivals import parse_arrival
-from .controller import Controller
+from .controller import TRACE, Controller
 from .conversation import run_session
 from .histogram import LogHistogram
 from .http import make_client
@@ -39,10 +39,13 @@ from .records import RequestRecord
 from .sender import Sender
 from .steps import new_gaps
 from .target import Target
+from .trace import TracePrompts, TraceRow
+from .trace_replay import FedSchedule
 from .workload import Calibration, PromptSource, WorkloadConfig
 
 FLUSH_S = 0.25  # how often a worker reports
 BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide
+WARM_TIMEOUT_S = 5.0  # the warm-up GET of a worker's targets
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,8 @@ class Worker:
         self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
                               on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
         self.ctl.pause()  # until the coordinator gives this worker its share
+        self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)
+        self._trace_prompts: TracePrompts | None = None
 
     def _source(self, wl: WorkloadConfig) -> PromptSource:
         """This worker's prompts: the workload's, from a seed of its own."""
@@ -236,6 +241,13 @@ class Worker:
     async def _one(self, t_intended: float | None = None, item: object = None) -> None:
         sender = self._pick()
         wl = self.workload
+        if isinstance(item, TraceRow):  # a trace row: its prompt from its hash ids, as in one process
+            if self._trace_prompts is None:
+                sp = self.spec
+                self._trace_prompts = TracePrompts(sp.calibration, sp.seed, suffix_seed=sp.seed * 1009 + sp.index + 1)
+            p = self._trace_prompts.prompt(item)
+            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
+            return
         if t_intended is None and wl.turns > 1:
             await run_session(sender, self.source, wl.turns, wl.think_s)
             return
@@ -247,8 +259,13 @@ class Worker:
 
     # -- the coordinator's orders ---------------------------------------------------------------
     def apply(self, order: dict) -> None:
-        """The load this worker holds now (its share), and what to stamp on requests."""
+        """The load this worker holds now (its share), and what to stamp on requests; or
+        (kind "feed") trace rows to send at their times."""
         ctl = self.ctl
+        if order["kind"] == "feed":
+            self.feed.feed(order["gen"], order["rows"])
+            ctl.poke()
+            return
         self.stamp = order["stamp"]
         wl = order.get("workload")
         if wl is not None and wl != self.workload:  # a live workload change (the engine checked it)
@@ -257,17 +274,35 @@ class Worker:
             t.gone = gone
         ctl.max_concurrency = max(1, order["cap"])
         ctl.hold = order["hold"]
-        if order["mode"] == "rate" and order["rate"] > 0:
+        trace = order.get("trace")  # (replay gen, speed, how far it moved): the coordinator's replay
+        if trace is not None:
+            self.feed.start(trace[0])
+            self.feed.shift_to(trace[2])
+        if order["mode"] == "trace":
+            if ctl.mode != TRACE or ctl.schedule is not self.feed:
+                ctl.start_schedule(self.feed, TRACE, trace[1])
+            ctl.rate = trace[1]
+        elif order["mode"] == "rate" and order["rate"] > 0:
             if ctl.mode != "rate" or ctl.rate != order["rate"]:
                 ctl.set_rate(order["rate"])
         elif order["c"] > 0:
             if ctl.mode != "concurrency" or ctl.target != order["c"]:
                 ctl.set_concurrency(min(order["c"], ctl.max_concurrency))
-        if order["paused"] or (order["mode"] != "rate" and order["c"] <= 0) or (order["mode"] == "rate" and order["rate"] <= 0):
+        if order["paused"] or (order["mode"] == "concurrency" and order["c"] <= 0) or (order["mode"] == "rate" and order["rate"] <= 0):
             ctl.pause()
         elif ctl.paused:
             ctl.resume()
         ctl.poke()
+
+    async def warm(self) -> None:
+        """One GET of /v1/models per target before the worker says it is ready: its first
+        request does not pay for the connection and the client's first use (a trace row
+        sent ~25 ms late). Any answer will do (404 included); a failure is the load's to meet."""
+        for client, tgt in zip(self.clients, self.spec.targets):
+            try:
+                await client.get(tgt.url + "/v1/models", timeout=WARM_TIMEOUT_S)
+            except httpx.HTTPError:
+                pass
 
     def take(self, kind: str = "batch", seq: int = 0) -> dict:
         """The report: what was measured since the last one, and this worker's state. `now`
@@ -279,6 +314,7 @@ class Worker:
             kind=kind, seq=seq, worker=self.spec.index, in_flight=ctl.in_flight,
             backing_off=sum(t.sender.backing_off for t in self.targets),
             backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
+            fed=(self.feed.gen, self.feed.popped),
             cpu_s=time.process_time(), now=time.perf_counter(),
         )
         return msg
@@ -313,7 +349,7 @@ class Worker:
                 stop.set()
                 return
             kind = msg["kind"]
-            if kind == "order":
+            if kind in ("order", "feed"):
                 self.apply(msg)
             elif kind == "flush":
                 self.report("flush", msg["seq"])
@@ -323,6 +359,7 @@ class Worker:
                 stop.set()
 
         read_pipe(self.conn, loop, on_msg, last=lambda msg: msg.get("kind") == "stop", name="redline-worker-orders")
+        await self.warm()
         self.ctl.start()
         self.conn.send({"kind": "ready", "worker": self.spec.index})
 

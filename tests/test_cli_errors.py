@@ -107,7 +107,6 @@ CASES: dict[str, Case] = {
     # worker processes (issue 17): --workers N|auto
     "workers-0": Case(["--url", "{URL}", "--workers", "0"], BAD, ("--workers '0'", "whole number from 1 to 256, or auto")),
     "workers-abc": Case(["--url", "{URL}", "--workers", "many"], BAD, ("--workers 'many'", "or auto")),
-    "workers-trace": Case(["--url", "{URL}", "--workers", "2", "--trace", "{D}/trace.jsonl"], BAD, ("--workers 2", "a trace replays in one process")),
     "weights-on-run": Case(["run", QUICK, "--headless", "--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "1,0"], BAD,
                            ("--weights '1,0'", "positive")),
     "profile-unknown": Case(["--profile", "nope"], BAD, ("'nope'", "healthy")),
