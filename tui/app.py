@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -26,14 +26,10 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Footer
 
-from redline.engine.preset import builtin_dir
-from redline.engine import commands as C
-from redline.engine.controller import ConcurrencyError, check_concurrency
-from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.preset import Preset, PresetError, load_preset
-from redline.engine.snapshot import Snapshot
-
-from redline.engine.session.compare import SessionSummary
+from ..engine import api
+from ..engine.api import Snapshot
+from ..engine.api import commands as C
+from ..engine.session.api import SessionSummary
 
 from .widgets.curve import CurveView
 from .widgets.eventlog import EventLog
@@ -47,6 +43,9 @@ from .widgets.steps import StepTable
 from .widgets.targets import TargetsPanel
 from .widgets.workers import WorkersPanel, block_lines
 from .widgets.workload import WorkloadForm
+
+if TYPE_CHECKING:
+    from ..engine.api import EngineProcess, EngineThread, Preset
 
 REFRESH_S = 0.25
 WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
@@ -127,7 +126,7 @@ class RedlineApp(App[int]):
         self.step = step
         self.rate_step = rate_step
         self.start_preset = preset
-        self.presets_dir = presets_dir or builtin_dir()
+        self._presets_dir = presets_dir  # None: the built-in presets (looked up when `p` opens the picker)
         self.exit_reason = "quit"
         self.hard_exit = False  # set by `redline` itself (not by tests): never hang on exit
         self._quitting = False
@@ -145,6 +144,14 @@ class RedlineApp(App[int]):
         self._preset: tuple[str, int] | None = None  # the preset the app started: name, last log seq then
         self._preset_seen = False  # ... and the engine has shown it running
         self._preset_note = ""  # "preset NAME finished (...)", in the header until the load changes
+
+    @property
+    def presets_dir(self) -> Path:
+        return self._presets_dir if self._presets_dir is not None else api.builtin_dir()
+
+    @presets_dir.setter
+    def presets_dir(self, d: Path) -> None:
+        self._presets_dir = d
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -352,8 +359,8 @@ class RedlineApp(App[int]):
             if text is None:
                 return
             try:
-                n = check_concurrency(text, 10**9)
-            except ConcurrencyError:
+                n = api.check_concurrency(text, 10**9)
+            except api.ConcurrencyError:
                 self.notify(f"concurrency {text!r}: expected a whole number from 1 to {self.max_concurrency}; nothing changed", severity="error")
                 return
             self.set_concurrency(n)
@@ -370,7 +377,7 @@ class RedlineApp(App[int]):
         return r if r else 1.0
 
     def set_rate(self, r: float) -> None:
-        from redline.engine.arrivals import MAX_RATE
+        from ..engine.api import MAX_RATE
 
         r = round(min(max(r, RATE_FLOOR), MAX_RATE), 6)  # no 0.30000000000000004
         if r == self.target_rate:
@@ -403,7 +410,7 @@ class RedlineApp(App[int]):
             self.set_rate(self.target_rate / 2)
 
     async def action_type_rate(self) -> None:
-        from redline.engine.arrivals import ArrivalError, check_rate
+        from ..engine.api import ArrivalError, check_rate
 
         if not self._mode_settled():
             return
@@ -493,8 +500,8 @@ class RedlineApp(App[int]):
         entries: list[tuple[str, Preset | None, str]] = []  # name, preset (None: unusable), its line
         for path in paths:
             try:
-                preset = load_preset(path)
-            except PresetError as exc:
+                preset = api.load_preset(path)
+            except api.PresetError as exc:
                 entries.append((path.stem, None, str(exc)))
                 continue
             entries.append((path.stem, preset, preset.description))
@@ -518,7 +525,7 @@ class RedlineApp(App[int]):
         self._want = None
         try:
             change = preset_workload_change(preset, self._workload())
-        except PresetError as exc:
+        except api.PresetError as exc:
             self.notify(str(exc), severity="error")
             return
         if change is None:
@@ -590,7 +597,7 @@ class RedlineApp(App[int]):
         self.notify(f"knee search from C={self.target} up to {self.max_concurrency}; any concurrency key cancels it")
 
     async def action_slo(self) -> None:
-        from redline.engine.slo import SloError, parse_slo
+        from ..engine.api import SloError, parse_slo
 
         def done(text: str | None) -> None:
             if text is None:
@@ -643,7 +650,8 @@ class RedlineApp(App[int]):
             self._exporting = False
 
     async def _export_now(self, d: Path) -> None:
-        from redline.engine.session import SessionError, export_session
+        from ..engine.api import SessionError
+        from ..engine.session.api import export_session
 
         try:  # every row recorded so far is on disk before the export reads it
             err = await asyncio.wrap_future(self.host.send(C.Flush()))
@@ -681,16 +689,16 @@ def preset_workload_change(preset: Preset, current: dict):
     """The WorkloadChange that gives the session `preset`'s [workload] (its lengths and
     dataset), or None when the session already has it. PresetError (one line) for what a
     running session cannot change: a trace replay or the number of turns."""
-    from redline.engine.workload_change import WorkloadChange
+    from ..engine.api import WorkloadChange
 
     w = preset.workload
     trace = getattr(w, "trace", None)
     if (trace or None) != (current.get("trace") or None):
         what = f"replays the trace {trace}" if trace else f"has no trace and this session replays {current.get('trace')}"
-        raise PresetError(f"preset {preset.name} {what}: start it with `redline run {preset.name}`; nothing started")
+        raise api.PresetError(f"preset {preset.name} {what}: start it with `redline run {preset.name}`; nothing started")
     turns = getattr(w, "turns", 1)
     if turns != current.get("turns", 1):
-        raise PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
+        raise api.PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
                           f"start it with `redline run {preset.name}`; nothing started")
     if trace:
         return None  # a trace sets each request's lengths
@@ -704,17 +712,9 @@ def preset_workload_change(preset: Preset, current: dict):
 
 
 def search_preset(start: int, max_c: int, config) -> Preset:
-    """The preset `k` runs: a knee search from the current C with this session's workload."""
-    from redline.engine.preset import parse_preset
-
-    wl = getattr(config, "workload", None)
-    workload = {"input_len": wl.input_len, "output_len": wl.output_len} if wl is not None else {}
-    return parse_preset(
-        {"name": "knee search", "workload": workload,
-         "ramp": {"mode": "search", "start": start, "max": max(start, max_c), "warmup_s": 5, "hold_s": 10, "min_requests": 10},
-         "stop": {"plateau_gain": 0.05}},
-        "knee-search",
-    )
+    """The preset `k` runs: a knee search from the current C with this session's workload
+    (built by the engine: engine/preset/knee.py)."""
+    return api.knee_search_preset(start, max_c, getattr(config, "workload", None))
 
 
 def _one_line(exc: BaseException) -> str:

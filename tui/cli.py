@@ -18,16 +18,16 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
-from redline.engine import __version__
-from redline.engine.constants import (
+from ..engine import api
+from ..engine.api import (
     DEFAULT_CONCURRENCY,
     DEFAULT_INPUT_LEN,
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_OUTPUT_LEN,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STEP,
+    __version__,
 )
-from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS
 
 from . import commands
 from .errors import EXIT_BAD_INPUT, UsageError
@@ -121,9 +121,7 @@ def _is_number(s: str) -> bool:
 
 def _sim_arguments(parser: argparse.ArgumentParser) -> None:
     """The sim's own options, exactly as `python -m redline.engine.sim` takes them."""
-    from redline.engine.sim.serve import add_sim_arguments
-
-    add_sim_arguments(parser)
+    api.add_sim_arguments(parser)
 
 
 def _positive_int(name: str):
@@ -157,11 +155,9 @@ def _rate(name: str, lo: float | None = None):
     `lo` = 0: any number > 0, for a step)."""
 
     def parse(s: str) -> float:
-        from redline.engine.arrivals import ArrivalError, check_rate
-
         try:
-            return check_rate(s, name, lo=lo)
-        except ArrivalError as exc:
+            return api.check_rate(s, name, lo=lo)
+        except api.ArrivalError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
@@ -178,11 +174,9 @@ def _speed(s: str) -> float:
 
 
 def _arrival(s: str) -> str:
-    from redline.engine.arrivals import ArrivalError, parse_arrival
-
     try:
-        return parse_arrival(s).describe()
-    except ArrivalError as exc:
+        return api.parse_arrival(s).describe()
+    except api.ArrivalError as exc:
         raise argparse.ArgumentTypeError(f"--{exc}") from None
 
 
@@ -208,6 +202,17 @@ def _workers(s: str) -> int | str:
     return v
 
 
+class _Transports:
+    """--transport's choices, engine/http.py TRANSPORTS, read when an argument is checked
+    (importing engine/http.py imports httpx, which `redline --help` must not wait for)."""
+
+    def __contains__(self, value: object) -> bool:
+        return value in api.TRANSPORTS
+
+    def __iter__(self):
+        return iter(api.TRANSPORTS)
+
+
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--url", action="append", default=None, metavar="URL", help=url_help)
@@ -224,7 +229,8 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g.add_argument("--server-metrics", default=None, metavar="URL", help="server /metrics (default: the target's /metrics)")
     g.add_argument("--gpu-metrics", default=None, metavar="URL", help="dcgm-exporter metrics, e.g. http://host:9400/metrics (default: local NVML)")
     g.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
-    g.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT, help=argparse.SUPPRESS)
+    # the HTTP client's transport (engine/http.py, which imports httpx: looked up when used)
+    g.add_argument("--transport", choices=_Transports(), default=None, help=argparse.SUPPRESS)
     lim = p.add_argument_group("limits")
     lim.add_argument("--slo", default=None, metavar="SPEC", help="SLOs: per request ttft=2s,tpot=50ms,itl=100ms,e2e=60s; per step ttft_p99=,itl_p99=,e2e_p99=; attainment=0.9 (goodput counts the requests meeting them; a preset ramp stops when a step misses them)")
     lim.add_argument("--guard", default=None, metavar="SPEC", help="guard rails: errors=5%%,ttft_p99=10s,gpu_temp=85; crossed for 5 s, the load drops to the last good C by itself")

@@ -8,18 +8,19 @@ it, and print.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from redline.engine.preset import Preset, PresetError, as_search, builtin_presets, load_preset, preset_from_session, resolve_preset
-from redline.engine.session import SessionError
+from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import checked_config, running_target
+
+if TYPE_CHECKING:
+    from ..engine.api import Preset
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -32,6 +33,8 @@ def _err(text: str) -> None:
 def cmd_tui(args: argparse.Namespace) -> int:
     cfg = checked_config(args)
     if getattr(args, "headless", False):
+        import asyncio  # here, not at the top: `redline --help` and the TUI's first frame do not wait for it
+
         with running_target(cfg, args) as cfg:
             return asyncio.run(_held(cfg))
     return _tui(args, cfg, preset=None)
@@ -40,15 +43,15 @@ def cmd_tui(args: argparse.Namespace) -> int:
 async def _start_engine(engine, futures: list) -> int | None:
     """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
     exit status when the target or the session refuses, else None."""
-    from redline.engine.target import TargetError, TargetUnreachable
+    import asyncio
 
     try:
         futures.append(asyncio.ensure_future(engine.start()))
         await futures[-1]
-    except (TargetError, SessionError) as exc:
+    except (api.TargetError, api.SessionError) as exc:
         _err(str(exc))
         return EXIT_BAD_INPUT
-    except TargetUnreachable as exc:
+    except api.TargetUnreachable as exc:
         _err(str(exc))
         return EXIT_UNREACHABLE
     return None
@@ -57,9 +60,9 @@ async def _start_engine(engine, futures: list) -> int | None:
 async def _held(cfg) -> int:
     """`redline --headless [--control PORT]`: hold the starting load until an API call changes
     it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N)."""
-    from redline.engine.core import Engine
-    from redline.engine.runner import execute
-    from redline.engine.session import format_step_table
+    import asyncio
+
+    from ..engine.api import Engine, execute, format_step_table
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -123,11 +126,11 @@ def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
 # -- redline run PRESET --------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        preset = load_preset(resolve_preset(args.preset))
-    except PresetError as exc:
+        preset = api.load_preset(api.resolve_preset(args.preset))
+    except api.PresetError as exc:
         raise UsageError(str(exc)) from None
     if getattr(args, "search", False):
-        preset = as_search(preset, args.max_concurrency)
+        preset = api.as_search(preset, args.max_concurrency)
     gate = run_gate(args, preset)  # a bad spec: one line, exit 2, before any load
     cfg = checked_config(args, preset)
     if not args.headless:
@@ -135,6 +138,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             flag = "--gate" if getattr(args, "gate", None) else "--junit"
             raise UsageError(f"{flag}: a gate is checked at the end of an unattended run; add --headless")
         return _tui(args, cfg, preset=preset)
+    import asyncio
+
     with running_target(cfg, args) as cfg:
         return asyncio.run(_headless(cfg, preset, gate, getattr(args, "junit", None)))
 
@@ -142,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     """The gate of `redline run`: --gate, else the preset's [gate]; None without one. Checked
     here, before anything starts (UsageError: one line, exit 2)."""
-    from redline.engine.gate import GateError, has_relative, parse_gate
+    from ..engine.session.api import GateError, has_relative, parse_gate
 
     spec = getattr(args, "gate", None)
     junit = getattr(args, "junit", None)
@@ -175,10 +180,9 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
 
 
 async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None) -> int:
-    from redline.engine.core import Engine
-    from redline.engine.runner import execute
-    from redline.engine.runner import run_preset
-    from redline.engine.session import format_step_table
+    import asyncio
+
+    from ..engine.api import Engine, execute, format_step_table, run_preset
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -239,7 +243,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
         print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
         return 128 + caught[0].value
     if out is None:  # the API stopped it, or took over from the preset: the steps recorded
-        from redline.engine.runner import RunOutcome
+        from ..engine.api import RunOutcome
 
         out = RunOutcome(steps=list(engine.steps), break_result=engine.break_result, probe=engine.probe_result)
     if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
@@ -264,16 +268,24 @@ def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
     """The gate at the end of a headless run: judged on summary.json as written (the steps'
     final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
     JUnit file; EXIT_GATE_FAILED when a condition failed."""
-    from redline.engine.gate import GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed
-    from redline.engine.session import SUMMARY
-    from redline.engine.session.compare import session_from_steps
+    from ..engine.session.api import (
+        SUMMARY,
+        GateSession,
+        evaluate,
+        failure_line,
+        format_outcomes,
+        gate_dict,
+        junit_xml,
+        passed,
+        session_from_steps,
+    )
 
     summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
     session = None
     if summary_path is not None and summary_path.is_file():
         try:
             session = GateSession.load(cfg.out_dir)
-        except SessionError:
+        except api.SessionError:
             session = None
     if session is None:
         s = session_from_steps(cfg.label or "session", out.steps, out.break_result, out.probe)
@@ -301,8 +313,7 @@ def _add_to_summary(path: Path, key: str, value: object) -> None:
     """summary.json with `key` set, rewritten atomically (the session's log is closed by now)."""
     import json
 
-    from redline.engine.session.rows import dumps_doc
-    from redline.engine.session.writer import write_text_atomic
+    from ..engine.session.api import dumps_doc, write_text_atomic
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -338,7 +349,7 @@ def _against(engine) -> str:
 
 # -- redline presets -----------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
-    found = builtin_presets()
+    found = api.builtin_presets()
     width = max((len(b.name) for b in found), default=0)
     for b in found:
         print(f"{b.name:<{width}}  {b.description}")
@@ -347,18 +358,16 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 # -- redline sim ---------------------------------------------------------------------------
 def cmd_sim(args: argparse.Namespace) -> int:
-    from redline.engine.sim.serve import run_from_args
-
-    return run_from_args(args)
+    return api.run_from_args(args)
 
 
 # -- sessions: export, report, preset-from -------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    from redline.engine.session import export_session
+    from ..engine.session.api import export_session
 
     try:
         paths = export_session(args.session_dir, args.format, args.output)
-    except SessionError as exc:
+    except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     for p in paths:
         print(p)
@@ -377,10 +386,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     gate = report_gate(args)
     try:
         text, sessions = report_text(args.session_dirs)
-    except SessionError as exc:
+    except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     if html is not None:  # before any output too
-        from redline.engine.session.html import HtmlUnavailable, collect, write_html
+        from ..engine.session.api import HtmlUnavailable, collect, write_html
 
         try:
             write_html([collect(s.path, s) for s in sessions], html)
@@ -422,7 +431,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def report_gate(args: argparse.Namespace) -> list | None:
     """`redline report ... --gate SPEC`: checked before anything is read (one line, exit 2).
     A change (tok_s>=-5%) compares two sessions, BASELINE CANDIDATE."""
-    from redline.engine.gate import GateError, has_relative, parse_gate
+    from ..engine.session.api import GateError, has_relative, parse_gate
 
     spec, junit = getattr(args, "gate", None), getattr(args, "junit", None)
     if spec is None:
@@ -445,11 +454,12 @@ def report_gate(args: argparse.Namespace) -> list | None:
 def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
     """The gate of `redline report`: changes of the candidate (the second session) against
     the baseline (the first), absolute conditions on the last session."""
-    from redline.engine.gate import GateSession, compare, evaluate, failure_line, format_outcomes, junit_xml, passed
+    from ..engine.session.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
+    from ..engine.session.api import gate_compare as compare
 
     try:
         sessions = [GateSession.load(d) for d in args.session_dirs]
-    except SessionError as exc:
+    except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     cand = sessions[-1]
     if len(sessions) == 2:
@@ -478,7 +488,7 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
 
 
 def _check_html_target(path: Path) -> None:
-    from redline.engine.session.html import HTML_EXTRA_HINT, html_available
+    from ..engine.session.api import HTML_EXTRA_HINT, html_available
 
     if not html_available():
         raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
@@ -504,6 +514,8 @@ def _use_color() -> bool:
 def _plot_size() -> tuple[int, int]:
     if not sys.stdout.isatty():
         return 80, 24
+    import shutil
+
     cols = shutil.get_terminal_size((80, 24)).columns
     return max(60, min(cols, 160)), 24
 
@@ -511,14 +523,16 @@ def _plot_size() -> tuple[int, int]:
 def cmd_preset_from(args: argparse.Namespace) -> int:
     out: Path = args.output
     try:
+        from ..engine.session.api import preset_from_session
+
         replay = preset_from_session(args.session_dir, out.stem or "replay")
-    except PresetError as exc:
+    except api.PresetError as exc:
         raise UsageError(str(exc)) from None
     try:
         out.write_text(replay.toml, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"-o {str(out)!r}: cannot write: {exc.strerror or exc}") from None
-    from redline.engine.preset.replay import steps_text
+    from ..engine.session.api import steps_text
 
     line = f"wrote {out}: {steps_text(replay.steps, replay.seconds - replay.probe_s, replay.probe_s)}"
     if replay.left_out_s >= 0.5:

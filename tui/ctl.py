@@ -13,7 +13,6 @@ $REDLINE_CONTROL_TOKEN when set.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -164,6 +163,8 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         reply = {"ok": False, "error": f"HTTP {r.status_code}: not the control API's JSON ({r.text[:80]!r})"}
     ok = r.is_success and isinstance(reply, dict) and reply.get("ok", True) is not False
     if getattr(args, "json", False):
+        import json
+
         print(json.dumps(reply))
     elif ok:
         print(status_line(reply) if args.action == "status" else reply.get("line", "ok"))

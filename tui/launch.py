@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from redline.engine.config import EngineConfig
-from redline.engine.preset import Preset
-from redline.engine.session import SessionError, check_session_dir, default_session_dir
-from redline.engine.session.scrub import redact_argv
-from redline.engine.target import TargetError, validate_url
-from redline.engine.workload import WorkloadConfig, WorkloadError, load_dataset
+from ..engine import api as engine_api  # (`api` is the --api option here)
 
 from .errors import UsageError
 
 DEFAULT_PROFILE = "healthy"
+if TYPE_CHECKING:
+    from ..engine.api import EngineConfig, Preset, WorkloadConfig
+
 BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
 
 
@@ -86,7 +83,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
 def control(args: argparse.Namespace) -> tuple:
     """--control [HOST:]PORT and --control-token-env NAME checked before anything starts: a
     non-loopback host without a token, a port that cannot be listened on: one line, exit 2."""
-    from redline.engine.control import ControlError, check_control
+    from ..engine.api import ControlError, check_control
 
     try:
         return check_control(getattr(args, "control", None), getattr(args, "control_token_env", None), os.environ)
@@ -95,12 +92,14 @@ def control(args: argparse.Namespace) -> tuple:
 
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
-    """--workers N|auto as EngineConfig.workers."""
-    from redline.engine.pool import auto_workers
+    """--workers N|auto as EngineConfig.workers; a trace replays in one process."""
+    from ..engine.api import auto_workers
 
     n = getattr(args, "workers", 1) or 1
     if n == "auto":
         n = auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
+    if n > 1 and cfg.workload.trace is not None:
+        raise UsageError(f"--workers {args.workers}: a trace replays in one process (its rows in order); drop --workers")
     return int(n)
 
 
@@ -113,6 +112,8 @@ def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
     addr = addr.strip()
     if not addr or any(c.isspace() for c in addr):
         raise UsageError(f"--ray {args.ray!r}: expected auto or the Ray head's address, e.g. 10.0.0.1:6379")
+    if cfg.workload.trace is not None:
+        raise UsageError(f"--ray {addr}: a trace replays in one process (its rows in order); drop --ray")
     if not ray_installed():
         raise UsageError(f"--ray {addr}: Ray is not installed here; pip install 'redline[ray]' (on every node), or drop --ray")
     return addr
@@ -130,8 +131,7 @@ def ray_installed() -> bool:
 
 def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
     """(SLO, guard) from --slo / --guard, else the preset's [slo] / [guard]."""
-    from redline.engine.guard import parse_guard
-    from redline.engine.slo import SloError, parse_slo
+    from ..engine.api import SloError, parse_guard, parse_slo
 
     try:
         slo = parse_slo(args.slo) if getattr(args, "slo", None) else (preset.slo if preset else None)
@@ -147,10 +147,12 @@ def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[Engi
     if cfg.url != BUILTIN_SIM:
         yield cfg
         return
-    from redline.engine.sim.serve import spawn_sim_process
+    from ..engine.api import spawn_sim_process
 
     sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
     try:
+        import dataclasses
+
         yield dataclasses.replace(cfg, url=sim.url)
     finally:
         sim.stop()
@@ -171,8 +173,8 @@ def check_urls(urls: list[str]) -> None:
     seen: dict[str, str] = {}
     for u in urls:
         try:
-            base = validate_url(u)
-        except TargetError as exc:
+            base = engine_api.validate_url(u)
+        except engine_api.TargetError as exc:
             raise UsageError(str(exc)) from None
         if base in seen:
             same = "" if seen[base] == u else f" (the same target as {seen[base]!r})"
@@ -189,7 +191,7 @@ def target_weights(args: argparse.Namespace, n: int) -> tuple[float, ...] | None
     if n < 2:
         raise UsageError(f"--weights {text!r}: splits the load over several targets; give --url two or more times, "
                          "one weight per --url")
-    from redline.engine.targets import WeightsError, parse_weights
+    from ..engine.api import WeightsError, parse_weights
 
     try:
         return parse_weights(text, n)
@@ -207,7 +209,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
     target_weights(args, len(urls))
     if args.profile is not None:
-        from redline.engine.sim.profiles import get_profile
+        from ..engine.api import get_profile
 
         try:
             get_profile(args.profile)
@@ -223,8 +225,8 @@ def check_args(args: argparse.Namespace) -> None:
     compare = getattr(args, "compare", None)
     if compare is not None:
         try:
-            check_session_dir(compare)
-        except SessionError as exc:
+            engine_api.check_session_dir(compare)
+        except engine_api.SessionError as exc:
             raise UsageError(f"--compare: {exc}") from None
 
 
@@ -279,7 +281,7 @@ def check_shape(args: argparse.Namespace) -> None:
     if think is not None and turns < 2:
         raise UsageError(f"--think-s {think:g}: the pause between turns of a session; give --turns N (2 or more) too")
     if trace is not None:
-        from redline.engine.trace import resolve_trace
+        from ..engine.api import resolve_trace
 
         args.trace = resolve_trace(trace)  # `--trace example`: the bundled trace
         check_trace(args.trace)
@@ -290,13 +292,13 @@ def check_trace(path: str) -> None:
     if not path.strip():
         raise UsageError(f"--trace {path!r}: expected the path of a Mooncake JSONL trace")
     try:
-        from redline.engine.trace import TraceError, load_trace
+        from ..engine.api import TraceError, load_trace
     except ImportError:  # pragma: no cover - the engine without trace replay
         raise UsageError(f"--trace {path!r}: this redline cannot replay traces") from None
     try:
         rows = load_trace(path)
     except TraceError as exc:
-        from redline.engine.trace import builtin_traces
+        from ..engine.api import builtin_traces
 
         bundled = ", ".join(builtin_traces())
         hint = f" (or a bundled trace by name: {bundled})" if bundled and not Path(path).expanduser().exists() else ""
@@ -307,7 +309,7 @@ def check_trace(path: str) -> None:
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
     turns = getattr(args, "turns", None) or 1
-    wl = WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed,
+    wl = engine_api.WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed,
                         turns=turns, think_s=getattr(args, "think_s", None) or 0.0, trace=getattr(args, "trace", None))
     check_workload(wl)
     return wl
@@ -315,7 +317,7 @@ def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
 
 def workload_from_preset(preset: Preset, seed: int = 0) -> WorkloadConfig:
     w = preset.workload
-    wl = WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed,
+    wl = engine_api.WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed,
                         turns=getattr(w, "turns", 1), think_s=getattr(w, "think_s", 0.0), trace=getattr(w, "trace", None))
     check_workload(wl)
     return wl
@@ -324,8 +326,8 @@ def workload_from_preset(preset: Preset, seed: int = 0) -> WorkloadConfig:
 def check_workload(wl: WorkloadConfig) -> None:
     if wl.dataset != "random":
         try:
-            load_dataset(wl.dataset, wl.output_len)
-        except WorkloadError as exc:
+            engine_api.load_dataset(wl.dataset, wl.output_len)
+        except engine_api.WorkloadError as exc:
             raise UsageError(str(exc)) from None
 
 
@@ -340,8 +342,8 @@ def engine_config(
     live_steps: bool,
 ) -> EngineConfig:
     """The EngineConfig of checked arguments (benchmarks/lag.py builds one the same way)."""
-    out: Path = args.out or default_session_dir()
-    return EngineConfig(
+    out: Path = args.out or engine_api.default_session_dir()
+    return engine_api.EngineConfig(
         url=url,
         api=api,
         model=model,
@@ -351,13 +353,13 @@ def engine_config(
         request_timeout=args.request_timeout,
         api_key=api_key(args),
         insecure=args.insecure,
-        transport=args.transport,
+        transport=getattr(args, "transport", None) or engine_api.DEFAULT_TRANSPORT,
         out_dir=out,
         label=args.label,
         server_metrics_url=args.server_metrics,
         gpu_metrics_url=args.gpu_metrics,
         use_nvml=not args.no_nvml,
         live_steps=live_steps,
-        command_line=redact_argv(args.argv),
+        command_line=engine_api.redact_argv(args.argv),
         seed=args.seed,
     )

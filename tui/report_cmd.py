@@ -16,21 +16,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from redline.engine.session import SessionError, format_break_line, format_step_line, report_session
-from redline.engine.session.compare import (
+from ..engine.api import SessionError, StepResult, step_ms
+from ..engine.session.api import (
     Row,
     SessionSummary,
     align_by_load,
     any_power,
+    fmt_ms,
+    format_break_line,
+    format_step_line,
     joules_per_token,
     knee_load,
     load_session,
     load_sessions,
+    report_session,
     tokens_per_watt,
 )
-from redline.engine.fmt import step_ms
-from redline.engine.session.report import fmt_ms
-from redline.engine.stepresult import StepResult
 
 from .errors import UsageError
 
@@ -244,7 +245,7 @@ def format_targets_table(targets: Sequence[dict]) -> str:
 
 def session_targets_table(session_dir: Path) -> str:
     """The per-target table of one session's summary.json; "" with one target or none recorded."""
-    from redline.engine.session import load_summary
+    from ..engine.session.api import load_summary
 
     try:
         summary = load_summary(session_dir)
@@ -298,7 +299,7 @@ def format_workers_table(workers: Sequence[dict]) -> str:
 
 def _summary_list(session_dir: Path, key: str) -> list[dict]:
     """summary.json's `key` list (its dict entries), [] when absent or unreadable."""
-    from redline.engine.session import load_summary
+    from ..engine.session.api import load_summary
 
     try:
         summary = load_summary(session_dir)

@@ -6,11 +6,7 @@ import argparse
 import signal
 import sys
 
-from redline.engine.config import EngineConfig
-from redline.engine.host import EngineError, EngineProcess
-from redline.engine.session import SessionError
-from redline.engine.preset import Preset
-from redline.engine.target import TargetError, TargetUnreachable
+from ..engine.api import EngineConfig, EngineError, EngineProcess, Preset, SessionError, TargetError, TargetUnreachable
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from redline.engine.session.compare import SessionSummary, session_from_steps
-from redline.engine.snapshot import Snapshot
+from ...engine.session.api import SessionSummary, session_from_steps
+from ...engine.api import Snapshot
 
 from ..curves import render_curves
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from redline.engine.snapshot import LogLine
+from ...engine.api import LogLine
 
 STYLE = {"warning": "yellow", "error": "red", "break": "bold red", "step": "cyan", "probe": "magenta", "key": "bold"}
 STAMP = "%H:%M:%S"

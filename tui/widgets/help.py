@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from redline.engine.snapshot import Snapshot
+from ...engine.api import Snapshot
 
 # (keys as typed, what they do): the app's BINDINGS, each action once (tests check it)
 KEYS: tuple[tuple[str, str, str], ...] = (

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from redline.engine.constants import TIMELINE_INTERVAL_S
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label
 
-from redline.engine.snapshot import Snapshot
+from ...engine.api import TIMELINE_INTERVAL_S, Snapshot
 
 from ..format import ms, rate
 from .metric import MetricRow

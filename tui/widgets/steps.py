@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import DataTable
 
-from redline.engine.snapshot import LogLine, Snapshot
-from redline.engine.stepresult import StepResult
+from ...engine.api import LogLine, Snapshot, StepResult
 
 from ..format import ms, rate, step_ms
 from .header import rate_text

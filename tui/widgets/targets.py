@@ -21,7 +21,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from redline.engine.snapshot import Snapshot
+from ...engine.api import Snapshot
 
 from ..format import ms, num, rate
 

@@ -1,0 +1,137 @@
+"""The engine's public surface for the UI: everything `tui/` uses to run a session.
+
+`tui/` reaches the engine through two modules only (tests/test_architecture.py counts them):
+this one (commands, the Snapshot types, the EngineConfig and the checks of every user value,
+starting an engine host or the built-in sim, the presets) and `engine/session/api.py` (the
+session tools of `redline report`, `export`, `preset-from` and the gates). Where a name lives
+inside the engine is the engine's business: it moves, this surface stays.
+
+Every name is loaded on first use (PEP 562 module __getattr__): importing this module costs
+nothing, so `redline --help` never pays for httpx, polars or the engine's core, and the TUI's
+first frame does not wait for them. A name is looked up in its home module on every access
+(nothing cached here), so a test that patches the home module's attribute is seen.
+
+The `if TYPE_CHECKING:` block below names the same things for type checkers and for the
+structure tools that draw the import graph; the test checks that it and _EXPORTS agree.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+
+if TYPE_CHECKING:
+    from . import commands
+    from .arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
+    from .config import EngineConfig
+    from .constants import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_INPUT_LEN,
+        DEFAULT_MAX_CONCURRENCY,
+        DEFAULT_OUTPUT_LEN,
+        DEFAULT_REQUEST_TIMEOUT_S,
+        DEFAULT_STEP,
+        TIMELINE_INTERVAL_S,
+    )
+    from .control import ControlError, check_control
+    from .controller import ConcurrencyError, check_concurrency
+    from .core import Engine
+    from .fmt import ms, num, rate, step_ms
+    from .guard import parse_guard
+    from .host import EngineError, EngineProcess, EngineThread
+    from .http import DEFAULT_TRANSPORT, TRANSPORTS
+    from .pool import auto_workers
+    from .preset import (
+        Preset,
+        PresetError,
+        as_search,
+        builtin_dir,
+        builtin_presets,
+        load_preset,
+        resolve_preset,
+    )
+    from .preset.knee import knee_search_preset
+    from .runner import RunOutcome, execute, run_preset
+    from .session import SessionError, check_session_dir, default_session_dir, format_step_table
+    from .session.scrub import redact_argv
+    from .sim.profiles import get_profile
+    from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
+    from .slo import SloError, parse_slo
+    from .snapshot import LogLine, Snapshot
+    from .stepresult import StepResult
+    from .target import TargetError, TargetUnreachable, validate_url
+    from .targets import WeightsError, parse_weights
+    from .trace import TraceError, builtin_traces, load_trace, resolve_trace
+    from .workload import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
+    from .workload_change import KEYS as WORKLOAD_KEYS
+    from .workload_change import MAX_LEN as WORKLOAD_MAX_LEN
+    from .workload_change import WorkloadChange
+
+# modules given whole: name -> module (relative to this package)
+_MODULES: dict[str, str] = {"commands": ".commands"}
+# home module (relative to this package) -> the names it gives; "NAME=ATTR" gives ATTR as NAME
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
+    ".config": ("EngineConfig",),
+    ".constants": (
+        "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "TIMELINE_INTERVAL_S",
+    ),
+    ".control": ("ControlError", "check_control"),
+    ".controller": ("ConcurrencyError", "check_concurrency"),
+    ".core": ("Engine",),
+    ".fmt": ("ms", "num", "rate", "step_ms"),
+    ".guard": ("parse_guard",),
+    ".host": ("EngineError", "EngineProcess", "EngineThread"),
+    ".http": ("DEFAULT_TRANSPORT", "TRANSPORTS"),
+    ".pool": ("auto_workers",),
+    ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
+    ".preset.knee": ("knee_search_preset",),
+    ".runner": ("RunOutcome", "execute", "run_preset"),
+    ".session": ("SessionError", "check_session_dir", "default_session_dir", "format_step_table"),
+    ".session.scrub": ("redact_argv",),
+    ".sim.profiles": ("get_profile",),
+    ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
+    ".slo": ("SloError", "parse_slo"),
+    ".snapshot": ("LogLine", "Snapshot"),
+    ".stepresult": ("StepResult",),
+    ".target": ("TargetError", "TargetUnreachable", "validate_url"),
+    ".targets": ("WeightsError", "parse_weights"),
+    ".trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
+    ".workload": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
+    ".workload_change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
+}
+
+
+def table(exports: dict[str, tuple[str, ...]], modules: dict[str, str] | None = None) -> dict[str, tuple[str, str | None]]:
+    """name -> (home module, attribute in it; None: the module itself)."""
+    out: dict[str, tuple[str, str | None]] = {name: (module, None) for name, module in (modules or {}).items()}
+    for module, names in exports.items():
+        for entry in names:
+            name, _, attr = entry.partition("=")
+            out[name] = (module, attr or name)
+    return out
+
+
+def resolve(where: dict[str, tuple[str, str | None]], owner: str, package: str, name: str) -> Any:
+    """The object `name` names, looked up in its home module now (shared by the facades)."""
+    try:
+        module, attr = where[name]
+    except KeyError:
+        raise AttributeError(f"module {owner!r} has no attribute {name!r}") from None
+    mod = importlib.import_module(module, package)
+    return mod if attr is None else getattr(mod, attr)
+
+
+_WHERE = table(_EXPORTS, _MODULES)
+__all__ = ["__version__", *sorted(_WHERE)]
+
+
+def __getattr__(name: str) -> Any:
+    return resolve(_WHERE, __name__, __package__, name)
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -1,0 +1,94 @@
+"""The session tools' public surface for the UI: what `redline report`, `export`,
+`preset-from`, the gates and the saturation curves use (engine/api.py has the rest).
+
+Like engine/api.py, every name is loaded on first use and looked up in its home module on
+every access: importing this costs nothing, and `report` does not pay for the HTML page's
+plotly or the export's polars until it writes one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..api import resolve, table
+
+if TYPE_CHECKING:
+    from ..gate import (
+        GateError,
+        GateSession,
+        evaluate,
+        failure_line,
+        format_outcomes,
+        gate_dict,
+        has_relative,
+        junit_xml,
+        parse_gate,
+        passed,
+    )
+    from ..gate import compare as gate_compare
+    from ..preset import preset_from_session
+    from ..preset.replay import steps_text
+    from . import (
+        SUMMARY,
+        SessionError,
+        check_session_dir,
+        export_session,
+        format_break_line,
+        format_step_line,
+        format_step_table,
+        load_summary,
+        report_session,
+    )
+    from .compare import (
+        KINDS,
+        Row,
+        SessionSummary,
+        align_by_load,
+        any_power,
+        axis_title,
+        joules_per_token,
+        knee_load,
+        knee_step,
+        load_session,
+        load_sessions,
+        session_from_steps,
+        tokens_per_watt,
+    )
+    from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
+    from .report import fmt_ms
+    from .rows import dumps_doc
+    from .writer import write_text_atomic
+
+# home module (relative to this package, redline.engine.session) -> the names it gives;
+# "NAME=ATTR" gives ATTR as NAME
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "..gate": (
+        "GateError", "GateSession", "gate_compare=compare", "evaluate", "failure_line", "format_outcomes", "gate_dict",
+        "has_relative", "junit_xml", "parse_gate", "passed",
+    ),
+    "..preset": ("preset_from_session",),
+    "..preset.replay": ("steps_text",),
+    ".": (
+        "SUMMARY", "SessionError", "check_session_dir", "export_session", "format_break_line", "format_step_line",
+        "format_step_table", "load_summary", "report_session",
+    ),
+    ".compare": (
+        "KINDS", "Row", "SessionSummary", "align_by_load", "any_power", "axis_title", "joules_per_token", "knee_load",
+        "knee_step", "load_session", "load_sessions", "session_from_steps", "tokens_per_watt",
+    ),
+    ".html": ("HTML_EXTRA_HINT", "HtmlUnavailable", "collect", "html_available", "write_html"),
+    ".report": ("fmt_ms",),
+    ".rows": ("dumps_doc",),
+    ".writer": ("write_text_atomic",),
+}
+
+_WHERE = table(_EXPORTS)
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    return resolve(_WHERE, __name__, __package__, name)
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
