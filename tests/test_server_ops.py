@@ -357,3 +357,47 @@ def test_preemptions_rise_with_c_and_the_cap_detector_names_the_kv_cache(sim_fac
     assert c32.server_kv_usage_max is not None and c32.server_kv_usage_max > 0.8
     warn = [e["text"] for e in _events(tmp_path / "s") if e["kind"] == "warning" and "server cap" in e["text"]]
     assert warn and "KV cache full: the server preempts" in warn[0], warn
+
+
+# -- the P key ------------------------------------------------------------------------------
+async def test_pressing_P_in_the_tui_starts_the_profiler_within_a_second(sim_factory, tmp_path):
+    """Done when: pressing P in the TUI calls /start_profile within a second (the sim's own
+    log), at the load held then; it stops after --profile-s."""
+    from redline.engine.host import EngineThread
+    from redline.tui.app import RedlineApp
+
+    sim = sim_factory("healthy", extra_args=FAST)
+    cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=400),
+                       out_dir=tmp_path / "s", calibrate=False, use_nvml=False, profile_s=1.0)
+    host = EngineThread(cfg)
+    host.start()
+    try:
+        app = RedlineApp(host, step=4)
+        async with app.run_test(size=(80, 24)) as pilot:
+            async def four() -> bool:
+                return (await _state_async(sim.url))["running"] == 4
+            assert await until(four, 10)
+            await pilot.press("P")
+            t_key = time.time()
+
+            async def started():
+                return (await _state_async(sim.url))["profiles"]
+            assert await until(started, 3)
+            (p,) = (await _state_async(sim.url))["profiles"]
+            assert p["t_start"] - t_key < 1.0 and p["running_at_start"] == 4
+
+            async def stopped() -> bool:
+                return (await _state_async(sim.url))["profiles"][0]["t_stop"] is not None
+            assert await until(stopped, 5)
+            assert type(app.screen).__name__ != "PresetPicker"  # `P` is not `p`
+    finally:
+        host.stop()
+    (p,) = httpx.get(sim.url + "/sim/state").json()["profiles"]
+    assert 0.8 <= p["t_stop"] - p["t_start"] < 3.0  # --profile-s 1
+    lines = [e["text"] for e in _events(tmp_path / "s") if e["text"].startswith("profiler")]
+    assert any("profiler stopped: C=4" in t and p["trace"] in t for t in lines), lines
+
+
+async def _state_async(url: str) -> dict:
+    async with httpx.AsyncClient(timeout=10) as c:
+        return (await c.get(url + "/sim/state")).json()

@@ -95,6 +95,7 @@ class RedlineApp(App[int]):
         Binding("question_mark", "help", "help", key_display="?", priority=True),
         Binding("q", "quit_redline", "quit"),  # not priority: `q` closes the help
         Binding("l", "lane", "probe lane", show=False, priority=True),
+        Binding("P", "profile", "profile", show=False, priority=True),
         Binding("k", "search", "knee search", show=False, priority=True),
         Binding("o", "slo", "SLOs", show=False, priority=True),
         Binding("m", "mode", "mode", show=False, priority=True),
@@ -589,6 +590,10 @@ class RedlineApp(App[int]):
     def action_lane(self) -> None:
         """The probe lane: one request at a time beside the load, kept out of its figures."""
         self.host.send(C.ToggleLane())
+
+    def action_profile(self) -> None:
+        """The server's profiler at the load held now, for --profile-s or until the step ends."""
+        self.host.send(C.StartProfile())
 
     def action_search(self) -> None:
         """An adaptive knee search from the current C up to max C (any C key cancels it)."""

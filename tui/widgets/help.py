@@ -35,6 +35,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("preset", "p", "pick a preset and run it (any concurrency key cancels it)"),
     ("export", "e", "export the session so far to parquet"),
     ("lane", "l", "probe lane on/off: one request beside the load"),
+    ("profile", "P", "server profiler at this load (--profile-s or step end)"),
     ("search", "k", "knee search from this C (any C key cancels)"),
     ("slo", "o", "set SLOs live: ttft=2s,itl=100ms (off clears)"),
     ("graph", "g", "switch between the live panels and the saturation curve"),
