@@ -19,14 +19,15 @@ import os
 import signal
 import threading
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import commands as C
 from .config import EngineConfig
-from .core import Engine
 from .loop import new_event_loop, read_pipe
-from .runner import execute
 from .snapshot import Snapshot
+
+if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
+    from .core import Engine
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -40,6 +41,9 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
+        from .core import Engine
+        from .runner import execute
+
         self.config = config
         self.engine = Engine(config)
         self.engine.dispatch = execute
@@ -96,6 +100,8 @@ class EngineThread:
 
 
 async def _run_command(engine: Engine, cmd: C.Command) -> Any:
+    from .runner import execute
+
     res = execute(engine, cmd)
     if asyncio.iscoroutine(res):
         res = await res
@@ -118,6 +124,9 @@ def _child_main(config: EngineConfig, conn: Connection) -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
+    from .core import Engine
+    from .runner import execute
+
     engine = Engine(config)
     engine.dispatch = execute
     loop = asyncio.get_running_loop()
