@@ -110,6 +110,7 @@ class ControlServer:
             ("concurrency", self.concurrency), ("rate", self.rate), ("probe", self.probe), ("restore", self.restore),
             ("pause", self.pause), ("resume", self.resume), ("preset", self.preset), ("search", self.search),
             ("slo", self.slo), ("workload", self.workload), ("lane", self.lane), ("export", self.export), ("stop", self.stop),
+            ("profile", self.profile),
         ):
             r.add_post(f"/v1/{name}", self._command(name, fn))
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -426,6 +427,15 @@ class ControlServer:
             raise Refused(400, str(exc)) from None
         got = await self._run(request, C.SetWorkload(change))
         return {"line": f"workload {change.describe()}", "workload": got}
+
+    async def profile(self, request: web.Request, body: dict) -> dict:
+        """The server's profiler at the load held now (engine/server_ops.py), for `seconds`
+        (default --profile-s) or until the step ends."""
+        secs = body.get("seconds")
+        if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 < secs <= 3600):
+            raise Refused(400, f"seconds {secs!r}: expected a number of seconds > 0 (at most 3600)")
+        got = await self._run(request, C.StartProfile(float(secs) if secs is not None else None))
+        return {"line": f"profiler {got} at {self.engine.load_text}", "started": got == "started"}
 
     async def lane(self, request: web.Request, body: dict) -> dict:
         e = self.engine

@@ -33,7 +33,7 @@ from .constants import DEFAULT_PLATEAU_GAIN, PROBE_MAX_HOLD_S, PROBE_MIN_REQUEST
 from .core import Engine
 from .preset import Preset, StepPlan
 from .search import KneeSearch
-from .server_ops import drain_and_flush, start_capture
+from .server_ops import capture_started, drain_and_flush, start_capture
 from .session import format_step_line
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
@@ -355,5 +355,5 @@ def execute(engine: Engine, cmd: C.Command) -> object:
         return None
     if isinstance(cmd, C.StartProfile):  # the server's profiler at the load held now (key P)
         task = start_capture(engine, cmd.seconds)
-        return "started" if task is not None else "already running"
+        return capture_started(engine) if task is not None else "already running"
     return engine.execute(cmd)

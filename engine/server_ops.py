@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .steps import StepAccumulator
 
 __all__ = [
-    "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "drain_and_flush",
+    "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",
     "server_ops", "start_capture",
 ]
 
@@ -99,6 +99,7 @@ class ServerOps:
         self.capture: ProfileCapture | None = None  # the capture running now
         self.captures: list[ProfileCapture] = []
         self._task: asyncio.Task | None = None
+        self.started: asyncio.Future | None = None  # the running capture's start: True / False
 
     # -- the endpoints -----------------------------------------------------------------
     async def _post(self, path: str, body: dict | None = None) -> tuple[int, str]:
@@ -205,13 +206,33 @@ def start_capture(engine: Engine, seconds: float | None = None, acc: StepAccumul
     if seconds is None:
         seconds = float(getattr(engine.config, "profile_s", DEFAULT_PROFILE_S) or DEFAULT_PROFILE_S)
     acc = acc or _step_now(engine)
+    ops.started = asyncio.get_running_loop().create_future()
     ops._task = asyncio.ensure_future(_capture(engine, ops, seconds, acc))
     return ops._task
 
 
+async def capture_started(engine: Engine) -> str:
+    """How the capture just asked for started: "started", or why not (one line)."""
+    ops = server_ops(engine)
+    fut = ops.started
+    if fut is None:
+        return "not started"
+    ok = await asyncio.shield(fut)
+    if ok:
+        return "started"
+    return "not started: the server has no profiler endpoint" if "profile" in ops.unsupported else "not started: the server refused (see the log)"
+
+
 async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccumulator | None) -> ProfileCapture | None:
     load = engine.load_text if acc is None else _load_of(engine, acc)
-    ok, said = await ops.start_profile()
+    try:
+        ok, said = await ops.start_profile()
+    except BaseException:
+        if ops.started is not None and not ops.started.done():
+            ops.started.set_result(False)
+        raise
+    if ops.started is not None and not ops.started.done():
+        ops.started.set_result(ok)
     if not ok:
         return None
     cap = ProfileCapture(load=load, step=acc.index if acc is not None else 0, t_start=time.time())

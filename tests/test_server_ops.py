@@ -401,3 +401,37 @@ async def test_pressing_P_in_the_tui_starts_the_profiler_within_a_second(sim_fac
 async def _state_async(url: str) -> dict:
     async with httpx.AsyncClient(timeout=10) as c:
         return (await c.get(url + "/sim/state")).json()
+
+
+# -- the control API -----------------------------------------------------------------------
+@pytest.mark.parametrize("profiler", [True, False])
+def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path, profiler):
+    """POST /v1/profile: the capture at the load held now, stopped after `seconds`; a server
+    without the profiler: started false, one warning line (a second call: no second line)."""
+    from redline.engine.control import ControlAddress
+    from redline.engine.host import EngineThread
+
+    sim = sim_factory("healthy", extra_args=(*FAST, "--set", f"profiler={str(profiler).lower()}"))
+    h = EngineThread(EngineConfig(url=sim.url, concurrency=3, workload=WorkloadConfig(input_len=16, output_len=400),
+                                  out_dir=tmp_path / "s", calibrate=False, use_nvml=False, control=ControlAddress("127.0.0.1", 0)))
+    h.start()
+    try:
+        with httpx.Client(base_url=h.engine.control.url, timeout=10) as c:
+            assert c.post("/v1/profile", json={"seconds": "5"}).status_code == 400
+            r = c.post("/v1/profile", json={"seconds": 0.5}).json()
+            assert r["ok"] and r["started"] is profiler, r
+            if profiler:
+                assert r["line"] == "profiler started at C=3"
+                assert asyncio.run(until(lambda: httpx.get(sim.url + "/sim/state").json()["profiles"][0]["t_stop"] is not None, 5))
+            else:
+                assert "no profiler endpoint" in r["line"]
+                assert c.post("/v1/profile", json={}).json()["started"] is False
+    finally:
+        h.stop()
+    profiles = httpx.get(sim.url + "/sim/state").json()["profiles"]
+    warned = [e for e in _events(tmp_path / "s") if e["kind"] == "warning" and "profiler" in e["text"]]
+    if profiler:
+        (p,) = profiles
+        assert p["running_at_start"] == 3 and 0.4 <= p["t_stop"] - p["t_start"] < 2.5 and not warned
+    else:
+        assert profiles == [] and len(warned) == 1

@@ -362,4 +362,6 @@ def engine_config(
         live_steps=live_steps,
         command_line=engine_api.redact_argv(args.argv),
         seed=args.seed,
+        profile_s=getattr(args, "profile_s", 5.0),
+        flush_cache=getattr(args, "flush_cache", False),
     )
