@@ -134,6 +134,8 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
     --profile-s or at the step's end."""
     book = engine.book
     flushed = await drain_and_flush(engine, plan.label) if _flushes(engine, preset) else None
+    if plan.probe:  # a replayed probe: what is in flight is aborted, as the original `a` did
+        await engine.probe()
     c = _set_load(engine, plan)
     acc = book.open_step(c, "measure", measure=False)
     acc.cache_flush = flushed

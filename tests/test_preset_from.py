@@ -7,14 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
-from redline.engine.preset import PresetError, load_preset, preset_from_session
+from redline.engine.preset import PresetError, load_preset, parse_preset, preset_from_session
 from redline.engine.session import SessionWriter
 from redline.engine.workload import WorkloadConfig
 from redline.tui import cli
+
+from helpers import run_preset_headless
 
 ROOT = Path(__file__).resolve().parent.parent
 REDLINE = [sys.executable, "-m", "redline.tui"]
@@ -146,10 +149,42 @@ def test_printed_count_is_the_files_step_count(tmp_path, capsys):
         assert f"{said} step" in p.description
 
 
-def test_probe_inside_the_timeline_is_named_in_a_note(tmp_path, capsys):
+def test_probe_inside_the_timeline_is_replayed_as_a_probe_step(tmp_path, capsys):
     f = tmp_path / "r.toml"
     assert cli.main(["preset-from", str(probed(tmp_path, inner=True)), "-o", str(f)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"wrote {f}: 4 steps, 12 s, then a 3 s C=1 probe"
-    assert lines[1].startswith("note: 1 C=1 probe inside the timeline replayed as a C=1 step")
-    assert load_preset(f).ramp.concurrency == (8, 64, 1, 64)
+    assert lines == [f"wrote {f}: 4 steps, 12 s, then a 3 s C=1 probe"]
+    p = load_preset(f)
+    assert p.ramp.concurrency == (8, 64, 1, 64)
+    assert p.ramp.probes == (False, False, True, False)
+    assert [s.probe for s in p.ramp.steps()] == [False, False, True, False]
+    assert "probes" in f.read_text()  # written, and read back above
+
+
+def test_probes_key_one_line_errors():
+    base = {"concurrency": [8, 1], "durations_s": [1.0, 1.0]}
+    with pytest.raises(PresetError, match=r"\[ramp\]\.probes.*a list of 2 true/false"):
+        parse_preset({"ramp": {**base, "probes": [True]}}, "p.toml")
+    with pytest.raises(PresetError, match=r"position 1.*C=8"):
+        parse_preset({"ramp": {**base, "probes": [True, False]}}, "p.toml")
+    with pytest.raises(PresetError, match=r"\[ramp\]\.probes.*only used with durations_s"):
+        parse_preset({"ramp": {"concurrency": [8, 1], "probes": [False, True]}}, "p.toml")
+
+
+def test_a_replayed_inner_probe_aborts_what_is_in_flight_as_the_original_did(sim_factory, tmp_path):
+    """C=16 with long answers, then the probe step: the C=16 requests still running are
+    cancelled when it opens (the sim sees them leave), and the probe step's own requests are
+    one at a time: its figures hold no drained C=16 load."""
+    sim = sim_factory("healthy")
+    preset = parse_preset({"ramp": {"concurrency": [16, 1], "durations_s": [1.5, 2.0], "probes": [False, True]},
+                           "workload": {"input_len": 16, "output_len": 400}}, "p.toml")
+    out = tmp_path / "s"
+    res = run_preset_headless(EngineConfig(url=sim.url, workload=WorkloadConfig(input_len=16, output_len=400),
+                                           use_nvml=False, live_steps=False, out_dir=out), preset)
+    assert [s.concurrency for s in res.steps] == [16, 1]
+    rows = pl.read_ndjson(out / "requests.ndjson").filter(pl.col("phase") != "calibration")
+    first, probe = rows.filter(pl.col("step") == 1), rows.filter(pl.col("step") == 2)
+    assert first.filter(pl.col("status") == "cancelled").height >= 8  # aborted at the probe, as `a` does
+    assert probe.height >= 1 and probe["concurrency"].max() == 1
+    events = (out / "events.ndjson").read_text()
+    assert "abort + C=1 probe" in events

@@ -538,8 +538,4 @@ def cmd_preset_from(args: argparse.Namespace) -> int:
     if replay.left_out_s >= 0.5:
         line += f" ({replay.left_out_s:.0f} s paused or stopped left out)"
     print(line)
-    if replay.inner_probes:
-        n = replay.inner_probes
-        print(f"note: {n} C=1 probe{'s' if n > 1 else ''} inside the timeline replayed as {'C=1 steps' if n > 1 else 'a C=1 step'}: "
-              f"{'they do' if n > 1 else 'it does'} not abort the load before {'them' if n > 1 else 'it'} as `a` did")
     return EXIT_OK

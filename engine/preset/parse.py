@@ -97,6 +97,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "speed",
         "over",
         "workloads",
+        "probes",
     ),
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
     "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),

@@ -4,7 +4,7 @@ beside concurrency and durations_s) and `speed = [..]` (a trace replayed once pe
 from __future__ import annotations
 
 from .fields import Ctx
-from .ramp_fields import concurrency_list, durations, hold_keys, number_list, open_loop_keys, rate, step_workloads
+from .ramp_fields import concurrency_list, durations, hold_keys, number_list, open_loop_keys, rate, step_probes, step_workloads
 from .spec import MAX_SECONDS, RampSpec
 
 
@@ -22,11 +22,12 @@ def parse_rate_ramp(ctx: Ctx, r: dict) -> RampSpec:
         if not len(durs) == len(rates) == len(conc):
             raise ctx.err("[ramp].rate", f"expected one rate, concurrency and duration per step, got {len(rates)}, {len(conc)} and {len(durs)}")
         return RampSpec(conc, 0.0, durations_s=durs, rate=rates, arrival=arrival, max_concurrency=cap,
-                        workloads=step_workloads(ctx, r, len(rates)))
+                        workloads=step_workloads(ctx, r, len(rates)), probes=step_probes(ctx, r, conc, rates))
     if "concurrency" in r:
         raise ctx.err("[ramp].rate", "give either concurrency = [..] or rate = [..] (both only in a replay, with durations_s)")
-    if "workloads" in r:
-        raise ctx.err("[ramp].workloads", "only used with durations_s (a replay of a recorded session)")
+    for k in ("workloads", "probes"):
+        if k in r:
+            raise ctx.err(f"[ramp].{k}", "only used with durations_s (a replay of a recorded session)")
     rates = number_list(ctx, "[ramp].rate", r["rate"], lambda k, v: rate(ctx, k, v))
     warmup, hold, min_req, max_hold = hold_keys(ctx, r)
     return RampSpec((), warmup, hold, min_req, max_hold, rate=rates, arrival=arrival, max_concurrency=cap)
@@ -35,7 +36,7 @@ def parse_rate_ramp(ctx: Ctx, r: dict) -> RampSpec:
 def parse_speed_ramp(ctx: Ctx, r: dict) -> RampSpec:
     """`speed = [X, ...]`: the trace replayed once per factor (x2 = twice as fast); a step
     lasts until every row was sent and answered (hold_s: at least; max_hold_s: at most)."""
-    for k in ("concurrency", "rate", "start", "factor", "step", "max", "durations_s", "min_requests", "workloads"):
+    for k in ("concurrency", "rate", "start", "factor", "step", "max", "durations_s", "min_requests", "workloads", "probes"):
         if k in r:
             raise ctx.err(f"[ramp].{k}", "not used with speed = [..] (a trace replay: one step per speed factor)")
     speeds = number_list(ctx, "[ramp].speed", r["speed"], lambda k, v: ctx.number(k, v, lo=0.0, hi=1e6, lo_open=True, what="a speed factor > 0 (2 = twice as fast)"))

@@ -16,7 +16,7 @@ from typing import Any
 from .fields import Ctx
 from .parse_open_loop import parse_rate_ramp, parse_speed_ramp
 from .parse_search import parse_search
-from .ramp_fields import concurrency_list, durations, hold_keys, step_workloads
+from .ramp_fields import concurrency_list, durations, hold_keys, step_probes, step_workloads
 from .spec import (
     DEFAULT_HOLD_S,
     DEFAULT_MAX_HOLD_FACTOR,
@@ -52,8 +52,9 @@ def _concurrency_ramp(ctx: Ctx, r: dict) -> RampSpec:
     for k in ("arrival", "max_concurrency"):
         if k in r:
             raise ctx.err(f"[ramp].{k}", "only used with rate = [..] (open loop) or speed = [..] (a trace)")
-    if "workloads" in r and "durations_s" not in r:
-        raise ctx.err("[ramp].workloads", "only used with durations_s (a replay of a recorded session)")
+    for k in ("workloads", "probes"):
+        if k in r and "durations_s" not in r:
+            raise ctx.err(f"[ramp].{k}", "only used with durations_s (a replay of a recorded session)")
     list_form = "concurrency" in r
     gen_keys = [k for k in ("start", "factor", "step", "max") if k in r]
     if list_form and gen_keys:
@@ -105,6 +106,7 @@ def _replay_ramp(ctx: Ctx, r: dict, conc: tuple[int, ...], durs: tuple[float, ..
         max_hold_s=DEFAULT_HOLD_S * DEFAULT_MAX_HOLD_FACTOR,
         durations_s=durs,
         workloads=step_workloads(ctx, r, len(conc)),
+        probes=step_probes(ctx, r, conc),
     )
 
 

@@ -115,6 +115,20 @@ def open_loop_keys(ctx: Ctx, r: dict) -> tuple[str, int | None]:
     return arrival, cap
 
 
+def step_probes(ctx: Ctx, r: dict, conc: tuple[int, ...], rates: tuple[float, ...] | None = None) -> tuple[bool, ...] | None:
+    """[ramp].probes (replay): one true/false per step, true = a C=1 probe (aborts first)."""
+    if "probes" not in r:
+        return None
+    v = r["probes"]
+    n = len(conc)
+    if not isinstance(v, list) or len(v) != n or not all(isinstance(x, bool) for x in v):
+        raise ctx.bad("[ramp].probes", f"a list of {n} true/false (one per step, true = a C=1 probe)", v)
+    for i, p in enumerate(v):
+        if p and (conc[i] != 1 or (rates is not None and rates[i])):
+            raise ctx.err(f"[ramp].probes (position {i + 1})", f"a probe step holds C=1 with no rate; this step has C={conc[i]}")
+    return tuple(v) if any(v) else None
+
+
 def step_workloads(ctx: Ctx, r: dict, n: int) -> tuple[dict | None, ...] | None:
     """[ramp].workloads (replay): one table per step, {} = [workload]'s; keys input_len,
     output_len, dataset (the live workload form's)."""

@@ -5,7 +5,7 @@ The session's concurrency timeline becomes a replay-mode ramp: `[ramp].concurren
 ended the session (a preset's `[after].probe_s`, or `a` as the last thing done) is replayed as
 one, `[after].probe_s`: it aborts what is in flight as the original did, where a C=1 step would
 let the load before it drain into its figures. A probe inside the timeline (`a`, then `r`) is
-replayed as a C=1 step; the replay says so (`SessionReplay.inner_probes`).
+a C=1 step marked in `[ramp].probes`: it aborts what is in flight first, as the original did.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class SessionReplay(NamedTuple):
     seconds: float  # how long it replays: its steps, then its probe
     probe_s: float = 0.0  # the session's closing C=1 probe, replayed as [after].probe_s
     left_out_s: float = 0.0  # paused or stopped time of the session: not replayed
-    inner_probes: int = 0  # probes inside the timeline, replayed as C=1 steps (no abort)
+    inner_probes: int = 0  # probes inside the timeline: C=1 steps that abort first ([ramp].probes)
 
 
 def timeline_preset(
@@ -64,30 +64,33 @@ def timeline_preset(
     rules, and a probe only when `probe_s` > 0 (`[after].probe_s`: after the steps, an abort
     and C=1). Raises PresetError for a timeline with nothing to replay or a bad URL.
 
-    A point may carry two more entries, (t_s, C, rate, workload): a rate (req/s) makes that
-    period an open-loop step at that rate (C its in-flight cap), and a workload dict (the
-    live workload form's keys) the workload it ran; the preset then has [ramp].rate and
-    [ramp].workloads beside concurrency.
+    A point may carry more entries, (t_s, C, rate, workload, probe): a rate (req/s) makes that
+    period an open-loop step at that rate (C its in-flight cap), a workload dict (the live
+    workload form's keys) the workload it ran, and probe=True a C=1 probe (`a`: what was in
+    flight aborted first); the preset then has [ramp].rate, [ramp].workloads and
+    [ramp].probes beside concurrency.
     """
     pts = sorted(
-        ((float(p[0]), int(p[1]), _rate(p), _wl(p)) for p in concurrency_timeline), key=lambda p: p[0]
+        ((float(p[0]), int(p[1]), _rate(p), _wl(p), bool(p[4]) if len(p) > 4 else False) for p in concurrency_timeline),
+        key=lambda p: p[0],
     )
     if any(not math.isfinite(p[0]) for p in pts):
         raise PresetError("timeline: times must be finite numbers of seconds")
     if end_s is not None:
-        pts.append((float(end_s), 0, None, None))
-    raw: list[tuple[int, float | None, dict | None, float]] = []
-    for (t0, c, r, w), (t1, *_) in zip(pts, pts[1:]):
+        pts.append((float(end_s), 0, None, None, False))
+    raw: list[tuple[int, float | None, dict | None, bool, float]] = []
+    for (t0, c, r, w, probe), (t1, *_) in zip(pts, pts[1:]):
         d = t1 - t0
         if c <= 0 or d <= 0:
             continue
-        key = (min(c, MAX_CONCURRENCY), r, w)
-        if raw and raw[-1][:3] == key:
-            raw[-1] = (*key, raw[-1][3] + d)
+        probe = probe and c == 1 and not r  # a probe holds C=1 in closed loop
+        key = (min(c, MAX_CONCURRENCY), r, w, probe)
+        if raw and raw[-1][:4] == key and not probe:
+            raw[-1] = (*key, raw[-1][4] + d)
         else:
             raw.append((*key, d))
-    raw = [(c, r, w, min(round(d, 3), MAX_SECONDS)) for c, r, w, d in raw if round(d, 3) > 0]
-    segs = [(c, d) for c, _, _, d in raw]
+    raw = [(c, r, w, p, min(round(d, 3), MAX_SECONDS)) for c, r, w, p, d in raw if round(d, 3) > 0]
+    segs = [(c, d) for c, _, _, _, d in raw]
     if not segs:
         raise PresetError("timeline: nothing to replay (no period with concurrency >= 1)")
     if len(segs) > MAX_STEPS:
@@ -103,9 +106,10 @@ def timeline_preset(
             concurrency=tuple(c for c, _ in segs),
             warmup_s=0.0,
             durations_s=tuple(float(d) for _, d in segs),
-            rate=tuple(r or 0.0 for _, r, _, _ in raw) if any(r for _, r, _, _ in raw) else None,
+            rate=tuple(r or 0.0 for _, r, _, _, _ in raw) if any(r for _, r, _, _, _ in raw) else None,
             arrival=arrival,
-            workloads=tuple(w for _, _, w, _ in raw) if any(w for _, _, w, _ in raw) else None,
+            workloads=tuple(w for _, _, w, _, _ in raw) if any(w for _, _, w, _, _ in raw) else None,
+            probes=tuple(p for _, _, _, p, _ in raw) if any(p for _, _, _, p, _ in raw) else None,
         ),
         stop=StopSpec(),
         after=AfterSpec(probe_s=probe_s),
@@ -164,7 +168,7 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
         segs = segs[:last]
     points, t = [], 0.0
     for dur, c, mode, rate, wl in segs:
-        points.append((t, c, rate if mode == "rate" else None, wl))
+        points.append((t, c, rate if mode == "rate" else None, wl, mode == "probe"))
         t += dur
     wl = meta.get("workload") or {}
     tgt = meta.get("target") or {}

@@ -70,6 +70,7 @@ class StepPlan:
     max_hold_s: float
     rate: float | None = None  # an open-loop step at this many req/s (concurrency unused)
     speed: float | None = None  # a trace replay step at this speed factor
+    probe: bool = False  # a replayed C=1 probe: what is in flight is aborted first, as `a` does
 
     @property
     def label(self) -> str:
@@ -121,6 +122,9 @@ class RampSpec:
     # ramp) at which the profiler captures, and a prefix-cache flush before each step
     profile: tuple[float, ...] = ()
     flush_cache: bool = False
+    # replay mode: which steps were C=1 probes (`a` inside the session): each aborts what is
+    # in flight before it, as the original did, where a plain C=1 step would let it drain in
+    probes: tuple[bool, ...] | None = None
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""
@@ -128,9 +132,10 @@ class RampSpec:
             return [StepPlan(0, self.warmup_s, self.hold_s, 0, self.max_hold_s, speed=x) for x in self.speed]
         if self.durations_s is not None:
             rates = self.rate or (0.0,) * len(self.durations_s)
+            probes = self.probes or (False,) * len(self.durations_s)
             return [
-                StepPlan(c, 0.0, d, 0, d, rate=r or None)
-                for c, d, r in zip(self.concurrency, self.durations_s, rates)
+                StepPlan(c, 0.0, d, 0, d, rate=r or None, probe=p)
+                for c, d, r, p in zip(self.concurrency, self.durations_s, rates, probes)
             ]
         if self.rate is not None:
             return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r) for r in self.rate]

@@ -1,69 +1,23 @@
-"""Writing a preset: a `Preset` as commented TOML text that parse.py reads back to an equal one."""
+"""Writing a preset: a `Preset` as TOML text that parse.py reads back to an equal one.
+
+tomli-w writes every value (quoting and escapes, numbers, lists, inline tables); this module
+only chooses the keys of each table and writes the comment lines above it (tomli-w writes
+none).
+"""
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import Any
+
+import tomli_w
 
 from redline.engine import __version__
 
-from .spec import Preset, StopSpec, one_line
+from .spec import Preset, RampSpec, StopSpec, one_line
 
-
-def _toml_str(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_num(x: float | int) -> str:
-    if isinstance(x, bool):  # pragma: no cover - never written
-        raise TypeError("bool")
-    if isinstance(x, int):
-        return str(x)
-    if x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return repr(x)
-
-
-def _toml_list(xs: Iterable[float | int], per_line: int = 16) -> str:
-    items = [_toml_num(x) for x in xs]
-    if len(items) <= per_line:
-        return "[" + ", ".join(items) + "]"
-    lines = [
-        "    " + ", ".join(items[i : i + per_line]) + ","
-        for i in range(0, len(items), per_line)
-    ]
-    return "[\n" + "\n".join(lines) + "\n]"
-
-
-def _kv(key: str, value: str, comment: str = "") -> str:
-    line = f"{key} = {value}"
-    if comment and "\n" not in value:
-        line = f"{line:<29} # {comment}"
-    return line
-
-
-def _inline(w: dict | None) -> str:
-    if not w:
-        return "{}"
-    items = [f"{k} = {_toml_str(v) if isinstance(v, str) else _toml_num(v)}" for k, v in w.items()]
-    return "{ " + ", ".join(items) + " }"
+SLO_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment")  # what [slo] reads
+GUARD_KEYS = ("error_rate", "ttft_p99_ms", "gpu_temp_c")
 
 
 def preset_to_toml(preset: Preset, header: str | None = None) -> str:
@@ -73,102 +27,127 @@ def preset_to_toml(preset: Preset, header: str | None = None) -> str:
     lines: list[str] = [f"# redline preset: {one_line(preset.name)}"]
     if header:
         lines += [f"# {h}".rstrip() for h in header.splitlines()]
-    lines += [f"# Written by redline {__version__}. Every key: README, section Presets.", ""]
-    lines.append(_kv("name", _toml_str(preset.name)))
+    lines.append(f"# Written by redline {__version__}. Every key: README, section Presets.")
+    top: dict[str, Any] = {"name": preset.name}
     if preset.description:
-        lines.append(_kv("description", _toml_str(preset.description)))
+        top["description"] = preset.description
+    parts = ["\n".join(lines) + "\n\n" + tomli_w.dumps(top)]
+    for comments, table, body in _tables(preset):
+        parts.append("".join(f"# {c}\n" for c in comments) + tomli_w.dumps({table: body}))
+    return "\n".join(parts)
 
+
+def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
+    """(comment lines, table name, its keys) for each table, in the order they are written."""
+    out: list[tuple[list[str], str, dict[str, Any]]] = []
     t = preset.target
     if t.url is not None or t.api is not None:
-        lines += ["", "[target]                      # --url overrides"]
-        if t.url is not None:
-            lines.append(_kv("url", _toml_str(t.url)))
-        if t.api is not None:
-            lines.append(_kv("api", _toml_str(t.api), "alias of [workload].api"))
+        target = {k: v for k, v in (("url", t.url), ("api", t.api)) if v is not None}
+        out.append((["--url overrides the URL; api is an alias of [workload].api"], "target", target))
 
     w = preset.workload
-    lines += [
-        "",
-        "[workload]",
-        _kv("api", _toml_str(w.api), "chat | completions | generate"),
-        _kv("dataset", _toml_str(w.dataset), "random | sharegpt:PATH | jsonl:PATH"),
-        _kv("input_len", str(w.input_len), "prompt tokens (random dataset)"),
-        _kv("output_len", str(w.output_len), "max_tokens, generated in full"),
-    ]
+    workload: dict[str, Any] = {"api": w.api, "dataset": w.dataset, "input_len": w.input_len, "output_len": w.output_len}
+    comments = ["api: chat | completions | generate; dataset: random | sharegpt:PATH | jsonl:PATH",
+                "input_len: prompt tokens (random dataset); output_len: max_tokens, generated in full"]
     if w.model is not None:
-        lines.append(_kv("model", _toml_str(w.model)))
+        workload["model"] = w.model
     if w.turns > 1:
-        lines.append(_kv("turns", str(w.turns), "multi-turn: C counts sessions"))
-        lines.append(_kv("think_s", _toml_num(w.think_s), "pause between a session's turns"))
+        workload["turns"] = w.turns
+        workload["think_s"] = float(w.think_s)
+        comments.append("multi-turn: C counts sessions; think_s: the pause between a session's turns")
     if w.trace is not None:
-        lines.append(_kv("trace", _toml_str(w.trace), "Mooncake JSONL, replayed per [ramp].speed"))
+        workload["trace"] = w.trace
+        comments.append("trace: Mooncake JSONL, replayed once per [ramp].speed factor")
+    out.append((comments, "workload", workload))
 
-    r = preset.ramp
-    lines += ["", "[ramp]"]
-    if r.search is not None:
-        sp = r.search
-        lines.append(_kv("mode", '"search"', "an adaptive knee search"))
-        if sp.rate_unit is not None:
-            lines.append(_kv("over", '"rate"', "start and max in req/s"))
-            lines.append(_kv("start", _toml_num(round(sp.start * sp.rate_unit, 6))))
-            lines.append(_kv("max", _toml_num(round(sp.max * sp.rate_unit, 6))))
-        else:
-            lines.append(_kv("start", str(sp.start)))
-            lines.append(_kv("max", str(sp.max)))
-        lines.append(_kv("resolution", _toml_num(sp.resolution)))
-        lines.append(_kv("factor", _toml_num(sp.factor)))
-    elif r.speed is not None:
-        lines.append(_kv("speed", _toml_list(r.speed), "one trace replay per factor"))
-    elif r.rate is not None and r.durations_s is None:
-        lines.append(_kv("rate", _toml_list(r.rate), "req/s, one open-loop step per entry"))
-    else:
-        lines.append(_kv("concurrency", _toml_list(r.concurrency), "one step per entry, in order"))
-        if r.rate is not None:
-            lines.append(_kv("rate", _toml_list(r.rate), "req/s; 0 = that step held its concurrency"))
-    if r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None):
-        if r.speed is None:
-            lines.append(_kv("arrival", _toml_str(r.arrival), "poisson | constant | gamma:K"))
-        if r.max_concurrency is not None:
-            lines.append(_kv("max_concurrency", str(r.max_concurrency), "in-flight cap of the open loop"))
-    if r.durations_s is not None:
-        lines.append("# replay: each step lasts exactly its duration, all of it measured,")
-        lines.append("# no warm-up and no min_requests extension")
-        lines.append(_kv("durations_s", _toml_list(r.durations_s, per_line=8)))
-        if r.workloads is not None:
-            lines.append("# the workload of each step ({} = [workload]'s): the session changed it live")
-            lines.append("workloads = [\n" + "\n".join(f"    {_inline(w)}," for w in r.workloads) + "\n]")
-    elif r.speed is not None:
-        lines += [
-            _kv("warmup_s", _toml_num(r.warmup_s), "per replay, not measured"),
-            _kv("hold_s", _toml_num(r.hold_s), "at least (a replay lasts until every row is answered)"),
-            _kv("max_hold_s", _toml_num(r.max_hold_s), "at most"),
-        ]
-    else:
-        lines += [
-            _kv("warmup_s", _toml_num(r.warmup_s), "per step, not measured"),
-            _kv("hold_s", _toml_num(r.hold_s), "per step, measured (at least)"),
-            _kv("min_requests", str(r.min_requests), "keep holding until this many completed"),
-            _kv("max_hold_s", _toml_num(r.max_hold_s), "... but measure no longer than this"),
-        ]
+    comments, ramp = _ramp(preset.ramp)
+    out.append((comments, "ramp", ramp))
 
     s = preset.stop
-    lines += ["", "[stop]                        # any rule that fires ends the ramp; absent = off"]
-    comments = {
-        "plateau_gain": "step gave less than this much more tok/s than the best before",
-        "p99_ttft_ms": "p99 time to first token over this",
-        "p99_itl_ms": "p99 inter-token latency over this",
-        "error_rate": "failed / (completed + failed) over this",
-        "collapse": "tok/s fell more than this below the best step",
-    }
-    for key in StopSpec.__dataclass_fields__:
-        v = getattr(s, key)
-        if v is not None:
-            lines.append(_kv(key, _toml_num(v), comments[key]))
+    stop = {k: float(getattr(s, k)) for k in StopSpec.__dataclass_fields__ if getattr(s, k) is not None}
+    out.append((["any rule that fires ends the ramp; absent = off"], "stop", stop))
+    out.append((["probe_s: a C=1 probe at the end; 0 = none"], "after", {"probe_s": float(preset.after.probe_s)}))
 
-    lines += [
-        "",
-        "[after]",
-        _kv("probe_s", _toml_num(preset.after.probe_s), "C=1 probe at the end; 0 = none"),
-        "",
-    ]
-    return "\n".join(lines)
+    if preset.slo is not None:
+        slo = {k: float(getattr(preset.slo, k)) for k in SLO_KEYS if getattr(preset.slo, k) is not None}
+        out.append((["per-request bounds (ms) and the share of requests that must meet them"], "slo", slo))
+    if preset.guard is not None:
+        guard = {k: float(getattr(preset.guard, k)) for k in GUARD_KEYS if getattr(preset.guard, k) is not None}
+        out.append((["the load is dropped when a live figure crosses one of these"], "guard", guard))
+    if preset.gate is not None:
+        out.append((["the conditions of a headless run (engine/gate.py); --gate replaces them"],
+                    "gate", {"conditions": list(preset.gate)}))
+    return out
+
+
+def _ramp(r: RampSpec) -> tuple[list[str], dict[str, Any]]:
+    """The [ramp] table of one form: search, speed, rate, replay or a concurrency list."""
+    ramp: dict[str, Any] = {}
+    if r.search is not None:
+        sp = r.search
+        ramp["mode"] = "search"
+        if sp.rate_unit is not None:
+            comments = ['an adaptive knee search over the request rate (start and max in req/s)']
+            ramp["over"] = "rate"
+            top = _rate_level(sp.max, sp.rate_unit, lambda x: x / sp.max == sp.rate_unit)
+            ramp["start"] = min(top, _rate_level(sp.start, sp.rate_unit, lambda x: max(1, round(x / sp.rate_unit)) == sp.start))
+            ramp["max"] = top
+        else:
+            comments = ["an adaptive knee search over concurrency"]
+            ramp["start"] = sp.start
+            ramp["max"] = sp.max
+        ramp["resolution"] = float(sp.resolution)
+        ramp["factor"] = float(sp.factor)
+    elif r.speed is not None:
+        comments = ["one trace replay per speed factor; a replay lasts until every row is answered"]
+        ramp["speed"] = _floats(r.speed)
+    elif r.rate is not None and r.durations_s is None:
+        comments = ["rate: req/s, one open-loop step per entry"]
+        ramp["rate"] = _floats(r.rate)
+    else:
+        comments = ["concurrency: one step per entry, in order"]
+        ramp["concurrency"] = list(r.concurrency)
+        if r.rate is not None:
+            comments.append("rate: req/s; 0 = that step held its concurrency")
+            ramp["rate"] = _floats(r.rate)
+    if r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None):
+        if r.speed is None:
+            ramp["arrival"] = r.arrival
+        if r.max_concurrency is not None:
+            ramp["max_concurrency"] = r.max_concurrency
+        comments.append("arrival: poisson | constant | gamma:K; max_concurrency: the open loop's in-flight cap")
+    if r.durations_s is not None:
+        comments += ["replay: each step lasts exactly its duration, all of it measured,",
+                     "no warm-up and no min_requests extension"]
+        ramp["durations_s"] = _floats(r.durations_s)
+        if r.workloads is not None:
+            comments.append("workloads: each step's ({} = [workload]'s): the session changed it live")
+            ramp["workloads"] = [dict(w) if w else {} for w in r.workloads]
+    elif r.speed is not None:
+        comments.append("warmup_s per replay, not measured; hold_s at least, max_hold_s at most")
+        ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), max_hold_s=float(r.max_hold_s))
+    else:
+        comments.append("per step: warmup_s not measured, then hold_s measured (at least) until")
+        comments.append("min_requests completed, but no longer than max_hold_s")
+        ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), min_requests=r.min_requests,
+                    max_hold_s=float(r.max_hold_s))
+    return comments, ramp
+
+
+def _floats(xs: Any) -> list[float]:
+    """Seconds, rates and factors as floats (what the parser gives back), so that writing a
+    Preset built with ints and writing it again after reading give the same text."""
+    return [float(x) for x in xs]
+
+
+def _rate_level(level: int, unit: float, reads_back: Any) -> float:
+    """A rate search's start or max in req/s: `level` x `unit`, written as a person would
+    (12 significant digits) when that reads back to the same search, else exactly."""
+    x = level * unit
+    short = float(f"{x:.12g}")
+    if reads_back(short):
+        return short
+    for y in (x, math.nextafter(x, math.inf), math.nextafter(x, -math.inf)):
+        if reads_back(y):
+            return y
+    return x
