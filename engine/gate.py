@@ -23,376 +23,40 @@ A figure that is a lower bound (censored requests, drawn "≥") proves `>=` when
 above the limit, and never proves `<=`: such a condition fails, saying so.
 
 Pure: summary data in, outcomes and text out (no I/O but `junit_xml`'s string).
+
+One module per job: gate_conditions.py reads the conditions, gate_measured.py reads what a
+session measured; this one judges (evaluate, compare) and writes the results (text,
+summary.json's `gate`, JUnit XML). Every name is importable from here.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from .fmt import BOUND
-from .slo import Slo
-from .stepresult import StepResult
+from .gate_conditions import (
+    ACCEPTED,
+    FIGURES,
+    OPS,
+    SESSION_FIGURES,
+    Condition,
+    Figure,
+    GateError,
+    has_relative,
+    parse_condition,
+    parse_gate,
+)
+from .gate_measured import GateSession, Load_label, Measured, fmt_value
+
+__all__ = [
+    "ACCEPTED", "EXIT_GATE_FAILED", "FIGURES", "OPS", "SESSION_FIGURES", "Condition", "Figure", "GateError",
+    "GateSession", "Load_label", "Measured", "Outcome", "Regression", "compare", "evaluate", "failure_line",
+    "fmt_value", "format_outcomes", "gate_dict", "has_relative", "junit_xml", "parse_condition", "parse_gate",
+    "passed",
+]
 
 EXIT_GATE_FAILED = 4
-
-OPS = (">=", "<=", ">", "<")
-
-
-class GateError(ValueError):
-    """A gate spec that cannot be used; str() is one line naming the bad part and what is accepted."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str
-    field: str | None  # the StepResult field; None for the session figures and errors
-    unit: str  # "load", "tok/s", "req/s", "ms", "frac", "errors"
-    best: str  # "max" | "min": what a session without @LOAD is judged by (higher/lower)
-    what: str  # how a person reads it
-
-
-FIGURES: dict[str, Figure] = {f.name: f for f in (
-    Figure("knee", None, "load", "max", "knee"),
-    Figure("max_slo", None, "load", "max", "largest load meeting the SLO"),
-    Figure("tok_s", "output_throughput", "tok/s", "max", "output tok/s"),
-    Figure("goodput", "output_goodput", "tok/s", "max", "goodput tok/s"),
-    Figure("req_s", "request_throughput", "req/s", "max", "requests/s"),
-    Figure("ttft_mean", "mean_ttft_ms", "ms", "max", "mean TTFT"),
-    Figure("ttft_p50", "median_ttft_ms", "ms", "max", "p50 TTFT"),
-    Figure("ttft_p99", "p99_ttft_ms", "ms", "max", "p99 TTFT"),
-    Figure("itl_p50", "median_itl_ms", "ms", "max", "p50 ITL"),
-    Figure("itl_p99", "p99_itl_ms", "ms", "max", "p99 ITL"),
-    Figure("tpot", "mean_tpot_ms", "ms", "max", "mean TPOT"),
-    Figure("e2e_p50", "median_e2e_latency_ms", "ms", "max", "p50 E2E"),
-    Figure("e2e_p99", "p99_e2e_latency_ms", "ms", "max", "p99 E2E"),
-    Figure("attainment", "slo_attainment", "frac", "min", "SLO attainment"),
-    Figure("errors", None, "errors", "max", "failed requests"),
-)}
-SESSION_FIGURES = ("knee", "max_slo")
-ACCEPTED = "FIGURE[@C=N|@R=N/s] OP VALUE, e.g. knee>=64, tok_s@C=64>=2500, ttft_p99@C=64<=2s, errors<=1%, tok_s>=-5%"
-
-
-@dataclass(frozen=True)
-class Condition:
-    text: str  # as written, spaces removed: "tok_s@C=64>=2500"
-    figure: str
-    op: str
-    value: float  # in the figure's unit: ms, tok/s, req/s, a fraction, a count, a load
-    at: tuple[str, float] | None = None  # ("C", 64) or ("R", 8.0)
-    relative: str | None = None  # None | "%" (a share of the baseline) | "abs" (in the unit) | "step"
-    rate: bool = False  # errors: a share (1%) rather than a count
-
-    @property
-    def fig(self) -> Figure:
-        return FIGURES[self.figure]
-
-
-# -- parsing -------------------------------------------------------------------------------
-
-def parse_gate(spec: str | Sequence[str], flag: str = "--gate") -> list[Condition]:
-    """`knee>=64,tok_s@C=64>=2500` (or a list of such strings) -> conditions. GateError names
-    the bad part and what is accepted, in one line."""
-    parts: list[str] = []
-    texts = [spec] if isinstance(spec, str) else list(spec)
-    for t in texts:
-        if not isinstance(t, str):
-            raise GateError(f"{flag}: expected a string of conditions, got {t!r}")
-        parts += [p for p in t.split(",") if p.strip()]
-    if not parts:
-        raise GateError(f"{flag} {_show(spec)}: expected at least one condition ({ACCEPTED})")
-    return [parse_condition(p, flag) for p in parts]
-
-
-def parse_condition(text: str, flag: str = "--gate") -> Condition:
-    raw = "".join(text.split())
-    m = re.search(r"[<>]=?", raw)
-    if m is None or "=" in raw[m.end():m.end() + 1]:
-        raise GateError(f"{flag} {raw!r}: expected {ACCEPTED} (operators: >= <= > <)")
-    left, op, right = raw[:m.start()], m.group(0), raw[m.end():]
-    name, _, at_text = left.partition("@")
-    fig = FIGURES.get(name)
-    if fig is None:
-        raise GateError(f"{flag} {raw!r}: unknown figure {name!r} (accepted: {', '.join(FIGURES)})")
-    at = None
-    if at_text or "@" in left:
-        if fig.name in SESSION_FIGURES:
-            raise GateError(f"{flag} {raw!r}: {fig.name} is the session's, not a step's: drop @{at_text}")
-        at = _parse_at(at_text, raw, flag)
-    if not right:
-        raise GateError(f"{flag} {raw!r}: no value after {op}")
-    relative, rate = None, False
-    if right[0] in "+-":
-        value, relative = _parse_change(fig, right, raw, flag)
-        rate = fig.name == "errors" and relative == "%"  # errors<=+1%: the share, in points
-    else:
-        value, rate = _parse_value(fig, right, raw, flag)
-    return Condition(raw, fig.name, op, value, at, relative, rate)
-
-
-def _parse_at(text: str, raw: str, flag: str) -> tuple[str, float]:
-    m = re.fullmatch(r"([CcRr])=([0-9.eE+]+)(/s)?", text)
-    v = _float(m.group(2)) if m else None
-    if m is None or v is None or v <= 0 or (m.group(1) in "Cc" and (m.group(3) or v != int(v))):
-        raise GateError(f"{flag} {raw!r}: load {text!r}: expected C=N (a concurrency) or R=N/s (a request rate)")
-    return ("C", float(int(v))) if m.group(1) in "Cc" else ("R", v)
-
-
-def _float(s: str) -> float | None:
-    try:
-        v = float(s)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
-
-
-_MS_UNITS = (("ms", 1.0), ("s", 1000.0), ("m", 60000.0))
-
-
-def _duration(s: str) -> float | None:
-    for suffix, mult in _MS_UNITS:
-        if s.endswith(suffix):
-            v = _float(s[: -len(suffix)])
-            return None if v is None else v * mult
-    return _float(s)
-
-
-def _expect(fig: Figure) -> str:
-    return {
-        "load": "a concurrency such as 64 (or C=64, R=8/s)",
-        "tok/s": "tok/s, a number such as 2500",
-        "req/s": "req/s, a number such as 8",
-        "ms": "a duration such as 2s or 500ms (a bare number is ms)",
-        "frac": "a share such as 95% or 0.95",
-        "errors": "a share such as 1% or a count such as 10",
-    }[fig.unit]
-
-
-def _parse_value(fig: Figure, s: str, raw: str, flag: str) -> tuple[float, bool]:
-    bad = GateError(f"{flag} {raw!r}: value {s!r}: expected {_expect(fig)}, or a change against a baseline such as -5%")
-    rate = False
-    if fig.unit == "load":
-        m = re.fullmatch(r"(?:[CcRr]=)?([0-9.eE+]+)(?:/s)?", s)
-        v = _float(m.group(1)) if m else None
-    elif fig.unit == "ms":
-        v = _duration(s)
-    elif fig.unit in ("frac", "errors"):
-        if s.endswith("%"):
-            v, rate = _float(s[:-1]), True
-            v = None if v is None or v > 100 else v / 100
-        elif fig.unit == "frac":
-            v, rate = _float(s), True
-            v = None if v is None or v > 1 else v
-        else:
-            v = _float(s)
-            v = None if v is None or v != int(v) else v
-    else:
-        v = _float(s[:-1] + "000" if s.endswith("k") else s)
-    if v is None or v < 0:
-        raise bad
-    return v, rate
-
-
-def _parse_change(fig: Figure, s: str, raw: str, flag: str) -> tuple[float, str]:
-    sign = -1.0 if s[0] == "-" else 1.0
-    body = s[1:]
-    if body.endswith("steps") or body.endswith("step"):
-        n = _float(body[: -5 if body.endswith("steps") else -4])
-        if fig.unit != "load":
-            raise GateError(f"{flag} {raw!r}: a change in steps is for knee and max_slo (others: a % such as -5%)")
-        if n is None or n != int(n):
-            raise GateError(f"{flag} {raw!r}: value {s!r}: expected a whole number of steps such as -1step")
-        return sign * n, "step"
-    if body.endswith("%"):
-        v = _float(body[:-1])
-        if v is None:
-            raise GateError(f"{flag} {raw!r}: value {s!r}: expected a change such as -5% or +10%")
-        return sign * v / 100, "%"
-    v, _ = _parse_value(fig, body, raw, flag) if fig.unit != "errors" else (_float(body), False)
-    if v is None:
-        raise GateError(f"{flag} {raw!r}: value {s!r}: expected a change such as -5% or +10%")
-    return sign * v, "abs"
-
-
-def _show(spec: Any) -> str:
-    return repr(spec if isinstance(spec, str) else ",".join(map(str, spec)))
-
-
-def has_relative(conds: Iterable[Condition]) -> bool:
-    return any(c.relative is not None for c in conds)
-
-
-# -- what a session measured ---------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Measured:
-    """One figure as measured: `value` (None: not measured), a lower bound or not, where."""
-
-    value: float | None
-    bound: bool = False
-    where: str = ""  # "C=64", "at C=128", "(still rising at max C=64)"
-    kind: str = "C"  # for loads: "C" or "R"
-    note: str = ""  # why there is no value
-    rate: bool = False  # errors: a share, not a count
-
-    def show(self, fig: Figure) -> str:
-        if self.value is None:
-            return self.note or "not measured"
-        if self.rate:
-            return f"{self.value * 100:.2f} %"
-        if fig.unit == "load" and self.bound:  # C≥64: the knee lies at or past the top load
-            return fmt_value(fig, self.value, self.kind).replace("=", BOUND, 1)
-        return (BOUND if self.bound else "") + fmt_value(fig, self.value, self.kind)
-
-
-def fmt_value(fig: Figure, v: float, kind: str = "C") -> str:
-    if fig.unit == "load":
-        return f"R={v:g}/s" if kind == "R" else f"C={v:g}"
-    if fig.unit == "ms":
-        return f"{v / 1000:.3g} s" if v >= 1000 else f"{v:.3g} ms"
-    if fig.unit == "frac":
-        return f"{v * 100:.1f} %"
-    if fig.unit in ("tok/s", "req/s"):
-        return f"{v:.1f} {fig.unit}"
-    return f"{v:g}"
-
-
-@dataclass
-class GateSession:
-    """What a gate reads of a session: its steps by load, break, and summary.json's search and SLO."""
-
-    label: str
-    steps: tuple[StepResult, ...]
-    summary: dict[str, Any]
-    session: Any = None  # the compare.SessionSummary
-
-    @classmethod
-    def load(cls, session_dir) -> "GateSession":
-        """A session directory (SessionError, one line, when it is not one)."""
-        from .session import load_summary
-        from .session.compare import load_session
-
-        s = load_session(session_dir)
-        try:
-            summ = load_summary(session_dir)
-        except Exception:  # noqa: BLE001 - load_session read it already
-            summ = {}
-        return cls(s.label, tuple(s.steps), summ if isinstance(summ, dict) else {}, s)
-
-    def by_load(self) -> dict[tuple[str, float], StepResult]:
-        out = {}
-        for k, s in self.session.by_load().items():
-            out[(k.kind, k.value)] = s
-        return out
-
-    def kind(self) -> str:
-        return "R" if self.session.kind == "R" else "C"
-
-    def loads(self, kind: str) -> list[float]:
-        return sorted(v for k, v in self.by_load() if k == kind)
-
-    # the session figures
-    def knee(self) -> Measured:
-        search = self.summary.get("search")
-        if isinstance(search, dict):
-            rate = search.get("knee_rate") is not None or bool(search.get("rates"))
-            v = search.get("knee_rate") if rate else search.get("knee_concurrency")
-            kind = "R" if rate else "C"
-            if v is not None:
-                return Measured(float(v), where="(knee search)", kind=kind)
-            reason = str(search.get("knee_reason") or "")
-            pts = search.get("rates") if rate else search.get("points")
-            if reason.startswith("still rising") and pts:
-                return Measured(float(max(pts)), bound=True, where=f"({reason})", kind=kind)
-            return Measured(None, note=f"no knee ({reason or 'knee search found none'})")
-        from .constants import KNEE_MIN_STEPS
-        from .session.compare import knee_load
-
-        k = knee_load(self.session)
-        if k is not None:
-            how = "last good before the break" if self.session.break_result is not None else "most tok/s, no break"
-            return Measured(k.value, where=f"({how})", kind="R" if k.kind == "R" else "C")
-        b = self.session.break_result
-        if not self.steps:
-            return Measured(None, note="no knee (no steps)")
-        if b is not None:
-            return Measured(None, note=f"no knee (broke at its first step, {b.where}: {b.reason})")
-        kind = self.kind()
-        loads = self.loads(kind)
-        if len(loads) < KNEE_MIN_STEPS:
-            return Measured(None, note=f"no knee (fewer than {KNEE_MIN_STEPS} steps)")
-        top = Load_label(kind, loads[-1])
-        return Measured(loads[-1], bound=True, where=f"(still rising at max {top})", kind=kind)
-
-    def max_slo(self) -> Measured:
-        search = self.summary.get("search")
-        slo_d = self.summary.get("slo")
-        if isinstance(search, dict) and "max_slo_concurrency" in search and slo_d:
-            rate = search.get("max_slo_rate") is not None or bool(search.get("rates"))
-            v = search.get("max_slo_rate") if rate else search.get("max_slo_concurrency")
-            kind = "R" if rate else "C"
-            if v is None:
-                return Measured(None, note="no load met the SLO")
-            return Measured(float(v), where="(knee search)", kind=kind)
-        if not isinstance(slo_d, dict) or not slo_d:
-            return Measured(None, note="no SLO recorded (give --slo or [slo])")
-        try:
-            slo = Slo(**slo_d)
-        except TypeError:
-            return Measured(None, note="summary.json's slo is not readable")
-        kind = self.kind()
-        # met: no bound missed, and with per-request bounds an attainment measured
-        good = [v for (k, v), s in self.by_load().items()
-                if k == kind and slo.judge(s) is None and (not slo.per_request or s.slo_attainment is not None)]
-        if not good:
-            return Measured(None, note="no step met the SLO")
-        return Measured(max(good), kind=kind)
-
-    def errors(self, rate: bool, step: StepResult | None = None) -> Measured:
-        steps = [step] if step is not None else list(self.steps)
-        failed = sum(s.failed for s in steps)
-        total = failed + sum(s.completed for s in steps)
-        if not rate:
-            return Measured(float(failed), where=f"({failed} of {total} requests)")
-        if not total:
-            return Measured(None, note="no request ended")
-        return Measured(failed / total, where=f"({failed} of {total} requests)", rate=True)
-
-    def figure(self, cond: Condition, at: tuple[str, float] | None = None) -> Measured:
-        fig = cond.fig
-        if fig.name == "knee":
-            return self.knee()
-        if fig.name == "max_slo":
-            return self.max_slo()
-        at = at or cond.at
-        by = self.by_load()
-        if at is not None:
-            st = by.get(at)
-            if st is None:
-                have = ", ".join(Load_label(k, v) for k, v in by) or "none"
-                return Measured(None, note=f"no step at {Load_label(*at)} (measured: {have})")
-            if fig.name == "errors":
-                return self.errors(cond.rate, st)
-            v = getattr(st, fig.field)
-            if v is None:
-                return Measured(None, note=f"no {fig.what} at {Load_label(*at)}")
-            return Measured(float(v), st.bound(fig.field), where=f"at {Load_label(*at)}")
-        if fig.name == "errors":
-            return self.errors(cond.rate)
-        vals = [((k, v), s, getattr(s, fig.field)) for (k, v), s in by.items() if getattr(s, fig.field) is not None]
-        if not vals:
-            return Measured(None, note=f"no step has {fig.what}")
-        # most for throughputs, the worst for latencies (highest) and attainment (lowest)
-        pick = max if fig.name in ("tok_s", "goodput", "req_s") or fig.unit == "ms" else min
-        load, st, v = pick(vals, key=lambda x: x[2])
-        bound = fig.unit == "ms" and any(s.bound(fig.field) for _, s, _ in vals)
-        return Measured(float(v), bound, where=f"at {Load_label(*load)}")
-
-
-def Load_label(kind: str, v: float) -> str:  # noqa: N802 - reads like compare.Load.label
-    return f"R={v:g}/s" if kind == "R" else f"x{v:g}" if kind == "x" else f"C={v:g}"
 
 
 # -- judging -------------------------------------------------------------------------------
