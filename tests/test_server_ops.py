@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -435,3 +436,37 @@ def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path,
         assert p["running_at_start"] == 3 and 0.4 <= p["t_stop"] - p["t_start"] < 2.5 and not warned
     else:
         assert profiles == [] and len(warned) == 1
+
+
+async def test_the_screen_shows_the_servers_view_beside_the_clients(sim_factory, tmp_path):
+    """Live on screen: speculative decoding's accept length, the server's prefix-cache hit rate
+    beside the share of the live step's prompt tokens it reported cached, its gen tok/s and KV."""
+    from textual.widgets import Label
+
+    from redline.engine.host import EngineThread
+    from redline.tui.app import RedlineApp
+
+    sim = sim_factory("healthy", extra_args=(*FAST, "--set", "spec_accept_length=2.5"))
+    cfg = EngineConfig(url=sim.url, concurrency=4, api="chat", calibrate=False, use_nvml=False, out_dir=tmp_path / "s",
+                       workload=WorkloadConfig(dataset="prefix:groups=2,prefix_len=96,suffix_len=8", input_len=104, output_len=96))
+    host = EngineThread(cfg)
+    host.start()
+    try:
+        app = RedlineApp(host, step=4)
+        async with app.run_test(size=(100, 30)) as pilot:
+            line = app.query_one("#server-line", Label)
+
+            def shown() -> bool:
+                text = str(line.render())
+                m = re.search(r"spec (\d\.\d\d) tok/step", text)
+                return bool(line.display and m and abs(float(m.group(1)) - 2.5) <= 0.15 and "cache hit " in text
+                            and re.search(r"cached \d+ %", text))
+
+            end = time.monotonic() + 15
+            while not shown() and time.monotonic() < end:
+                await pilot.pause(0.2)
+            text = str(line.render())
+            assert shown(), text
+            assert "gen " in text and "KV " in text
+    finally:
+        host.stop()

@@ -16,7 +16,7 @@ from textual.widgets import Label
 
 from ...engine.api import TIMELINE_INTERVAL_S, Snapshot
 
-from ..format import ms, rate
+from ..format import ms, num, rate
 from .metric import MetricRow
 
 HISTORY_POINTS = 120  # seconds of sparkline
@@ -47,6 +47,7 @@ class LivePanels(Vertical):
         for wid, title, _, _, fmt in ROWS:
             yield MetricRow(title, fmt, id=f"m-{wid}")
         yield Label("", id="lane-line")  # only while the probe lane runs
+        yield Label("", id="server-line")  # the server's own view, when it says more than its load
 
     def show(self, snap: Snapshot) -> None:
         if snap.second != self._second and snap.row:
@@ -61,6 +62,11 @@ class LivePanels(Vertical):
         lane.display = snap.lane_on
         if snap.lane_on:
             lane.update(lane_text(snap))
+        text = server_text(snap)
+        srv = self.query_one("#server-line", Label)
+        srv.display = bool(text)
+        if text:
+            srv.update(text)
 
 
     def _take(self, snap: Snapshot) -> None:
@@ -102,3 +108,33 @@ def lane_text(snap: Snapshot) -> str:
         return f"{name} {ms(lane_v)}{ratio}"
 
     return "lane C=1  " + "  ".join((part("TTFT", snap.lane_ttft_ms, snap.ttft_ms.get("p50")), part("ITL", snap.lane_itl_ms, snap.itl_ms.get("p50"))))
+
+
+def server_text(snap: Snapshot) -> str:
+    """The server's own view beside the client's (engine/server_ops.py, README "Looking inside
+    the server"): its generation tok/s and KV use, with what only it knows when it says so:
+    preemptions in the last 10 s, speculative decoding's accept length, and its prefix-cache hit
+    rate beside the share of the live step's prompt tokens it reported cached. "" when it says
+    none of the latter (its load alone is in the header)."""
+    s = snap.server
+    step = snap.current_step
+    cached = step.cached_prompt_ratio if step is not None else None
+    if s is None and cached is None:
+        return ""
+    extra = []
+    if s is not None and s.preemptions_recent:
+        extra.append(f"preempted {num(s.preemptions_recent)}/10s")
+    if s is not None and s.spec_accept_length is not None:
+        acc = f" ({100 * s.spec_acceptance_rate:.0f} %)" if s.spec_acceptance_rate is not None else ""
+        extra.append(f"spec {s.spec_accept_length:.2f} tok/step{acc}")
+    hit = s.prefix_hit_rate if s is not None else None
+    if hit is not None or cached is not None:
+        extra.append(f"cache hit {'-' if hit is None else f'{100 * hit:.0f} %'}, cached {'-' if cached is None else f'{100 * cached:.0f} %'}")
+    if not extra:
+        return ""
+    load = []
+    if s is not None and s.gen_throughput is not None:
+        load.append(f"gen {rate(s.gen_throughput)} tok/s")
+    if s is not None and s.kv_usage is not None:
+        load.append(f"KV {100 * s.kv_usage:.0f} %")
+    return "server " + "  ".join(load + extra)
