@@ -117,11 +117,12 @@ def _flushes(engine: Engine, preset: Preset | None) -> bool:
 
 
 def _profiles(preset: Preset | None, plan: StepPlan) -> bool:
-    """`[ramp] profile = [C, ...]`: capture the server's profiler during this step's load."""
+    """`[ramp] profile = [C, ...]`: capture the server's profiler during this step's load (a
+    rate ramp: its req/s; a trace ramp: its speed)."""
     wanted = getattr(preset.ramp, "profile", None) if preset is not None else None
     if not wanted:
         return False
-    level = plan.rate if plan.rate is not None else plan.concurrency
+    level = plan.speed if plan.speed is not None else plan.rate if plan.rate is not None else plan.concurrency
     return any(float(w) == float(level) for w in wanted)
 
 

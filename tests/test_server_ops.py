@@ -470,3 +470,33 @@ async def test_the_screen_shows_the_servers_view_beside_the_clients(sim_factory,
             assert "gen " in text and "KV " in text
     finally:
         host.stop()
+
+
+# -- from the command line --------------------------------------------------------------------
+def test_redline_run_with_preset_keys_and_flags_end_to_end(sim_factory, tmp_path):
+    """`redline run PRESET --headless --profile-s 0.5` with `[ramp] profile = [4]` and
+    `flush_cache = true`: the sim saw a flush before each step and the probe, none busy, and one
+    capture at C=4 of about half a second; `--flush-cache` does what the key does; a bad key
+    value is one line, exit 2."""
+    from helpers import finish, start_headless, write_preset
+
+    sim = sim_factory("healthy", extra_args=FAST)
+    preset = write_preset(tmp_path, "ops", concurrency=[2, 4], hold_s=1.5, output_len=32,
+                          extra="profile = [4]\nflush_cache = true\n[after]\nprobe_s = 0.5\n")
+    rc, out, err = finish(start_headless(sim.url, preset, tmp_path / "s", "--profile-s", "0.5"), 120)
+    assert rc == 0, err
+    state = httpx.get(sim.url + "/sim/state").json()
+    assert len(state["flush_calls"]) == 3 and all(c["ok"] and c["running"] == 0 for c in state["flush_calls"])
+    (p,) = state["profiles"]
+    assert p["running_at_start"] >= 3 and 0.4 <= p["t_stop"] - p["t_start"] < 1.5
+    steps = _summary(tmp_path / "s")["steps"]
+    assert steps[1]["profiles"][0]["load"] == "C=4" and steps[1]["profiles"][0]["trace"] == p["trace"]
+    # --flush-cache on a preset that does not ask for it: a flush before its one step
+    plain = write_preset(tmp_path, "plain", concurrency=[2], hold_s=1.0, output_len=16)
+    rc, out, err = finish(start_headless(sim.url, plain, tmp_path / "f", "--flush-cache"), 120)
+    assert rc == 0, err
+    calls = httpx.get(sim.url + "/sim/state").json()["flush_calls"]
+    assert len(calls) == 4 and calls[-1]["ok"] and calls[-1]["running"] == 0
+    bad = write_preset(tmp_path, "bad", concurrency=[2, 4], extra="profile = [3]\n")
+    rc, out, err = finish(start_headless(sim.url, bad, tmp_path / "b"), 60)
+    assert rc == 2 and "[ramp].profile: 3 is not a step of this ramp (steps: 2, 4)" in err and len(err.strip().splitlines()) == 1, err

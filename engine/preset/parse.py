@@ -55,6 +55,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from .fields import Ctx, has_control, key_name
 from .parse_ramp import parse_ramp
+from .parse_server_ops import SERVER_OPS_KEYS, parse_server_ops
 from .parse_rules import parse_after, parse_gate, parse_guard, parse_slo, parse_stop
 from .parse_search import RATE_SEARCH_LEVELS
 from .parse_workload import MAX_TURNS, check_shape, parse_target, parse_workload
@@ -98,6 +99,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "over",
         "workloads",
         "probes",
+        *SERVER_OPS_KEYS,  # profile, flush_cache (parse_server_ops.py)
     ),
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
     "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
@@ -189,7 +191,7 @@ def parse_preset(data: dict, source: str) -> Preset:
             "[ramp]",
             "missing (a preset needs [ramp] with concurrency = [..] or start/factor/max)",
         )
-    ramp = parse_ramp(ctx, data["ramp"])
+    ramp = parse_server_ops(ctx, data["ramp"], parse_ramp(ctx, data["ramp"]))
     check_shape(ctx, workload, ramp)
     stop = parse_stop(ctx, data.get("stop", {}))
     after = parse_after(ctx, data.get("after", {}))
