@@ -26,178 +26,48 @@ HIST_MIN_S absolute (10 us); above HIST_MAX_S the last bin is open-ended and the
 only bounded by the recorded min and max. The smallest and largest order statistics are the
 recorded min and max themselves, so q = 0 and q = 1 are exact, and so is a sample of one
 distinct value.
+
+Where: log_histogram.py holds `quantile`, the log bins and `LogHistogram`; this module holds
+`Digest`, `RollingDigest` and `censored_quantiles` and re-exports the rest, so every name is
+importable from here.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
 from collections import deque
 from typing import Iterable, Sequence
 
-from .constants import BOUND_TOLERANCE, EXACT_LIMIT, HIST_MAX_S, HIST_MIN_S, HIST_RATIO
+from .constants import BOUND_TOLERANCE, EXACT_LIMIT, HIST_MIN_S
+from .log_histogram import (
+    HIST_PRECISION,
+    LAST_BIN,
+    LOG_MIN,
+    LOG_RATIO,
+    NBINS,
+    LogHistogram,
+    bin_index,
+    bin_value,
+    binned_quantiles,
+    clamp_q,
+    quantile,
+)
 
-_LOG_RATIO = math.log(HIST_RATIO)
-_LOG_MIN = math.log(HIST_MIN_S)
-NBINS = int(math.ceil((math.log(HIST_MAX_S) - _LOG_MIN) / _LOG_RATIO)) + 2
-_LAST = NBINS - 1
+__all__ = [
+    "HIST_PRECISION",
+    "NBINS",
+    "Digest",
+    "LogHistogram",
+    "RollingDigest",
+    "RollingHistogram",
+    "bin_index",
+    "bin_value",
+    "censored_quantiles",
+    "quantile",
+]
+
 _log = math.log
-
-#: Relative bound of a histogram estimate against the exact value (values in range).
-HIST_PRECISION = math.sqrt(HIST_RATIO) - 1.0
-
-
-def bin_index(v: float) -> int:
-    """The bin holding v (bin 0 holds everything at or below HIST_MIN_S)."""
-    if v <= HIST_MIN_S:
-        return 0
-    i = int((math.log(v) - _LOG_MIN) / _LOG_RATIO) + 1
-    return i if i < NBINS else NBINS - 1
-
-
-def bin_value(i: int) -> float:
-    """The value a bin stands for: its geometric middle."""
-    if i == 0:
-        return HIST_MIN_S
-    return math.exp(_LOG_MIN + (i - 1) * _LOG_RATIO) * math.sqrt(HIST_RATIO)
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated quantile of sorted values (numpy's default, as bench_serving)."""
-    n = len(sorted_values)
-    if not n:
-        return None
-    pos = q * (n - 1)
-    lo = int(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
-
-
-def _clamp_q(q: float) -> float:
-    return 0.0 if q < 0.0 else 1.0 if q > 1.0 else q
-
-
-def _binned_quantiles(
-    items: Iterable[tuple[int, int]], n: int, qs: Sequence[float], vmin: float, vmax: float
-) -> list[float]:
-    """Linear-interpolated quantiles from (bin, count) pairs in ascending bin order (n in
-    all): each of the order statistics at floor/ceil(q*(n-1)) is its bin's value, clamped
-    to [vmin, vmax]. One pass over the bins for all qs."""
-    plan = []  # (q, lo rank, hi rank, frac)
-    ranks = set()
-    for q in qs:
-        pos = _clamp_q(q) * (n - 1)
-        lo = int(pos)
-        hi = min(lo + 1, n - 1)
-        plan.append((lo, hi, pos - lo))
-        ranks.add(lo)
-        ranks.add(hi)
-    want = sorted(ranks)
-    est: dict[int, float] = {}
-    k = 0
-    seen = 0
-    for b, c in items:
-        seen += c
-        while k < len(want) and want[k] < seen:  # rank want[k] lies in bin b
-            v = bin_value(b)
-            est[want[k]] = vmin if v < vmin else vmax if v > vmax else v
-            k += 1
-        if k == len(want):
-            break
-    for r in want[k:]:  # counts short of n (should not happen): the max stands in
-        est[r] = vmax
-    if 0 in est:  # the extreme order statistics are known exactly
-        est[0] = vmin
-    if n - 1 in est:
-        est[n - 1] = vmax
-    out = []
-    for lo, hi, frac in plan:
-        a = est[lo]
-        out.append(a + (est[hi] - a) * frac if hi != lo else a)
-    return out
-
-
-class LogHistogram:
-    """Counts of values in log bins growing by HIST_RATIO (NBINS ints), plus count, total,
-    min and max. Quantiles are linear interpolations between bin values (module docstring)."""
-
-    __slots__ = ("bins", "count", "total", "vmax", "vmin")
-
-    def __init__(self) -> None:
-        self.bins = [0] * NBINS
-        self.count = 0
-        self.total = 0.0
-        self.vmax = 0.0  # 0.0 while empty
-        self.vmin = 0.0  # 0.0 while empty
-
-    def add(self, v: float) -> None:
-        self.bins[bin_index(v)] += 1
-        if not self.count:
-            self.vmin = self.vmax = v
-        elif v > self.vmax:
-            self.vmax = v
-        elif v < self.vmin:
-            self.vmin = v
-        self.count += 1
-        self.total += v
-
-    def add_many(self, values: Iterable[float]) -> None:
-        vals = values if isinstance(values, (list, tuple, array)) else list(values)
-        if not vals:
-            return
-        bins = self.bins
-        lmin, lr, mn = _LOG_MIN, _LOG_RATIO, HIST_MIN_S
-        for v in vals:  # bin_index, inlined
-            if v <= mn:
-                bins[0] += 1
-            else:
-                i = int((_log(v) - lmin) / lr) + 1
-                bins[i if i < NBINS else _LAST] += 1
-        lo, hi = min(vals), max(vals)
-        if not self.count:
-            self.vmin, self.vmax = lo, hi
-        else:
-            self.vmin = min(self.vmin, lo)
-            self.vmax = max(self.vmax, hi)
-        self.count += len(vals)
-        self.total += math.fsum(vals)
-
-    def merge(self, other: "LogHistogram") -> None:
-        if not other.count:
-            return
-        b = self.bins
-        for i, n in enumerate(other.bins):
-            if n:
-                b[i] += n
-        if not self.count:
-            self.vmin, self.vmax = other.vmin, other.vmax
-        else:
-            self.vmin = min(self.vmin, other.vmin)
-            self.vmax = max(self.vmax, other.vmax)
-        self.count += other.count
-        self.total += other.total
-
-    def copy(self) -> "LogHistogram":
-        h = LogHistogram()
-        h.bins = list(self.bins)
-        h.count, h.total, h.vmin, h.vmax = self.count, self.total, self.vmin, self.vmax
-        return h
-
-    def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-    def quantiles(self, qs: Sequence[float]) -> list[float | None]:
-        """Linear-interpolated value at each q (0..1); Nones when empty."""
-        if not self.count:
-            return [None] * len(qs)
-        items = ((i, n) for i, n in enumerate(self.bins) if n)
-        return _binned_quantiles(items, self.count, qs, self.vmin, self.vmax)
-
-    def quantile(self, q: float) -> float | None:
-        """Linear-interpolated value at quantile q (0..1); None when empty."""
-        return self.quantiles((q,))[0]
 
 
 class Digest:
@@ -369,9 +239,9 @@ class Digest:
             return [None] * len(qs)
         s = self.sorted_values()
         if s is not None:
-            return [quantile(s, _clamp_q(q)) for q in qs]
+            return [quantile(s, clamp_q(q)) for q in qs]
         items = ((i, n) for i, n in enumerate(self._hist.bins) if n)
-        return _binned_quantiles(items, self.count, qs, self._min, self._max)
+        return binned_quantiles(items, self.count, qs, self._min, self._max)
 
     def quantile(self, q: float) -> float | None:
         return self.quantiles((q,))[0]
@@ -435,14 +305,14 @@ class RollingDigest:
             secs.append(_Second(sec))
         s = secs[-1]
         bins, total = s.bins, self._total
-        lmin, lr, mn = _LOG_MIN, _LOG_RATIO, HIST_MIN_S
+        lmin, lr, mn = LOG_MIN, LOG_RATIO, HIST_MIN_S
         for v in vals:  # bin_index, inlined
             if v <= mn:
                 b = 0
             else:
                 b = int((_log(v) - lmin) / lr) + 1
                 if b >= NBINS:
-                    b = _LAST
+                    b = LAST_BIN
             bins[b] = bins.get(b, 0) + 1
             total[b] = total.get(b, 0) + 1
         lo, hi = min(vals), max(vals)
@@ -533,10 +403,10 @@ class RollingDigest:
         vmax = max(s.vmax for s in self._secs)
         vals = self.sorted_values()
         if vals is not None:
-            return [quantile(vals, _clamp_q(q)) for q in qs], vmax
+            return [quantile(vals, clamp_q(q)) for q in qs], vmax
         vmin = min(s.vmin for s in self._secs)
         items = sorted(self._total.items())
-        return _binned_quantiles(items, self.count, qs, vmin, vmax), vmax
+        return binned_quantiles(items, self.count, qs, vmin, vmax), vmax
 
 
 #: The old name: the live window, now exact while small.
@@ -590,7 +460,7 @@ def censored_quantiles(
         if q is None:
             out.append((total / n, bool(censored)))
             continue
-        qq = _clamp_q(q)
+        qq = clamp_q(q)
         v = quantile(low, qq) if low is not None else merged.quantile(qq)
         if not censored:
             out.append((v, False))
