@@ -24,14 +24,16 @@ Replies: 200 {"ok": true, "line": "...", ...}; a refusal {"ok": false, "error": 
 with 400 (bad JSON, a bad value), 401 (token), 404 (path), 405 (method), 409 (not now: no
 probe to restore, the engine stopping), 413 (body over 64 kB). Nothing a client sends can
 raise out of a handler: an unexpected error is a 500 and a log line, and the load goes on.
+
+This module is the server and its handlers; control_wire.py holds the wire (replies,
+refusals, bodies, SSE framing) and control_status.py what GET /v1/status answers. Their
+names are importable from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
-import math
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -39,47 +41,21 @@ from aiohttp import web
 
 from . import commands as C
 from .control import MAX_BODY, ControlAddress
+from .control_status import status_of, step_of
+from .control_wire import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
 from .prom import CONTENT_TYPE, PromMetrics
 
 if TYPE_CHECKING:
     from .core import Engine
 
+__all__ = [
+    "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
+    "refusal", "reply", "request_stop", "sse", "status_of", "step_of", "value",
+]
+
 SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 SOURCE = "api"
-
-
-class Refused(Exception):
-    """A request the API answers with a 4xx: `status` and a one-line `text`."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
-
-
-def clean(v: Any) -> Any:
-    """JSON-safe: non-finite floats become null, tuples lists, unknown objects their str."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [clean(x) for x in v]
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    to_dict = getattr(v, "to_dict", None)
-    if callable(to_dict):
-        return clean(to_dict())
-    return str(v)
-
-
-def reply(body: dict, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=json.dumps(clean(body), separators=(",", ":")) + "\n", content_type="application/json")
-
-
-def refusal(status: int, text: str) -> web.Response:
-    return reply({"ok": False, "error": " ".join(str(text).split())}, status)
 
 
 class ControlServer:
@@ -510,127 +486,3 @@ def preset_change(preset, current: dict):
         dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
     )
     return None if change.empty else change
-
-
-# -- small helpers ----------------------------------------------------------------------------
-async def read_json(request: web.Request) -> dict:
-    """The body as a JSON object ({} when empty); 400 for anything else, 413 when too big."""
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise Refused(400, f"bad JSON: {' '.join(str(exc).split())[:160]}") from None
-    if not isinstance(body, dict):
-        raise Refused(400, f"bad JSON: expected an object such as {{\"value\": 16}}, got {type(body).__name__}")
-    return body
-
-
-def value(body: dict, key: str) -> Any:
-    if key not in body:
-        raise Refused(400, f'missing "{key}": expected {{"{key}": ...}}')
-    return body[key]
-
-
-def flag(body: dict, key: str) -> bool:
-    v = body.get(key, False)
-    if not isinstance(v, bool):
-        raise Refused(400, f"{key} {v!r}: expected true or false")
-    return v
-
-
-def client(request: web.Request) -> str:
-    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host = f"[{peer[0]}]" if ":" in str(peer[0]) else str(peer[0])
-        return f"{host}:{peer[1]}"
-    return str(request.remote or "?")
-
-
-def describe(body: dict) -> str:
-    """A command's arguments in a few words for the log (never a whole TOML text)."""
-    if not body:
-        return ""
-    parts = []
-    for k, v in list(body.items())[:6]:
-        if k == "toml":
-            parts.append("toml=<text>")
-            continue
-        s = json.dumps(clean(v)) if not isinstance(v, str) else v
-        parts.append(f"{k}={' '.join(s.split())[:60]}")
-    return " " + " ".join(parts)
-
-
-def sse(event: str, data: Any, seq: int | None = None) -> str:
-    head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(clean(data), separators=(',', ':'))}\n\n"
-
-
-def status_of(engine: Engine, url: str = "") -> dict:
-    """GET /v1/status: the engine's latest Snapshot as JSON; the live figures carry the names
-    of the timeline rows (README "timeline.ndjson")."""
-    s = engine.snapshot
-    live: dict[str, Any] = {
-        "output_tok_s": round(s.output_tok_s, 3), "input_tok_s": round(s.input_tok_s, 3),
-        "req_s": round(s.req_s, 4), "errors_s": round(s.errors_s, 4),
-    }
-    if s.goodput_req_s is not None:
-        live["goodput_req_s"] = round(s.goodput_req_s, 4)
-        live["goodput_tok_s"] = round(s.goodput_tok_s or 0.0, 3)
-    for name, p in (("ttft", s.ttft_ms), ("itl", s.itl_ms), ("e2e", s.e2e_ms)):
-        for q in ("p50", "p90", "p99"):
-            v = (p or {}).get(q)
-            live[f"{name}_{q}_ms"] = None if v is None else round(v, 3)
-    srv = s.server
-    live["server_running"] = srv.running if srv else None
-    live["server_queued"] = srv.queued if srv else None
-    live["server_kv_usage"] = srv.kv_usage if srv else None
-    ctl = engine.controller
-    step = s.current_step
-    return {
-        "state": s.state,
-        "mode": s.mode,
-        "concurrency": s.target_c,
-        "max_concurrency": s.max_concurrency,
-        "rate": s.target_rate,
-        "arrival": s.arrival if s.mode == "rate" else None,
-        "in_flight": s.in_flight,
-        "backing_off": s.backing_off,
-        "paused": bool(ctl is not None and ctl.paused),
-        "probing": s.probing,
-        "previous_concurrency": s.previous_c if s.probing else None,
-        "load": engine.load_text,
-        "elapsed_s": round(s.elapsed_s, 3),
-        **live,
-        "timeline_row": s.row,
-        "step": step_of(engine, step),
-        "steps_recorded": len(s.steps),
-        "preset": {"running": s.preset_running, "progress": s.preset},
-        "completed": s.completed, "failed": s.failed, "cancelled": s.cancelled,
-        "output_tokens_total": s.output_tokens_total,
-        "errors_by_kind": s.errors_by_kind,
-        "workload": s.workload,
-        "slo": s.slo or None,
-        "lane": s.lane_on,
-        "warnings": list(s.warnings),
-        "session_dir": s.session_dir,
-        "session_error": s.session_error,
-        "target": {"url": s.url, "model": s.model, "api": s.api, "server": s.server_kind},
-        "targets": list(s.targets) if s.targets else [{"url": s.url, "output_tok_s": round(s.output_tok_s, 3)}],
-        "workers": list(s.workers),
-        "control": url,
-        "done": s.done,
-    }
-
-
-def step_of(engine: Engine, result) -> dict | None:
-    """The step open now: index, phase, concurrency, and its figures so far (refreshed once a
-    second; null in its first second)."""
-    book = engine.book
-    acc = book.live or getattr(book, "current", None)
-    if acc is None and result is None:
-        return None
-    src = acc if acc is not None else result
-    return {"index": src.index, "phase": src.phase, "concurrency": src.concurrency,
-            "result": None if result is None else result.to_dict()}
