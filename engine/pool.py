@@ -421,7 +421,7 @@ class WorkerPool(Controller):
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             e.metrics.lag.merge(lags)
             st.lag.merge(lags)
-        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures, ungaps) in msg["ends"]:
+        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures, ungaps, *more) in msg["ends"]:
             got = live.pop(rid, None)
             if got is None:
                 continue
@@ -429,6 +429,7 @@ class WorkerPool(Controller):
             rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end = t_send, t_first, t_fa, t_end
             rec.status, rec.http_status, rec.error_kind, rec.error_text = status, http_status, kind, text
             rec.input_tokens, rec.output_tokens, rec.usage_reported, rec.remote = n_in, n_out, usage, figures
+            rec.cached_tokens = more[0] if more else None
             st.requests += 1
             if ungaps is not None:  # failed: its gaps leave the windows
                 e.unmeasure_gaps(unbucket_gaps(ungaps))
@@ -497,7 +498,7 @@ def _shifted(msg: dict, d: float) -> dict:
         "held": [(dropped, t + d) for dropped, t in msg["held"]],
         "abandoned": [t + d for t in msg["abandoned"]],
         "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:13],
-                  None if x[13] is None else [(b + db, v) for b, v in x[13]]) for x in msg["ends"]],
+                  None if x[13] is None else [(b + db, v) for b, v in x[13]], *x[14:]) for x in msg["ends"]],
     }
 
 

@@ -186,6 +186,7 @@ class _TargetListener:
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
             request_figures(rec), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
+            rec.cached_tokens,  # the server's cached prompt tokens (issue 25), last: positions above unchanged
         ))
 
 

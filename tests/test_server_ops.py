@@ -288,16 +288,18 @@ def test_a_server_without_the_profiler_gets_one_warning_line(sim_factory, tmp_pa
 
 
 # -- cached tokens -------------------------------------------------------------------------
-@pytest.mark.parametrize("api", ["chat", "generate"])
-def test_cached_tokens_per_request_sum_to_the_servers_count(sim_factory, tmp_path, api):
+@pytest.mark.parametrize("api,workers", [("chat", 1), ("generate", 1), ("chat", 2)])
+def test_cached_tokens_per_request_sum_to_the_servers_count(sim_factory, tmp_path, api, workers):
     """Done when: with a shared-prefix dataset on a server reporting cached tokens, the rows'
     cached_tokens sum to the server's own count, and each step's cached_prompt_ratio matches
-    the server's truth for the requests that step sent within 0.05."""
+    the server's truth for the requests that step sent within 0.05 (in one process, and with the
+    load in two worker processes)."""
     sim = sim_factory("healthy", extra_args=FAST)
     preset = _preset([2, 6], hold_s=2.0, api=api, dataset="prefix:groups=3,prefix_len=160,suffix_len=24", output_len=24)
-    out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s"), preset, drain=True))
+    out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s", workers=workers), preset, drain=True))
     rows = _rows(tmp_path / "s")
     assert all(r["status"] == "ok" for r in rows)  # drained: none cancelled
+    assert workers == 1 or {r["worker"] for r in rows if r["phase"] != "calibration"} == {0, 1}
     state = httpx.get(sim.url + "/sim/state").json()
     assert sum(r["cached_tokens"] for r in rows) == state["prefix_cache"]["hit_tokens"] > 0
     truth = httpx.get(sim.url + "/sim/requests").json()
