@@ -408,9 +408,10 @@ async def _state_async(url: str) -> dict:
 
 # -- the control API -----------------------------------------------------------------------
 @pytest.mark.parametrize("profiler", [True, False])
-def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path, profiler):
-    """POST /v1/profile: the capture at the load held now, stopped after `seconds`; a server
-    without the profiler: started false, one warning line (a second call: no second line)."""
+def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path, profiler, capsys):
+    """POST /v1/profile (and `redline ctl profile S`): the capture at the load held now, stopped
+    after `seconds`; a server without the profiler: started false, one warning line (a second
+    call: no second line)."""
     from redline.engine.control import ControlAddress
     from redline.engine.host import EngineThread
 
@@ -426,6 +427,12 @@ def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path,
             if profiler:
                 assert r["line"] == "profiler started at C=3"
                 assert asyncio.run(until(lambda: httpx.get(sim.url + "/sim/state").json()["profiles"][0]["t_stop"] is not None, 5))
+                # the same from the shell: redline ctl profile S
+                from helpers import main_in_process
+
+                assert main_in_process(["ctl", "--control", h.engine.control.url, "profile", "0.5"]) == 0
+                assert "profiler started at C=3" in capsys.readouterr().out
+                assert asyncio.run(until(lambda: httpx.get(sim.url + "/sim/state").json()["profiles"][-1]["t_stop"] is not None, 5))
             else:
                 assert "no profiler endpoint" in r["line"]
                 assert c.post("/v1/profile", json={}).json()["started"] is False
@@ -434,8 +441,8 @@ def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path,
     profiles = httpx.get(sim.url + "/sim/state").json()["profiles"]
     warned = [e for e in _events(tmp_path / "s") if e["kind"] == "warning" and "profiler" in e["text"]]
     if profiler:
-        (p,) = profiles
-        assert p["running_at_start"] == 3 and 0.4 <= p["t_stop"] - p["t_start"] < 2.5 and not warned
+        assert len(profiles) == 2 and not warned
+        assert all(p["running_at_start"] == 3 and 0.4 <= p["t_stop"] - p["t_start"] < 2.5 for p in profiles)
     else:
         assert profiles == [] and len(warned) == 1
 

@@ -1,7 +1,7 @@
 """`redline ctl`: the control API's command-line client (README "Steering from scripts").
 
     redline ctl [--control URL] [--json] status|concurrency N|rate R|probe|restore|pause|resume|
-                preset NAME|search|slo SPEC|workload K=V...|lane [on|off]|export|stop
+                preset NAME|search|slo SPEC|workload K=V...|lane [on|off]|profile [S]|export|stop
 
 One line out (the engine's reply, or with --json its whole JSON); exit 0 when the engine did
 it, 1 when it refused (the one-line reason on stderr), 2 for bad arguments, 3 when the
@@ -54,6 +54,7 @@ def add_ctl_parser(sub) -> None:
     act("slo", help="set SLOs (ttft=2s,itl=100ms) or off").add_argument("spec", metavar="SPEC")
     act("workload", help="change the workload: output_len=N input_len=N dataset=SPEC prefix_ratio=X").add_argument("spec", nargs="+", metavar="KEY=VALUE")
     act("lane", help="the probe lane on, off, or toggled").add_argument("state", nargs="?", choices=("on", "off"))
+    act("profile", help="the server's profiler at the load held now (default --profile-s)").add_argument("seconds", nargs="?", type=float, metavar="S")
     act("export", help="export the session's tables").add_argument("--format", "-f", default="parquet", choices=("parquet", "csv", "ndjson"))
     act("stop", help="end the session as q does")
     c.set_defaults(handler=cmd_ctl)
@@ -118,6 +119,8 @@ def request_of(args: argparse.Namespace) -> tuple[str, str, dict | None]:
         return "POST", "/v1/workload", {"spec": " ".join(args.spec)}
     if a == "lane":
         return "POST", "/v1/lane", {} if args.state is None else {"on": args.state == "on"}
+    if a == "profile":
+        return "POST", "/v1/profile", {} if args.seconds is None else {"seconds": args.seconds}
     if a == "export":
         return "POST", "/v1/export", {"format": args.format}
     return "POST", f"/v1/{a}", {}
