@@ -123,6 +123,9 @@ def _ramp(r: RampSpec) -> tuple[list[str], dict[str, Any]]:
         if r.workloads is not None:
             comments.append("workloads: each step's ({} = [workload]'s): the session changed it live")
             ramp["workloads"] = [dict(w) if w else {} for w in r.workloads]
+        if r.probes is not None:
+            comments.append("probes: true = a C=1 probe (what is in flight is aborted first, as `a` did)")
+            ramp["probes"] = list(r.probes)
     elif r.speed is not None:
         comments.append("warmup_s per replay, not measured; hold_s at least, max_hold_s at most")
         ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), max_hold_s=float(r.max_hold_s))
