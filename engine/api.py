@@ -33,7 +33,9 @@ if TYPE_CHECKING:
         DEFAULT_OUTPUT_LEN,
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
+        DEFAULT_TRANSPORT,
         TIMELINE_INTERVAL_S,
+        TRANSPORTS,
     )
     from .control import ControlError, check_control
     from .controller import ConcurrencyError, check_concurrency
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
     from .fmt import ms, num, rate, step_ms
     from .guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
-    from .http import DEFAULT_TRANSPORT, TRANSPORTS
     from .pool import auto_workers
     from .preset import (
         Preset,
@@ -77,7 +78,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".config": ("EngineConfig",),
     ".constants": (
         "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "TIMELINE_INTERVAL_S",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control": ("ControlError", "check_control"),
     ".controller": ("ConcurrencyError", "check_concurrency"),
@@ -85,7 +86,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".fmt": ("ms", "num", "rate", "step_ms"),
     ".guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
-    ".http": ("DEFAULT_TRANSPORT", "TRANSPORTS"),
     ".pool": ("auto_workers",),
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),

@@ -10,7 +10,7 @@ from .constants import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_REQUEST_TIMEOUT_S,
 )
-from .http import DEFAULT_TRANSPORT
+from .constants import DEFAULT_TRANSPORT
 from .guard import GuardSpec
 from .slo import Slo
 from .workload import WorkloadConfig

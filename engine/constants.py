@@ -29,6 +29,8 @@ DEFAULT_STEP = 8
 # Requests
 DEFAULT_REQUEST_TIMEOUT_S = 600.0  # a stream silent this long is a stalled stream
 CONNECT_TIMEOUT_S = 10.0
+TRANSPORTS = ("lean", "aiohttp", "httpx")  # the HTTP client's transports (engine/http.py)
+DEFAULT_TRANSPORT = "lean"
 ABORT_WAIT_S = 2.0  # how long abort() waits for cancelled requests to unwind
 ERROR_BODY_BYTES = 2000  # how much of an error response body is read for its text
 ERROR_TEXT_CHARS = 200

@@ -13,10 +13,7 @@ import ssl
 
 import httpx
 
-from .constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S
-
-TRANSPORTS = ("lean", "aiohttp", "httpx")
-DEFAULT_TRANSPORT = "lean"
+from .constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT, TRANSPORTS
 
 
 class TargetBearer(httpx.Auth):

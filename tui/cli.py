@@ -26,6 +26,8 @@ from ..engine.api import (
     DEFAULT_OUTPUT_LEN,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STEP,
+    DEFAULT_TRANSPORT,
+    TRANSPORTS,
     __version__,
 )
 
@@ -202,17 +204,6 @@ def _workers(s: str) -> int | str:
     return v
 
 
-class _Transports:
-    """--transport's choices, engine/http.py TRANSPORTS, read when an argument is checked
-    (importing engine/http.py imports httpx, which `redline --help` must not wait for)."""
-
-    def __contains__(self, value: object) -> bool:
-        return value in api.TRANSPORTS
-
-    def __iter__(self):
-        return iter(api.TRANSPORTS)
-
-
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--url", action="append", default=None, metavar="URL", help=url_help)
@@ -229,8 +220,7 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g.add_argument("--server-metrics", default=None, metavar="URL", help="server /metrics (default: the target's /metrics)")
     g.add_argument("--gpu-metrics", default=None, metavar="URL", help="dcgm-exporter metrics, e.g. http://host:9400/metrics (default: local NVML)")
     g.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
-    # the HTTP client's transport (engine/http.py, which imports httpx: looked up when used)
-    g.add_argument("--transport", choices=_Transports(), default=None, help=argparse.SUPPRESS)
+    g.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT, help=argparse.SUPPRESS)
     lim = p.add_argument_group("limits")
     lim.add_argument("--slo", default=None, metavar="SPEC", help="SLOs: per request ttft=2s,tpot=50ms,itl=100ms,e2e=60s; per step ttft_p99=,itl_p99=,e2e_p99=; attainment=0.9 (goodput counts the requests meeting them; a preset ramp stops when a step misses them)")
     lim.add_argument("--guard", default=None, metavar="SPEC", help="guard rails: errors=5%%,ttft_p99=10s,gpu_temp=85; crossed for 5 s, the load drops to the last good C by itself")

@@ -115,12 +115,14 @@ async def _held(cfg) -> int:
 
 
 def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
-    from .report_cmd import load_compare_session
     from .run_app import run_tui
 
-    compare = load_compare_session(getattr(args, "compare", None))  # before the sim starts too
-    with running_target(cfg, args) as cfg:
-        return run_tui(cfg, args, preset=preset, compare=compare)
+    compare = None
+    if getattr(args, "compare", None) is not None:  # checked before the sim starts too
+        from .report_cmd import load_compare_session
+
+        compare = load_compare_session(args.compare)
+    return run_tui(cfg, args, preset=preset, compare=compare)  # it starts the target (the built-in sim)
 
 
 # -- redline run PRESET --------------------------------------------------------------------

@@ -93,11 +93,9 @@ def control(args: argparse.Namespace) -> tuple:
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
     """--workers N|auto as EngineConfig.workers; a trace replays in one process."""
-    from ..engine.api import auto_workers
-
     n = getattr(args, "workers", 1) or 1
     if n == "auto":
-        n = auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
+        n = engine_api.auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
     if n > 1 and cfg.workload.trace is not None:
         raise UsageError(f"--workers {args.workers}: a trace replays in one process (its rows in order); drop --workers")
     return int(n)
@@ -353,7 +351,7 @@ def engine_config(
         request_timeout=args.request_timeout,
         api_key=api_key(args),
         insecure=args.insecure,
-        transport=getattr(args, "transport", None) or engine_api.DEFAULT_TRANSPORT,
+        transport=args.transport,
         out_dir=out,
         label=args.label,
         server_metrics_url=args.server_metrics,

@@ -1,22 +1,40 @@
-"""Start the engine process, then the app; whatever happens, stop the load on the way out."""
+"""Start the target and the engine process, and the app; whatever happens, stop the load on the
+way out.
+
+On a terminal the app draws at once: the built-in sim (when there is no --url) and then the
+engine process start on a thread beside it (StartingHost), and the screen says "starting"
+until the engine's first snapshot (issue 26: the first frame does not wait for either). A
+start that fails ends the app and prints the same one line, with the same exit status, as
+before. Without a terminal (a pipe, a test) nothing is drawn until the engine is up, so a
+refused start leaves nothing but its one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import signal
 import sys
+import threading
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from ..engine.api import EngineConfig, EngineError, EngineProcess, Preset, SessionError, TargetError, TargetUnreachable
+from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
+from .launch import running_target
 
+if TYPE_CHECKING:
+    from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+START_TIMEOUT_S = 120.0  # as engine/host.py waits for its child
 
 
 def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
-    # A signal before the app is up (the engine starts first) must still stop the load and
-    # close the log with its own reason: remember it; the app acts on it once mounted.
+    # A signal before the app is up must still stop the load and close the log with its own
+    # reason: remember it; the app acts on it once mounted.
     caught: list[signal.Signals] = []
 
     def early(signum: int, frame: object) -> None:
@@ -24,18 +42,53 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
 
     for sig in SIGNALS:
         signal.signal(sig, early)
-    host = EngineProcess(cfg)
+    if not on_a_terminal():
+        with running_target(cfg, args) as cfg:
+            return _start_then_draw(cfg, args, preset, compare, caught)
+    host = StartingHost(cfg, args)
+    host.begin()
+    from .app import RedlineApp
+
+    app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare, early_signals=caught)
+    app.hard_exit = True
     try:
-        host.start()
-    except (TargetError, SessionError) as exc:
+        app.run()
+    finally:
+        host.stop(app.exit_reason)
+    if host.error is not None:
+        return start_failed(host.error)
+    print(f"redline: session saved in {host.config.out_dir}")
+    return EXIT_OK
+
+
+def on_a_terminal() -> bool:
+    """Whether the app can draw: Textual reads keys from stdin and draws on stderr."""
+    try:
+        return bool(sys.__stdin__ and sys.__stdin__.isatty() and sys.__stderr__ and sys.__stderr__.isatty())
+    except (ValueError, OSError):  # closed
+        return False
+
+
+def start_failed(exc: BaseException) -> int:
+    """The one line of a refused start, and its exit status."""
+    if isinstance(exc, (api.TargetError, api.SessionError)):
         print(f"redline: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except EngineError as exc:
-        print(f"redline: error: engine failed to start: {exc}", file=sys.stderr)
-        return 1
-    except TargetUnreachable as exc:
+    if isinstance(exc, api.TargetUnreachable):
         print(f"redline: error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    if isinstance(exc, api.EngineError):
+        print(f"redline: error: engine failed to start: {exc}", file=sys.stderr)
+        return 1
+    raise exc
+
+
+def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset, compare, caught: list) -> int:
+    host = api.EngineProcess(cfg)
+    try:
+        host.start()
+    except (api.TargetError, api.SessionError, api.TargetUnreachable, api.EngineError) as exc:
+        return start_failed(exc)
     if caught:
         host.stop(f"signal {caught[0].name}")
         return 128 + caught[0].value
@@ -49,3 +102,95 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         host.stop(app.exit_reason)
     print(f"redline: session saved in {cfg.out_dir}")
     return EXIT_OK
+
+
+class StartingHost:
+    """The engine host as the app sees it (snapshot, send, stop, config) while it starts on a
+    thread: the target (the built-in sim when there is no --url), then the EngineProcess.
+
+    Until the engine is up the snapshot is a "starting" one and commands wait, in order, to be
+    sent the moment it is; after that every call is the EngineProcess's own. When the start
+    fails, `error` holds why and the snapshot says done (the app then quits by itself, and
+    run_tui prints the one line)."""
+
+    def __init__(self, cfg: EngineConfig, args: argparse.Namespace) -> None:
+        self.config = cfg
+        self.error: BaseException | None = None
+        self._args = args
+        self._host: EngineProcess | None = None
+        self._up = False  # started, or failed: sends go straight through (or fail) from now on
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[Any, concurrent.futures.Future]] = []
+        self._target = contextlib.ExitStack()  # the built-in sim, stopped last
+        self._thread = threading.Thread(target=self._start, name="redline-start", daemon=True)
+        self._starting = api.Snapshot(t=0.0, elapsed_s=0.0, state="starting", target_c=cfg.concurrency, previous_c=None,
+                                      in_flight=0, max_concurrency=cfg.max_concurrency)
+
+    def begin(self) -> None:
+        """Start on the thread; call before the app runs. The engine process is spawned by
+        multiprocessing, whose resource tracker is started here, on the real stderr: once the
+        app is up, Textual's stand-in for stderr has no file descriptor to hand a child."""
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            cfg = self._target.enter_context(running_target(self.config, self._args))
+            host = api.EngineProcess(cfg)
+            self._host = host
+            host.start()
+            self.config = cfg
+        except BaseException as exc:  # noqa: BLE001 - handed to run_tui, which prints it
+            self.error = exc
+        with self._lock:
+            self._up = True
+            waiting, self._waiting = self._waiting, []
+        for cmd, fut in waiting:
+            self._chain(cmd, fut)
+
+    def _chain(self, cmd: Any, fut: concurrent.futures.Future) -> None:
+        if self.error is not None or self._host is None:
+            fut.set_exception(api.EngineError("EngineError", f"the engine did not start: {self.error}"))
+            return
+        sent = self._host.send(cmd)
+
+        def done(f: concurrent.futures.Future) -> None:
+            if f.exception() is not None:
+                fut.set_exception(f.exception())
+            else:
+                fut.set_result(f.result())
+
+        sent.add_done_callback(done)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        if self.error is not None:
+            return replace(self._starting, state="stopped", done=True)
+        host = self._host
+        if host is not None and self._up:
+            return host.snapshot
+        return self._starting
+
+    def send(self, cmd: Any) -> concurrent.futures.Future:
+        with self._lock:
+            if not self._up:
+                fut: concurrent.futures.Future = concurrent.futures.Future()
+                self._waiting.append((cmd, fut))
+                return fut
+        if self.error is None and self._host is not None:
+            return self._host.send(cmd)
+        fut = concurrent.futures.Future()
+        self._chain(cmd, fut)
+        return fut
+
+    def stop(self, reason: str = "quit") -> None:
+        """Stop all load and complete the log (after the start has finished either way), then
+        the built-in sim. Safe to call twice."""
+        self._thread.join(START_TIMEOUT_S)
+        try:
+            if self._host is not None and self.error is None:
+                self._host.stop(reason)
+        finally:
+            self._target.close()

@@ -23,12 +23,12 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from aiohttp import web
-
-from .app import SimService
 from .profiles import SimProfile, apply_overrides, get_profile, profile_names
+
+if TYPE_CHECKING:  # aiohttp and the sim's app are imported where a server is made: spawning one needs neither
+    from aiohttp import web
 
 __all__ = [
     "SimServer", "SimHandle", "SimProcess", "run_sim", "start_sim_thread", "spawn_sim_process",
@@ -66,6 +66,8 @@ class SimServer:
         seed: int = 0,
         on_crash: Callable[[str], None] | None = None,
     ) -> None:
+        from .app import SimService
+
         self.profile = profile
         self.service = SimService(profile, seed, on_crash=on_crash)
         self._runner: web.AppRunner | None = None
@@ -79,6 +81,8 @@ class SimServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Bind and start serving; ``port=0`` picks a free port (see :attr:`port`)."""
+        from aiohttp import web
+
         runner = web.AppRunner(
             self.service.build_app(),
             handler_cancellation=True,
