@@ -238,3 +238,19 @@ def test_every_table_at_once():
     doc = tomllib.loads(text)
     assert set(doc) == {"name", "description", "target", "workload", "ramp", "stop", "after", "slo", "guard", "gate"}
     assert math.isclose(doc["slo"]["itl_ms"], 40.5)
+
+
+# ------------------------------------------------------------------------------ [ramp] extras
+
+
+@pytest.mark.parametrize("ramp", [
+    {"concurrency": [4, 1, 8], "durations_s": [2.5, 1, 3], "probes": [False, True, False]},
+    {"concurrency": [8, 16, 32], "profile": [16], "flush_cache": True},
+    {"rate": [1.5, 3], "profile": [3, 1.5]},
+    {"mode": "search", "start": 4, "max": 64, "profile": [48], "flush_cache": False},
+])
+def test_probes_profile_and_flush_cache(ramp):
+    p = parse_preset({"ramp": ramp}, SOURCE)
+    text = preset_to_toml(p)
+    assert parse_toml(text, SOURCE) == p
+    assert preset_to_toml(parse_toml(text, SOURCE)) == text

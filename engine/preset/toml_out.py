@@ -134,6 +134,12 @@ def _ramp(r: RampSpec) -> tuple[list[str], dict[str, Any]]:
         comments.append("min_requests completed, but no longer than max_hold_s")
         ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), min_requests=r.min_requests,
                     max_hold_s=float(r.max_hold_s))
+    if r.profile:
+        comments.append("profile: the loads at which the server's profiler captures")
+        ramp["profile"] = _floats(r.profile)
+    if r.flush_cache:
+        comments.append("flush_cache: drain to zero and flush the prefix cache before each step")
+        ramp["flush_cache"] = True
     return comments, ramp
 
 
