@@ -109,7 +109,7 @@ class Ctx:
     def url(self, key: str, value: Any) -> str:
         """A target URL, normalised, by the one validator --url uses too (engine/target.py)."""
         # imported here: target.py brings httpx, which a preset without a URL never needs
-        from redline.engine.target import URL_FORMS, BadURL, validate_url
+        from ..target import URL_FORMS, BadURL, validate_url
 
         try:
             return validate_url(value)

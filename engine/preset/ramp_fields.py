@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from redline.engine.arrivals import ARRIVAL_FORMS, MAX_RATE, ArrivalError, parse_arrival
+from ..arrivals import ARRIVAL_FORMS, MAX_RATE, ArrivalError, parse_arrival
 
 from .fields import Ctx, key_name, num, show
 from .spec import (

@@ -148,8 +148,8 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
     against the built-in sim, whose port was ephemeral: the replay starts a new sim), its
     workload and its concurrency timeline. Raises PresetError (one line naming the session)."""
     # the session reader (polars on first use) is only needed here
-    from redline.engine.session import SessionError, check_session_dir, load_segments
-    from redline.engine.session.paths import META
+    from ..session import SessionError, check_session_dir, load_segments
+    from ..session.paths import META
 
     try:
         d = check_session_dir(session_dir)

@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from redline.engine import __version__
+from .. import __version__
 
 from .spec import Preset, RampSpec, StopSpec, one_line
 
