@@ -42,6 +42,8 @@ OPS_TIMEOUT_S = 30.0  # a profiler stop may take a while (SGLang writes the trac
 DRAIN_MAX_S = 600.0  # the longest redline waits for its requests to end before a flush
 SERVER_IDLE_MAX_S = 10.0  # ... and for the server to report nothing running or queued
 POLL_S = 0.05
+FLUSH_TRIES = 3  # a flush refused (400: requests still running or queued) is asked again ...
+FLUSH_RETRY_S = 0.2  # ... this long later, once the server's metrics say it holds none
 UNSUPPORTED = (404, 405, 501)
 FLUSH_PATHS = {"sglang": "/flush_cache", "vllm": "/reset_prefix_cache"}
 PROFILE_ACTIVITIES = ["CPU", "GPU"]
@@ -167,9 +169,15 @@ class ServerOps:
             return FlushResult(False, skipped=True)
         if "flush" in self.unsupported:
             return FlushResult(False, path, skipped=True)
-        status, text = await self._post(path)
-        if self._lacks("flush", status, f"cache flush (POST {path}{'; vLLM serves it with VLLM_SERVER_DEV_MODE=1' if self.kind == 'vllm' else ''})"):
-            return FlushResult(False, path, status, _said(text), skipped=True)
+        for attempt in range(FLUSH_TRIES):
+            if attempt:  # refused: the server still held a request (a handler ending after our
+                await asyncio.sleep(FLUSH_RETRY_S)  # stream did): wait for it to say it holds none
+                await self.server_idle()
+            status, text = await self._post(path)
+            if self._lacks("flush", status, f"cache flush (POST {path}{'; vLLM serves it with VLLM_SERVER_DEV_MODE=1' if self.kind == 'vllm' else ''})"):
+                return FlushResult(False, path, status, _said(text), skipped=True)
+            if status != 400:
+                break
         return FlushResult(status == 200, path, status, _said(text))
 
 
