@@ -40,11 +40,12 @@ from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
 from .controller import CONCURRENCY, PAUSED, PROBE, RATE, TRACE, Controller
 from .eventlog import EventLog
 from .guard import GuardWatch
-from .lane import LaneStats, ProbeLane, is_lane
+from .lane import ProbeLane
 from .http import make_client
 from .metrics import LiveMetrics
 from .publish import build_snapshot
-from .records import Clock, RequestRecord
+from .recorder import LaneListener, Recorder
+from .records import Clock
 from .sender import Sender
 from .server_watch import ServerWatch
 from .session import SessionWriter, format_step_line
@@ -52,7 +53,6 @@ from .slo import Slo
 from .snapshot import Snapshot
 from .stepbook import StepBook
 from .stepresult import StepResult
-from .steps import new_gaps
 from .target import Target, TargetUnreachable, detect, validate_url
 from .pool import WorkerPool
 from .steps import StepAccumulator
@@ -112,14 +112,14 @@ class Engine:
         self.set_slo(config.slo, log=False)
         self._ids = itertools.count(1)  # request ids, unique in the session, in send order
         self.lane: ProbeLane | None = None
-        self.lane_stats = LaneStats()
+        self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)
+        self.lane_stats = self.recorder.lane_stats
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
         self.control = None  # --control: the control API (engine/control_server.py)
         # how a command from outside runs: the host sets engine/runner.py execute (StartPreset
         # there, the rest here); the engine itself knows no presets
         self.dispatch: Callable[[Engine, C.Command], object] = lambda engine, cmd: engine.execute(cmd)
-        self.prom = None  # ... and its Prometheus figures (engine/prom.py), fed below
         self.on_stop_request: Callable[[str], None] | None = None  # a host's way to end the session (POST /v1/stop)
 
     # -- life cycle --------------------------------------------------------------------
@@ -147,20 +147,23 @@ class Engine:
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
             self.session = SessionWriter(cfg.out_dir, self._meta(), secrets=[cfg.api_key or "", cfg.control_token or ""])
+            self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
-        self.sender = self._load_sender(self.client, self.target, TargetStats(self.target.url, self))
+        self.sender = self._load_sender(self.client, self.target, TargetStats(self.target.url, self.recorder))
+        self.recorder.load_sender = self.sender
         lane_sender = Sender(
             self.client,
             self.target,
-            _LaneListener(self),
+            LaneListener(self.recorder),
             self._stamp,
             lambda lag: None,
             self.clock.wall0 - self.clock.perf0,
             ids=self._ids,
         )
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
+        self.recorder.lane_sender = lane_sender
         weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
         self.watch = self._add_target(self.client, self.target, self.sender, weights[0]).stats.watch
         for url, w in zip(cfg.more_urls, weights[1:]):
@@ -216,7 +219,7 @@ class Engine:
             from .control_server import ControlServer
 
             self.control = ControlServer(self, cfg.control, cfg.control_token)
-            self.prom = self.control.metrics
+            self.recorder.prom = self.control.metrics
             await self.control.start()
 
     def _worker_spec(self) -> WorkerSpec:
@@ -258,7 +261,7 @@ class Engine:
         except BaseException:
             await client.aclose()
             raise
-        st = self._add_target(client, target, self._load_sender(client, target, TargetStats(target.url, self)), weight)
+        st = self._add_target(client, target, self._load_sender(client, target, TargetStats(target.url, self.recorder)), weight)
         if cfg.telemetry:
             st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
             await st.telemetry.start()
@@ -669,76 +672,6 @@ class Engine:
     def _overloaded(self, kind: str) -> None:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")
 
-    def on_send(self, rec: RequestRecord) -> None:
-        self.book.on_send(rec)
-        if rec.t_intended is not None:
-            self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
-
-    def on_first(self, rec: RequestRecord) -> None:
-        if rec.phase != "calibration":  # start-up's own requests are not the load's
-            self.metrics.on_first(rec)
-        self.book.on_first(rec)
-
-    def on_tokens(self, t: float, n: int) -> None:
-        self.metrics.on_tokens(t, n)
-        self.book.on_tokens(t, n)
-
-    def on_end(self, rec: RequestRecord) -> None:
-        self._harvest(rec)
-        if self.prom is not None:
-            self.prom.on_end(rec)
-        # failed requests stay out of every latency figure; a cancelled one (the client's abort,
-        # the run's end) keeps what the server served it
-        if rec.status == R.FAILED and not is_lane(rec):
-            self.unmeasure_gaps(rec.gaps_from(1))
-            if rec.phase != "calibration":
-                self.metrics.unmeasure_first(rec)
-        self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
-        self.book.on_end(rec)
-        if self.session is not None:
-            self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
-        if rec.status == R.FAILED:
-            self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
-
-    def unmeasure_gaps(self, gaps: list) -> None:
-        """A failed request's gaps leave the live window and the steps' ITL."""
-        if not gaps:
-            return
-        by_t: dict[float, list[float]] = {}
-        for t, itls, _ in gaps:
-            if itls:
-                by_t.setdefault(t, []).extend(itls)
-        for t, itls in by_t.items():
-            self.metrics.unmeasure_gaps(t, itls)
-        self.book.remove_gaps(gaps)
-
-    def _harvest_all(self) -> None:
-        """Feed every in-flight request's gaps that arrived since the last harvest."""
-        for sender in (self.sender, self.lane.sender if self.lane else None):
-            if sender is not None:
-                for rec in list(sender.in_flight.values()):
-                    self._harvest(rec, sender)
-
-    def _harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
-        """Feed the gaps that arrived since the last harvest (by arrival time)."""
-        sender = sender or self.sender
-        assert sender is not None
-        cursor = sender.cursor
-        start = cursor.get(rec.rid, 0)
-        nxt, gaps = new_gaps(rec, start)
-        cursor[rec.rid] = nxt
-        if not gaps:
-            return
-        itls = [v for _, vs, _ in gaps for v in vs]
-        if is_lane(rec):
-            self.lane_stats.itl.add_many(gaps[-1][0], itls)
-            self.book.on_lane_gaps(gaps)
-        else:
-            self.metrics.on_gaps(gaps[-1][0], itls)
-            self.book.on_gaps(gaps)
-            if self.prom is not None:
-                self.prom.on_itls(rec, itls)
-
     # -- server gone / back ------------------------------------------------------------
     def _server_gone(self) -> None:
         self._ctl.hold = True
@@ -804,7 +737,7 @@ class Engine:
         reported what it measured before now."""
         now = time.perf_counter()
         if self.pool is None:
-            self._harvest_all()
+            self.recorder.harvest_all()
             self.book.close_live(now)
             return
         acc = self.book.detach_live(now)
@@ -824,20 +757,8 @@ class Engine:
             acc.close(now)
             await self.pool.sync()
         else:
-            self._harvest_all()
+            self.recorder.harvest_all()
         return self.book.close_step(acc, now)
-
-    def on_remote_gaps(self, gaps: list) -> None:
-        """Gaps measured in a worker (engine/pool.py), by the arrival of their closing chunk."""
-        by_t: dict[float, list[float]] = {}
-        for t, itls, _ in gaps:
-            if itls:
-                by_t.setdefault(t, []).extend(itls)
-        for t, itls in by_t.items():
-            self.metrics.on_gaps(t, itls)
-        self.book.on_gaps(gaps)
-        if self.prom is not None:
-            self.prom.on_gaps(gaps)
 
     def resume_live_steps(self) -> None:
         self.config.live_steps = True
@@ -903,7 +824,7 @@ class Engine:
 
     def _each_second(self, now: float) -> None:
         self._check_trace_end()
-        self._harvest_all()
+        self.recorder.harvest_all()
         self.metrics.recompute_percentiles(now)
         srv = self._server_total()
         power = total_power_w(self.telemetry.gpus) if self.telemetry else None
@@ -1044,36 +965,6 @@ class Engine:
         self.snapshot = snap
         for fn in self._listeners:
             fn(snap)
-
-
-class _LaneListener:
-    """The probe lane's requests: their own live window and step figures, their own rows,
-    never the load's tokens or latencies."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
-
-    def on_send(self, rec: RequestRecord) -> None:
-        pass
-
-    def on_first(self, rec: RequestRecord) -> None:
-        if rec.t_first is not None and rec.ttft is not None:
-            self.e.lane_stats.ttft.add(rec.t_first, rec.ttft)
-        self.e.book.on_lane_first(rec)
-
-    def on_tokens(self, t: float, n: int) -> None:
-        pass  # not the load's throughput
-
-    def on_end(self, rec: RequestRecord) -> None:
-        e = self.e
-        if e.lane is not None:
-            e._harvest(rec, e.lane.sender)
-        if rec.status == R.OK:
-            e.lane_stats.completed += 1
-        elif rec.status == R.FAILED:
-            e.lane_stats.failed += 1
-        if e.session is not None:
-            e.session.add_record(rec, e.clock)
 
 
 def default_label(tgt: Target) -> str:

@@ -416,7 +416,7 @@ class WorkerPool(Controller):
             book.abandon_held(msg["abandoned"])
         gaps = unbucket_gaps(msg["gaps"])
         if gaps:
-            e.on_remote_gaps(gaps)
+            e.recorder.on_remote_gaps(gaps)
         lags = msg["lags"]
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             e.metrics.lag.merge(lags)
@@ -432,7 +432,7 @@ class WorkerPool(Controller):
             rec.cached_tokens = more[0] if more else None
             st.requests += 1
             if ungaps is not None:  # failed: its gaps leave the windows
-                e.unmeasure_gaps(unbucket_gaps(ungaps))
+                e.recorder.unmeasure_gaps(unbucket_gaps(ungaps))
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
         st.delayed, st.dropped = msg["delayed"], msg["dropped"]

@@ -1,0 +1,160 @@
+"""Where every measurement lands: the load's listener, the harvest of in-flight requests'
+gaps, the workers' replayed reports and the probe lane's own listener.
+
+Each target's Sender reports to its TargetStats (engine/targets.py), which forwards every
+event here; worker processes' reports are replayed into the same TargetStats (engine/pool.py).
+From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
+Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
+
+- A failed request leaves every latency figure (its first token and its gaps are taken back);
+  a cancelled one (the client's abort, the run's end) keeps what the server served it.
+- Start-up's own requests (phase "calibration") are counted, never measured.
+- The probe lane's requests have their own live window and rows, never the load's figures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import records as R
+from .lane import LaneStats, is_lane
+from .metrics import LiveMetrics
+from .records import Clock, RequestRecord
+from .sender import Sender
+from .stepbook import StepBook
+from .steps import new_gaps
+
+if TYPE_CHECKING:
+    from .eventlog import EventLog
+    from .prom import PromMetrics
+    from .session import SessionWriter
+
+
+class Recorder:
+    """The listener of the load (through each target's TargetStats) and the harvest."""
+
+    def __init__(self, metrics: LiveMetrics, book: StepBook, events: EventLog, clock: Clock) -> None:
+        self.metrics = metrics
+        self.book = book
+        self.events = events
+        self.clock = clock
+        self.lane_stats = LaneStats()
+        self.session: SessionWriter | None = None  # set once the session directory is open
+        self.prom: PromMetrics | None = None  # set with --control
+        self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
+        self.lane_sender: Sender | None = None
+
+    # -- the load's listener ------------------------------------------------------------------
+    def on_send(self, rec: RequestRecord) -> None:
+        self.book.on_send(rec)
+        if rec.t_intended is not None:
+            self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if rec.phase != "calibration":  # start-up's own requests are not the load's
+            self.metrics.on_first(rec)
+        self.book.on_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self.metrics.on_tokens(t, n)
+        self.book.on_tokens(t, n)
+
+    def on_end(self, rec: RequestRecord) -> None:
+        self.harvest(rec)
+        if self.prom is not None:
+            self.prom.on_end(rec)
+        # failed requests stay out of every latency figure; a cancelled one (the client's abort,
+        # the run's end) keeps what the server served it
+        if rec.status == R.FAILED and not is_lane(rec):
+            self.unmeasure_gaps(rec.gaps_from(1))
+            if rec.phase != "calibration":
+                self.metrics.unmeasure_first(rec)
+        self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
+        self.book.on_end(rec)
+        if self.session is not None:
+            self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
+        if rec.status == R.FAILED:
+            self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
+
+    # -- gaps ---------------------------------------------------------------------------------
+    def unmeasure_gaps(self, gaps: list) -> None:
+        """A failed request's gaps leave the live window and the steps' ITL."""
+        if not gaps:
+            return
+        for t, itls in _itls_by_time(gaps).items():
+            self.metrics.unmeasure_gaps(t, itls)
+        self.book.remove_gaps(gaps)
+
+    def on_remote_gaps(self, gaps: list) -> None:
+        """Gaps measured in a worker (engine/pool.py), by the arrival of their closing chunk."""
+        for t, itls in _itls_by_time(gaps).items():
+            self.metrics.on_gaps(t, itls)
+        self.book.on_gaps(gaps)
+        if self.prom is not None:
+            self.prom.on_gaps(gaps)
+
+    def harvest_all(self) -> None:
+        """Feed every in-flight request's gaps that arrived since the last harvest."""
+        for sender in (self.load_sender, self.lane_sender):
+            if sender is not None:
+                for rec in list(sender.in_flight.values()):
+                    self.harvest(rec, sender)
+
+    def harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
+        """Feed the gaps of `rec` that arrived since the last harvest (by arrival time)."""
+        sender = sender or self.load_sender
+        assert sender is not None
+        cursor = sender.cursor
+        nxt, gaps = new_gaps(rec, cursor.get(rec.rid, 0))
+        cursor[rec.rid] = nxt
+        if not gaps:
+            return
+        itls = [v for _, vs, _ in gaps for v in vs]
+        if is_lane(rec):
+            self.lane_stats.itl.add_many(gaps[-1][0], itls)
+            self.book.on_lane_gaps(gaps)
+        else:
+            self.metrics.on_gaps(gaps[-1][0], itls)
+            self.book.on_gaps(gaps)
+            if self.prom is not None:
+                self.prom.on_itls(rec, itls)
+
+
+class LaneListener:
+    """The probe lane's requests: their own live window and step figures, their own rows,
+    never the load's tokens or latencies."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.r = recorder
+
+    def on_send(self, rec: RequestRecord) -> None:
+        pass
+
+    def on_first(self, rec: RequestRecord) -> None:
+        r = self.r
+        if rec.t_first is not None and rec.ttft is not None:
+            r.lane_stats.ttft.add(rec.t_first, rec.ttft)
+        r.book.on_lane_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        pass  # not the load's throughput
+
+    def on_end(self, rec: RequestRecord) -> None:
+        r = self.r
+        if r.lane_sender is not None:
+            r.harvest(rec, r.lane_sender)
+        if rec.status == R.OK:
+            r.lane_stats.completed += 1
+        elif rec.status == R.FAILED:
+            r.lane_stats.failed += 1
+        if r.session is not None:
+            r.session.add_record(rec, r.clock)
+
+
+def _itls_by_time(gaps: list) -> dict[float, list[float]]:
+    """(arrival, ITLs, chunk gap) entries as ITLs grouped by their arrival time."""
+    by_t: dict[float, list[float]] = {}
+    for t, itls, _ in gaps:
+        if itls:
+            by_t.setdefault(t, []).extend(itls)
+    return by_t
