@@ -7,8 +7,9 @@ One module per job; this package re-exports the public names:
     fields.py    checking one value: typed getters giving `FILE: KEY: expected ..., got ...`
     parse.py     load_preset / parse_preset / parse_toml: a file or TOML text to a Preset;
                  the tables are read by parse_workload.py, parse_ramp.py (with
-                 parse_open_loop.py, parse_search.py, ramp_fields.py) and parse_rules.py
-    toml_out.py  preset_to_toml: a Preset back to commented TOML
+                 parse_open_loop.py, parse_search.py, ramp_fields.py, parse_server_ops.py)
+                 and parse_rules.py
+    toml_out.py  preset_to_toml: a Preset back to TOML (tomli-w), a comment above each table
     replay.py    timeline_preset / preset_from_session: a recorded session as a replay preset
     builtin.py   the shipped presets (package data redline.presets), listed and found by name
 
