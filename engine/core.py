@@ -19,11 +19,9 @@ row in timeline.py, the snapshot in publish.py.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import platform
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable
 
@@ -36,7 +34,7 @@ from .apis import GENERATE, continuous_usage_refused
 from .arrivals import check_rate, parse_arrival
 from .conversation import run_session
 from .config import EngineConfig
-from .constants import HISTORY_S, OVERLOAD_BACKOFF_MAX_S, TIMELINE_INTERVAL_S
+from .constants import OVERLOAD_BACKOFF_MAX_S
 from .controller import CONCURRENCY, PAUSED, PROBE, RATE, TRACE, Controller
 from .eventlog import EventLog
 from .guard import GuardWatch
@@ -58,11 +56,9 @@ from .pool import WorkerPool
 from .steps import StepAccumulator
 from .targets import TargetState, TargetStats, parse_weights, pick
 from .worker import WorkerSpec
-from .telemetry.cap import CapDetector, cap_warning
-from .telemetry.client_health import ClientHealth, LoopLagMonitor
-from .telemetry.efficiency import total_power_w
 from .telemetry.hub import TelemetryHub
-from .timeline import tick, timeline_row
+from .ticker import Ticker
+from .timeline import tick
 from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate, needs_calibration
 from .workload_change import WorkloadChange
 
@@ -86,10 +82,6 @@ class Engine:
         self._closing: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
-        self.health: ClientHealth | None = None
-        self._lag: LoopLagMonitor | None = None
-        self._health = None  # last ClientHealthSample, refreshed once a second
-        self.cap: CapDetector | None = None
         self.source: PromptSource | None = None
         self.trace = None  # engine/trace_replay.py TraceReplay, with a trace workload
         self.replay_base_workload = config.workload.describe()  # a replay's [workload], before any change
@@ -97,13 +89,9 @@ class Engine:
         self.calibration = DEFAULT_CALIBRATION
         self.preset_line = ""  # what a driver (the preset runner) is doing, for the screen
         self.driver: asyncio.Task | None = None
-        self.history: deque[dict] = deque(maxlen=HISTORY_S)
         self._tasks: list[asyncio.Task] = []
-        self._second = 0
-        self._row: dict = {}
-        self._last_row_t: float | None = None
+        self.ticker = Ticker(self)  # once a second: the checks and the timeline row
         self._listeners: list[Callable[[Snapshot], None]] = []
-        self._session_error: str | None = None
         # The loop that stamps bytes never waits on the disk: session flushes and summary
         # rewrites (fsync) run in order on this one thread.
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redline-disk")
@@ -208,11 +196,11 @@ class Engine:
         if cfg.start_paused or (self.trace is not None and not cfg.live_steps):
             self.controller.pause()  # a trace preset's runner starts each replay itself
         self._t0 = time.perf_counter()
-        self._last_row_t = self._t0
+        self.ticker.last_row_t = self._t0
         self.controller.start()
         if cfg.live_steps and not cfg.start_paused:
             self.book.open_live(self._live_c(), False)
-        self._tasks.append(asyncio.create_task(tick(self._t0, self._each_second, self._publish), name="redline-ticker"))
+        self._tasks.append(asyncio.create_task(tick(self._t0, self.ticker.each_second, self._publish), name="redline-ticker"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
         if cfg.control is not None:
@@ -313,11 +301,10 @@ class Engine:
                 await st.telemetry.stop()
         if self.telemetry is not None:
             await self.telemetry.stop()
-        if self._lag is not None:
-            await self._lag.stop()
+        await self.ticker.stop()
         self.log("notice", f"stopped ({reason}); {cancelled} in-flight requests cancelled")
         if self.session is not None:
-            self._timeline_row(now)
+            self.ticker.timeline_row(now)
             self.write_summary()
         self._disk.shutdown(wait=True)  # what was queued is written before the log closes
         if self.session is not None:
@@ -363,11 +350,7 @@ class Engine:
         await self.telemetry.start()
         if self.targets:
             self.targets[0].telemetry = self.telemetry
-        self._lag = LoopLagMonitor()
-        self._lag.start()
-        self.health = ClientHealth(self._lag)
-        self._tasks.append(asyncio.create_task(self._watch_health(), name="redline-health"))
-        self.cap = CapDetector(self.target.info)
+        self.ticker.start_watching(self._tasks)
 
     # -- commands (call on the engine's loop) -------------------------------------------
     def execute(self, cmd: C.Command) -> object:
@@ -769,7 +752,7 @@ class Engine:
         if self.session is None or self.target is None:
             return
         b = self.book
-        self._to_disk(
+        self.to_disk(
             self.session.write_summary,
             {
                 "target": self.target.describe(),
@@ -791,101 +774,17 @@ class Engine:
     def warn(self, text: str, key: str | None = None) -> None:
         self.events.warn(text, key)
 
-    async def _watch_health(self) -> None:
-        """psutil scans /proc (several ms): keep it off the loop that stamps bytes."""
-        assert self.health is not None
-        while True:
-            await asyncio.sleep(TIMELINE_INTERVAL_S)
-            self._health = await asyncio.to_thread(self.health.status)
-
-    # -- each second -------------------------------------------------------------------
-    def _server_total(self):
-        """The server's sample for steps and the cap detector: with several targets, their
-        running and queued summed (the first target's sample otherwise)."""
-        srv = self.telemetry.server if self.telemetry else None
-        if srv is None or len(self.targets) < 2:
-            return srv
-        samples = [t.telemetry.server for t in self.targets if t.telemetry is not None]
-        if any(x is None for x in samples):
-            return srv
-
-        def total(name: str) -> float | None:
-            vals = [getattr(x, name) for x in samples]
-            return None if any(v is None for v in vals) else float(sum(vals))
-
-        return dataclasses.replace(srv, running=total("running"), queued=total("queued"), prefix_queries_total=None, prefix_hits_total=None)
-
-    def _check_trace_end(self) -> None:
-        tr, ctl = self.trace, self.controller
-        if tr is not None and ctl is not None and ctl.trace_done and tr.schedule is not None and not tr.finished_logged:
-            tr.finished_logged = True
-            sent, total = tr.progress()
-            self.log("notice", f"trace replay finished: {sent}/{total} requests sent (x{ctl.rate:g}); press m for concurrency mode")
-
-    def _each_second(self, now: float) -> None:
-        self._check_trace_end()
-        self.recorder.harvest_all()
-        self.metrics.recompute_percentiles(now)
-        srv = self._server_total()
-        power = total_power_w(self.telemetry.gpus) if self.telemetry else None
-        self.book.each_second(now, srv, power)
-        ev = self.events
-        if self.cap is not None and self.controller is not None:
-            warning = self.cap.update(now, self.controller.target, self.in_flight, srv)
-            if warning:
-                ev.warn(warning, key="server cap")
-            elif self.cap.active and srv is not None and srv.running is not None and srv.queued:
-                # the warning stays while the cap holds, with today's numbers
-                ev.hold("server cap", cap_warning(self.target.info if self.target else None, self.in_flight, srv), now)
-        h = self._health
-        cause = h.cause if h is not None and h.overloaded else ""
-        for c in ("client_cpu", "loop_blocked", "machine_busy"):
-            if c != cause:
-                ev.clear(f"client {c}")  # the screen shows only the cause measured now
-        if cause:
-            ev.warn(h.reason, key=f"client {cause}")  # one log line per episode of a cause
-        if self.session is not None and self.session.error and self.session.error != self._session_error:
-            self._session_error = self.session.error
-            ev.warn(f"session log: {self.session.error}; {self.session.lost_rows} rows lost", key="session write")
-        elif self._session_error is not None:
-            ev.hold("session write", f"session log: {self._session_error}; {self.session.lost_rows if self.session else 0} rows lost", now)
-        self._check_guard(now, srv)
-        ev.each_second(now)
-        self._timeline_row(now)
-        if self.session is not None:
-            self._to_disk(self.session.flush)
-
-    def _to_disk(self, fn: Callable[..., object], *args: object) -> None:
+    def to_disk(self, fn: Callable[..., object], *args: object) -> None:
         """Run a session write off the loop (errors land in the writer's `error`)."""
         try:
             self._disk.submit(fn, *args)
         except RuntimeError:  # shut down: the engine is stopping, write in place
             fn(*args)
 
-    def _check_guard(self, now: float, srv) -> None:
-        g, ctl = self.guard, self.controller
-        if g is None or ctl is None or ctl.paused or ctl.probing or self.server_gone:
-            return
-        m = self.metrics
-        _, _, req_s, err_s = m.rates(now)
-        err_rate = err_s / (req_s + err_s) if req_s + err_s > 0 else None
-        p99 = m.percentiles.ttft.p99
-        p99_ms = p99 * 1000.0 if p99 is not None else None
-        live = self.book.live_result  # requests waiting past the bound with no first token: a breach
-        if live is not None and live.p99_ttft_ms_bound and live.p99_ttft_ms is not None:
-            p99_ms = max(p99_ms or 0.0, live.p99_ttft_ms)
-        temps = [x.temp_c for x in (self.telemetry.gpus if self.telemetry else []) if x.temp_c is not None]
-        to = g.second(ctl.target, err_rate, p99_ms, max(temps) if temps else None)
-        if to is None:
-            if g.crossed_for:
-                self.events.hold("guard crossing", f"guard: {g.reason} for {g.crossed_for} s (drops the load at {g.sustain_s} s)", now)
-            return
-        self.events.clear("guard crossing")
-        was = ctl.target
-        if self.cancel_driver():
-            self.log("preset", "preset stopped by a guard")
-        self.set_concurrency(to, kind="guard")
-        self.events.warn(f"guard: {g.reason} for {g.sustain_s} s: dropped from C={was} to C={to} (raise it again with +/])", key="guard")
+    @property
+    def history(self):
+        """The last HISTORY_S timeline rows (engine/ticker.py)."""
+        return self.ticker.history
 
     @property
     def in_flight(self) -> int:
@@ -901,48 +800,6 @@ class Engine:
         if self.pool is not None:
             return self.pool.backing_off
         return sum(t.sender.backing_off for t in self.targets)
-
-    def _timeline_row(self, now: float) -> None:
-        last = self._last_row_t if self._last_row_t is not None else now - TIMELINE_INTERVAL_S
-        self._last_row_t = now
-        ctl = self.controller
-        row = timeline_row(
-            t_wall=self.clock.wall(now),
-            interval_s=now - last,
-            sec=self.metrics.take_second(),
-            stats=self.metrics.percentiles,
-            state=self.state,
-            target_c=ctl.target if ctl else 0,
-            in_flight=self.in_flight,
-            backing_off=self.backing_off,
-            server=self.telemetry.server if self.telemetry else None,
-            health=self._health,
-            gpus=self.telemetry.gpus if self.telemetry else [],
-            goodput=self.metrics.slo is not None,
-            lane=self.lane_stats.p50_ms(now) if self.lane is not None and self.lane.on else None,
-            shape=self._shape_row(ctl),
-        )
-        self._second += 1
-        self._row = row
-        self.history.append(row)
-        if self.session is not None:
-            self.session.add_timeline(row)
-
-    def _shape_row(self, ctl: Controller | None) -> dict:
-        """The timeline's load-shape columns (README "timeline.ndjson")."""
-        if ctl is None:
-            return {"mode": CONCURRENCY, "target_rate": None}
-        mode = CONCURRENCY if ctl.probing else ctl.mode
-        row: dict = {"mode": mode, "target_rate": ctl.rate if mode != CONCURRENCY else None}
-        if mode != CONCURRENCY:
-            lag = self.metrics.percentiles.schedule_lag.ms()
-            row.update(
-                schedule_lag_p50_ms=None if lag["p50"] is None else round(lag["p50"], 3),
-                schedule_lag_p99_ms=None if lag["p99"] is None else round(lag["p99"], 3),
-                held_at_cap=ctl.waiting,
-                dropped_or_delayed=ctl.delayed + ctl.dropped,
-            )
-        return row
 
     @property
     def state(self) -> str:

@@ -35,7 +35,7 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
     tgt = engine.target
     cfg = engine.config
     book = engine.book
-    h = engine._health
+    h = engine.ticker.health
     tel = engine.telemetry
     return Snapshot(
         t=now,
@@ -95,9 +95,9 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
         loop_lag_ms=h.loop_lag_ms if h else None,
         client_overloaded=h.overloaded if h else False,
         warnings=engine.events.warnings(server_gone=engine.server_gone),
-        tok_per_joule=engine._row.get("tok_per_joule"),
-        second=engine._second,
-        row=engine._row,
+        tok_per_joule=engine.ticker.row.get("tok_per_joule"),
+        second=engine.ticker.second,
+        row=engine.ticker.row,
         recent=tuple(islice(reversed(engine.history), RECENT_ROWS))[::-1],
         log=engine.events.recent(50),
         session_dir=str(cfg.out_dir or ""),

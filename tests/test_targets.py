@@ -75,7 +75,7 @@ def test_load_splits_by_weight_and_counts_match_each_sim(sim_factory, tmp_path):
         await e.start()
         await until(lambda: e.metrics.completed >= 120, 30)
         # the server's running count that steps and the cap detector see: every target's
-        tot = e._server_total()
+        tot = e.ticker.server_total()
         per = [t.telemetry.server for t in e.targets]
         assert tot is not None and all(p is not None for p in per)
         assert tot.running == sum(p.running for p in per) > max(p.running for p in per)
