@@ -57,6 +57,8 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         host.stop(app.exit_reason)
     if host.error is not None:
         return start_failed(host.error)
+    if caught:  # a signal before the app was up: the app stopped the load for it, exit as for a signal
+        return 128 + caught[0].value
     print(f"redline: session saved in {host.config.out_dir}")
     return EXIT_OK
 
