@@ -46,7 +46,7 @@ from .control_wire import Refused, clean, client, describe, flag, read_json, ref
 from .prom import CONTENT_TYPE, PromMetrics
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
 
 __all__ = [
     "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
@@ -59,7 +59,7 @@ SOURCE = "api"
 
 
 class ControlServer:
-    def __init__(self, engine: Engine, addr: ControlAddress, token: str | None) -> None:
+    def __init__(self, engine: EngineView, addr: ControlAddress, token: str | None) -> None:
         self.engine = engine
         self.addr = addr
         self._token = token
@@ -152,7 +152,7 @@ class ControlServer:
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await read_json(request)
             e = self.engine
-            if e._closed or e.controller is None or e.controller.stopped:
+            if e.closed or e.controller is None or e.controller.stopped:
                 raise Refused(409, "the engine is stopping: no commands now")
             who = client(request)
             what = f"{name}{describe(body)}"
@@ -228,7 +228,7 @@ class ControlServer:
                     probe = book.probe_result
                     if probe not in book.steps:
                         out.append(sse("step", probe.to_dict()))
-                if self._closing.is_set() or e._closed:
+                if self._closing.is_set() or e.closed:
                     out.append(sse("end", {"state": e.state}))
                     await resp.write("".join(out).encode())
                     break
@@ -456,7 +456,7 @@ class ControlServer:
         return resp
 
 
-def request_stop(engine: Engine, reason: str) -> None:
+def request_stop(engine: EngineView, reason: str) -> None:
     """The host's way to end the session (engine.on_stop_request), else stop the engine here."""
     cb = getattr(engine, "on_stop_request", None)
     if cb is not None:

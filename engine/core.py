@@ -95,15 +95,15 @@ class Engine:
         # The loop that stamps bytes never waits on the disk: session flushes and summary
         # rewrites (fsync) run in order on this one thread.
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redline-disk")
-        self._closed = False
-        self._t0 = time.perf_counter()
+        self.closed = False
+        self.t0 = time.perf_counter()
         self.set_slo(config.slo, log=False)
         self._ids = itertools.count(1)  # request ids, unique in the session, in send order
         self.lane: ProbeLane | None = None
         self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)
         self.lane_stats = self.recorder.lane_stats
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
-        self.snapshot = Snapshot(t=self._t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
+        self.snapshot = Snapshot(t=self.t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
         self.control = None  # --control: the control API (engine/control_server.py)
         # how a command from outside runs: the host sets engine/runner.py execute (StartPreset
         # there, the rest here); the engine itself knows no presets
@@ -145,7 +145,7 @@ class Engine:
             self.client,
             self.target,
             LaneListener(self.recorder),
-            self._stamp,
+            self.stamp,
             lambda lag: None,
             self.clock.wall0 - self.clock.perf0,
             ids=self._ids,
@@ -187,7 +187,7 @@ class Engine:
             where = f"Ray actors on {', '.join(sorted({s.node for s in self.pool.states}))}" if cfg.ray is not None else "worker processes"
             self.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections")
         else:
-            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self._held, on_abandon=self.book.abandon_held)
+            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self.note_held, on_abandon=self.book.abandon_held)
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
@@ -195,12 +195,12 @@ class Engine:
         self._sync_shape()
         if cfg.start_paused or (self.trace is not None and not cfg.live_steps):
             self.controller.pause()  # a trace preset's runner starts each replay itself
-        self._t0 = time.perf_counter()
-        self.ticker.last_row_t = self._t0
+        self.t0 = time.perf_counter()
+        self.ticker.last_row_t = self.t0
         self.controller.start()
         if cfg.live_steps and not cfg.start_paused:
             self.book.open_live(self._live_c(), False)
-        self._tasks.append(asyncio.create_task(tick(self._t0, self.ticker.each_second, self._publish), name="redline-ticker"))
+        self._tasks.append(asyncio.create_task(tick(self.t0, self.ticker.each_second, self._publish), name="redline-ticker"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
         if cfg.control is not None:
@@ -225,7 +225,7 @@ class Engine:
         """A Sender of the load to one target; every one shares the request ids and the
         in-flight records (harvested once a second by rid, whichever target they went to)."""
         s = Sender(
-            client, target, stats, self._stamp, self.metrics.on_lag, self.clock.wall0 - self.clock.perf0,
+            client, target, stats, self.stamp, self.metrics.on_lag, self.clock.wall0 - self.clock.perf0,
             on_overload=self._overloaded, ids=self._ids,
         )
         if self.sender is not None:
@@ -276,9 +276,9 @@ class Engine:
 
     async def stop(self, reason: str = "quit") -> None:
         """Stop all load first, then complete the log. Idempotent."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self.cancel_driver()
         cancelled = 0
         if self.lane is not None:
@@ -490,14 +490,14 @@ class Engine:
         ctl = self._ctl
         return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
 
-    def _stamp(self, t_intended: float | None = None) -> tuple[int, int, str]:
+    def stamp(self, t_intended: float | None = None) -> tuple[int, int, str]:
         """(step, concurrency, phase) for a request sent now, or scheduled at `t_intended`
         (open loop: the step that scheduled it owns it); an open loop's concurrency is its cap."""
         ctl = self.controller
         c = 0 if ctl is None else (ctl.max_concurrency if ctl.open_loop else ctl.target)
         return self.book.stamp(c, t_intended)
 
-    def _held(self, dropped: bool, t_intended: float | None = None) -> None:
+    def note_held(self, dropped: bool, t_intended: float | None = None) -> None:
         """A send was held back at the in-flight cap (open loop), due at `t_intended`."""
         self.book.on_held(None if dropped else t_intended)
         ctl = self._ctl
@@ -762,7 +762,7 @@ class Engine:
                 "probe": b.probe_result.to_dict() if b.probe_result else None,
                 **({"search": b.search} if b.search is not None else {}),
                 **({"slo": self.config.slo.to_dict()} if self.config.slo is not None else {}),
-                "targets": [st.stats.summary(time.perf_counter() - self._t0) for st in self.targets],
+                "targets": [st.stats.summary(time.perf_counter() - self.t0) for st in self.targets],
                 **({"workers": self.pool.summary()} if self.pool is not None else {}),
             }
         )

@@ -37,7 +37,7 @@ from .records import RequestRecord
 from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
 
 ORDER_POLL_S = 0.02
 READY_TIMEOUT_S = 60.0
@@ -79,7 +79,7 @@ class _WorkerState:
 
 
 class WorkerPool(Controller):
-    def __init__(self, engine: Engine, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
+    def __init__(self, engine: EngineView, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
         super().__init__(_never, concurrency, max_concurrency, **kw)
         self.engine = engine
         self.n = workers
@@ -237,7 +237,7 @@ class WorkerPool(Controller):
         c = 1 if self.probing else self.target
         cs = dict(zip(alive, split(c, k)))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
-        stamp = self.engine._stamp()
+        stamp = self.engine.stamp()
         gone = [t.gone for t in self.engine.targets]
         mode = self.mode if self.open_loop and not self.probing else "concurrency"
         trace = (self._gen, self.rate, self._shift) if self._gen else None
@@ -394,7 +394,7 @@ class WorkerPool(Controller):
         # held at the worker's cap: its step (by intended time) counts it; first, as a held
         # send that went out in this same report is one of these
         for dropped, t in msg["held"]:
-            e._held(dropped, t)
+            e.note_held(dropped, t)
         for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg["sends"]:
             # the step is the coordinator's at the send (intended) time: never the order's
             # stamp of up to ORDER_POLL_S before

@@ -38,7 +38,7 @@ from . import records as R
 from .lane import is_lane
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
     from .records import RequestRecord
     from .snapshot import Snapshot
 
@@ -110,7 +110,7 @@ def _le(bound: float) -> str:
 class PromMetrics:
     """The engine's Prometheus figures: fed by the engine's listener path, read by /metrics."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineView) -> None:
         self.engine = engine
         cfg = engine.config
         several_targets = bool(cfg.more_urls)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
 
 
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
@@ -25,7 +25,7 @@ def _server(st) -> dict:
     return {"running": srv.running if srv else None, "queued": srv.queued if srv else None}
 
 
-def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
+def build_snapshot(engine: EngineView, now: float, done: bool = False) -> Snapshot:
     m = engine.metrics
     out, inp, req, err = m.rates(now)
     good_req, good_tok = m.goodput(now)
@@ -39,7 +39,7 @@ def build_snapshot(engine: Engine, now: float, done: bool = False) -> Snapshot:
     tel = engine.telemetry
     return Snapshot(
         t=now,
-        elapsed_s=now - engine._t0,
+        elapsed_s=now - engine.t0,
         state=engine.state,
         target_c=ctl.target if ctl else cfg.concurrency,
         previous_c=ctl.previous if ctl else None,

@@ -30,7 +30,7 @@ from .target import TargetUnreachable
 from .worker import FLUSH_S, WorkerSpec
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
 
 READY_TIMEOUT_S = 120.0
 HEAD_CHECK_S = 3.0
@@ -93,7 +93,7 @@ def connect(address: str) -> None:
 
 
 class RayPool(WorkerPool):
-    def __init__(self, engine: Engine, workers: int, concurrency: int, max_concurrency: int, address: str, **kw) -> None:
+    def __init__(self, engine: EngineView, workers: int, concurrency: int, max_concurrency: int, address: str, **kw) -> None:
         super().__init__(engine, workers, concurrency, max_concurrency, **kw)
         self.address = address
         self._actors: list = []

@@ -14,7 +14,7 @@ Prometheus figures (prom.py, with --control) and the session log (session/writer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import records as R
 from .lane import LaneStats, is_lane
@@ -26,7 +26,6 @@ from .steps import new_gaps
 
 if TYPE_CHECKING:
     from .eventlog import EventLog
-    from .prom import PromMetrics
     from .session import SessionWriter
 
 
@@ -40,7 +39,7 @@ class Recorder:
         self.clock = clock
         self.lane_stats = LaneStats()
         self.session: SessionWriter | None = None  # set once the session directory is open
-        self.prom: PromMetrics | None = None  # set with --control
+        self.prom: Any = None  # engine/prom.py PromMetrics, set with --control
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
 

@@ -253,7 +253,7 @@ async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccu
             if acc is not None and acc.closed:
                 stopped_by = "step end"
                 break
-            if engine._closed:
+            if engine.closed:
                 stopped_by = "stop"
                 break
             await asyncio.sleep(POLL_S)

@@ -27,14 +27,14 @@ from .telemetry.efficiency import total_power_w
 from .timeline import timeline_row
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .engine_view import EngineView
     from .telemetry.types import ClientHealthSample, ServerSample
 
 
 class Ticker:
     """The engine's second: its checks, and the timeline rows (`row`, `history`)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineView) -> None:
         self.e = engine
         self.history: deque[dict] = deque(maxlen=HISTORY_S)
         self.row: dict = {}  # the last timeline row

@@ -22,22 +22,6 @@ MAX_ENGINE_MODULES_IN_TUI = 4
 # The UI's doors into the engine (engine/api.py, engine/session/api.py).
 FACADES = ("redline.engine.api", "redline.engine.session.api")
 
-# Circles that exist today in modules this test's author does not own, listed so the test
-# guards against new ones while they are taken apart (issue 22: "nothing imports back into
-# core"). Each entry is one strongly connected set of modules; a circle found must lie inside
-# one of them. Remove an entry once its circle is gone.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # core imports pool, publish, ray_pool, control_server, recorder and ticker; pool, publish,
-    # ray_pool, control_server, prom and ticker import Engine back for types (`if TYPE_CHECKING:
-    # from .core import Engine`), recorder imports prom: cut those and this entry goes
-    frozenset({
-        "redline.engine.core", "redline.engine.pool", "redline.engine.publish", "redline.engine.ray_pool",
-        "redline.engine.control_server", "redline.engine.prom", "redline.engine.recorder", "redline.engine.ticker",
-    }),
-    # the sim's server operations: app builds SimOps(self), ops names SimService back for types
-    frozenset({"redline.engine.sim.app", "redline.engine.sim.ops"}),
-)
-
 
 def _modules() -> dict[str, Path]:
     """Every module of the package: dotted name -> source file."""
@@ -172,11 +156,10 @@ def test_the_counter_sees_absolute_relative_type_only_and_lazy_imports(tmp_path,
 
 
 def test_the_package_has_no_import_circle():
-    """Type-only and lazy imports included. A circle found must be one of KNOWN_CYCLES (or a
-    part of one, as they are taken apart)."""
+    """Type-only and lazy imports included: the engine's helpers see it as an EngineView
+    (engine/engine_view.py), the sim's operations its service as a Protocol."""
     circles = strongly_connected(import_graph())
-    new = [c for c in circles if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not new, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in new)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
 
 
 def test_the_circle_finder_finds_a_circle():

@@ -133,7 +133,7 @@ def test_commands_change_the_load_and_refusals_leave_it(held, sim):
     assert c.post("/v1/search", json={"start": 0}).status_code == 400
     assert c.post("/v1/lane", json={"on": "yes"}).status_code == 400
     assert c.post("/v1/export", json={"format": "xlsx"}).status_code == 400
-    assert h.engine.controller.target == 16 and sim_running(url) == 16 and not h.engine._closed
+    assert h.engine.controller.target == 16 and sim_running(url) == 16 and not h.engine.closed
     assert time.monotonic() - t0 < 30
     # the C=1 probe: at most 1 at the server within 1.5 s, then back
     r = c.post("/v1/probe")
@@ -311,7 +311,7 @@ def test_token_required_and_never_written(sim, tmp_path):
             good.post("/v1/workload", json={"dataset": f"jsonl:/nonexistent/{TOKEN}.jsonl"})  # a body that carries it
             good.post("/v1/slo", json={"spec": TOKEN})
             good.post("/v1/stop")
-        assert wait_for(lambda: h.engine._closed and h.snapshot.done, 10)
+        assert wait_for(lambda: h.engine.closed and h.snapshot.done, 10)
     finally:
         h.stop()
     files = [p for p in out.rglob("*") if p.is_file()]
@@ -384,7 +384,7 @@ def test_fuzz_never_crashes_nor_stops_the_load(fuzz_engine, method, path, body, 
     if r.status_code >= 400:
         assert r.json()["ok"] is False
     e = h.engine
-    assert not e._closed and not e.controller.stopped and e.controller.target >= 1
+    assert not e.closed and not e.controller.stopped and e.controller.target >= 1
     if e.controller.paused or e.controller.probing:  # a valid restore/resume cannot pause; keep the load on
         c.post("/v1/resume")
 

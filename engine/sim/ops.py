@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from .app import SimService
+    from .model import BatchModel
+    from .profiles import SimProfile
+
+
+class _Service(Protocol):
+    """What the operations read of the sim's service (engine/sim/app.py SimService)."""
+
+    model: BatchModel
+    profile: SimProfile
 
 __all__ = ["SimOps", "DEFAULT_PROFILE_DIR"]
 
@@ -39,7 +47,7 @@ _FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When t
 class SimOps:
     """Profiler and cache-flush endpoints of one simulated server, with their call log."""
 
-    def __init__(self, service: SimService) -> None:
+    def __init__(self, service: _Service) -> None:
         self.service = service
         self.profiles: list[dict[str, Any]] = []  # every capture, the running one last
         self.flush_calls: list[dict[str, Any]] = []  # every /flush_cache call, refused too
