@@ -11,6 +11,9 @@ starting it, polling the screen every 10 ms (good to about 10-20 ms):
                 snapshot: "[STARTING] C=8" while the engine starts, or a live one)
   live          the first screen showing "[RUNNING]" (the engine's first live snapshot)
 
+For scale, two floors are timed the same way: `python -c pass` (the interpreter) and
+`python -c "import textual.app"` (the UI toolkit alone, before it draws anything).
+
 Each figure is the median of --runs runs (goals: --help < 0.1 s, first frame < 0.6 s, on a
 quiet machine), after one warm-up run of each that is not counted. The measured processes may
 write bytecode (PYTHONDONTWRITEBYTECODE is dropped for them), as an installed redline has it.
@@ -57,6 +60,12 @@ def time_help(cmd: list[str], env: dict[str, str]) -> float:
     if r.returncode != 0 or "usage" not in r.stdout:
         raise RuntimeError(f"redline --help failed: {r.stderr[-500:]}")
     return took
+
+
+def time_python(code: str, env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    return time.perf_counter() - t0
 
 
 def _screen(name: str) -> str:
@@ -119,7 +128,11 @@ def main() -> None:
           f"{os.cpu_count()} cores, load average {load:.2f} at the start")
     time_help(cmd, env)  # warm-up: file cache, bytecode
     helps = [time_help(cmd, env) for _ in range(runs)]
+    floors = [("floor: `python -c pass`", "pass"), ("floor: `python -c 'import textual.app'`", "import textual.app")]
     rows = [("`redline --help`", helps)]
+    for what, code in floors:
+        time_python(code, env)
+        rows.append((what, [time_python(code, env) for _ in range(runs)]))
     if not args.help_only:
         time_first_frame(cmd, env)  # warm-up
         frames, lives = [], []
