@@ -3,7 +3,9 @@ way out.
 
 On a terminal the app draws at once: the built-in sim (when there is no --url) and then the
 engine process start on a thread beside it (StartingHost), and the screen says "starting"
-until the engine's first snapshot (issue 26: the first frame does not wait for either). A
+until the engine's first snapshot (issue 26: the first frame waits for neither; the engine
+process, the heavier start, is spawned once the first frame is drawn or FRAME_WAIT_S has
+passed, the sim's own process starts at once). A
 start that fails ends the app and prints the same one line, with the same exit status, as
 before. Without a terminal (a pipe, a test) nothing is drawn until the engine is up, so a
 refused start leaves nothing but its one line.
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 START_TIMEOUT_S = 120.0  # as engine/host.py waits for its child
+# the engine process is spawned once the first frame is drawn (or after this long, whichever
+# comes first): on a busy machine its start-up would otherwise take the CPU the frame needs
+FRAME_WAIT_S = 1.0
 
 
 def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
@@ -45,12 +50,14 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     if not on_a_terminal():
         with running_target(cfg, args) as cfg:
             return _start_then_draw(cfg, args, preset, compare, caught)
-    host = StartingHost(cfg, args)
+    drawn = threading.Event()
+    host = StartingHost(cfg, args, drawn=drawn)
     host.begin()
     from .app import RedlineApp
 
     app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare, early_signals=caught)
     app.hard_exit = True
+    app.call_after_refresh(drawn.set)
     try:
         app.run()
     finally:
@@ -115,8 +122,9 @@ class StartingHost:
     fails, `error` holds why and the snapshot says done (the app then quits by itself, and
     run_tui prints the one line)."""
 
-    def __init__(self, cfg: EngineConfig, args: argparse.Namespace) -> None:
+    def __init__(self, cfg: EngineConfig, args: argparse.Namespace, drawn: threading.Event | None = None) -> None:
         self.config = cfg
+        self._drawn = drawn  # set once the app's first frame is drawn: the engine process waits for it
         self.error: BaseException | None = None
         self._args = args
         self._host: EngineProcess | None = None
@@ -140,6 +148,8 @@ class StartingHost:
     def _start(self) -> None:
         try:
             cfg = self._target.enter_context(running_target(self.config, self._args))
+            if self._drawn is not None:
+                self._drawn.wait(FRAME_WAIT_S)
             host = api.EngineProcess(cfg)
             self._host = host
             host.start()
