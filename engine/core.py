@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable
 
 import httpx
 
-from . import __version__
 from . import commands as C
 from . import records as R
 from .apis import GENERATE, continuous_usage_refused
@@ -35,18 +33,20 @@ from .arrivals import check_rate, parse_arrival
 from .conversation import run_session
 from .config import EngineConfig
 from .constants import OVERLOAD_BACKOFF_MAX_S
-from .controller import CONCURRENCY, PAUSED, PROBE, RATE, TRACE, Controller
+from .controller import PAUSED, PROBE, RATE, TRACE, Controller
 from .eventlog import EventLog
 from .guard import GuardWatch
 from .lane import ProbeLane
 from .http import make_client
 from .metrics import LiveMetrics
 from .publish import build_snapshot
+from .live_steps import LiveSteps
 from .recorder import LaneListener, Recorder
 from .records import Clock
 from .sender import Sender
 from .server_watch import ServerWatch
 from .session import SessionWriter, format_step_line
+from .session.summary import default_label, session_meta, summary_doc
 from .slo import Slo
 from .snapshot import Snapshot
 from .stepbook import StepBook
@@ -79,7 +79,7 @@ class Engine:
         self.watch: ServerWatch | None = None
         self.targets: list[TargetState] = []  # every target, the first is `target` (engine/targets.py)
         self.pool: WorkerPool | None = None  # --workers N: the load in worker processes (engine/pool.py)
-        self._closing: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
+        self.live = LiveSteps(self)  # steps as the operator makes them (a key press: a new step)
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
         self.source: PromptSource | None = None
@@ -134,7 +134,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, self._meta(), secrets=[cfg.api_key or "", cfg.control_token or ""])
+            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or ""])
             self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:
@@ -192,14 +192,14 @@ class Engine:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
             self._last_rate = self.controller.set_rate(cfg.rate)
-        self._sync_shape()
+        self.live.sync_shape()
         if cfg.start_paused or (self.trace is not None and not cfg.live_steps):
             self.controller.pause()  # a trace preset's runner starts each replay itself
         self.t0 = time.perf_counter()
         self.ticker.last_row_t = self.t0
         self.controller.start()
         if cfg.live_steps and not cfg.start_paused:
-            self.book.open_live(self._live_c(), False)
+            self.book.open_live(self.live.concurrency(), False)
         self._tasks.append(asyncio.create_task(tick(self.t0, self.ticker.each_second, self._publish), name="redline-ticker"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
@@ -285,8 +285,7 @@ class Engine:
             await self.lane.stop()
         if self.controller is not None:
             cancelled = await self.controller.stop()
-        if self._closing:  # every report is in: the steps closed before now are recorded
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.live.settle()  # every report is in: the steps closed before now are recorded
         now = time.perf_counter()
         self.book.close_live(now)
         self.book.finalize_all(now)  # what the stop cancelled stays censored, at its age
@@ -316,23 +315,6 @@ class Engine:
         for st in self.targets[1:]:
             await st.client.aclose()
         self._publish(now, done=True)
-
-    def _meta(self) -> dict:
-        cfg, tgt = self.config, self.target
-        assert tgt is not None
-        return {
-            "redline_version": __version__,
-            "command_line": list(cfg.command_line),
-            "label": cfg.label or default_label(tgt),
-            "target": tgt.describe(),
-            **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
-            "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
-            "workload": cfg.workload.describe(),
-            "concurrency": cfg.concurrency,
-            "arrival": cfg.arrival,
-            **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
-            "host": platform.node(),
-        }
 
     async def _start_telemetry(self, base: str) -> None:
         assert self.client is not None and self.target is not None
@@ -403,7 +385,7 @@ class Engine:
         self._end_probe()
         self.events.clear("held at cap")  # closed loop: nothing waits at the cap any more
         self.log(kind, f"C={c}", concurrency=c)
-        self._roll_live_step()
+        self.live.roll()
         return c
 
     def set_rate(self, rate: float, *, kind: str = "key") -> float:
@@ -415,13 +397,13 @@ class Engine:
             self.trace.schedule.set_speed(r, time.perf_counter())
             ctl.rate = r
             self.log(kind, f"trace speed x{r:g}", concurrency=ctl.max_concurrency)
-            self._roll_live_step()
+            self.live.roll()
             return r
         r = ctl.set_rate(check_rate(rate))
         self._last_rate = r
         self._end_probe()
         self.log(kind, f"rate {r:g} req/s ({ctl.arrival.describe()}, in-flight cap {ctl.max_concurrency})", concurrency=ctl.max_concurrency)
-        self._roll_live_step()
+        self.live.roll()
         return r
 
     def start_trace(self, speed: float, *, kind: str = "key") -> float:
@@ -433,7 +415,7 @@ class Engine:
         self._end_probe()
         self.trace.start(ctl, speed)
         self.log(kind, f"trace {self.trace.path}: {len(self.trace.rows)} requests over {self.trace.duration_s / speed:.1f} s (x{speed:g})", concurrency=ctl.max_concurrency)
-        self._roll_live_step()
+        self.live.roll()
         return speed
 
     def toggle_mode(self) -> str:
@@ -470,7 +452,7 @@ class Engine:
         self.config.workload, self.source = new, source
         self.book.workload = new.describe()
         self.log("workload", f"workload ({kind}): {change.describe()}", detail=self.book.workload)
-        self._roll_live_step()
+        self.live.roll()
         return self.book.workload
 
     @property
@@ -484,11 +466,6 @@ class Engine:
         if ctl.mode == TRACE:
             return f"trace x{ctl.rate:g}"
         return f"C={ctl.target}"
-
-    def _live_c(self) -> int:
-        """A step's concurrency: C, or an open loop's in-flight cap."""
-        ctl = self._ctl
-        return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
 
     def stamp(self, t_intended: float | None = None) -> tuple[int, int, str]:
         """(step, concurrency, phase) for a request sent now, or scheduled at `t_intended`
@@ -507,24 +484,15 @@ class Engine:
             key="held at cap",
         )
 
-    def _sync_shape(self) -> None:
-        ctl = self.controller
-        if ctl is None:
-            return
-        if ctl.probing or not ctl.open_loop:
-            self.book.shape = (CONCURRENCY, None, None)
-        else:
-            self.book.shape = (ctl.mode, ctl.rate, ctl.arrival.describe() if ctl.mode == RATE else None)
-
     def pause(self) -> None:
         self._ctl.pause()
         self.log("key", "paused")
-        self._roll_live_step()
+        self.live.roll()
 
     def resume(self) -> None:
         self._ctl.resume()
         self.log("key", f"resumed at C={self._ctl.target}")
-        self._roll_live_step()
+        self.live.roll()
 
     def toggle_pause(self) -> None:
         self.resume() if self._ctl.paused else self.pause()
@@ -541,14 +509,14 @@ class Engine:
         was = f"rate {ctl.previous_rate:g} req/s" if ctl.previous_rate is not None else f"C={ctl.previous}"
         self.events.clear("held at cap")
         self.log("probe", f"abort + C=1 probe ({n} in-flight requests cancelled; previous {was})")
-        self._roll_live_step()
+        self.live.roll()
         return n
 
     def restore(self) -> int | None:
         c = self._ctl.restore()
         if c is not None:
             self.log("key", f"back to {self.load_text}", concurrency=c)
-            self._roll_live_step()
+            self.live.roll()
         return c
 
     def raise_max(self, n: int) -> int:
@@ -698,74 +666,20 @@ class Engine:
             self.log("step", f"{res.load} final ({res.ended_after_close} requests ended after the step{stuck}): " + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
         self.write_summary()
 
-    def _roll_live_step(self) -> None:
-        self._sync_shape()  # steps opened from now (a preset's too) carry the load's shape
-        if not self.config.live_steps:
-            return
-        ctl = self._ctl
-        c = self._live_c()
-        if not ctl.paused and not ctl.stopped and self.book.live_matches(c, ctl.probing):
-            return
-        self._close_live()
-        if not ctl.paused and not ctl.stopped:
-            self.book.open_live(c, ctl.probing)
-
     def suspend_live_steps(self) -> None:
-        """A driver manages its own steps: close the live one and stop rolling."""
-        self._close_live()
-        self.config.live_steps = False
+        """A driver (the preset runner) manages its own steps from now."""
+        self.live.suspend()
 
-    def _close_live(self) -> None:
-        """Close the live step now; with worker processes, record it once every worker has
-        reported what it measured before now."""
-        now = time.perf_counter()
-        if self.pool is None:
-            self.recorder.harvest_all()
-            self.book.close_live(now)
-            return
-        acc = self.book.detach_live(now)
-        if acc is not None:
-            pool = self.pool
-
-            async def finish() -> None:
-                await pool.sync()
-                self.book.finish_live(acc, now)
-
-            self._closing.append(asyncio.ensure_future(finish()))
+    def resume_live_steps(self) -> None:
+        self.live.resume()
 
     async def close_step(self, acc: StepAccumulator) -> StepResult:
         """Close a driver's step now (with workers: once they reported what came before)."""
-        now = time.perf_counter()
-        if self.pool is not None:
-            acc.close(now)
-            await self.pool.sync()
-        else:
-            self.recorder.harvest_all()
-        return self.book.close_step(acc, now)
-
-    def resume_live_steps(self) -> None:
-        self.config.live_steps = True
-        self.book.default_phase = "live"
-        self._roll_live_step()
+        return await self.live.close_step(acc)
 
     def write_summary(self) -> None:
-        if self.session is None or self.target is None:
-            return
-        b = self.book
-        self.to_disk(
-            self.session.write_summary,
-            {
-                "target": self.target.describe(),
-                "label": self.config.label or default_label(self.target),
-                "steps": [s.to_dict() for s in b.steps],
-                "break": b.break_result.to_dict() if b.break_result else None,
-                "probe": b.probe_result.to_dict() if b.probe_result else None,
-                **({"search": b.search} if b.search is not None else {}),
-                **({"slo": self.config.slo.to_dict()} if self.config.slo is not None else {}),
-                "targets": [st.stats.summary(time.perf_counter() - self.t0) for st in self.targets],
-                **({"workers": self.pool.summary()} if self.pool is not None else {}),
-            }
-        )
+        if self.session is not None and self.target is not None:
+            self.to_disk(self.session.write_summary, summary_doc(self))
 
     # -- the log -----------------------------------------------------------------------
     def log(self, kind: str, text: str, **fields: object) -> None:
@@ -822,16 +736,6 @@ class Engine:
         self.snapshot = snap
         for fn in self._listeners:
             fn(snap)
-
-
-def default_label(tgt: Target) -> str:
-    info = tgt.info
-    parts = [tgt.model or info.kind]
-    if info.tp_size:
-        parts.append(f"tp{info.tp_size}")
-    if info.pp_size and info.pp_size > 1:
-        parts.append(f"pp{info.pp_size}")
-    return " ".join(parts)
 
 
 __all__ = ["Engine", "EngineConfig", "TargetUnreachable", "default_label"]

@@ -108,7 +108,7 @@ def _set_load(engine: Engine, plan: StepPlan) -> int:
         engine.set_rate(plan.rate, kind="preset")
     else:
         engine.set_concurrency(plan.concurrency, kind="preset")
-    return engine._live_c()
+    return engine.live.concurrency()
 
 
 def _flushes(engine: Engine, preset: Preset | None) -> bool:

@@ -1,0 +1,61 @@
+"""What a session's meta.json and summary.json say (README, "Session directory"): built here
+from the engine's parts, written by the SessionWriter (session/writer.py) off the loop."""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import TYPE_CHECKING
+
+from .. import __version__
+
+if TYPE_CHECKING:
+    from ..config import EngineConfig
+    from ..engine_view import EngineView
+    from ..target import Target
+
+
+def default_label(tgt: Target) -> str:
+    """A session's label when none is given: the model (or the server's kind), tp and pp."""
+    info = tgt.info
+    parts = [tgt.model or info.kind]
+    if info.tp_size:
+        parts.append(f"tp{info.tp_size}")
+    if info.pp_size and info.pp_size > 1:
+        parts.append(f"pp{info.pp_size}")
+    return " ".join(parts)
+
+
+def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
+    """meta.json: who ran what against what (written once, at the session's start)."""
+    return {
+        "redline_version": __version__,
+        "command_line": list(cfg.command_line),
+        "label": cfg.label or default_label(tgt),
+        "target": tgt.describe(),
+        **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
+        "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
+        "workload": cfg.workload.describe(),
+        "concurrency": cfg.concurrency,
+        "arrival": cfg.arrival,
+        **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
+        "host": platform.node(),
+    }
+
+
+def summary_doc(e: EngineView) -> dict:
+    """summary.json: the steps, the break, the probe, the search, the SLO, the targets and
+    the workers, as they stand now (rewritten at each step and at the end)."""
+    b, cfg, tgt = e.book, e.config, e.target
+    assert tgt is not None
+    return {
+        "target": tgt.describe(),
+        "label": cfg.label or default_label(tgt),
+        "steps": [s.to_dict() for s in b.steps],
+        "break": b.break_result.to_dict() if b.break_result else None,
+        "probe": b.probe_result.to_dict() if b.probe_result else None,
+        **({"search": b.search} if b.search is not None else {}),
+        **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
+        "targets": [st.stats.summary(time.perf_counter() - e.t0) for st in e.targets],
+        **({"workers": e.pool.summary()} if e.pool is not None else {}),
+    }
