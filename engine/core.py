@@ -54,7 +54,8 @@ from .stepresult import StepResult
 from .target import Target, TargetUnreachable, detect, validate_url
 from .pool import WorkerPool
 from .steps import StepAccumulator
-from .targets import TargetState, TargetStats, parse_weights, pick
+from .target_set import TargetSet
+from .targets import TargetState, parse_weights
 from .worker import WorkerSpec
 from .telemetry.hub import TelemetryHub
 from .ticker import Ticker
@@ -77,7 +78,6 @@ class Engine:
         self.controller: Controller | None = None
         self.sender: Sender | None = None
         self.watch: ServerWatch | None = None
-        self.targets: list[TargetState] = []  # every target, the first is `target` (engine/targets.py)
         self.pool: WorkerPool | None = None  # --workers N: the load in worker processes (engine/pool.py)
         self.live = LiveSteps(self)  # steps as the operator makes them (a key press: a new step)
         self.session: SessionWriter | None = None
@@ -99,6 +99,8 @@ class Engine:
         self.t0 = time.perf_counter()
         self.set_slo(config.slo, log=False)
         self._ids = itertools.count(1)  # request ids, unique in the session, in send order
+        self.target_set = TargetSet(self, self._ids, self._overloaded)
+        self.targets: list[TargetState] = self.target_set.states  # every target, the first is `target`
         self.lane: ProbeLane | None = None
         self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)
         self.lane_stats = self.recorder.lane_stats
@@ -139,7 +141,7 @@ class Engine:
             self.events.session = self.session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
-        self.sender = self._load_sender(self.client, self.target, TargetStats(self.target.url, self.recorder))
+        self.sender = self.target_set.load_sender(self.client, self.target)
         self.recorder.load_sender = self.sender
         lane_sender = Sender(
             self.client,
@@ -153,9 +155,9 @@ class Engine:
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.recorder.lane_sender = lane_sender
         weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
-        self.watch = self._add_target(self.client, self.target, self.sender, weights[0]).stats.watch
+        self.watch = self.target_set.add(self.client, self.target, self.sender, weights[0]).stats.watch
         for url, w in zip(cfg.more_urls, weights[1:]):
-            await self._start_target(url, w)
+            await self.target_set.start_more(url, w)
         if cfg.calibrate and self.target.api != GENERATE:
             await self._check_continuous_usage()
         if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
@@ -221,59 +223,6 @@ class Engine:
             first_rid=next(self._ids) + 1_000_000, wall_offset=self.clock.wall0 - self.clock.perf0,
         )
 
-    def _load_sender(self, client: httpx.AsyncClient, target: Target, stats: TargetStats) -> Sender:
-        """A Sender of the load to one target; every one shares the request ids and the
-        in-flight records (harvested once a second by rid, whichever target they went to)."""
-        s = Sender(
-            client, target, stats, self.stamp, self.metrics.on_lag, self.clock.wall0 - self.clock.perf0,
-            on_overload=self._overloaded, ids=self._ids,
-        )
-        if self.sender is not None:
-            s.in_flight, s.cursor = self.sender.in_flight, self.sender.cursor
-            s.continuous_usage = self.sender.continuous_usage
-        return s
-
-    def _add_target(self, client: httpx.AsyncClient, target: Target, sender: Sender, weight: float) -> TargetState:
-        st = TargetState(len(self.targets), target, client, sender, sender.listener, weight)  # type: ignore[arg-type]
-        st.stats.watch = ServerWatch(client, target.url + "/health", lambda: self._target_gone(st), lambda: self._target_back(st), self.log)
-        self.targets.append(st)
-        return st
-
-    async def _start_target(self, url: str, weight: float) -> None:
-        """One more target: its own client, detection, Sender, health watch and /metrics."""
-        cfg = self.config
-        base = validate_url(url)
-        client = make_client(transport=cfg.transport, verify=not cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout, origin=base)
-        try:
-            target = await detect(client, base, cfg.api or (self.target.api if self.target else None), cfg.model)
-        except BaseException:
-            await client.aclose()
-            raise
-        st = self._add_target(client, target, self._load_sender(client, target, TargetStats(target.url, self.recorder)), weight)
-        if cfg.telemetry:
-            st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
-            await st.telemetry.start()
-        self.log("notice", f"target {len(self.targets)}: {base} ({target.info.kind}, model {target.model or '?'}), weight {weight:g}")
-
-    def _pick(self) -> Sender:
-        """The target the next request (or session) goes to."""
-        st = pick(self.targets) if len(self.targets) > 1 else None
-        return st.sender if st is not None else self.sender  # type: ignore[return-value]
-
-    def _target_gone(self, st: TargetState) -> None:
-        if all(t.gone for t in self.targets):
-            self._server_gone()
-        elif len(self.targets) > 1:
-            left = [t.target.url for t in self.targets if not t.gone]
-            self.events.warn(f"target {st.target.url} gone (connections refused, /health fails): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
-
-    def _target_back(self, st: TargetState) -> None:
-        self.events.clear(f"target gone {st.index}")
-        if self._ctl.hold:
-            self._server_back()
-        else:
-            self.log("notice", f"target {st.target.url} back: it takes its share again")
-
     async def stop(self, reason: str = "quit") -> None:
         """Stop all load first, then complete the log. Idempotent."""
         if self.closed:
@@ -293,11 +242,7 @@ class Engine:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        for st in self.targets:
-            if st.stats.watch is not None:
-                await st.stats.watch.stop()
-            if st.telemetry is not None and st.telemetry is not self.telemetry:
-                await st.telemetry.stop()
+        await self.target_set.close(self.telemetry)
         if self.telemetry is not None:
             await self.telemetry.stop()
         await self.ticker.stop()
@@ -312,8 +257,7 @@ class Engine:
             await self.control.close()
         if self.client is not None:
             await self.client.aclose()
-        for st in self.targets[1:]:
-            await st.client.aclose()
+        await self.target_set.close_clients()
         self._publish(now, done=True)
 
     async def _start_telemetry(self, base: str) -> None:
@@ -607,7 +551,7 @@ class Engine:
         """What the pool launches: one request on the schedule (open loop: `t_intended`, a
         trace row as `item`), one multi-turn session, or one request of a slot."""
         assert self.source is not None and self.sender is not None
-        sender = self._pick()
+        sender = self.target_set.pick()
         if item is not None and self.trace is not None:
             p = self.trace.prompt(item)
             await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
@@ -623,19 +567,9 @@ class Engine:
     def _overloaded(self, kind: str) -> None:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")
 
-    # -- server gone / back ------------------------------------------------------------
-    def _server_gone(self) -> None:
-        self._ctl.hold = True
-        self.log("error", "server gone: connections refused and /health fails; holding load until it answers again")
-
-    def _server_back(self) -> None:
-        self._ctl.hold = False
-        self._ctl.poke()
-        self.log("notice", f"server back: resuming at C={self._ctl.target}")
-
     @property
     def server_gone(self) -> bool:
-        return bool(self.targets) and all(t.gone for t in self.targets)
+        return self.target_set.all_gone
 
     # -- steps -------------------------------------------------------------------------
     @property
@@ -713,7 +647,7 @@ class Engine:
         """Load slots waiting after an overload answer, over every target."""
         if self.pool is not None:
             return self.pool.backing_off
-        return sum(t.sender.backing_off for t in self.targets)
+        return self.target_set.backing_off
 
     @property
     def state(self) -> str:
