@@ -225,6 +225,13 @@ class Controller:
         self._wake.set()
         return self.target
 
+    def end_probe(self) -> None:
+        """A new load was set: the probe is over, with nothing to go back to."""
+        if self.probing:
+            self.probing = False
+            self.previous = None
+            self._previous_load = None
+
     @property
     def previous_rate(self) -> float | None:
         """The open loop's rate before the probe (None: it was closed loop)."""

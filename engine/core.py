@@ -11,9 +11,16 @@ nor of presets: the preset runner (engine/runner.py) drives it from above and re
 itself as the engine's `driver`, which operator commands cancel. engine/host.py runs it in
 its own process under the TUI, so drawing cannot delay its timestamps.
 
-Where each job lives: sending and back-off in sender.py, server-gone in server_watch.py,
-steps in stepbook.py and steps.py, the event log and warnings in eventlog.py, the per-second
-row in timeline.py, the snapshot in publish.py.
+Here: the life cycle, the commands (a table, `COMMANDS`) and the preset driver's place.
+Where each other job lives:
+- the load (who holds it, what one request is, start-up's own requests): load.py, with
+  controller.py (the pool), pool.py / worker.py / ray_pool.py (workers), sender.py (HTTP);
+- the targets (their Senders, health watches, gone and back): target_set.py;
+- where every measurement lands (listeners, harvest, workers' reports): recorder.py;
+- steps: live_steps.py (as the operator makes them), stepbook.py and steps.py;
+- once a second (checks, the timeline row): ticker.py; the snapshot: publish.py;
+- meta.json and summary.json: session/summary.py; the event log and warnings: eventlog.py.
+Each of them sees the engine as an EngineView (engine_view.py): nothing imports core back.
 """
 
 from __future__ import annotations
@@ -22,15 +29,12 @@ import asyncio
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import httpx
 
 from . import commands as C
-from . import records as R
-from .apis import GENERATE, continuous_usage_refused
-from .arrivals import check_rate, parse_arrival
-from .conversation import run_session
+from .arrivals import check_rate
 from .config import EngineConfig
 from .constants import OVERLOAD_BACKOFF_MAX_S
 from .controller import PAUSED, PROBE, RATE, TRACE, Controller
@@ -41,6 +45,7 @@ from .http import make_client
 from .metrics import LiveMetrics
 from .publish import build_snapshot
 from .live_steps import LiveSteps
+from .load import make_load, prepare
 from .recorder import LaneListener, Recorder
 from .records import Clock
 from .sender import Sender
@@ -52,15 +57,13 @@ from .snapshot import Snapshot
 from .stepbook import StepBook
 from .stepresult import StepResult
 from .target import Target, TargetUnreachable, detect, validate_url
-from .pool import WorkerPool
 from .steps import StepAccumulator
 from .target_set import TargetSet
 from .targets import TargetState, parse_weights
-from .worker import WorkerSpec
 from .telemetry.hub import TelemetryHub
 from .ticker import Ticker
 from .timeline import tick
-from .workload import DEFAULT_CALIBRATION, PromptSource, calibrate, needs_calibration
+from .workload import DEFAULT_CALIBRATION, PromptSource
 from .workload_change import WorkloadChange
 
 SERVER_GONE = "server gone"
@@ -78,7 +81,7 @@ class Engine:
         self.controller: Controller | None = None
         self.sender: Sender | None = None
         self.watch: ServerWatch | None = None
-        self.pool: WorkerPool | None = None  # --workers N: the load in worker processes (engine/pool.py)
+        self.pool = None  # --workers N / --ray: the load's WorkerPool or RayPool (engine/load.py, pool.py)
         self.live = LiveSteps(self)  # steps as the operator makes them (a key press: a new step)
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
@@ -158,38 +161,12 @@ class Engine:
         self.watch = self.target_set.add(self.client, self.target, self.sender, weights[0]).stats.watch
         for url, w in zip(cfg.more_urls, weights[1:]):
             await self.target_set.start_more(url, w)
-        if cfg.calibrate and self.target.api != GENERATE:
-            await self._check_continuous_usage()
-        if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
-            self.calibration = await calibrate(self._measure_prompt_tokens, cfg.seed)
-            if self.calibration.measured:
-                self.log("notice", f"calibrated prompts: {self.calibration.per_word:.2f} tokens/word + {self.calibration.overhead:.0f}")
-            else:
-                self.log("warning", "server reported no prompt_tokens: input lengths are approximate (1 token per word)")
-        self.source = PromptSource(cfg.workload, self.calibration)
-        self.book.workload = cfg.workload.describe()
-        if cfg.workload.trace is not None:
-            from .trace_replay import TraceReplay
-
-            self.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, self.calibration, cfg.seed)
+        await prepare(self)
         if cfg.telemetry:
             await self._start_telemetry(base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
-        if cfg.workers > 1 or cfg.ray is not None:
-            kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
-            if cfg.ray is not None:
-                from .ray_pool import RayPool  # the optional extra redline[ray]
-
-                self.pool = RayPool(self, cfg.workers, c0, cfg.max_concurrency, cfg.ray, **kw)
-            else:
-                self.pool = WorkerPool(self, cfg.workers, c0, cfg.max_concurrency, **kw)
-            self.controller = self.pool
-            await self.pool.launch(self._worker_spec())
-            where = f"Ray actors on {', '.join(sorted({s.node for s in self.pool.states}))}" if cfg.ray is not None else "worker processes"
-            self.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections")
-        else:
-            self.controller = Controller(self._one_request, c0, cfg.max_concurrency, arrival=parse_arrival(cfg.arrival), seed=cfg.seed, on_held=self.note_held, on_abandon=self.book.abandon_held)
+        self.controller = await make_load(self, c0)
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
@@ -211,17 +188,6 @@ class Engine:
             self.control = ControlServer(self, cfg.control, cfg.control_token)
             self.recorder.prom = self.control.metrics
             await self.control.start()
-
-    def _worker_spec(self) -> WorkerSpec:
-        cfg = self.config
-        assert self.sender is not None
-        return WorkerSpec(
-            index=0, workers=cfg.workers, targets=tuple(t.target for t in self.targets),
-            weights=tuple(t.weight for t in self.targets), workload=cfg.workload, calibration=self.calibration,
-            transport=cfg.transport, insecure=cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout,
-            continuous_usage=self.sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
-            first_rid=next(self._ids) + 1_000_000, wall_offset=self.clock.wall0 - self.clock.perf0,
-        )
 
     async def stop(self, reason: str = "quit") -> None:
         """Stop all load first, then complete the log. Idempotent."""
@@ -281,38 +247,16 @@ class Engine:
     # -- commands (call on the engine's loop) -------------------------------------------
     def execute(self, cmd: C.Command) -> object:
         """One entry point for every operator command; returns the reply (or a coroutine of
-        it for Probe/Abort/Flush). The snapshot is republished at once. StartPreset is the
+        it for SetWorkload/Probe/Abort/Flush). The snapshot is republished at once. StartPreset is the
         runner's (engine/runner.py execute): the engine knows no presets."""
+        run = COMMANDS.get(type(cmd))
+        if run is None:
+            raise TypeError(f"unknown command {cmd!r}")
         if isinstance(cmd, C.OPERATOR_TAKES_OVER):
             self.cancel_driver()
-        if isinstance(cmd, C.SetConcurrency):
-            res: object = self.raise_max(cmd.n) if cmd.raise_max else self.set_concurrency(cmd.n)
-        elif isinstance(cmd, C.SetRate):
-            res = self.set_rate(cmd.rate)
-        elif isinstance(cmd, C.ToggleMode):
-            res = self.toggle_mode()
-        elif isinstance(cmd, C.SetWorkload):
-            return self._then_publish(self.set_workload(cmd.change))
-        elif isinstance(cmd, C.TogglePause):
-            res = self.toggle_pause()
-        elif isinstance(cmd, C.Probe):
-            return self._then_publish(self.probe())
-        elif isinstance(cmd, C.Abort):
-            return self._then_publish(self.abort())
-        elif isinstance(cmd, C.Restore):
-            res = self.restore()
-        elif isinstance(cmd, C.CancelPreset):
-            res = self.cancel_driver()
-        elif isinstance(cmd, C.Flush):
-            return self._then_publish(self.flush())
-        elif isinstance(cmd, C.ToggleLane):
-            res = self.toggle_lane()
-        elif isinstance(cmd, C.SetSlo):
-            res = self.set_slo(cmd.slo)
-        elif isinstance(cmd, C.Log):
-            res = self.log(cmd.kind, cmd.text)
-        else:
-            raise TypeError(f"unknown command {cmd!r}")
+        res = run(self, cmd)
+        if asyncio.iscoroutine(res):
+            return self._then_publish(res)
         self._publish(time.perf_counter())  # the UI sees the change now, not at the next tick
         return res
 
@@ -326,7 +270,7 @@ class Engine:
         """Closed loop at C=n. `kind` names who asked: `key` (the operator) or `preset` (the runner)."""
         ctl = self._ctl
         c = ctl.set_concurrency(n)
-        self._end_probe()
+        self._ctl.end_probe()
         self.events.clear("held at cap")  # closed loop: nothing waits at the cap any more
         self.log(kind, f"C={c}", concurrency=c)
         self.live.roll()
@@ -345,7 +289,7 @@ class Engine:
             return r
         r = ctl.set_rate(check_rate(rate))
         self._last_rate = r
-        self._end_probe()
+        self._ctl.end_probe()
         self.log(kind, f"rate {r:g} req/s ({ctl.arrival.describe()}, in-flight cap {ctl.max_concurrency})", concurrency=ctl.max_concurrency)
         self.live.roll()
         return r
@@ -356,7 +300,7 @@ class Engine:
             raise RuntimeError("no trace: start redline with --trace PATH (or [workload].trace)")
         ctl = self._ctl
         check_rate(speed, "trace speed")
-        self._end_probe()
+        self._ctl.end_probe()
         self.trace.start(ctl, speed)
         self.log(kind, f"trace {self.trace.path}: {len(self.trace.rows)} requests over {self.trace.duration_s / speed:.1f} s (x{speed:g})", concurrency=ctl.max_concurrency)
         self.live.roll()
@@ -379,13 +323,6 @@ class Engine:
                 r = float(f"{req_s:.2g}") if req_s > 0 else 1.0
             self.set_rate(r)
         return ctl.mode
-
-    def _end_probe(self) -> None:
-        ctl = self._ctl
-        if ctl.probing:
-            ctl.probing = False
-            ctl.previous = None
-            ctl._previous_load = None
 
     async def set_workload(self, change: WorkloadChange, *, kind: str = "key") -> dict:
         """The workload from now on (a new step starts); WorkloadError (one line) for a value
@@ -531,39 +468,6 @@ class Engine:
         return False
 
     # -- requests (Sender's listener) -----------------------------------------------------
-    async def _check_continuous_usage(self) -> None:
-        """Per-chunk usage where the server offers it; a server that refuses the option
-        (an HTTP 400/422 naming it) gets plain streams, and tokens are corrected from usage at
-        each request's end."""
-        assert self.sender is not None
-        rec = await self.sender.send("Hi", 1, 0, "calibration")
-        if rec.status == R.FAILED and continuous_usage_refused(rec.http_status, rec.error_text):
-            self.sender.continuous_usage = False
-            self.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
-
-    async def _measure_prompt_tokens(self, prompt: str) -> int | None:
-        """One max_tokens=1 request; the server's prompt_tokens for `prompt`."""
-        assert self.sender is not None
-        rec = await self.sender.send(prompt, 1, 0, "calibration")
-        return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
-
-    async def _one_request(self, t_intended: float | None = None, item: object = None) -> None:
-        """What the pool launches: one request on the schedule (open loop: `t_intended`, a
-        trace row as `item`), one multi-turn session, or one request of a slot."""
-        assert self.source is not None and self.sender is not None
-        sender = self.target_set.pick()
-        if item is not None and self.trace is not None:
-            p = self.trace.prompt(item)
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-        elif t_intended is not None:
-            p = self.source.next()
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-        elif self.config.workload.turns > 1:
-            await run_session(sender, self.source, self.config.workload.turns, self.config.workload.think_s)
-        else:
-            p = self.source.next()
-            await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
-
     def _overloaded(self, kind: str) -> None:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")
 
@@ -671,5 +575,23 @@ class Engine:
         for fn in self._listeners:
             fn(snap)
 
+
+# The engine's commands (engine/commands.py): what each one runs. A coroutine's reply is
+# awaited by whoever sent it (the snapshot is republished when it is done).
+COMMANDS: dict[type, Callable[[Engine, Any], object]] = {
+    C.SetConcurrency: lambda e, c: e.raise_max(c.n) if c.raise_max else e.set_concurrency(c.n),
+    C.SetRate: lambda e, c: e.set_rate(c.rate),
+    C.ToggleMode: lambda e, c: e.toggle_mode(),
+    C.SetWorkload: lambda e, c: e.set_workload(c.change),
+    C.TogglePause: lambda e, c: e.toggle_pause(),
+    C.Probe: lambda e, c: e.probe(),
+    C.Abort: lambda e, c: e.abort(),
+    C.Restore: lambda e, c: e.restore(),
+    C.CancelPreset: lambda e, c: e.cancel_driver(),
+    C.Flush: lambda e, c: e.flush(),
+    C.ToggleLane: lambda e, c: e.toggle_lane(),
+    C.SetSlo: lambda e, c: e.set_slo(c.slo),
+    C.Log: lambda e, c: e.log(c.kind, c.text),
+}
 
 __all__ = ["Engine", "EngineConfig", "TargetUnreachable", "default_label"]

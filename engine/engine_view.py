@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .metrics import LiveMetrics
     from .recorder import Recorder
     from .records import Clock
+    from .sender import Sender
     from .session import SessionWriter
     from .snapshot import Snapshot
     from .stepbook import StepBook
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .targets import TargetState
     from .telemetry.hub import TelemetryHub
     from .trace_replay import TraceReplay
+    from .workload import Calibration, PromptSource
 
 
 class EngineView(Protocol):
@@ -43,6 +45,10 @@ class EngineView(Protocol):
     target: Target | None
     controller: Controller | None
     pool: Any  # engine/pool.py WorkerPool (or RayPool) with --workers / --ray
+    target_set: Any  # engine/target_set.py TargetSet
+    sender: Sender | None  # the first target's load Sender
+    source: PromptSource | None
+    calibration: Calibration
     telemetry: TelemetryHub | None
     session: SessionWriter | None
     lane: ProbeLane | None
