@@ -92,12 +92,10 @@ def control(args: argparse.Namespace) -> tuple:
 
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
-    """--workers N|auto as EngineConfig.workers; a trace replays in one process."""
+    """--workers N|auto as EngineConfig.workers."""
     n = getattr(args, "workers", 1) or 1
     if n == "auto":
         n = engine_api.auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
-    if n > 1 and cfg.workload.trace is not None:
-        raise UsageError(f"--workers {args.workers}: a trace replays in one process (its rows in order); drop --workers")
     return int(n)
 
 
@@ -110,8 +108,6 @@ def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
     addr = addr.strip()
     if not addr or any(c.isspace() for c in addr):
         raise UsageError(f"--ray {args.ray!r}: expected auto or the Ray head's address, e.g. 10.0.0.1:6379")
-    if cfg.workload.trace is not None:
-        raise UsageError(f"--ray {addr}: a trace replays in one process (its rows in order); drop --ray")
     if not ray_installed():
         raise UsageError(f"--ray {addr}: Ray is not installed here; pip install 'redline[ray]' (on every node), or drop --ray")
     return addr
