@@ -131,7 +131,7 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     first = StepResult(concurrency=preset.ramp.concurrency[0], duration_s=5, completed=1, failed=0,
                        output_throughput=10.0, input_throughput=1.0, request_throughput=1.0)
 
-    async def one_step(engine, plan, label):
+    async def one_step(engine, plan, label, preset=None):
         return first, False
 
     class Rules:
