@@ -9,6 +9,10 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass, field
+from operator import sub
+from typing import NamedTuple
+
+from .log_histogram import quantile
 
 # Outcome of a request (RequestRecord.status).
 OK = "ok"
@@ -54,6 +58,16 @@ def http_error_kind(status: int) -> str:
     if 500 <= status < 600:
         return ERR_HTTP_5XX
     return ERR_HTTP_4XX
+
+
+class RequestFigures(NamedTuple):
+    """One request's chunk figures: content chunks, ITL mean (first to last chunk over the
+    gaps), the largest chunk gap, the p99 of its inter-token latencies (None below 2 chunks)."""
+
+    chunks: int
+    itl_mean: float | None
+    itl_max: float | None
+    itl_p99: float | None
 
 
 @dataclass(frozen=True)
@@ -117,9 +131,9 @@ class RequestRecord:
     answer: list[str] | None = None  # answer text pieces, collected only when a list is set (multi-turn)
     target: str = ""  # the base URL it was sent to (many targets: engine/targets.py)
     worker: int = 0  # the worker process that sent it (--workers N: engine/pool.py)
-    # a request a worker sent: its (chunks, ITL mean, ITL max, ITL p99), measured there; its
-    # chunk timestamps stay in the worker (engine/worker.py request_figures)
-    remote: tuple | None = None
+    # a request a worker sent: its figures, measured there (`figures()`); its chunk
+    # timestamps stay in the worker
+    remote: RequestFigures | None = None
 
     # -- derived figures (README "What the numbers mean") ----------------------------------
     @property
@@ -196,6 +210,17 @@ class RequestRecord:
     def itls(self) -> list[float]:
         """The request's inter-token latencies (see gaps_from)."""
         return [v for _, vs, _ in self.gaps_from(1) for v in vs]
+
+    def figures(self) -> RequestFigures:
+        """Its own chunk figures, as its row and the SLO judge read them (a worker's
+        request: as its worker measured them, `remote`)."""
+        if self.remote is not None:
+            return self.remote
+        ts = self.chunk_times
+        n = len(ts)
+        if n < 2:
+            return RequestFigures(n, None, None, None)
+        return RequestFigures(n, (ts[-1] - ts[0]) / (n - 1), max(map(sub, ts[1:], ts[:-1])), quantile(sorted(self.itls()), 0.99))
 
     @property
     def tpot(self) -> float | None:

@@ -127,15 +127,8 @@ def _request_value(rec: RequestRecord, key: str) -> float | None:
         return rec.tpot if rec.tpot is not None else 0.0  # one token: no time per output token
     if key == "e2e_ms":
         return rec.e2e
-    if rec.remote is not None:  # measured in its worker
-        return rec.remote[3] if rec.remote[3] is not None else 0.0
-    itls = sorted(rec.itls())
-    if not itls:
-        return 0.0
-    pos = 0.99 * (len(itls) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(itls) - 1)
-    return itls[lo] + (itls[hi] - itls[lo]) * (pos - lo)
+    p99 = rec.figures().itl_p99
+    return p99 if p99 is not None else 0.0
 
 
 def _ms(v: float) -> str:

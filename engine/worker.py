@@ -69,23 +69,6 @@ class WorkerSpec:
     wall_offset: float
 
 
-def request_figures(rec: RequestRecord) -> tuple[int, float | None, float | None, float | None]:
-    """(chunks, ITL mean, ITL max, ITL p99) of a request, as its row and the SLO judge need them."""
-    ts = rec.chunk_times
-    n = len(ts)
-    if n < 2:
-        return n, None, None, None
-    gaps = [ts[i] - ts[i - 1] for i in range(1, n)]
-    itls = sorted(rec.itls())
-    p99 = None
-    if itls:
-        pos = 0.99 * (len(itls) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(itls) - 1)
-        p99 = itls[lo] + (itls[hi] - itls[lo]) * (pos - lo)
-    return n, (ts[-1] - ts[0]) / (n - 1), max(gaps), p99
-
-
 def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]:
     """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps))."""
     out: dict[int, tuple[list[float], list[float]]] = {}
@@ -185,7 +168,7 @@ class _TargetListener:
         b.ends.append((
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            request_figures(rec), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
+            rec.figures(), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
             rec.cached_tokens,  # the server's cached prompt tokens (issue 25), last: positions above unchanged
         ))
 

@@ -12,7 +12,6 @@ import json
 import math
 import re
 from dataclasses import asdict, is_dataclass
-from operator import sub
 from pathlib import PurePath
 from typing import Any, Iterable
 
@@ -151,15 +150,7 @@ def request_row(
     TPOT is RequestRecord.tpot. error_text is scrubbed of `secrets` *before* it is cut to
     200 characters (so no fragment of a secret survives the cut) and made one line.
     """
-    ts = rec.chunk_times
-    n = len(ts)
-    if rec.remote is not None:  # measured in its worker (engine/worker.py)
-        n, itl_mean, itl_max, _ = rec.remote
-    elif n >= 2:
-        itl_mean = (ts[-1] - ts[0]) / (n - 1)
-        itl_max = max(map(sub, ts[1:], ts[:-1]))
-    else:
-        itl_mean = itl_max = None
+    n, itl_mean, itl_max, _ = rec.figures()  # a worker's request: as its worker measured them
     err = rec.error_text
     if err:
         if secrets:
