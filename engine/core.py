@@ -100,6 +100,7 @@ class Engine:
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redline-disk")
         self.closed = False
         self.t0 = time.perf_counter()
+        self.cpu0 = time.process_time()  # this process's CPU seconds when the load started
         self.set_slo(config.slo, log=False)
         self._ids = itertools.count(1)  # request ids, unique in the session, in send order
         self.target_set = TargetSet(self, self._ids, self._overloaded)
@@ -174,7 +175,7 @@ class Engine:
         self.live.sync_shape()
         if cfg.start_paused or (self.trace is not None and not cfg.live_steps):
             self.controller.pause()  # a trace preset's runner starts each replay itself
-        self.t0 = time.perf_counter()
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
         self.ticker.last_row_t = self.t0
         self.controller.start()
         if cfg.live_steps and not cfg.start_paused:

@@ -37,6 +37,7 @@ class EngineView(Protocol):
     config: EngineConfig
     clock: Clock
     t0: float  # perf_counter at the load's start
+    cpu0: float  # process_time at the load's start
     book: StepBook
     metrics: LiveMetrics
     recorder: Recorder

@@ -42,6 +42,7 @@ class Recorder:
         self.prom: Any = None  # engine/prom.py PromMetrics, set with --control
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
+        self.ended = 0  # the load's requests that ended (start-up's own not counted)
 
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
@@ -70,6 +71,8 @@ class Recorder:
                 self.metrics.unmeasure_first(rec)
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
         self.book.on_end(rec)
+        if rec.phase != "calibration":
+            self.ended += 1
         if self.session is not None:
             self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
         if rec.status == R.FAILED:

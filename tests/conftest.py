@@ -89,6 +89,7 @@ TIMING = frozenset({
     "test_trace_workers.py::test_a_trace_over_two_workers_sends_every_row_once_at_its_time",  # rows within 25 ms
     "test_trace_workers.py::test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once",
     "test_control_api.py::test_tui_shows_an_api_change_within_one_frame",  # one frame: 0.25 s
+    "test_workers.py::test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale",
 })
 
 

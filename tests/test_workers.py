@@ -126,3 +126,30 @@ def test_a_live_workload_change_reaches_every_worker(sim_factory, tmp_path):
     rows = pl.read_ndjson(out / "requests.ndjson").filter((pl.col("status") == "ok") & (pl.col("phase") != "calibration"))
     last = rows.sort("t_send").tail(8)
     assert set(last["output_tokens"].to_list()) == {5} and set(last["worker"].to_list()) == {0, 1}
+
+
+def test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale(sim_factory, tmp_path):
+    """Every session has the same shape (summary.json `workers`: one process is worker 0),
+    and the same workload on the sim gives the same step figures in one process and with 2
+    workers (within noise: the sim's decode is the same, the client's split is not)."""
+    preset = parse_preset(
+        {"ramp": {"concurrency": [4], "warmup_s": 1.0, "hold_s": 4.0, "min_requests": 8, "max_hold_s": 8.0},
+         "workload": {"input_len": 16, "output_len": 24}},
+        "s.toml",
+    )
+    steps, summaries = {}, {}
+    for n in (1, 2):
+        sim = sim_factory("healthy")
+        out = tmp_path / f"w{n}"
+        cfg = EngineConfig(url=sim.url, workers=n, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=24),
+                           use_nvml=False, live_steps=False, out_dir=out)
+        steps[n] = run_preset_headless(cfg, preset).steps[0]
+        summaries[n] = json.loads((out / "summary.json").read_text())
+        load = pl.read_ndjson(out / "requests.ndjson").filter(pl.col("phase") != "calibration")
+        workers = summaries[n]["workers"]
+        assert [w["worker"] for w in workers] == list(range(n)) and all(w["alive"] and w["node"] for w in workers)
+        assert sum(w["requests"] for w in workers) == load.height
+    one, two = steps[1], steps[2]
+    assert abs(two.output_throughput - one.output_throughput) <= 0.15 * one.output_throughput
+    assert abs(two.median_ttft_ms - one.median_ttft_ms) <= max(0.25 * one.median_ttft_ms, 10.0)
+    assert abs(two.median_itl_ms - one.median_itl_ms) <= max(0.15 * one.median_itl_ms, 5.0)

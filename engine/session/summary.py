@@ -45,7 +45,8 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
 
 def summary_doc(e: EngineView) -> dict:
     """summary.json: the steps, the break, the probe, the search, the SLO, the targets and
-    the workers, as they stand now (rewritten at each step and at the end)."""
+    the workers (one process: itself, as worker 0), as they stand now (rewritten at each
+    step and at the end)."""
     b, cfg, tgt = e.book, e.config, e.target
     assert tgt is not None
     return {
@@ -57,5 +58,19 @@ def summary_doc(e: EngineView) -> dict:
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
         "targets": [st.stats.summary(time.perf_counter() - e.t0) for st in e.targets],
-        **({"workers": e.pool.summary()} if e.pool is not None else {}),
+        "workers": e.pool.summary() if e.pool is not None else [_this_process(e)],
+    }
+
+
+def _this_process(e: EngineView) -> dict:
+    """The load held in this process, as one worker (the same shape as --workers N)."""
+    d = max(time.perf_counter() - e.t0, 1e-9)
+    lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
+    ctl = e.controller
+    return {
+        "worker": 0, "node": platform.node(), "alive": True,
+        "share": (ctl.max_concurrency if ctl.open_loop else ctl.target) if ctl is not None else 0,
+        "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
+        "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
+        "cpu_pct": round(100.0 * (time.process_time() - e.cpu0) / d, 1),
     }
