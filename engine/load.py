@@ -19,7 +19,7 @@ from . import records as R
 from .apis import GENERATE, continuous_usage_refused
 from .arrivals import parse_arrival
 from .controller import Controller
-from .conversation import run_session
+from .one_request import one_request
 from .worker import WorkerSpec
 from .workload import PromptSource, calibrate, needs_calibration
 
@@ -34,23 +34,10 @@ class LocalLoad:
         self.e = engine
 
     async def one(self, t_intended: float | None = None, item: object = None) -> None:
-        """One request on the schedule (open loop: `t_intended`, a trace row as `item`), one
-        multi-turn session, or one request of a slot."""
         e = self.e
-        source, wl = e.source, e.config.workload
-        assert source is not None
-        sender = e.target_set.pick()
-        if item is not None and e.trace is not None:
-            p = e.trace.prompt(item)
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-        elif t_intended is not None:
-            p = source.next()
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-        elif wl.turns > 1:
-            await run_session(sender, source, wl.turns, wl.think_s)
-        else:
-            p = source.next()
-            await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+        assert e.source is not None
+        row_prompt = e.trace.prompt if e.trace is not None else None
+        await one_request(e.target_set.pick(), e.source, e.config.workload, t_intended, item, row_prompt)
 
 
 async def prepare(e: EngineView) -> None:

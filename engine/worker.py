@@ -30,7 +30,6 @@ import httpx
 
 from .arrivals import parse_arrival
 from .controller import TRACE, Controller
-from .conversation import run_session
 from .histogram import LogHistogram
 from .http import make_client
 from .loop import new_event_loop, read_pipe
@@ -41,7 +40,8 @@ from .steps import new_gaps
 from .target import Target
 from .trace import TracePrompts, TraceRow
 from .trace_replay import FedSchedule
-from .workload import Calibration, PromptSource, WorkloadConfig
+from .one_request import one_request
+from .workload import Calibration, Prompt, PromptSource, WorkloadConfig
 
 FLUSH_S = 0.25  # how often a worker reports
 BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide
@@ -223,23 +223,15 @@ class Worker:
         return (t or self.targets[0]).sender
 
     async def _one(self, t_intended: float | None = None, item: object = None) -> None:
-        sender = self._pick()
-        wl = self.workload
-        if isinstance(item, TraceRow):  # a trace row: its prompt from its hash ids, as in one process
-            if self._trace_prompts is None:
-                sp = self.spec
-                self._trace_prompts = TracePrompts(sp.calibration, sp.seed, suffix_seed=sp.seed * 1009 + sp.index + 1)
-            p = self._trace_prompts.prompt(item)
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-            return
-        if t_intended is None and wl.turns > 1:
-            await run_session(sender, self.source, wl.turns, wl.think_s)
-            return
-        p = self.source.next()
-        if t_intended is not None:
-            await sender.send(p.text, p.max_tokens, p.expected_input_tokens, t_intended=t_intended)
-        else:
-            await sender.slot_request(p.text, p.max_tokens, p.expected_input_tokens)
+        await one_request(self._pick(), self.source, self.workload, t_intended, item, self._row_prompt)
+
+    def _row_prompt(self, row: object) -> Prompt:
+        """A trace row's prompt from its hash ids, as in one process (suffixes of its own)."""
+        if self._trace_prompts is None:
+            sp = self.spec
+            self._trace_prompts = TracePrompts(sp.calibration, sp.seed, suffix_seed=sp.seed * 1009 + sp.index + 1)
+        assert isinstance(row, TraceRow)
+        return self._trace_prompts.prompt(row)
 
     # -- the coordinator's orders ---------------------------------------------------------------
     def apply(self, order: dict) -> None:
