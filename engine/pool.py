@@ -35,6 +35,7 @@ from .histogram import LogHistogram
 from .loop import read_pipe
 from .records import RequestRecord
 from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
+from .worker_msgs import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
     from .engine_view import EngineView
@@ -113,10 +114,10 @@ class WorkerPool(Controller):
             self._procs.append(p)
             self._conns.append(parent)
 
-        def on_msg(i: int, msg: dict | None) -> None:
+        def on_msg(i: int, msg: Ready | Report | Done | None) -> None:
             if msg is None:
                 self._worker_died(i)
-            elif msg.get("kind") == "ready":
+            elif isinstance(msg, Ready):
                 ready.add(i)
                 if len(ready) == self.n:
                     ev.set()
@@ -138,11 +139,11 @@ class WorkerPool(Controller):
         self.stopped = True
         self._wake.set()
         n = 0
-        fut = self._ask("stop")
+        fut = self._ask(STOP)
         if fut is not None:
             try:
                 replies = await asyncio.wait_for(fut, STOP_TIMEOUT_S)
-                n = sum(r.get("n", 0) for r in replies)
+                n = sum(r.n for r in replies if isinstance(r, Done))
             except TimeoutError:
                 pass
         for p in self._procs:
@@ -209,20 +210,20 @@ class WorkerPool(Controller):
 
     async def abort(self) -> int:
         self._push_orders()  # a probe's C=1 reaches the workers before the abort: none refills
-        fut = self._ask("abort")
+        fut = self._ask(ABORT)
         if fut is None:
             return 0
         try:
             replies = await asyncio.wait_for(fut, SYNC_TIMEOUT_S * 2)
         except TimeoutError:
             return 0
-        return sum(r.get("n", 0) for r in replies)
+        return sum(r.n for r in replies if isinstance(r, Done))
 
     async def sync(self) -> None:
         """Every live worker reports now; returns once each report has been applied."""
         if self.stopped:  # stop() applied every worker's last report
             return
-        fut = self._ask("flush")
+        fut = self._ask(FLUSH)
         if fut is not None:
             try:
                 await asyncio.wait_for(fut, SYNC_TIMEOUT_S)
@@ -230,7 +231,7 @@ class WorkerPool(Controller):
                 self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 
     # -- orders ---------------------------------------------------------------------------------
-    def _orders(self) -> list[dict]:
+    def _orders(self) -> list[Order]:
         n = self.n
         alive = [s.index for s in self.states if s.alive]
         k = len(alive) or 1
@@ -238,17 +239,17 @@ class WorkerPool(Controller):
         cs = dict(zip(alive, split(c, k)))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
         stamp = self.engine.stamp()
-        gone = [t.gone for t in self.engine.targets]
+        gone = tuple(t.gone for t in self.engine.targets)
         mode = self.mode if self.open_loop and not self.probing else "concurrency"
         trace = (self._gen, self.rate, self._shift) if self._gen else None
         out = []
         for i in range(n):
-            out.append({
-                "kind": "order", "stamp": stamp, "gone": gone, "mode": mode,
-                "c": cs.get(i, 0), "rate": (self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0, "trace": trace,
-                "cap": caps.get(i, 1), "paused": self.paused or self.stopped, "hold": self.hold,
-                "workload": self.engine.config.workload,  # a live change reaches every worker
-            })
+            out.append(Order(
+                stamp=stamp, gone=gone, mode=mode, c=cs.get(i, 0),
+                rate=(self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0, trace=trace,
+                cap=caps.get(i, 1), paused=self.paused or self.stopped, hold=self.hold,
+                workload=self.engine.config.workload,  # a live change reaches every worker
+            ))
         return out
 
     def _push_orders(self) -> None:
@@ -256,7 +257,7 @@ class WorkerPool(Controller):
         before anything sent after)."""
         for i, order in enumerate(self._orders()):
             if order != self._last_order[i] and self.states[i].alive and i < len(self._conns):
-                self.states[i].share = order["c"] if order["mode"] == "concurrency" else order["cap"]
+                self.states[i].share = order.c if order.mode == "concurrency" else order.cap
                 self._send(i, order)
                 self._last_order[i] = order
 
@@ -325,13 +326,13 @@ class WorkerPool(Controller):
         while self._fed_times and self._fed_times[0] < horizon - 2 * TRACE_FEED_AHEAD_S:
             self._fed_times.popleft()
         for i, batch in rows.items():
-            self._send(i, {"kind": "feed", "gen": self._gen, "rows": batch})
+            self._send(i, Feed(self._gen, batch))
 
     def _worker_time(self, i: int, t: float) -> float:
         """A time of this host as worker i's clock reads it (one monotonic clock here)."""
         return t
 
-    def _send(self, i: int, msg: dict) -> bool:
+    def _send(self, i: int, msg: Order | Feed | Ask) -> bool:
         try:
             self._conns[i].send(msg)
             return True
@@ -349,7 +350,7 @@ class WorkerPool(Controller):
         fut = asyncio.get_running_loop().create_future()
         self._waits[seq] = (fut, set(alive), [])
         for i in sorted(alive):
-            self._send(i, {"kind": kind, "seq": seq})
+            self._send(i, Ask(kind, seq))
         return fut
 
     def _answered(self, i: int, seq: int, reply: dict) -> None:
@@ -365,26 +366,25 @@ class WorkerPool(Controller):
                 fut.set_result(replies)
 
     # -- reports --------------------------------------------------------------------------------
-    def _on_msg(self, i: int, msg: dict) -> None:
-        kind = msg.get("kind")
-        if kind in ("batch", "flush", "abort", "stopped") and "sends" in msg:
+    def _on_msg(self, i: int, msg: Report | Done) -> None:
+        if isinstance(msg, Report):
             self._apply(i, msg)
-        if kind == "flush":
-            self._answered(i, msg["seq"], msg)
-        elif kind == "aborted":
-            self._answered(i, msg["seq"], msg)
-        elif kind == "stopped" and "n" in msg:
+            if msg.kind == FLUSH:
+                self._answered(i, msg.seq, msg)
+        elif msg.what == ABORT:
+            self._answered(i, msg.seq, msg)
+        elif msg.what == STOP:
             self._stopped_workers.add(i)
             for seq in list(self._waits):
                 self._answered(i, seq, msg)
 
-    def _apply(self, w: int, msg: dict, shift: float = 0.0) -> None:
+    def _apply(self, w: int, msg: Report, shift: float = 0.0) -> None:
         """Replay a worker's report into the engine (targets' listeners -> engine). `shift`
         moves the report's times onto this host's clock: 0 for a worker on this host (one
         monotonic clock); for a remote worker, receipt time - the report's `now`, so each
         time is placed by its age (engine/ray_pool.py)."""
         if shift:
-            msg = _shifted(msg, shift)
+            msg = msg.shifted(shift, BUCKET_S)
         e = self.engine
         stats = [t.stats for t in e.targets]
         urls = [t.target.url for t in e.targets]
@@ -393,9 +393,9 @@ class WorkerPool(Controller):
         book = e.book
         # held at the worker's cap: its step (by intended time) counts it; first, as a held
         # send that went out in this same report is one of these
-        for dropped, t in msg["held"]:
+        for dropped, t in msg.held:
             e.note_held(dropped, t)
-        for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg["sends"]:
+        for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg.sends:  # Sent
             # the step is the coordinator's at the send (intended) time: never the order's
             # stamp of up to ORDER_POLL_S before
             step, _, phase = book.stamp(conc, t_int if t_int is not None else t_send)
@@ -403,45 +403,45 @@ class WorkerPool(Controller):
                                 max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
             live[rid] = (ti, rec)
             stats[ti].on_send(rec)
-        for rid, t_send, t_first, t_first_answer in msg["firsts"]:
+        for rid, t_send, t_first, t_first_answer in msg.firsts:  # First
             got = live.get(rid)
             if got is not None:
                 ti, rec = got
                 rec.t_send, rec.t_first, rec.t_first_answer = t_send, t_first, t_first_answer
                 stats[ti].on_first(rec)
-        for (ti, b), n in msg["tokens"]:
+        for (ti, b), n in msg.tokens:
             stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
             st.tokens += n
-        if msg["abandoned"]:
-            book.abandon_held(msg["abandoned"])
-        gaps = unbucket_gaps(msg["gaps"])
+        if msg.abandoned:
+            book.abandon_held(msg.abandoned)
+        gaps = unbucket_gaps(msg.gaps)
         if gaps:
             e.recorder.on_remote_gaps(gaps)
-        lags = msg["lags"]
+        lags = msg.lags
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             e.metrics.lag.merge(lags)
             st.lag.merge(lags)
-        for (rid, t_send, t_first, t_fa, t_end, status, http_status, kind, text, n_in, n_out, usage, figures, ungaps, *more) in msg["ends"]:
-            got = live.pop(rid, None)
+        for x in msg.ends:
+            got = live.pop(x.rid, None)
             if got is None:
                 continue
             ti, rec = got
-            rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end = t_send, t_first, t_fa, t_end
-            rec.status, rec.http_status, rec.error_kind, rec.error_text = status, http_status, kind, text
-            rec.input_tokens, rec.output_tokens, rec.usage_reported, rec.remote = n_in, n_out, usage, figures
-            rec.cached_tokens = more[0] if more else None
+            rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end = x.t_send, x.t_first, x.t_first_answer, x.t_end
+            rec.status, rec.http_status, rec.error_kind, rec.error_text = x.status, x.http_status, x.error_kind, x.error_text
+            rec.input_tokens, rec.output_tokens, rec.usage_reported = x.input_tokens, x.output_tokens, x.usage_reported
+            rec.remote, rec.cached_tokens = x.figures, x.cached_tokens
             st.requests += 1
-            if ungaps is not None:  # failed: its gaps leave the windows
-                e.recorder.unmeasure_gaps(unbucket_gaps(ungaps))
+            if x.failed_gaps is not None:  # failed: its gaps leave the windows
+                e.recorder.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
             stats[ti].on_end(rec)
-        st.in_flight, st.backing_off, st.backlog = msg["in_flight"], msg["backing_off"], msg["backlog"]
-        st.delayed, st.dropped = msg["delayed"], msg["dropped"]
-        gen, taken = msg.get("fed", (0, 0))
+        st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
+        st.delayed, st.dropped = msg.delayed, msg.dropped
+        gen, taken = msg.fed
         if gen == self._gen:
             st.taken = taken
         if st.cpu_s0 is None:
-            st.cpu_s0 = msg["cpu_s"]
-        st.cpu_s = msg["cpu_s"] - st.cpu_s0
+            st.cpu_s0 = msg.cpu_s
+        st.cpu_s = msg.cpu_s - st.cpu_s0
         self.delayed = sum(s.delayed for s in self.states)
         self.dropped = sum(s.dropped for s in self.states)
         self._mark_settled()
@@ -480,26 +480,6 @@ class WorkerPool(Controller):
                 "cpu_pct": round(100.0 * s.cpu_s / d, 1),
             })
         return out
-
-
-def _opt(t: float | None, d: float) -> float | None:
-    return None if t is None else t + d
-
-
-def _shifted(msg: dict, d: float) -> dict:
-    """A report with every time moved by `d` seconds (token and gap buckets by whole buckets)."""
-    db = round(d / BUCKET_S)
-    return {
-        **msg,
-        "sends": [(*x[:5], x[5] + d, _opt(x[6], d), *x[7:]) for x in msg["sends"]],
-        "firsts": [(rid, ts + d, _opt(tf, d), _opt(ta, d)) for rid, ts, tf, ta in msg["firsts"]],
-        "tokens": [((ti, b + db), n) for (ti, b), n in msg["tokens"]],
-        "gaps": [(b + db, v) for b, v in msg["gaps"]],
-        "held": [(dropped, t + d) for dropped, t in msg["held"]],
-        "abandoned": [t + d for t in msg["abandoned"]],
-        "ends": [(x[0], x[1] + d, _opt(x[2], d), _opt(x[3], d), _opt(x[4], d), *x[5:13],
-                  None if x[13] is None else [(b + db, v) for b, v in x[13]], *x[14:]) for x in msg["ends"]],
-    }
 
 
 def _with_index(spec: WorkerSpec, i: int) -> WorkerSpec:

@@ -30,6 +30,7 @@ from .target import TargetUnreachable
 from .worker import FLUSH_S, WorkerSpec
 
 if TYPE_CHECKING:
+    from .worker_msgs import Ask, Feed, Order, Report
     from .engine_view import EngineView
 
 READY_TIMEOUT_S = 120.0
@@ -55,17 +56,17 @@ def _actor_class():
             self.w.ctl.start()
             return platform.node()
 
-        async def order(self, msg: dict) -> None:
+        async def order(self, msg: Order | Feed) -> None:
             self.w.apply(msg)
 
-        async def take(self, kind: str = "batch") -> dict:
+        async def take(self, kind: str = "batch") -> Report:
             return self.w.take(kind)
 
-        async def abort(self) -> tuple[int, dict]:
+        async def abort(self) -> tuple[int, Report]:
             n = await self.w.ctl.abort()
             return n, self.w.take("abort")
 
-        async def stop(self) -> tuple[int, dict]:
+        async def stop(self) -> tuple[int, Report]:
             n = await self.w.close()
             return n, self.w.take("stopped")
 
@@ -130,7 +131,7 @@ class RayPool(WorkerPool):
         self._poller = asyncio.create_task(self._poll(), name="redline-ray-reports")
 
     # -- channels -----------------------------------------------------------------------
-    def _send(self, i: int, msg: dict) -> bool:
+    def _send(self, i: int, msg: Order | Feed | Ask) -> bool:
         self._actors[i].order.remote(msg)  # an actor runs one caller's calls in order
         return True
 
@@ -138,10 +139,10 @@ class RayPool(WorkerPool):
         """A time of this host on worker i's clock: its reports' offset taken back."""
         return t - self._offsets.get(i, 0.0)
 
-    def _place(self, i: int, msg: dict, t_recv: float) -> None:
+    def _place(self, i: int, msg: Report, t_recv: float) -> None:
         shift = 0.0
         if self.states[i].node != self._here:
-            seen = t_recv - msg["now"]
+            seen = t_recv - msg.now
             shift = self._offsets[i] = min(seen, self._offsets.get(i, seen))
         self._apply(i, msg, shift)
 

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 import httpx
 
 from .arrivals import parse_arrival
-from .controller import TRACE, Controller
+from .controller import CONCURRENCY, RATE, TRACE, Controller
 from .histogram import LogHistogram
 from .http import make_client
 from .loop import new_event_loop, read_pipe
@@ -41,6 +41,7 @@ from .target import Target
 from .trace import TracePrompts, TraceRow
 from .trace_replay import FedSchedule
 from .one_request import one_request
+from .worker_msgs import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
 from .workload import Calibration, Prompt, PromptSource, WorkloadConfig
 
 FLUSH_S = 0.25  # how often a worker reports
@@ -98,11 +99,11 @@ class Batch:
         self._reset()
 
     def _reset(self) -> None:
-        self.sends: list[tuple] = []
-        self.firsts: list[tuple] = []
+        self.sends: list[Sent] = []
+        self.firsts: list[First] = []
         self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
         self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
-        self.ends: list[tuple] = []
+        self.ends: list[Ended] = []
         self.held: list[tuple[bool, float]] = []  # (dropped?, intended time) of sends held at the cap
         self.abandoned: list[float] = []  # intended times of held sends given up (their step censors them)
         self.lags = LogHistogram()  # the chunks' lags, binned as the coordinator bins them
@@ -152,10 +153,10 @@ class _TargetListener:
     def on_send(self, rec: RequestRecord) -> None:
         b = self.b
         b.in_flight[rec.rid] = rec
-        b.sends.append((self.ti, rec.rid, rec.phase, rec.step, rec.concurrency, rec.t_send, rec.t_intended, rec.expected_input_tokens, rec.max_tokens, rec.turn))
+        b.sends.append(Sent(self.ti, rec.rid, rec.phase, rec.step, rec.concurrency, rec.t_send, rec.t_intended, rec.expected_input_tokens, rec.max_tokens, rec.turn))
 
     def on_first(self, rec: RequestRecord) -> None:
-        self.b.firsts.append((rec.rid, rec.t_send, rec.t_first, rec.t_first_answer))
+        self.b.firsts.append(First(rec.rid, rec.t_send, rec.t_first, rec.t_first_answer))
 
     def on_tokens(self, t: float, n: int) -> None:
         self.b.tokens[(self.ti, int(t / BUCKET_S))] += n
@@ -165,11 +166,11 @@ class _TargetListener:
         b.harvest(rec)
         b.in_flight.pop(rec.rid, None)
         b.cursor.pop(rec.rid, None)
-        b.ends.append((
+        b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
             rec.figures(), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
-            rec.cached_tokens,  # the server's cached prompt tokens (issue 25), last: positions above unchanged
+            rec.cached_tokens,
         ))
 
 
@@ -234,37 +235,37 @@ class Worker:
         return self._trace_prompts.prompt(row)
 
     # -- the coordinator's orders ---------------------------------------------------------------
-    def apply(self, order: dict) -> None:
+    def apply(self, order: Order | Feed) -> None:
         """The load this worker holds now (its share), and what to stamp on requests; or
-        (kind "feed") trace rows to send at their times."""
+        trace rows to send at their times."""
         ctl = self.ctl
-        if order["kind"] == "feed":
-            self.feed.feed(order["gen"], order["rows"])
+        if isinstance(order, Feed):
+            self.feed.feed(order.gen, order.rows)
             ctl.poke()
             return
-        self.stamp = order["stamp"]
-        wl = order.get("workload")
+        self.stamp = order.stamp
+        wl = order.workload
         if wl is not None and wl != self.workload:  # a live workload change (the engine checked it)
             self.workload, self.source = wl, self._source(wl)
-        for t, gone in zip(self.targets, order["gone"]):
+        for t, gone in zip(self.targets, order.gone):
             t.gone = gone
-        ctl.max_concurrency = max(1, order["cap"])
-        ctl.hold = order["hold"]
-        trace = order.get("trace")  # (replay gen, speed, how far it moved): the coordinator's replay
+        ctl.max_concurrency = max(1, order.cap)
+        ctl.hold = order.hold
+        trace = order.trace  # (replay gen, speed, how far it moved): the coordinator's replay
         if trace is not None:
             self.feed.start(trace[0])
             self.feed.shift_to(trace[2])
-        if order["mode"] == "trace":
+        if order.mode == TRACE and trace is not None:
             if ctl.mode != TRACE or ctl.schedule is not self.feed:
                 ctl.start_schedule(self.feed, TRACE, trace[1])
             ctl.rate = trace[1]
-        elif order["mode"] == "rate" and order["rate"] > 0:
-            if ctl.mode != "rate" or ctl.rate != order["rate"]:
-                ctl.set_rate(order["rate"])
-        elif order["c"] > 0:
-            if ctl.mode != "concurrency" or ctl.target != order["c"]:
-                ctl.set_concurrency(min(order["c"], ctl.max_concurrency))
-        if order["paused"] or (order["mode"] == "concurrency" and order["c"] <= 0) or (order["mode"] == "rate" and order["rate"] <= 0):
+        elif order.mode == RATE and order.rate > 0:
+            if ctl.mode != RATE or ctl.rate != order.rate:
+                ctl.set_rate(order.rate)
+        elif order.c > 0:
+            if ctl.mode != CONCURRENCY or ctl.target != order.c:
+                ctl.set_concurrency(min(order.c, ctl.max_concurrency))
+        if order.paused or (order.mode == CONCURRENCY and order.c <= 0) or (order.mode == RATE and order.rate <= 0):
             ctl.pause()
         elif ctl.paused:
             ctl.resume()
@@ -280,20 +281,18 @@ class Worker:
             except httpx.HTTPError:
                 pass
 
-    def take(self, kind: str = "batch", seq: int = 0) -> dict:
+    def take(self, kind: str = "batch", seq: int = 0) -> Report:
         """The report: what was measured since the last one, and this worker's state. `now`
         is this host's clock when it was taken (a coordinator on another host places the
         report's times by their age, never by comparing clocks)."""
         ctl = self.ctl
-        msg = self.batch.take()
-        msg.update(
-            kind=kind, seq=seq, worker=self.spec.index, in_flight=ctl.in_flight,
+        return Report(
+            kind=kind, seq=seq, worker=self.spec.index, **self.batch.take(), in_flight=ctl.in_flight,
             backing_off=sum(t.sender.backing_off for t in self.targets),
             backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
             fed=(self.feed.gen, self.feed.popped),
             cpu_s=time.process_time(), now=time.perf_counter(),
         )
-        return msg
 
     def report(self, kind: str = "batch", seq: int = 0) -> None:
         assert self.conn is not None
@@ -317,27 +316,26 @@ class Worker:
 
         async def answer_abort(seq: int) -> None:
             n = await self.ctl.abort()
-            self.report("abort", seq)
-            self.conn.send({"kind": "aborted", "seq": seq, "worker": self.spec.index, "n": n})
+            self.report(ABORT, seq)
+            self.conn.send(Done(ABORT, seq, self.spec.index, n))
 
-        def on_msg(msg: dict | None) -> None:
+        def on_msg(msg: Order | Feed | Ask | None) -> None:
             if msg is None:  # the coordinator is gone
                 stop.set()
                 return
-            kind = msg["kind"]
-            if kind in ("order", "feed"):
+            if isinstance(msg, (Order, Feed)):
                 self.apply(msg)
-            elif kind == "flush":
-                self.report("flush", msg["seq"])
-            elif kind == "abort":
-                asyncio.ensure_future(answer_abort(msg["seq"]))
-            elif kind == "stop":
+            elif msg.what == FLUSH:
+                self.report(FLUSH, msg.seq)
+            elif msg.what == ABORT:
+                asyncio.ensure_future(answer_abort(msg.seq))
+            elif msg.what == STOP:
                 stop.set()
 
-        read_pipe(self.conn, loop, on_msg, last=lambda msg: msg.get("kind") == "stop", name="redline-worker-orders")
+        read_pipe(self.conn, loop, on_msg, last=lambda msg: isinstance(msg, Ask) and msg.what == STOP, name="redline-worker-orders")
         await self.warm()
         self.ctl.start()
-        self.conn.send({"kind": "ready", "worker": self.spec.index})
+        self.conn.send(Ready(self.spec.index))
 
         async def flusher() -> None:
             nxt = time.perf_counter()
@@ -353,7 +351,7 @@ class Worker:
             task.cancel()
             n = await self.ctl.stop()
             self.report("stopped")
-            self.conn.send({"kind": "stopped", "worker": self.spec.index, "n": n})
+            self.conn.send(Done(STOP, 0, self.spec.index, n))
             for c in self.clients:
                 await c.aclose()
 
