@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import multiprocessing as mp
-import os
 import signal
 import threading
 from multiprocessing.connection import Connection
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import commands as C
 from .config import EngineConfig
+from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
 from .snapshot import Snapshot
 
@@ -199,10 +198,7 @@ class EngineProcess:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(target=_child_main, args=(config, child), name="redline-engine", daemon=False)
-        self._child_conn = child
+        self._proc, self._conn, self._child_conn = spawn_child(_child_main, (config,), "redline-engine", daemon=False)
         self._snapshot = _initial(config)
         self._reader = threading.Thread(target=self._read, name="redline-snapshots", daemon=True)
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -286,13 +282,7 @@ class EngineProcess:
         if self._proc.is_alive():
             self.send(C.Stop(reason))
             self._done.wait(timeout)
-            self._proc.join(timeout)
-        if self._proc.is_alive():  # it did not answer: make sure no load keeps running
-            self._proc.terminate()
-            self._proc.join(3.0)
-            if self._proc.is_alive():
-                os.kill(self._proc.pid, signal.SIGKILL)
-                self._proc.join(3.0)
+        reap(self._proc, timeout)  # it did not answer: make sure no load keeps running
         try:
             self._conn.close()
         except OSError:

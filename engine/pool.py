@@ -21,14 +21,13 @@ the session log, telemetry, calibration and the probe lane.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import platform
-import signal
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from .child import reap, spawn_child
 from .constants import TRACE_FEED_AHEAD_S
 from .controller import TRACE, Controller
 from .histogram import LogHistogram
@@ -102,13 +101,11 @@ class WorkerPool(Controller):
     # -- start / stop ---------------------------------------------------------------------
     async def launch(self, spec: WorkerSpec) -> None:
         """Start the worker processes and wait until each is ready."""
-        ctx = mp.get_context("spawn")
         loop = asyncio.get_running_loop()
         ready: set[int] = set()
         ev = asyncio.Event()
         for i in range(self.n):
-            parent, child = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=worker_main, args=(_with_index(spec, i), child), name=f"redline-worker-{i}", daemon=True)
+            p, parent, child = spawn_child(worker_main, (_with_index(spec, i),), f"redline-worker-{i}", daemon=True)
             p.start()
             child.close()
             self._procs.append(p)
@@ -147,12 +144,7 @@ class WorkerPool(Controller):
             except TimeoutError:
                 pass
         for p in self._procs:
-            await asyncio.to_thread(p.join, STOP_TIMEOUT_S)
-            if p.is_alive():  # no load may outlive redline
-                p.terminate()
-                await asyncio.to_thread(p.join, 3.0)
-                if p.is_alive():
-                    os.kill(p.pid, signal.SIGKILL)
+            await asyncio.to_thread(reap, p, STOP_TIMEOUT_S)  # no load may outlive redline
         for conn in self._conns:
             conn.close()
         if self._runner is not None:
