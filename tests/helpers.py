@@ -251,7 +251,55 @@ class FakeNvml:
 
 
 # -- small servers on 127.0.0.1 ---------------------------------------------------------------
-class MiniServer:
+class ThreadedServer:
+    """An aiohttp app on 127.0.0.1 (an ephemeral port), on its own thread and loop: a small
+    independent server for a test. Subclasses build the app (`app()`); `with` starts and stops it."""
+
+    def __init__(self, *, ssl_context=None) -> None:
+        self._ssl = ssl_context
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
+
+    def app(self) -> web.Application:
+        raise NotImplementedError
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = self.app()
+
+        async def start() -> None:
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
+            await site.start()
+            self.port = self._runner.addresses[0][1]
+
+        loop.run_until_complete(start())
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(self._runner.cleanup())
+        loop.close()
+
+    def __enter__(self):
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+class MiniServer(ThreadedServer):
     """A tiny OpenAI-compatible server on 127.0.0.1 (own thread and loop) for what the sim
     does not do: it records every request's headers, can echo the bearer token in errors,
     and can play dead (accept the connection, then hang up without a response)."""
@@ -264,16 +312,7 @@ class MiniServer:
         self.echo_key_every = echo_key_every
         self.delay_s = delay_s
         self.generations = 0
-        self._ssl = ssl_context
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
+        super().__init__(ssl_context=ssl_context)
 
     def auth_seen(self, path_prefix: str = "") -> list[str | None]:
         return [a for p, a in list(self.seen) if p.startswith(path_prefix)]
@@ -323,37 +362,12 @@ class MiniServer:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    # -- life cycle -------------------------------------------------------------------
-    def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    def app(self) -> web.Application:
         app = web.Application(middlewares=[self._record])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_post("/v1/chat/completions", self._chat)
-
-        async def start() -> None:
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
-
-        loop.run_until_complete(start())
-        self._ready.set()
-        loop.run_forever()
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
-
-    def __enter__(self) -> "MiniServer":
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        return app
 
 
 # handler(sock, head, body, index) -> keep the connection open for another request

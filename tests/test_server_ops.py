@@ -17,7 +17,6 @@ import asyncio
 import dataclasses
 import json
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from helpers import until
+from helpers import ThreadedServer, until
 from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
 from redline.engine.preset import parse_preset
@@ -39,7 +38,7 @@ FAST = ("--set", "time_scale=0.2")
 
 
 # -- an independent SGLang-like server ----------------------------------------------------
-class SglangLike:
+class SglangLike(ThreadedServer):
     """/generate streams `chunks` chunks `delay_s` apart (meta_info with prompt, completion and
     cached tokens), /get_server_info says SGLang, /metrics shows its running count and
     `sglang:spec_accept_length 2.75`; /flush_cache and the profiler record each call with the
@@ -54,15 +53,7 @@ class SglangLike:
         self.flushes: list[dict] = []
         self.profile_calls: list[dict] = []
         self.generations = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__()
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -104,10 +95,9 @@ class SglangLike:
         self.profile_calls.append({"path": request.path, "t": time.time(), "running": self.running, "body": body})
         return web.Response(text="Start profiling.\n" if request.path == "/start_profile" else "Stop profiling. This will take some time.\n")
 
-    def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    def app(self) -> web.Application:
         app = web.Application()
+
         async def info(r: web.Request) -> web.Response:
             return web.json_response({"max_running_requests": 64, "tp_size": 1, "pp_size": 1, "version": "fake"})
 
@@ -121,29 +111,7 @@ class SglangLike:
         app.router.add_post("/flush_cache", self._flush)
         app.router.add_post("/start_profile", self._profile)
         app.router.add_post("/stop_profile", self._profile)
-
-        async def start() -> None:
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
-
-        loop.run_until_complete(start())
-        self._ready.set()
-        loop.run_forever()
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
-
-    def __enter__(self) -> "SglangLike":
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        return app
 
 
 def _preset(concurrency: list[int], *, hold_s: float = 2.0, dataset: str | None = None, api: str = "generate",
