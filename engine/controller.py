@@ -62,10 +62,13 @@ def check_concurrency(n: object, max_concurrency: int = DEFAULT_MAX_CONCURRENCY)
     return n
 
 
-class Controller:
+class LoadControl:
+    """The load's state and commands, wherever it is held: C or a schedule, the cap, pause,
+    probe and restore. `Controller` holds it in this process (it launches the requests);
+    engine/pool.py's WorkerPool holds it in worker processes (it sends them orders)."""
+
     def __init__(
         self,
-        launch: Callable[[float | None, object], Awaitable[object]],
         concurrency: int,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         *,
@@ -74,7 +77,6 @@ class Controller:
         on_held: Callable[[bool, float], None] = lambda dropped, t: None,
         on_abandon: Callable[[list[float]], None] = lambda times: None,
     ) -> None:
-        self._launch = launch
         self.max_concurrency = max_concurrency
         self.target = check_concurrency(concurrency, max_concurrency)
         self.mode = CONCURRENCY
@@ -93,7 +95,6 @@ class Controller:
         self.previous: int | None = None  # C before the probe
         self._previous_load: tuple[str, float | None, OpenSchedule | None] | None = None  # open loop before the probe
         self.stopped = False
-        self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._runner: asyncio.Task | None = None
         self.hold = False  # set by the engine while the server is gone (no new sends)
@@ -102,7 +103,7 @@ class Controller:
     # -- state -----------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        raise NotImplementedError
 
     @property
     def state(self) -> str:
@@ -172,7 +173,7 @@ class Controller:
             self._on_abandon(times)
 
     def _mark_settled(self) -> None:
-        if self.settled_at is None and not self.open_loop and len(self._tasks) == self.target:
+        if self.settled_at is None and not self.open_loop and self.in_flight == self.target:
             self.settled_at = time.perf_counter()
 
     def pause(self) -> None:
@@ -187,12 +188,7 @@ class Controller:
 
     async def abort(self) -> int:
         """Cancel every in-flight request; returns how many were cancelled."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=ABORT_WAIT_S)
-        return len(tasks)
+        raise NotImplementedError
 
     async def probe(self) -> int:
         if not self.probing:
@@ -236,6 +232,37 @@ class Controller:
     def previous_rate(self) -> float | None:
         """The open loop's rate before the probe (None: it was closed loop)."""
         return self._previous_load[1] if self._previous_load is not None else None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> int:
+        """No new requests, cancel the in-flight ones, end the loop; how many were cancelled."""
+        raise NotImplementedError
+
+
+class Controller(LoadControl):
+    """The load held in this process: `launch(t_intended, item)` returns the coroutine of one
+    request (closed loop: `launch(None, None)`); its tasks are the requests in flight."""
+
+    def __init__(self, launch: Callable[[float | None, object], Awaitable[object]], concurrency: int,
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, **kw) -> None:
+        super().__init__(concurrency, max_concurrency, **kw)
+        self._launch = launch
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def abort(self) -> int:
+        """Cancel every in-flight request; returns how many were cancelled."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=ABORT_WAIT_S)
+        return len(tasks)
 
     # -- the loop --------------------------------------------------------------------
     def start(self) -> None:

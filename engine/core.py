@@ -37,7 +37,7 @@ from . import commands as C
 from .arrivals import check_rate
 from .config import EngineConfig
 from .constants import OVERLOAD_BACKOFF_MAX_S
-from .controller import PAUSED, PROBE, RATE, TRACE, Controller
+from .controller import PAUSED, PROBE, RATE, TRACE, LoadControl
 from .eventlog import EventLog
 from .guard import GuardWatch
 from .lane import ProbeLane
@@ -78,7 +78,7 @@ class Engine:
         self.book = StepBook(self.clock, self._step_recorded, self._step_final)
         self.target: Target | None = None
         self.client: httpx.AsyncClient | None = None
-        self.controller: Controller | None = None
+        self.controller: LoadControl | None = None  # the load's state and commands (engine/load.py)
         self.sender: Sender | None = None
         self.watch: ServerWatch | None = None
         self.pool = None  # --workers N / --ray: the load's WorkerPool or RayPool (engine/load.py, pool.py)
@@ -445,7 +445,7 @@ class Engine:
         return None
 
     @property
-    def _ctl(self) -> Controller:
+    def _ctl(self) -> LoadControl:
         if self.controller is None:
             raise RuntimeError("engine not started")
         return self.controller

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from . import commands as C
     from .config import EngineConfig
-    from .controller import Controller
+    from .controller import LoadControl
     from .eventlog import EventLog
     from .guard import GuardWatch
     from .lane import LaneStats, ProbeLane
@@ -44,7 +44,7 @@ class EngineView(Protocol):
     events: EventLog
     targets: list[TargetState]
     target: Target | None
-    controller: Controller | None
+    controller: LoadControl | None
     pool: Any  # engine/pool.py WorkerPool (or RayPool) with --workers / --ray
     target_set: Any  # engine/target_set.py TargetSet
     sender: Sender | None  # the first target's load Sender

@@ -1,8 +1,8 @@
 """The load: who holds it and what one request of it is.
 
-`make_load` builds the Controller the engine steers (engine/controller.py): in this process a
-Controller whose launch is `LocalLoad.one`; with `--workers N` or `--ray` a WorkerPool or
-RayPool (the same surface; engine/pool.py), its workers started. One request of the load is
+`make_load` builds what the engine steers (a LoadControl, engine/controller.py): in this
+process a Controller whose launch is `LocalLoad.one`; with `--workers N` or `--ray` a
+WorkerPool or RayPool (the same commands; engine/pool.py), its workers started. One request of the load is
 a trace row's prompt at its time, the workload's next prompt (on a schedule, or in a slot),
 or a multi-turn session; it goes to the target the target set picks (engine/target_set.py).
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from . import records as R
 from .apis import GENERATE, continuous_usage_refused
 from .arrivals import parse_arrival
-from .controller import Controller
+from .controller import Controller, LoadControl
 from .one_request import one_request
 from .worker import WorkerSpec
 from .workload import PromptSource, calibrate, needs_calibration
@@ -72,8 +72,8 @@ async def prepare(e: EngineView) -> None:
         e.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, e.calibration, cfg.seed)
 
 
-async def make_load(e: EngineView, c0: int) -> Controller:
-    """The Controller that holds the load at C=c0: here, or in workers (started, ready)."""
+async def make_load(e: EngineView, c0: int) -> LoadControl:
+    """What holds the load at C=c0: here, or in workers (started, ready)."""
     cfg = e.config
     kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
     if cfg.workers <= 1 and cfg.ray is None:

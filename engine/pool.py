@@ -1,8 +1,8 @@
 """The load in worker processes (`--workers N`): the coordinator's side.
 
-`WorkerPool` is the engine's controller (same surface as engine/controller.py: set C or a
-rate, pause, probe, abort, stop) with the load held by N worker processes (engine/worker.py)
-instead of this one. It owns no connection to the target; the engine keeps commands, steps,
+`WorkerPool` is a LoadControl (engine/controller.py: the load's state and commands, set C
+or a rate, pause, probe, abort, stop), as the one-process Controller is, with the load held
+by N worker processes (engine/worker.py) instead of this one. It owns no connection to the target; the engine keeps commands, steps,
 the session log, telemetry, calibration and the probe lane.
 
 - Orders: each worker gets its share (C split as evenly as whole requests allow, a rate
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from .child import reap, spawn_child
 from .constants import TRACE_FEED_AHEAD_S
-from .controller import TRACE, Controller
+from .controller import TRACE, LoadControl
 from .histogram import LogHistogram
 from .loop import read_pipe
 from .records import RequestRecord
@@ -78,9 +78,9 @@ class _WorkerState:
         self.taken = 0  # ... and taken by its pool (its last report of this replay)
 
 
-class WorkerPool(Controller):
+class WorkerPool(LoadControl):
     def __init__(self, engine: EngineView, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
-        super().__init__(_never, concurrency, max_concurrency, **kw)
+        super().__init__(concurrency, max_concurrency, **kw)
         self.engine = engine
         self.n = workers
         self.states = [_WorkerState(i) for i in range(workers)]
@@ -151,7 +151,7 @@ class WorkerPool(Controller):
             await asyncio.wait([self._runner], timeout=1.0)
         return n
 
-    # -- the Controller surface -----------------------------------------------------------------
+    # -- the LoadControl surface ----------------------------------------------------------------
     @property
     def in_flight(self) -> int:  # type: ignore[override]
         return sum(s.in_flight for s in self.states if s.alive)
@@ -163,10 +163,6 @@ class WorkerPool(Controller):
     @property
     def backing_off(self) -> int:
         return sum(s.backing_off for s in self.states if s.alive)
-
-    def _mark_settled(self) -> None:
-        if self.settled_at is None and not self.open_loop and self.in_flight == self.target:
-            self.settled_at = time.perf_counter()
 
     @property
     def trace_done(self) -> bool:
@@ -478,7 +474,3 @@ def _with_index(spec: WorkerSpec, i: int) -> WorkerSpec:
     import dataclasses
 
     return dataclasses.replace(spec, index=i)
-
-
-async def _never(t_intended: float | None = None, item: object = None) -> None:  # pragma: no cover
-    raise AssertionError("a worker pool launches nothing in this process")

@@ -173,7 +173,7 @@ class RayPool(WorkerPool):
                 if msg is not None:
                     self._place(i, msg, t)
 
-    # -- the Controller surface -------------------------------------------------------------
+    # -- the LoadControl surface ------------------------------------------------------------
     async def sync(self) -> None:
         if self.stopped:
             return

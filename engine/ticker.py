@@ -20,7 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from .constants import HISTORY_S, TIMELINE_INTERVAL_S
-from .controller import CONCURRENCY, Controller
+from .controller import CONCURRENCY, LoadControl
 from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
@@ -183,7 +183,7 @@ class Ticker:
         if e.session is not None:
             e.session.add_timeline(row)
 
-    def _shape_row(self, ctl: Controller | None) -> dict:
+    def _shape_row(self, ctl: LoadControl | None) -> dict:
         """The timeline's load-shape columns (README "timeline.ndjson")."""
         if ctl is None:
             return {"mode": CONCURRENCY, "target_rate": None}

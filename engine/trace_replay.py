@@ -14,7 +14,7 @@ from collections import deque
 from typing import Sequence
 
 from .constants import TRACE_LEAD_S
-from .controller import TRACE, Controller
+from .controller import TRACE, LoadControl
 from .trace import TracePrompts, TraceRow, load_trace, trace_duration_s
 from .workload import Calibration, Prompt
 
@@ -80,7 +80,7 @@ class TraceReplay:
     def duration_s(self) -> float:
         return trace_duration_s(self.rows)
 
-    def start(self, controller: Controller, speed: float) -> TraceSchedule:
+    def start(self, controller: LoadControl, speed: float) -> TraceSchedule:
         """From the first row again, at `speed` (x2 = twice as fast): the first row is due
         TRACE_LEAD_S from now, so the command's own bookkeeping (log, step opening) does not
         make it late."""
