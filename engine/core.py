@@ -49,7 +49,6 @@ from .load import make_load, prepare
 from .recorder import LaneListener, Recorder
 from .records import Clock
 from .sender import Sender
-from .server_watch import ServerWatch
 from .session import SessionWriter, format_step_line
 from .session.summary import default_label, session_meta, summary_doc
 from .slo import Slo
@@ -80,7 +79,6 @@ class Engine:
         self.client: httpx.AsyncClient | None = None
         self.controller: LoadControl | None = None  # the load's state and commands (engine/load.py)
         self.sender: Sender | None = None
-        self.watch: ServerWatch | None = None
         self.pool = None  # --workers N / --ray: the load's WorkerPool or RayPool (engine/load.py, pool.py)
         self.live = LiveSteps(self)  # steps as the operator makes them (a key press: a new step)
         self.session: SessionWriter | None = None
@@ -159,7 +157,7 @@ class Engine:
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.recorder.lane_sender = lane_sender
         weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
-        self.watch = self.target_set.add(self.client, self.target, self.sender, weights[0]).stats.watch
+        self.target_set.add(self.client, self.target, self.sender, weights[0])
         for url, w in zip(cfg.more_urls, weights[1:]):
             await self.target_set.start_more(url, w)
         await prepare(self)

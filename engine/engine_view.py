@@ -57,6 +57,7 @@ class EngineView(Protocol):
     guard: GuardWatch | None
     trace: TraceReplay | None
     ticker: Any  # engine/ticker.py Ticker: `row`, `second`, `health`, `history`
+    live: Any  # engine/live_steps.py LiveSteps: `concurrency()`, the step's C (an open loop's cap)
     history: Any
     snapshot: Snapshot
     preset_line: str

@@ -66,10 +66,9 @@ def _this_process(e: EngineView) -> dict:
     """The load held in this process, as one worker (the same shape as --workers N)."""
     d = max(time.perf_counter() - e.t0, 1e-9)
     lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
-    ctl = e.controller
     return {
         "worker": 0, "node": platform.node(), "alive": True,
-        "share": (ctl.max_concurrency if ctl.open_loop else ctl.target) if ctl is not None else 0,
+        "share": e.live.concurrency() if e.controller is not None else 0,
         "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
         "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
         "cpu_pct": round(100.0 * (time.process_time() - e.cpu0) / d, 1),
