@@ -90,6 +90,7 @@ TIMING = frozenset({
     "test_trace_workers.py::test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once",
     "test_control_api.py::test_tui_shows_an_api_change_within_one_frame",  # one frame: 0.25 s
     "test_workers.py::test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale",
+    "test_request_truth.py::test_a_consumer_behind_gets_each_read_with_its_own_arrival_time",  # 30 ms read gaps
 })
 
 
