@@ -40,6 +40,15 @@ def _close(measured: float | None, truth: float | None, rel: float = 0.10, slack
     return abs(measured - truth) <= max(rel * truth, slack_ms)
 
 
+def _client_side(measured: float | None, truth: float | None, rel: float = 0.10, slack_ms: float = 6.0) -> bool:
+    """A latency the client times from its send: the sim's clock starts when its handler runs,
+    so the client's figure is the truth plus its own send path (connect, write, the server's
+    parse), a few ms on a 2-core machine, never less than the truth (2 ms for the window's
+    edges: the two medians are over the same step's requests, picked by different clocks)."""
+    assert measured is not None and truth is not None, (measured, truth)
+    return truth - 2.0 <= measured <= truth + max(rel * truth, slack_ms)
+
+
 @pytest.fixture(scope="module")
 def capped_run(tmp_path_factory):
     """One headless ramp against a capped sim, shared by the assertions below."""
@@ -78,8 +87,8 @@ def test_each_step_ttft_e2e_itl_match_the_sims_clock(capped_run):
     for s in steps[:-1]:
         truth = window_truth(records, s.t_start, s.t_start + s.duration_s)
         assert truth["sent"] >= 3, truth
-        assert _close(s.median_ttft_ms, truth["median_ttft_all_ms"]), (s.concurrency, s.median_ttft_ms, truth)
-        assert _close(s.median_e2e_latency_ms, truth["median_e2e_all_ms"]), (s.concurrency, s.median_e2e_latency_ms, truth)
+        assert _client_side(s.median_ttft_ms, truth["median_ttft_all_ms"]), (s.concurrency, s.median_ttft_ms, truth)
+        assert _client_side(s.median_e2e_latency_ms, truth["median_e2e_all_ms"]), (s.concurrency, s.median_e2e_latency_ms, truth)
         assert _close(s.median_itl_ms, truth["median_gap_ms"], slack_ms=1.5), (s.concurrency, s.median_itl_ms, truth)
     c16 = outcome.steps[-1]
     # above the cap, requests sent in the step queue: their TTFT is over a decode-long wait,
