@@ -51,20 +51,29 @@ class RunOutcome:
 
 async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> bool:
     """Until warmup_s has passed and in-flight reached C (or SETTLE_MAX_S more); True if
-    the server went meanwhile. A replay step (no warm-up, no minimum) measures at once."""
+    the server went meanwhile. A search point (plan.turnover) ends its warm-up sooner when
+    its in-flight has turned over (every request in flight when its load began, sent at
+    another load, has ended), and one with nothing of another load in flight at its open
+    (the first point, a point measured again at once) measures at once: the requests that
+    fill C are its own. A replay step (no warm-up, no minimum) measures at once."""
     replay = plan.warmup_s == 0 and plan.min_requests == 0
+    if not replay and plan.turnover and acc.foreign == 0:
+        acc.begin_measure(acc.t_open)  # before any send: nothing to wait out
+        return engine.server_gone
     while not replay:
         ctl = engine.controller
         el = time.perf_counter() - acc.t_open
         settled = ctl is not None and ctl.settled_at is not None
-        if el >= plan.warmup_s and (settled or el >= plan.warmup_s + SETTLE_MAX_S):
+        warm = el >= plan.warmup_s or (plan.turnover and acc.turned_over)
+        if warm and (settled or el >= plan.warmup_s + SETTLE_MAX_S):
             if not settled:
                 engine.log("warning", f"C={plan.concurrency}: in-flight never reached C ({engine.in_flight}) within {SETTLE_MAX_S:.0f} s after warm-up; measuring anyway", concurrency=plan.concurrency)
             break
         if engine.server_gone:
             return True
         wait = "" if settled else f", in flight {engine.in_flight} -> {plan.concurrency}"
-        engine.preset_line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}"
+        turn = f", {acc.foreign - acc.foreign_ended} of the previous load in flight" if plan.turnover and not acc.turned_over else ""
+        engine.preset_line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}{turn}"
         await asyncio.sleep(POLL_S)
     acc.begin_measure(time.perf_counter())
     return engine.server_gone
@@ -137,8 +146,9 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
     flushed = await drain_and_flush(engine, plan.label) if _flushes(engine, preset) else None
     if plan.probe:  # a replayed probe: what is in flight is aborted, as the original `a` did
         await engine.probe()
+    before = _sent_before(engine)
     c = _set_load(engine, plan)
-    acc = book.open_step(c, "measure", measure=False)
+    acc = book.open_step(c, "measure", measure=False, in_flight=before)
     acc.cache_flush = flushed
     ctl = engine.controller
     if ctl is not None and ctl.paused:  # a preset run starts held: its first request is its first step's
@@ -161,6 +171,19 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
         return None, True
     book.record(res)
     return res, False
+
+
+def _sent_before(engine: Engine) -> int:
+    """The load's requests whose end is still to come (and open-loop sends waiting at the
+    cap): a new step's turnover waits for them. In this process, the senders' own records
+    (a request that ended but whose task has not yet left the controller is not one); with
+    worker processes, their reported in-flight."""
+    ctl = engine.controller
+    waiting = ctl.waiting if ctl is not None else 0
+    sender = engine.recorder.load_sender
+    if engine.pool is None and sender is not None:
+        return len(sender.in_flight) + waiting
+    return engine.in_flight + waiting
 
 
 async def _measure_trace(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str) -> tuple[StepResult, bool]:
@@ -287,7 +310,7 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     t0 = time.perf_counter()
     book = engine.book
     while (c := search.next()) is not None:
-        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c))
+        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c), turnover=True)
         label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
         res, gone = await _step(engine, plan, label, preset)
         if gone:

@@ -7,16 +7,21 @@ Two answers, from the same steps:
 
 From `start` the search grows C by `factor` while the steps still gain more than the plateau
 gain and meet the SLOs (and nothing failed or collapsed), and keeps growing until each
-answer is bracketed between a good C and a bad C (or `max` is reached). Then it bisects each
-bracket, the widest first, until its width is at most `resolution` x C (or 1). Every point
-is a full step (warm-up, hold until steady), measured by engine/runner.py; the search only
-chooses C. It knows no engine: the runner feeds it StepResults.
+answer is bracketed between a good C and a bad C (or `max` is reached). Then it narrows each
+bracket, the widest first, until its width is at most `resolution` x C (or 1): the SLO
+bracket by halving; the knee bracket where the tok/s measured at its two ends say the curve
+crosses the saturation line (linear interpolation, half a resolution below the crossing, so
+the next point can close it from the other side), halving once whenever a point lands far
+from its prediction and when the bracket is within two resolutions. Every point is a full
+step (warm-up, hold until steady), measured by engine/runner.py; the search only chooses C.
+It knows no engine: the runner feeds it StepResults.
 
 Noise: a gain counts only when it clears the plateau gain by more than the two steps' noise
 (engine/breaker.py noise_margin) and the step was steady; a doubling that does not gain is
 measured once more before the search believes it (one noisy step never stops the growth
-for good). "No knee below max" is an answer: when the top point still gained, the knee is
-None and `knee_reason` says "still rising at max C=64".
+for good), unless that step proved it: steady, and short of the gain with its noise counted
+in its favour. "No knee below max" is an answer: when the top point still gained, the knee
+is None and `knee_reason` says "still rising at max C=64".
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Callable
 from .breaker import noise_margin
 from .slo import Slo
 from .stepresult import StepResult
+
+GUESS_NEAR = 0.1  # an interpolated knee point landed near the crossing: within this share of its bracket's spread
 
 
 @dataclass
@@ -73,6 +80,8 @@ class KneeSearch:
         self._growing = True
         self._hard_stop: int | None = None  # C where errors or a collapse began: never go above
         self._confirmed: set[int] = set()  # points measured twice (a stall is believed once confirmed)
+        self._guess: tuple[int, float] | None = None  # the last knee point placed by interpolation, and its bracket's spread
+        self._guess_ok = True  # ... and whether it landed near the predicted crossing
         self.label = label  # how a level reads: "C=64", "32 req/s"
 
     # -- judging one point -----------------------------------------------------------
@@ -128,9 +137,19 @@ class KneeSearch:
         cs = sorted(self.results)
         return len(cs) >= 2 and not self.gained(cs[-1])
 
+    def _stall_proven(self, c: int) -> bool:
+        """C's step was steady and fell short of the plateau gain over the best below it even
+        with the noise counted in its favour: one measurement is enough to believe the stall."""
+        cur, best = self.results[c], self._best(below=c)
+        if best is None or not cur.steady:
+            return False
+        return cur.output_throughput + noise_margin(cur, best) < best.output_throughput * (1 + self.gain)
+
     def _knee_found(self) -> bool:
-        """Growing has shown the curve flattening: the top point did not gain, twice."""
-        return self._stalled() and max(self.results) in self._confirmed
+        """Growing has shown the curve flattening: the top point did not gain, twice (or once,
+        when that step proved it: steady and short of the gain beyond its noise)."""
+        top = max(self.results) if self.results else None
+        return self._stalled() and (top in self._confirmed or self._stall_proven(top))  # type: ignore[arg-type]
 
     def rising_at_max(self) -> bool:
         """The search reached max and the top point still gained: no knee below max."""
@@ -147,6 +166,9 @@ class KneeSearch:
             self._confirmed.add(c)
         self.results[c] = res
         self.points.append(c)
+        if self._guess is not None and self._guess[0] == c:  # an interpolated knee point: did it land near the crossing?
+            self._guess_ok = abs(self._excess(c)) <= GUESS_NEAR * self._guess[1]
+            self._guess = None
         best_before = max((s.output_throughput for k, s in self.results.items() if k < c), default=None)
         collapsed = best_before is not None and res.output_throughput < 0.5 * best_before
         if self._failed(res) or collapsed:
@@ -170,17 +192,50 @@ class KneeSearch:
                 return min(self.max_c, max(top + 1, round(top * self.factor)))
         # bisect the widest bracket that is not narrow yet (none for the knee while the
         # curve still rises at max)
-        brackets = [] if self.rising_at_max() and self._hard_stop is None else [self.knee_bracket()]
+        knee_first = not (self.rising_at_max() and self._hard_stop is None)
+        brackets = [self.knee_bracket()] if knee_first else []
         if self.slo is not None:
             brackets.append(self.slo_bracket())
-        open_ = [(hi - lo, lo, hi) for lo, hi in brackets if not self._narrow(lo, hi)]
+        open_ = [(hi - lo, lo, hi, i == 0 and knee_first) for i, (lo, hi) in enumerate(brackets) if not self._narrow(lo, hi)]
         if not open_:
             return None
-        _, lo, hi = max(open_)
+        _, lo, hi, knee = max(open_)
         mid = (lo + hi) // 2
+        if knee and (guess := self._knee_point(lo, hi)) is not None:
+            return guess
         if mid in self.results or mid <= lo or mid >= hi:
             return None
         return mid
+
+    # -- placing a knee point -----------------------------------------------------------
+    def _excess(self, c: int) -> float:
+        """How far C's tok/s (noise counted in its favour) is above the saturation line: C is
+        saturated when this is >= 0 (see saturated)."""
+        cur, best = self.results[c], self._best()
+        assert best is not None
+        return cur.output_throughput + noise_margin(cur, best) - (1 - self.gain) * best.output_throughput
+
+    def _knee_point(self, lo: int, hi: int) -> int | None:
+        """The next point in the knee bracket (lo, hi), placed where the measured tok/s of its
+        two ends say the curve crosses the saturation line (linear interpolation), half the
+        resolution below it so that the next point can close the bracket from the other side.
+        None (bisect) when the bracket is within two resolutions (halving closes it), when the
+        last interpolated point landed far from its prediction (a curve that bends sharply:
+        halving is safer once), or when the interpolated point was measured already."""
+        w = max(1, math.ceil(self.resolution * hi))
+        if hi - lo <= 2 * w or not self._guess_ok:
+            self._guess_ok = True  # one halving, then interpolate again
+            return None
+        e_lo, e_hi = self._excess(lo), self._excess(hi)
+        spread = e_hi - e_lo
+        if spread <= 0:
+            return None
+        x = lo + (-e_lo) / spread * (hi - lo)
+        p = min(hi - 1, max(lo + 1, round(x - w / 2)))
+        if p in self.results:
+            return None
+        self._guess = (p, spread)
+        return p
 
     def result(self, duration_s: float) -> SearchResult:
         knee, reason = None, "no point measured"

@@ -27,6 +27,11 @@ LIVE = "live"
 PROBE = "probe"
 
 
+def _same_load(a: StepAccumulator, b: StepAccumulator) -> bool:
+    """Both steps hold one load: concurrency, shape and workload."""
+    return (a.concurrency, a.mode, a.rate, a.arrival, a.workload) == (b.concurrency, b.mode, b.rate, b.arrival, b.workload)
+
+
 class StepBook:
     def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None) -> None:
         self.clock = clock
@@ -164,16 +169,25 @@ class StepBook:
         self.live_result = acc.result(now) if acc is not None else None
 
     # -- steps --------------------------------------------------------------------------
-    def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0) -> StepAccumulator:
-        """A new step; requests sent from now on carry its index."""
+    def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0,
+                  in_flight: int = 0) -> StepAccumulator:
+        """A new step; requests sent from now on carry its index. `in_flight`: the load's
+        requests on the wire (or waiting at the cap) now, all sent before this step: its
+        turnover waits for them to end, unless the step before it held the same load (a
+        step measured again): then only for those of them sent at another load."""
         self.index += 1
         mode, rate, arrival = self.shape
+        prev = self._history[-1] if self._history else None
         acc = StepAccumulator(
             self.index, concurrency, phase, t or time.perf_counter(), self.clock,
             measure=measure, warmup_requests=warmup_requests, slo=self.slo,
             mode=mode, rate=rate, arrival=arrival, workload=self.workload,
         )
         acc.warmup_on_first = phase == PROBE  # a probe measures once the server answers again
+        if prev is not None and phase != PROBE and prev.phase == phase and _same_load(prev, acc):
+            acc.level_index, acc.foreign = prev.level_index, max(0, prev.foreign - prev.foreign_ended)
+        else:
+            acc.foreign = in_flight
         self.open.append(acc)
         self._history.append(acc)
         self.current = acc

@@ -113,6 +113,12 @@ class StepAccumulator:
         self.warmup_ended = 0  # requests of this step that ended (or answered: probe) during warm-up
         self.warmup_requests = warmup_requests  # measuring starts once this many ended (0: told)
         self.warmup_on_first = False  # ... or got a first token (the probe: the server answers again)
+        # turnover: the requests in flight when this load began that were sent at another load
+        # (StepBook.open_step counts them; a step at the same load as the one before it
+        # inherits what is left), and how many of them have ended since
+        self.foreign = 0
+        self.foreign_ended = 0
+        self.level_index = index  # the first step of this run of steps at one load
         self.min_completed = 0  # steady needs this many own completions by the close (the runner's min_requests)
         # its window
         self.out_tokens = 0
@@ -164,6 +170,12 @@ class StepAccumulator:
     def outstanding(self) -> int:
         """Own requests (and held sends) whose outcome is not known yet."""
         return len(self._own) + len(self._held_t)
+
+    @property
+    def turned_over(self) -> bool:
+        """Every request in flight when this load began, sent at another load, has ended:
+        what is in flight now was all sent at this step's load."""
+        return self.foreign_ended >= self.foreign
 
     def begin_measure(self, t: float) -> None:
         if self.t0 is None:
@@ -284,6 +296,8 @@ class StepAccumulator:
 
     def on_end(self, rec: RequestRecord) -> None:
         t_end = rec.t_end if rec.t_end is not None else rec.t_send
+        if rec.step < self.level_index and rec.phase not in ("calibration", "lane") and self.t_end is None:
+            self.foreign_ended += 1  # one of the previous load's requests left (turnover)
         if rec.status == R.OK and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
             self.win_completed += 1
             self.win_tokens += rec.output_tokens

@@ -123,9 +123,10 @@ def test_search_plan_against_a_known_curve():
         s.observe(c, _res(c, min(c, 100) * 10.0, ttft=100.0 if c <= 100 else 2000.0))
         assert len(s.points) < 30
     r = s.result(1.0)
-    assert 96 <= r.knee_concurrency <= 100 and 96 <= r.max_slo_concurrency <= 100, r
-    assert r.points[:6] == [8, 16, 32, 64, 128, 256]  # grown until the curve flattened
-    assert len(r.points) <= 14  # then bisected both brackets to 5 %
+    # the knee is C=95 exactly (950 tok/s is 95 % of 1000): within one resolution of it
+    assert 95 <= r.knee_concurrency <= 100 and 96 <= r.max_slo_concurrency <= 100, r
+    assert r.points[:6] == [8, 16, 32, 64, 128, 256]  # grown until the curve flattened (256 steady and flat: believed at once)
+    assert len(r.points) <= 14  # then narrowed both brackets to 5 %
 
 
 def test_guard_watch_drops_to_the_last_good_c_after_a_sustained_crossing():

@@ -58,7 +58,8 @@ class WorkloadSpec:
 class StepPlan:
     """How the runner holds one step of a ramp.
 
-    Warm up for `warmup_s` (not measured), then measure for at least `hold_s`; if fewer than
+    Warm up for `warmup_s` (not measured; with `turnover`, or until the in-flight has turned
+    over, if sooner), then measure for at least `hold_s`; if fewer than
     `min_requests` requests completed by then, keep measuring until they have or until
     `max_hold_s` of measurement has passed, whichever comes first.
     """
@@ -71,6 +72,9 @@ class StepPlan:
     rate: float | None = None  # an open-loop step at this many req/s (concurrency unused)
     speed: float | None = None  # a trace replay step at this speed factor
     probe: bool = False  # a replayed C=1 probe: what is in flight is aborted first, as `a` does
+    # a knee search's point: the warm-up ends at turnover (every request in flight when the
+    # load began, sent at another load, has ended) or after warmup_s, whichever comes first
+    turnover: bool = False
 
     @property
     def label(self) -> str:
