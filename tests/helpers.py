@@ -143,12 +143,16 @@ def main_in_process(argv: list[str]) -> int:
 
 
 def write_preset(tmp_path: Path, name: str, *, concurrency: list[int], input_len: int = 16,
-                 output_len: int = 64, hold_s: float = 60, exact: bool = False, extra: str = "") -> Path:
+                 output_len: int = 64, hold_s: float = 60, exact: bool = False, extra: str = "",
+                 max_hold_s: float | None = None) -> Path:
     """A preset file holding each concurrency `hold_s` seconds (long by default: a run to stop).
     `exact`: each step lasts exactly hold_s, all of it measured (no warm-up, no waiting for a
-    steady window): a short run that only has to send load."""
+    steady window): a short run that only has to send load. `max_hold_s`: the ramp's own
+    (max_hold_s = hold_s: each step closes at hold_s, steady or not, with a warm-up-free
+    measured window, for a run that reads what its steps sent, not a steady throughput)."""
     ramp = (f"durations_s = {[hold_s] * len(concurrency)}\n" if exact
-            else f"warmup_s = 0\nhold_s = {hold_s}\nmin_requests = 1\n")
+            else f"warmup_s = 0\nhold_s = {hold_s}\nmin_requests = 1\n"
+            + (f"max_hold_s = {max_hold_s}\n" if max_hold_s is not None else ""))
     f = tmp_path / f"{name}.toml"
     f.write_text(
         f"[workload]\ninput_len = {input_len}\noutput_len = {output_len}\n"

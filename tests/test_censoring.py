@@ -2,9 +2,9 @@
 count every request it sent, the ones still waiting at its close included, checked against
 the sim's own clock (/sim/requests: when each request arrived, answered, ended).
 
-A server with 4 slots and 200-token answers (~2 s each at the cap): at C=32 the step's own
-requests queue behind 28 others for longer than the step is held, so none of them has a first
-token when it closes. Before censoring, such a step reported TTFT `None` and a p99 rule passed
+A server with 4 slots and 200-token answers (~1 s each at the cap: the sim at half its time
+scale): at C=32 the step's own requests queue behind 28 others (~7 s) for longer than the step
+is held (max_hold_s 5), so none of them has a first token when it closes. Before censoring, such a step reported TTFT `None` and a p99 rule passed
 it; now its TTFT is a lower bound ("≥"), which breaks the rule, and once the requests finish
 (a drain step after it) the record holds their true figures.
 """
@@ -26,10 +26,12 @@ from redline.engine.workload import WorkloadConfig
 
 from helpers import finish, run_preset_headless, start_headless
 
-# 4 running at a time, one decode step 10 ms whatever the batch: a 200-token answer takes ~2 s
-SLOTS4 = ("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0")
+# 4 running at a time, one decode step 10 ms whatever the batch, at half time scale (the
+# shape of time, not its length): a 200-token answer takes ~1 s
+SLOTS4 = ("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0",
+          "--set", "time_scale=0.5")
 OVERLOAD = {"workload": {"api": "chat", "input_len": 16, "output_len": 200},
-            "ramp": {"concurrency": [4, 32], "warmup_s": 1, "hold_s": 4, "min_requests": 4, "max_hold_s": 10},
+            "ramp": {"concurrency": [4, 32], "warmup_s": 0.5, "hold_s": 2, "min_requests": 4, "max_hold_s": 5},
             "after": {"probe_s": 0}}
 
 
@@ -43,14 +45,14 @@ def _within(measured: float | None, truth: float | None, rel: float) -> bool:
 
 
 def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_path):
-    """[4, 32] on 4 slots, max_hold_s 10, p99_ttft_ms 3000: the C=32 step closes with its own
-    requests all still queued; its TTFT is a bound above 3 s and the rule fires."""
+    """[4, 32] on 4 slots, max_hold_s 5, p99_ttft_ms 1500: the C=32 step closes with its own
+    requests all still queued; its TTFT is a bound above 1.5 s and the rule fires."""
     sim = sim_factory("healthy", extra_args=SLOTS4)
     preset = tmp_path / "overload.toml"
     preset.write_text(
         '[workload]\napi = "chat"\ninput_len = 16\noutput_len = 200\n'
-        "[ramp]\nconcurrency = [4, 32]\nwarmup_s = 1\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 10\n"
-        "[stop]\np99_ttft_ms = 3000\n[after]\nprobe_s = 0\n"
+        "[ramp]\nconcurrency = [4, 32]\nwarmup_s = 0.5\nhold_s = 2\nmin_requests = 4\nmax_hold_s = 5\n"
+        "[stop]\np99_ttft_ms = 1500\n[after]\nprobe_s = 0\n"
     )
     rc, out, err = finish(start_headless(sim.url, preset, tmp_path / "s"), timeout=90)
     assert rc == 0, (out, err)
@@ -59,9 +61,9 @@ def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_pa
     assert "TTFT p50 ≥" in c32_line and "p99 ≥" in c32_line, c32_line
     steps = _summary_steps(tmp_path / "s")
     c4, c32 = steps
-    assert not c4.p99_ttft_ms_bound and c4.p99_ttft_ms < 3000
+    assert not c4.p99_ttft_ms_bound and c4.p99_ttft_ms < 1500
     # the run ended at the break: what never answered stays censored, and says so
-    assert c32.censored_ttft >= 1 and c32.p99_ttft_ms_bound and c32.p99_ttft_ms > 3000
+    assert c32.censored_ttft >= 1 and c32.p99_ttft_ms_bound and c32.p99_ttft_ms > 1500
     req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
     own = req.filter((pl.col("step") == c32.index) & (pl.col("phase") == "measure"))
     assert c32.requests_sent == own.height
@@ -77,7 +79,7 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
     sim = sim_factory("healthy", extra_args=SLOTS4)
     d = json.loads(json.dumps(OVERLOAD))
     d["ramp"]["concurrency"] = [4, 32, 2]
-    d["ramp"]["hold_s"] = 2
+    d["ramp"]["hold_s"] = 1
     d["ramp"]["min_requests"] = 2
     cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=200), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False)

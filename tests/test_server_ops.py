@@ -115,11 +115,15 @@ class SglangLike(ThreadedServer):
 
 
 def _preset(concurrency: list[int], *, hold_s: float = 2.0, dataset: str | None = None, api: str = "generate",
-            input_len: int = 16, output_len: int = 32, probe_s: float = 0, **ramp):
+            input_len: int = 16, output_len: int = 32, probe_s: float = 0, max_hold_s: float | None = None, **ramp):
+    """`max_hold_s` (default 3 x hold_s, the ramp's own): max_hold_s = hold_s closes each step
+    at hold_s, steady or not (a steady throughput needs STEADY_MIN_S = 4 s of a step), for the
+    tests that read what the server was asked and when, not its scraped view of a window."""
     w = {"api": api, "input_len": input_len, "output_len": output_len}
     if dataset:
         w["dataset"] = dataset
-    d = {"workload": w, "ramp": {"concurrency": concurrency, "warmup_s": 0, "hold_s": hold_s, "min_requests": 1, "max_hold_s": hold_s * 3},
+    d = {"workload": w, "ramp": {"concurrency": concurrency, "warmup_s": 0, "hold_s": hold_s, "min_requests": 1,
+                                 "max_hold_s": hold_s * 3 if max_hold_s is None else max_hold_s},
          "after": {"probe_s": probe_s}}
     p = parse_preset(d, "t.toml")
     return dataclasses.replace(p, ramp=dataclasses.replace(p.ramp, **ramp)) if ramp else p
@@ -166,7 +170,7 @@ def test_flush_cache_before_each_step_on_an_independent_sglang_never_while_busy(
     """Done when: a preset with flush_cache = true and two steps makes at least two successful
     /flush_cache calls, none while a request was running; the drain is in no step."""
     with SglangLike(chunks=10, delay_s=0.03) as srv:
-        preset = _preset([4, 8], hold_s=1.5, flush_cache=True)
+        preset = _preset([4, 8], hold_s=1.5, max_hold_s=1.5, flush_cache=True)
         out, _ = asyncio.run(_run(_config(srv.url, tmp_path / "s"), preset))
         ok = [f for f in srv.flushes if f["ok"]]
         assert len(ok) >= 2, srv.flushes
@@ -186,7 +190,7 @@ def test_the_sim_refuses_a_flush_while_busy_and_redline_never_asks_then(sim_fact
     flush forgets the cache (the next prompt of a group hits nothing); and a flush while a
     request runs is refused (400) and changes nothing."""
     sim = sim_factory("healthy", extra_args=FAST)
-    preset = _preset([2, 4], hold_s=1.5, api="chat", dataset="prefix:groups=1,prefix_len=128,suffix_len=8",
+    preset = _preset([2, 4], hold_s=1.5, max_hold_s=1.5, api="chat", dataset="prefix:groups=1,prefix_len=128,suffix_len=8",
                      flush_cache=True, probe_s=0.5)
     out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s"), preset))
     calls = httpx.get(sim.url + "/sim/state").json()["flush_calls"]
@@ -213,7 +217,7 @@ def test_profile_at_c8_starts_during_the_c8_step_and_stops_after_it(tmp_path):
     """Done when: `[ramp] profile = [8]` calls /start_profile during the C=8 step and
     /stop_profile after it; summary.json and the log name the load, the window and the trace."""
     with SglangLike(chunks=10, delay_s=0.03) as srv:
-        preset = _preset([4, 8], hold_s=1.5, profile=(8,))
+        preset = _preset([4, 8], hold_s=1.5, max_hold_s=1.5, profile=(8,))
         out, _ = asyncio.run(_run(_config(srv.url, tmp_path / "s", profile_s=30.0), preset))
         calls = srv.profile_calls
     assert [c["path"] for c in calls] == ["/start_profile", "/stop_profile"], calls
@@ -233,7 +237,7 @@ def test_profile_at_c8_starts_during_the_c8_step_and_stops_after_it(tmp_path):
 
 def test_profile_s_ends_the_capture_before_the_step_and_the_sim_names_the_trace(sim_factory, tmp_path):
     sim = sim_factory("healthy", extra_args=FAST)
-    preset = _preset([2, 4], hold_s=2.5, profile=(4,))
+    preset = _preset([2, 4], hold_s=2.5, max_hold_s=2.5, profile=(4,))
     asyncio.run(_run(_config(sim.url, tmp_path / "s", profile_s=0.5), preset))
     (truth,) = httpx.get(sim.url + "/sim/state").json()["profiles"]
     c2, c4 = _summary(tmp_path / "s")["steps"]
@@ -246,7 +250,7 @@ def test_profile_s_ends_the_capture_before_the_step_and_the_sim_names_the_trace(
 def test_a_server_without_the_profiler_gets_one_warning_line(sim_factory, tmp_path):
     """404 on /start_profile: one warning, no error, no capture; the run goes on."""
     sim = sim_factory("healthy", extra_args=(*FAST, "--set", "profiler=false"))
-    preset = _preset([2, 3, 4], hold_s=1.0, profile=(2, 3, 4))
+    preset = _preset([2, 3, 4], hold_s=1.0, max_hold_s=1.0, profile=(2, 3, 4))
     out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s"), preset))
     assert len(out.steps) == 3 and all(s.profiles is None for s in out.steps)
     ev = _events(tmp_path / "s")
@@ -458,7 +462,7 @@ def test_redline_run_with_preset_keys_and_flags_end_to_end(sim_factory, tmp_path
     from helpers import finish, start_headless, write_preset
 
     sim = sim_factory("healthy", extra_args=FAST)
-    preset = write_preset(tmp_path, "ops", concurrency=[2, 4], hold_s=1.5, output_len=32,
+    preset = write_preset(tmp_path, "ops", concurrency=[2, 4], hold_s=1.5, max_hold_s=1.5, output_len=32,
                           extra="profile = [4]\nflush_cache = true\n[after]\nprobe_s = 0.5\n")
     rc, out, err = finish(start_headless(sim.url, preset, tmp_path / "s", "--profile-s", "0.5"), 120)
     assert rc == 0, err
@@ -469,7 +473,7 @@ def test_redline_run_with_preset_keys_and_flags_end_to_end(sim_factory, tmp_path
     steps = _summary(tmp_path / "s")["steps"]
     assert steps[1]["profiles"][0]["load"] == "C=4" and steps[1]["profiles"][0]["trace"] == p["trace"]
     # --flush-cache on a preset that does not ask for it: a flush before its one step
-    plain = write_preset(tmp_path, "plain", concurrency=[2], hold_s=1.0, output_len=16)
+    plain = write_preset(tmp_path, "plain", concurrency=[2], hold_s=1.0, max_hold_s=1.0, output_len=16)
     rc, out, err = finish(start_headless(sim.url, plain, tmp_path / "f", "--flush-cache"), 120)
     assert rc == 0, err
     calls = httpx.get(sim.url + "/sim/state").json()["flush_calls"]
