@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's proc
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+CONFIG = "config"  # the first message to a child launched with url_later: (CONFIG, EngineConfig)
 
 
 def _initial(config: EngineConfig) -> Snapshot:
@@ -108,11 +109,22 @@ async def _run_command(engine: Engine, cmd: C.Command) -> Any:
 
 
 # -- the child process ------------------------------------------------------------------------
-def _child_main(config: EngineConfig, conn: Connection) -> None:
+def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     # Terminal signals go to the whole foreground group; the parent decides. A dead parent
     # (pipe EOF) or a SIGTERM aimed at this process still stops the load and closes the log.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if config is None:  # launched before its target was known: import the engine, then wait for it
+        from . import core, runner  # noqa: F401
+
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if not (isinstance(msg, tuple) and msg[0] == CONFIG):
+            conn.close()  # stopped before it was configured: nothing started, nothing to log
+            return
+        config = msg[1]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -194,11 +206,17 @@ class EngineError(RuntimeError):
 
 
 class EngineProcess:
-    """The engine in a child process: the UI's drawing cannot delay its timestamps."""
+    """The engine in a child process: the UI's drawing cannot delay its timestamps.
 
-    def __init__(self, config: EngineConfig) -> None:
+    With `url_later` the child can be launched (launch()) before the target is known, e.g.
+    while the built-in sim starts: it imports the engine meanwhile, and start(config) hands it
+    the config with the target's URL. Without, start() launches it with `config`."""
+
+    def __init__(self, config: EngineConfig, *, url_later: bool = False) -> None:
         self.config = config
-        self._proc, self._conn, self._child_conn = spawn_child(_child_main, (config,), "redline-engine", daemon=False)
+        self._url_later = url_later
+        child_config = None if url_later else config
+        self._proc, self._conn, self._child_conn = spawn_child(_child_main, (child_config,), "redline-engine", daemon=False)
         self._snapshot = _initial(config)
         self._reader = threading.Thread(target=self._read, name="redline-snapshots", daemon=True)
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -207,11 +225,24 @@ class EngineProcess:
         self._seq = 0
         self._pending: dict[int, concurrent.futures.Future] = {}
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Start the child; re-raises its start-up error as TargetError/TargetUnreachable."""
-        self._proc.start()
-        self._child_conn.close()
-        self._reader.start()
+    def launch(self) -> None:
+        """Start the child process (once); start() does when it has not been."""
+        if self._proc.pid is None:
+            self._proc.start()
+            self._child_conn.close()
+            self._reader.start()
+
+    def start(self, timeout: float = START_TIMEOUT_S, config: EngineConfig | None = None) -> None:
+        """Start the engine; re-raises its start-up error as TargetError/TargetUnreachable.
+        `config`: with url_later, the one to run (default: the one given at construction)."""
+        self.launch()
+        if self._url_later:
+            self.config = config or self.config
+            with self._lock:
+                try:
+                    self._conn.send((CONFIG, self.config))
+                except (OSError, BrokenPipeError):
+                    pass  # the child is gone: the reader says how
         try:
             self._ready.result(timeout=timeout)
         except EngineError as exc:

@@ -11,6 +11,8 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import gc
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +24,8 @@ import pytest
 import redline.engine.host
 import redline.tui.run_app as run_app
 from redline.engine import commands as C
-from redline.engine.api import EngineConfig, Snapshot, TargetUnreachable, WorkloadConfig
+from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
+from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
 
@@ -36,15 +39,22 @@ class FakeProcess:
     go = threading.Event()
     fail: BaseException | None = None
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, url_later: bool = False) -> None:
         self.config = config
+        self.url_later = url_later
+        self.launched = False
         self.sent: list[object] = []
         self.stopped: list[str] = []
         self.snapshot = Snapshot(t=1.0, elapsed_s=1.0, state="running", target_c=config.concurrency, previous_c=None,
                                  in_flight=config.concurrency, max_concurrency=config.max_concurrency)
         FakeProcess.made.append(self)
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        self.launched = True
+
+    def start(self, config: EngineConfig | None = None) -> None:
+        assert self.url_later == (config is not None and config is not self.config)
+        self.config = config or self.config
         assert FakeProcess.go.wait(10)
         if FakeProcess.fail is not None:
             raise FakeProcess.fail
@@ -153,3 +163,147 @@ def test_the_startup_benchmark_answers_help():
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "startup_bench.py"), "--help"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--runs" in r.stdout
+
+
+# -- the first frame: the header and the footer; the body a frame later (tui/body.py) --------
+class SnapHost:
+    """A host that serves one Snapshot (the app reads only host.snapshot and host.config)."""
+
+    def __init__(self, snap: Snapshot, config: EngineConfig) -> None:
+        self.snapshot = snap
+        self.config = config
+        self.sent: list[object] = []
+
+    def send(self, cmd) -> concurrent.futures.Future:
+        self.sent.append(cmd)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.set_result(None)
+        return fut
+
+    def stop(self, reason: str = "quit") -> None:
+        pass
+
+
+def running_snapshot() -> Snapshot:
+    log = tuple(LogLine(i, 1714564800.0 + i, "notice", f"line {i}: target http://10.0.0.5:30000 C=8") for i in range(1, 6))
+    row = {"output_tok_s": 900.0, "ttft_p50_ms": 80.0, "ttft_p99_ms": 120.0, "itl_p50_ms": 20.0, "errors": 0.0}
+    return Snapshot(t=5.0, elapsed_s=65.0, state="running", target_c=8, previous_c=None, in_flight=8, max_concurrency=512,
+                    url="http://10.0.0.5:30000", model="m", api="chat", server_kind="sglang", output_tok_s=900.0,
+                    ttft_ms={"p50": 80.0, "p99": 120.0}, itl_ms={"p50": 20.0, "p99": 30.0}, completed=40,
+                    gpus=(GpuSample(0, "H100", power_w=350.0, power_limit_w=700.0, util_pct=90.0),), second=3, row=row,
+                    recent=(row,), log=log)
+
+
+async def _screen_text(app: RedlineApp, size: tuple[int, int]) -> tuple[list, str]:
+    async with app.run_test(size=size) as pilot:
+        for _ in range(50):
+            if app.body_up:
+                break
+            await pilot.pause(0.05)
+        assert app.body_up
+        await pilot.pause(0.3)  # a refresh (REFRESH_S) after the body is up
+        tree = [(type(w).__name__, w.id) for w in app.screen.walk_children()]
+        return tree, app.export_screenshot()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 40)])
+async def test_the_body_after_the_first_frame_ends_in_the_same_screen(tmp_path, size):
+    cfg = EngineConfig(url="http://10.0.0.5:30000", concurrency=8, workload=WorkloadConfig(), out_dir=tmp_path / "s")
+    at_once = await _screen_text(RedlineApp(SnapHost(running_snapshot(), cfg), step=8), size)
+    later = await _screen_text(RedlineApp(SnapHost(running_snapshot(), cfg), step=8, body_after_first_frame=True), size)
+    assert later[0] == at_once[0]  # the same widgets in the same order
+    assert later[1] == at_once[1]  # drawn the same
+
+
+async def test_the_first_frame_is_the_header_and_the_footer(fake):
+    cfg, _ = fake
+    host = run_app.StartingHost(cfg, argparse.Namespace())
+    host.begin()
+    app = RedlineApp(host, step=8, body_after_first_frame=True)
+    seen: dict[str, object] = {}
+
+    def first() -> None:
+        seen["body"] = app.body_up
+        seen["header"] = app.query_one(StatusHeader).render().plain
+        seen["body widgets"] = len(app.query("#left > *, #right > *"))
+
+    app.call_after_refresh(first)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("pageup", "pagedown")  # the step table's keys before it is there: nothing
+            for _ in range(50):
+                if app.body_up:
+                    break
+                await pilot.pause(0.05)
+            assert app.body_up and len(app.query("#left > *, #right > *")) == 7
+    finally:
+        FakeProcess.go.set()
+        host.stop("quit")
+    assert seen["body"] is False and seen["body widgets"] == 0
+    assert "[STARTING]" in seen["header"] and "C=8" in seen["header"], seen
+
+
+def test_run_tui_draws_first_and_collects_garbage_again(fake, monkeypatch):
+    """On a terminal: the app draws its header first, and the garbage collector, off while
+    start-up makes its objects, is on again whatever happens."""
+    cfg, targets = fake
+    seen: dict[str, object] = {}
+
+    def run(self, *a, **k):
+        seen.update(after_first_frame=self.body_after_first_frame, collecting=gc.isenabled())
+        FakeProcess.go.set()
+
+    saved = {sig: signal.getsignal(sig) for sig in run_app.SIGNALS}  # run_tui sets its early handlers
+    monkeypatch.setattr(RedlineApp, "run", run)
+    monkeypatch.setattr(run_app, "on_a_terminal", lambda: True)
+    try:
+        assert run_app.run_tui(cfg, argparse.Namespace(step=8, rate_step=1.0)) == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert seen == {"after_first_frame": True, "collecting": False}
+    assert gc.isenabled() and targets == ["started", "stopped"]
+
+
+FIRST_FRAME_IMPORTS = """
+import sys
+import redline.tui.run_app, redline.tui.app
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_the_first_frame_imports_only_what_it_draws():
+    r = subprocess.run([sys.executable, "-c", FIRST_FRAME_IMPORTS], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.split())
+    later = {
+        "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.prompts",
+        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.curves",  # the body, the dialogs
+        "textual.widgets._data_table",  # the step table's Textual widget
+        "redline.engine.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
+        "httpx", "aiohttp", "polars", "plotext",
+    }
+    assert not loaded & later, sorted(loaded & later)
+
+
+def test_a_sim_that_does_not_start_stops_the_engine_launched_beside_it(fake, monkeypatch):
+    cfg, _ = fake
+
+    @contextlib.contextmanager
+    def no_sim(cfg, args):
+        FakeProcess.go.wait(10)
+        raise TargetUnreachable("redline sim did not start within 15 s")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(run_app, "running_target", no_sim)
+    drawn = threading.Event()
+    host = run_app.StartingHost(cfg, argparse.Namespace(), drawn=drawn)
+    host.begin()
+    drawn.set()  # the first frame: the engine's process is launched
+    assert wait(lambda: FakeProcess.made and FakeProcess.made[0].launched)
+    FakeProcess.go.set()
+    assert wait(lambda: host.snapshot.done)
+    host.stop("engine stopped")
+    proc = FakeProcess.made[0]
+    assert proc.url_later and proc.stopped == ["start failed"]
+    assert run_app.start_failed(host.error) == 3

@@ -28,24 +28,28 @@ from textual.widgets import Footer
 
 from ..engine import api
 from ..engine.api import Snapshot
-from ..engine.api import commands as C
-from ..engine.session.api import SessionSummary
 
-from .widgets.curve import CurveView
-from .widgets.eventlog import EventLog
-from .widgets.gpus import GpuPanel
 from .widgets.header import StatusHeader
-from .widgets.help import HelpScreen
-from .widgets.panels import LivePanels
-from .widgets.prompts import ConcurrencyPrompt, ConfirmScreen, PresetPicker, TextPrompt, LinePrompt
 from .widgets.rate import RateLine
-from .widgets.steps import StepTable
-from .widgets.targets import TargetsPanel
-from .widgets.workers import WorkersPanel, block_lines
-from .widgets.workload import WorkloadForm
 
+# The first frame imports only what it draws (issue 26): the body's widgets (body.py), the
+# dialogs and the engine's commands are imported where they are first used.
 if TYPE_CHECKING:
     from ..engine.api import EngineProcess, EngineThread, Preset
+    from ..engine.api import commands as C
+    from ..engine.session.api import SessionSummary
+    from .widgets.prompts import LinePrompt
+    from .widgets.workload import WorkloadForm
+else:
+    class _Commands:
+        """engine/commands.py, imported when the first command is sent."""
+
+        def __getattr__(self, name: str):
+            value = getattr(api.commands, name)
+            setattr(self, name, value)
+            return value
+
+    C = _Commands()
 
 REFRESH_S = 0.25
 WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
@@ -119,8 +123,13 @@ class RedlineApp(App[int]):
         presets_dir: Path | None = None,
         compare: SessionSummary | None = None,
         early_signals: list[signal.Signals] | None = None,
+        body_after_first_frame: bool = False,
     ) -> None:
         super().__init__()
+        # `redline` draws the header and the footer first, the rest a frame later (body.py)
+        self.body_after_first_frame = body_after_first_frame
+        self.body_up = False  # the body's widgets are mounted
+        self.on_body_up: list[Callable[[], None]] = []  # called once they are
         self.compare = compare
         self._early_signals = early_signals if early_signals is not None else []
         self.host = host
@@ -158,20 +167,40 @@ class RedlineApp(App[int]):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
         yield RateLine(id="rate-line")  # rate and trace mode: schedule lag, held, dropped
-        with Vertical(id="body"):
-            with Vertical(id="left"):
-                yield LivePanels()
-                yield TargetsPanel(id="targets")  # many targets: a row each (at 80x24 in the GPUs' place)
-                yield GpuPanel(id="gpus")
-                yield WorkersPanel(id="workers")  # --workers N: a summary line, rows where there is room
-                yield CurveView(self.compare, id="side-curve")  # wide terminals: under the panels
-            with Vertical(id="right"):
-                yield StepTable()
-                yield EventLog()
-        yield CurveView(self.compare, id="curve")
+        left, right, after = ([], [], []) if self.body_after_first_frame else self._body_widgets()
+        yield Vertical(Vertical(*left, id="left"), Vertical(*right, id="right"), id="body")
+        yield from after
         yield Footer(compact=True, show_command_palette=False)
 
+    def _body_widgets(self) -> tuple[list, list, list]:
+        from . import body
+
+        return body.widgets(self.compare)
+
+    async def _mount_body(self) -> None:
+        """The body, a frame after the header and the footer (body_after_first_frame)."""
+        if self._quitting or not self.screen_stack:
+            return
+        left, right, after = self._body_widgets()
+        base = self.screen_stack[0]
+        with self.batch_update():
+            await base.query_one("#left").mount_all(left)
+            await base.query_one("#right").mount_all(right)
+            await base.mount_all(after, after="#body")
+        self._body_is_up()
+        self.pull_snapshot()
+
+    def _body_is_up(self) -> None:
+        self.body_up = True
+        callbacks, self.on_body_up = self.on_body_up, []
+        for callback in callbacks:
+            callback()
+
     def on_mount(self) -> None:
+        if self.body_after_first_frame:
+            self.call_after_refresh(lambda: self.run_worker(self._mount_body(), group="body"))
+        else:
+            self._body_is_up()
         self.set_interval(REFRESH_S, self.pull_snapshot)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -221,6 +250,10 @@ class RedlineApp(App[int]):
         rate_line = base.query_one(RateLine)
         rate_line.display = snap.mode != "concurrency"
         rate_line.snapshot = snap
+        if not self.body_up:  # the first frame: header and footer (body.py)
+            return
+        from .body import CurveView, EventLog, GpuPanel, LivePanels, StepTable, TargetsPanel, WorkersPanel
+
         base.query_one(LivePanels).show(snap)
         self.set_class(bool(snap.targets), "-targets")  # redline.tcss: the block shows, the GPUs make room
         base.query_one(TargetsPanel).snapshot = snap
@@ -238,6 +271,8 @@ class RedlineApp(App[int]):
     def _workers_lines(self, base, n: int) -> int:
         """Lines the workers block may take (widgets/workers.py block_lines): what its column
         leaves under the panels, the targets and the GPUs, as laid out at the last refresh."""
+        from .body import GpuPanel, LivePanels, TargetsPanel, block_lines
+
         if not n:
             return 0
         body = base.query_one("#body")
@@ -305,6 +340,8 @@ class RedlineApp(App[int]):
     def set_concurrency(self, n: int) -> None:
         n = max(1, n)
         if n > self.max_concurrency:
+            from .widgets.prompts import ConfirmScreen
+
             self.push_screen(
                 ConfirmScreen(f"C={n} is above --max-concurrency {self.max_concurrency}. Send that much load?"),
                 lambda yes: self._send_concurrency(n, raise_max=True) if yes else self.notify(f"kept C={self.target}"),
@@ -354,6 +391,8 @@ class RedlineApp(App[int]):
             prompt.focus_input()
 
     async def action_type_concurrency(self) -> None:
+        from .widgets.prompts import ConcurrencyPrompt
+
         if not self._mode_settled():
             return
         def done(text: str | None) -> None:
@@ -412,6 +451,7 @@ class RedlineApp(App[int]):
 
     async def action_type_rate(self) -> None:
         from ..engine.api import ArrivalError, check_rate
+        from .widgets.prompts import TextPrompt
 
         if not self._mode_settled():
             return
@@ -454,6 +494,8 @@ class RedlineApp(App[int]):
 
     # -- the workload (`w`) --------------------------------------------------------------
     async def action_workload(self) -> None:
+        from .widgets.workload import WorkloadForm
+
         snap = self.snapshot
         workload = dict(snap.workload) if snap and snap.workload else {}
         if not workload:  # an engine that does not publish it yet: what it was started with
@@ -494,6 +536,8 @@ class RedlineApp(App[int]):
 
     # -- presets -----------------------------------------------------------------------
     def action_preset(self) -> None:
+        from .widgets.prompts import PresetPicker
+
         paths = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
         if not paths:
             self.notify(f"no presets found in {self.presets_dir}", severity="warning")
@@ -603,6 +647,7 @@ class RedlineApp(App[int]):
 
     async def action_slo(self) -> None:
         from ..engine.api import SloError, parse_slo
+        from .widgets.prompts import TextPrompt
 
         def done(text: str | None) -> None:
             if text is None:
@@ -621,14 +666,22 @@ class RedlineApp(App[int]):
         await self.open_prompt(TextPrompt(f"SLOs (now: {now})", "e.g. ttft=2s,itl=100ms,e2e=60s — off clears, Esc cancels", "ttft=2s,itl=100ms"), done)
 
     def action_help(self) -> None:
+        from .widgets.help import HelpScreen
+
         snap = self.snapshot or self.host.snapshot
         self.push_screen(HelpScreen(snap, self.host.config, self.step, self.max_concurrency, self.rate_step))
 
     def action_steps_up(self) -> None:
-        self.query_one(StepTable).page_back()
+        if self.body_up:
+            from .body import StepTable
+
+            self.query_one(StepTable).page_back()
 
     def action_steps_down(self) -> None:
-        self.query_one(StepTable).page_on()
+        if self.body_up:
+            from .body import StepTable
+
+            self.query_one(StepTable).page_on()
 
     def action_graph(self) -> None:
         """Switch between the live panels and the live saturation curve."""

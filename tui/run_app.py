@@ -1,14 +1,15 @@
 """Start the target and the engine process, and the app; whatever happens, stop the load on the
 way out.
 
-On a terminal the app draws at once: the built-in sim (when there is no --url) and then the
-engine process start on a thread beside it (StartingHost), and the screen says "starting"
-until the engine's first snapshot (issue 26: the first frame waits for neither; the engine
-process, the heavier start, is spawned once the first frame is drawn or FRAME_WAIT_S has
-passed, the sim's own process starts at once). A
-start that fails ends the app and prints the same one line, with the same exit status, as
-before. Without a terminal (a pipe, a test) nothing is drawn until the engine is up, so a
-refused start leaves nothing but its one line.
+On a terminal the app draws at once (issue 26): its first frame is the header ("[STARTING]
+C=8") and the footer, the rest of the screen comes a frame later (tui/body.py), and nothing
+waits for the target or the engine. They start on a thread beside it (StartingHost): the
+built-in sim's process (when there is no --url) at once; the engine's process, the heavier
+start, once the first frame is drawn (or FRAME_WAIT_S has passed), importing the engine while
+the sim finishes starting, then handed its config with the sim's URL. The screen says
+"starting" until the engine's first snapshot. A start that fails ends the app and prints the
+same one line, with the same exit status, as before. Without a terminal (a pipe, a test)
+nothing is drawn until the engine is up, so a refused start leaves nothing but its one line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import gc
 import signal
 import sys
 import threading
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
-from .launch import running_target
+from .launch import BUILTIN_SIM, running_target
 
 if TYPE_CHECKING:
     from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot
@@ -53,14 +55,21 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     drawn = threading.Event()
     host = StartingHost(cfg, args, drawn=drawn)
     host.begin()
+    collecting = gc.isenabled()
+    gc.disable()  # until the screen is up (collect_again)
     from .app import RedlineApp
 
-    app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare, early_signals=caught)
+    app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare,
+                     early_signals=caught, body_after_first_frame=True)
     app.hard_exit = True
     app.call_after_refresh(drawn.set)
+    if collecting:
+        app.on_body_up.append(collect_again)
     try:
         app.run()
     finally:
+        if collecting:
+            gc.enable()
         host.stop(app.exit_reason)
     if host.error is not None:
         return start_failed(host.error)
@@ -68,6 +77,15 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         return 128 + caught[0].value
     print(f"redline: session saved in {host.config.out_dir}")
     return EXIT_OK
+
+
+def collect_again() -> None:
+    """Start-up (the imports, the app, its first frames) allocates some hundred thousand
+    objects that live as long as redline: the garbage collector is off while they are made
+    (a full collection walked them all, ~0.1 s before the first frame) and they are left out
+    of its later walks (gc.freeze) once the screen is up."""
+    gc.freeze()
+    gc.enable()
 
 
 def on_a_terminal() -> bool:
@@ -146,21 +164,45 @@ class StartingHost:
         self._thread.start()
 
     def _start(self) -> None:
+        early: concurrent.futures.Future | None = None
         try:
+            if self.config.url == BUILTIN_SIM:  # the sim takes a while: the engine's process starts meanwhile
+                early = concurrent.futures.Future()
+                threading.Thread(target=self._launch, args=(early,), name="redline-launch", daemon=True).start()
             cfg = self._target.enter_context(running_target(self.config, self._args))
-            if self._drawn is not None:
-                self._drawn.wait(FRAME_WAIT_S)
-            host = api.EngineProcess(cfg)
-            self._host = host
-            host.start()
+            if early is None:
+                self._wait_drawn()
+                self._host = api.EngineProcess(cfg)
+            else:
+                self._host = early.result()
+            self._host.start(config=cfg)
             self.config = cfg
         except BaseException as exc:  # noqa: BLE001 - handed to run_tui, which prints it
             self.error = exc
+            if early is not None and self._host is None:  # launched, never configured: it ends at once
+                with contextlib.suppress(BaseException):
+                    early.result().stop("start failed")
         with self._lock:
             self._up = True
             waiting, self._waiting = self._waiting, []
         for cmd, fut in waiting:
             self._chain(cmd, fut)
+
+    def _wait_drawn(self) -> None:
+        if self._drawn is not None:
+            self._drawn.wait(FRAME_WAIT_S)
+
+    def _launch(self, early: concurrent.futures.Future) -> None:
+        """The engine's process, launched once the first frame is drawn; it imports the engine
+        while the sim starts, and is handed its config when the sim listens."""
+        try:
+            self._wait_drawn()
+            host = api.EngineProcess(self.config, url_later=True)
+            host.launch()
+        except BaseException as exc:  # noqa: BLE001 - _start raises it
+            early.set_exception(exc)
+            return
+        early.set_result(host)
 
     def _chain(self, cmd: Any, fut: concurrent.futures.Future) -> None:
         if self.error is not None or self._host is None:
