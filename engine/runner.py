@@ -39,6 +39,7 @@ from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
 
 POLL_S = SNAPSHOT_INTERVAL_S
+STEP_POLL_S = 0.05  # a step's warm-up and hold look this often whether they are done (a step ends within this of its last condition)
 
 
 @dataclass
@@ -74,7 +75,7 @@ async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
         wait = "" if settled else f", in flight {engine.in_flight} -> {plan.concurrency}"
         turn = f", {acc.foreign - acc.foreign_ended} of the previous load in flight" if plan.turnover and not acc.turned_over else ""
         engine.preset_line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}{turn}"
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(STEP_POLL_S)
     acc.begin_measure(time.perf_counter())
     return engine.server_gone
 
@@ -92,7 +93,7 @@ async def _hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, flo
         if engine.server_gone:
             gone = True
             break
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(STEP_POLL_S)
     return await engine.close_step(acc), gone
 
 

@@ -20,7 +20,9 @@ Noise: a gain counts only when it clears the plateau gain by more than the two s
 (engine/breaker.py noise_margin) and the step was steady; a doubling that does not gain is
 measured once more before the search believes it (one noisy step never stops the growth
 for good), unless that step proved it: steady, and short of the gain with its noise counted
-in its favour. "No knee below max" is an answer: when the top point still gained, the knee
+in its favour. Below max, an unsteady step that cleared the gain beyond its noise is grown on
+from without a second look (a false gain costs one doubling, whose stall shows it); at max
+it is looked at again, as today. "No knee below max" is an answer: when the top point still gained, the knee
 is None and `knee_reason` says "still rising at max C=64".
 """
 
@@ -82,6 +84,7 @@ class KneeSearch:
         self._confirmed: set[int] = set()  # points measured twice (a stall is believed once confirmed)
         self._guess: tuple[int, float] | None = None  # the last knee point placed by interpolation, and its bracket's spread
         self._guess_ok = True  # ... and whether it landed near the predicted crossing
+        self._below: int | None = None  # ... and it, when it landed near it, below: the next point closes from above
         self.label = label  # how a level reads: "C=64", "32 req/s"
 
     # -- judging one point -----------------------------------------------------------
@@ -112,8 +115,14 @@ class KneeSearch:
         cur, best = self.results[c], self._best(below=c)
         if best is None:
             return True
-        clear = cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + self.gain)
-        return clear and (cur.steady or c in self._confirmed)  # measured twice: the noise margin judges
+        return self._clear_gain(c) and (cur.steady or c in self._confirmed)  # measured twice: the noise margin judges
+
+    def _clear_gain(self, c: int) -> bool:
+        """C's tok/s cleared the plateau gain over the best point below it by more than the noise."""
+        cur, best = self.results[c], self._best(below=c)
+        if best is None:
+            return True
+        return cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + self.gain)
 
     # -- brackets ---------------------------------------------------------------------
     def knee_bracket(self) -> tuple[int | None, int | None]:
@@ -167,7 +176,9 @@ class KneeSearch:
         self.results[c] = res
         self.points.append(c)
         if self._guess is not None and self._guess[0] == c:  # an interpolated knee point: did it land near the crossing?
-            self._guess_ok = abs(self._excess(c)) <= GUESS_NEAR * self._guess[1]
+            excess = self._excess(c)
+            self._guess_ok = abs(excess) <= GUESS_NEAR * self._guess[1]
+            self._below = c if self._guess_ok and excess < 0 else None
             self._guess = None
         best_before = max((s.output_throughput for k, s in self.results.items() if k < c), default=None)
         collapsed = best_before is not None and res.output_throughput < 0.5 * best_before
@@ -184,8 +195,11 @@ class KneeSearch:
             need_slo = self.slo is not None and self.slo_bracket()[1] is None
             if self._hard_stop is not None or not (need_knee or need_slo):
                 self._growing = False
-            elif need_knee and self._stalled() and top not in self._confirmed:
+            elif need_knee and self._stalled() and top not in self._confirmed and not (top < self.max_c and self._clear_gain(top)):
                 return top  # a stall is measured once more before it is believed
+            # (an unsteady step that cleared the gain beyond its noise, below max, is grown on
+            # from: were the gain false, the next doubling's stall shows it; at max it is
+            # measured again, as "still rising at max" is said only on a steady or second look)
             elif top >= self.max_c:
                 self._growing = False
             else:
@@ -218,10 +232,11 @@ class KneeSearch:
     def _knee_point(self, lo: int, hi: int) -> int | None:
         """The next point in the knee bracket (lo, hi), placed where the measured tok/s of its
         two ends say the curve crosses the saturation line (linear interpolation), half the
-        resolution below it so that the next point can close the bracket from the other side.
-        None (bisect) when the bracket is within two resolutions (halving closes it), when the
-        last interpolated point landed far from its prediction (a curve that bends sharply:
-        halving is safer once), or when the interpolated point was measured already."""
+        resolution below it; when that point landed just below the crossing (it is lo now), one
+        resolution above it, which closes the bracket if it saturates. None (bisect) when the
+        bracket is within two resolutions (halving closes it), when the last interpolated point
+        landed far from its prediction (a curve that bends sharply: halving is safer once), or
+        when the point was measured already."""
         w = max(1, math.ceil(self.resolution * hi))
         if hi - lo <= 2 * w or not self._guess_ok:
             self._guess_ok = True  # one halving, then interpolate again
@@ -230,8 +245,12 @@ class KneeSearch:
         spread = e_hi - e_lo
         if spread <= 0:
             return None
-        x = lo + (-e_lo) / spread * (hi - lo)
-        p = min(hi - 1, max(lo + 1, round(x - w / 2)))
+        if self._below == lo:
+            p = lo + max(1, math.ceil(self.resolution * lo))
+        else:
+            x = lo + (-e_lo) / spread * (hi - lo)
+            p = round(x - w / 2)
+        p = min(hi - 1, max(lo + 1, p))
         if p in self.results:
             return None
         self._guess = (p, spread)
