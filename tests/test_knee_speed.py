@@ -144,3 +144,19 @@ def test_the_knee_on_the_healthy_curve_in_fewer_points_within_one_resolution():
         assert abs(r.knee_concurrency - crossing) <= 0.05 * 128, (seed, r)
         assert r.points[:6] == [8, 16, 32, 64, 128, 256], r.points
         assert len([c for c in r.points if 64 < c < 128]) <= 3, (seed, r.points)
+
+
+def test_an_unsteady_clear_gain_is_grown_on_below_max_and_looked_at_again_at_max():
+    """Below max, a doubling whose tok/s cleared the gain beyond its noise is grown on from
+    even when its step was unsteady (a false gain would show as the next doubling's stall);
+    at max an unsteady gain is measured again before "still rising" is said."""
+    s = KneeSearch(8, 32, resolution=0.1)
+    s.observe(8, _res(8, 100.0, se=1.0))
+    s.observe(16, _res(16, 200.0, steady=False, se=1.0))
+    assert s.next() == 32  # grown on, not 16 again
+    s.observe(32, _res(32, 400.0, steady=False, se=1.0))
+    assert s.next() == 32  # at max: looked at again
+    s.observe(32, _res(32, 398.0, steady=False, se=1.0))
+    assert s.next() is None
+    r = s.result(1.0)
+    assert r.knee_concurrency is None and r.knee_reason == "still rising at max C=32" and r.points == [8, 16, 32, 32]
