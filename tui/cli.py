@@ -255,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S (G groups of prompts sharing a P-token prefix)")
     shape = p.add_argument_group("load shape", "open-loop request rate, multi-turn chat, trace replay (key m switches concurrency <-> rate)")
     shape.add_argument("--rate", type=_rate("--rate"), default=None, metavar="R", help="start in open-loop rate mode at R requests/s (latencies from each intended send time; --max-concurrency caps what is in flight)")
-    shape.add_argument("--arrival", type=_arrival, default="poisson", metavar="KIND", help="rate mode's arrivals: poisson (default), constant or gamma:K (K < 1 burstier, K > 1 smoother)")
+    # default None, read as poisson (launch.py): a string default would be parsed, and its module imported, on every start
+    shape.add_argument("--arrival", type=_arrival, default=None, metavar="KIND", help="rate mode's arrivals: poisson (default), constant or gamma:K (K < 1 burstier, K > 1 smoother)")
     shape.add_argument("--rate-step", type=_rate("--rate-step", lo=0.0), default=1.0, metavar="R", help="what +/- add and remove in rate mode, in req/s (default 1)")
     shape.add_argument("--turns", type=_positive_int("--turns"), default=1, metavar="N", help="multi-turn chat: sessions of N turns, each sending the conversation so far; C counts sessions (not with --rate or --trace)")
     shape.add_argument("--think-s", type=_think_s, default=None, metavar="S", help="multi-turn: seconds between an answer and the next turn (default 0; needs --turns 2 or more)")

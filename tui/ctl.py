@@ -32,7 +32,12 @@ def add_ctl_parser(sub) -> None:
     common.add_argument("--json", action="store_true", help="print the engine's JSON reply instead of one line")
     common.add_argument("--timeout", type=float, metavar="S", help=f"seconds to wait for the reply (default {TIMEOUT_S:.0f})")
     c = sub.add_parser("ctl", parents=[common], help="steer a running redline through its control API (--control)",
-                       description="Send one command to a running redline's control API and print its reply in one line.")
+                       description="Send one command to a running redline's control API and print its reply in one line.",
+                       add_arguments=lambda c: _add_actions(c, common))  # built when `ctl` is parsed: --help needs none
+    c.set_defaults(handler=cmd_ctl)
+
+
+def _add_actions(c: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     acts = c.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(c))
 
     def act(name: str, help: str) -> argparse.ArgumentParser:
@@ -57,7 +62,6 @@ def add_ctl_parser(sub) -> None:
     act("profile", help="the server's profiler at the load held now (default --profile-s)").add_argument("seconds", nargs="?", type=float, metavar="S")
     act("export", help="export the session's tables").add_argument("--format", "-f", default="parquet", choices=("parquet", "csv", "ndjson"))
     act("stop", help="end the session as q does")
-    c.set_defaults(handler=cmd_ctl)
 
 
 def base_url(text: str | None) -> str:
