@@ -20,12 +20,13 @@ example on a loaded machine is not a failure (pytest-timeout bounds every test).
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Iterator
 
 import pytest
 from hypothesis import settings
 
-from redline.engine.sim.serve import SimProcess, spawn_sim_process
+from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
 
 # Re-exported for the modules that import them from here.
 from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401
@@ -113,20 +114,70 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timing)
 
 
+# -- the sims the fixtures start ---------------------------------------------------------------
+# Most of a sim's start (~0.7 s) is Python's start-up and imports, and most of its stop (~0.2 s)
+# waiting for it to exit. Outside the timing lane, each worker keeps one sim process started
+# ahead of need (WarmSim: imported, waiting for its options; the server it then runs is the one
+# spawn_sim_process starts), and a test's sims are stopped by a thread of their own after it
+# (SIGTERM, SIGKILL after 3 s, as SimProcess.stop). A `timing` test gets both the plain way:
+# nothing of another sim runs beside it.
+_warm: WarmSim | None = None
+_stopping: list[threading.Thread] = []
+
+
+def _start_sim(profile: str, seed: int, extra_args: tuple[str, ...], ahead: bool) -> SimProcess:
+    global _warm
+    if not ahead:
+        return spawn_sim_process(profile=profile, seed=seed, extra_args=extra_args)
+    warm, _warm = _warm, WarmSim()  # the next one imports while this test runs
+    if warm is None:
+        warm = WarmSim()
+    return warm.start(profile, seed, extra_args)
+
+
+def _stop_sims(sims: list[SimProcess], ahead: bool) -> None:
+    for sim in sims:
+        if sim.proc.poll() is None:
+            sim.proc.terminate()
+    if not ahead:
+        for sim in sims:
+            sim.stop()
+        return
+    for sim in sims:
+        t = threading.Thread(target=sim.stop, name="sim-stop", daemon=True)
+        t.start()
+        _stopping.append(t)
+    _stopping[:] = [t for t in _stopping if t.is_alive()]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    global _warm
+    if _warm is not None:
+        _warm.close()
+        _warm = None
+    for t in _stopping:
+        t.join(10.0)
+
+
+def _ahead(request: pytest.FixtureRequest) -> bool:
+    """Sims started ahead and stopped behind, unless this is a timing test."""
+    return request.node.get_closest_marker("timing") is None
+
+
 @pytest.fixture
-def sim_factory() -> Iterator[Callable[..., SimProcess]]:
+def sim_factory(request) -> Iterator[Callable[..., SimProcess]]:
     """make(profile, seed, extra_args) -> a sim process of this test's own (stopped after it)."""
     started: list[SimProcess] = []
+    ahead = _ahead(request)
 
     def make(profile: str = "healthy", seed: int = 0, extra_args: tuple[str, ...] = ()) -> SimProcess:
-        sim = spawn_sim_process(profile=profile, seed=seed, extra_args=extra_args)
+        sim = _start_sim(profile, seed, tuple(extra_args), ahead)
         started.append(sim)
         assert sim.url.startswith("http://127.0.0.1:")
         return sim
 
     yield make
-    for sim in started:
-        sim.stop()
+    _stop_sims(started, ahead)
 
 
 @pytest.fixture
@@ -136,22 +187,23 @@ def healthy_sim(sim_factory) -> SimProcess:
 
 
 @pytest.fixture(scope="module")
-def shared_sim() -> Iterator[Callable[..., SimProcess]]:
+def shared_sim(request) -> Iterator[Callable[..., SimProcess]]:
     """get(profile="healthy", *extra_args) -> one sim per module and settings, shared by the
     module's tests that leave it as they found it (their requests ended, no fault injected
     mid-test); stopped after the module."""
     sims: dict[tuple, SimProcess] = {}
+    ahead = not any(item.get_closest_marker("timing") for item in request.session.items
+                    if item.module is request.module)
 
     def get(profile: str = "healthy", *extra_args: str) -> SimProcess:
         key = (profile, extra_args)
         if key not in sims:
-            sims[key] = spawn_sim_process(profile=profile, seed=0, extra_args=extra_args)
+            sims[key] = _start_sim(profile, 0, extra_args, ahead)
             assert sims[key].url.startswith("http://127.0.0.1:")
         return sims[key]
 
     yield get
-    for sim in sims.values():
-        sim.stop()
+    _stop_sims(list(sims.values()), ahead)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 
 from redline.engine.sim.model import BatchModel
 from redline.engine.sim.profiles import PROFILES, SimProfile, apply_overrides, get_profile
-from redline.engine.sim.serve import SimProcess, spawn_sim_process, start_sim_thread
+from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process, start_sim_thread
 from redline.engine.sim.tokens import count_tokens
 
 from helpers import until
@@ -593,3 +593,26 @@ def test_cli_bad_override_exits_2() -> None:
     assert proc.returncode == 2
     assert proc.stderr == ("redline sim: bad value 'x' for profile field 'tokens_per_chunk' "
                            "(expected int)\n")
+
+
+@pytest.mark.server
+def test_a_sim_started_ahead_serves_the_options_it_is_then_given():
+    """WarmSim (the test fixtures' sims, started ahead of need): once given its options it is
+    the server spawn_sim_process starts with them (profile, --set, on 127.0.0.1, ended by
+    stop); bad options are the same one-line error; an unused one ends at close."""
+    import httpx
+
+    warm = WarmSim()
+    sim = warm.start("pp-capped", 0, ("--set", "max_running_requests=4"))
+    try:
+        assert sim.url.startswith("http://127.0.0.1:")
+        info = httpx.get(sim.url + "/get_server_info", timeout=5).json()
+        assert info["max_running_requests"] == 4 and info["pp_size"] == 8
+    finally:
+        sim.stop()
+    assert sim.proc.returncode is not None
+    with pytest.raises(RuntimeError, match="unknown profile 'nope'"):
+        WarmSim().start("nope")
+    unused = WarmSim()
+    unused.close()
+    assert unused.proc.returncode is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import selectors
 import signal
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # aiohttp and the sim's app are imported where a server is ma
 
 __all__ = [
     "SimServer", "SimHandle", "SimProcess", "run_sim", "start_sim_thread", "spawn_sim_process",
-    "add_sim_arguments", "main", "LISTENING_PREFIX",
+    "add_sim_arguments", "main", "LISTENING_PREFIX", "WarmSim",
 ]
 
 LISTENING_PREFIX = "redline sim: listening on "
@@ -370,14 +371,26 @@ def spawn_sim_process(
 ) -> SimProcess:
     """Start ``python -m redline.engine.sim --port 0`` and wait for its ``listening on`` line."""
     fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
-    stderr_path = Path(name)
-    cmd = [sys.executable, "-m", "redline.engine.sim", "--port", "0", "--profile", profile,
-           "--seed", str(seed), "--parent-pid", str(os.getpid()), *extra_args]
     with os.fdopen(fd, "wb") as err:
         # Its own session: a Ctrl-C or SIGHUP aimed at the terminal's process group must not
         # kill the server before redline has stopped its load; --parent-pid ends it with us.
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(_sim_command(profile, seed, extra_args), stdout=subprocess.PIPE,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    return _listening(proc, Path(name), timeout)
+
+
+def _sim_command(profile: str, seed: int, extra_args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "redline.engine.sim", *_sim_argv(profile, seed, extra_args)]
+
+
+def _sim_argv(profile: str, seed: int, extra_args: Sequence[str]) -> list[str]:
+    return ["--port", "0", "--profile", profile, "--seed", str(seed), "--parent-pid", str(os.getpid()),
+            *extra_args]
+
+
+def _listening(proc: subprocess.Popen[bytes], stderr_path: Path, timeout: float) -> SimProcess:
+    """The SimProcess once ``proc`` printed its ``listening on`` line (else it is ended and
+    RuntimeError says why)."""
     line = _read_line(proc, time.monotonic() + timeout)
     if line is None or not line.startswith(LISTENING_PREFIX):
         if proc.poll() is None:
@@ -394,6 +407,46 @@ def spawn_sim_process(
         )
     url = line[len(LISTENING_PREFIX):].split()[0]
     return SimProcess(proc, url, stderr_path)
+
+
+class WarmSim:
+    """A sim process started ahead of need (tests: its Python start-up and imports, most of a
+    sim's start, happen while the previous test runs): ``python -m redline.engine.sim
+    --argv-on-stdin`` imports the server and waits; :meth:`start` sends it the options
+    :func:`spawn_sim_process` would have given it and waits for its ``listening on`` line, so
+    the server it runs is the one ``spawn_sim_process`` starts. :meth:`close` ends an unused one."""
+
+    def __init__(self) -> None:
+        fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
+        self._stderr_path = Path(name)
+        with os.fdopen(fd, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "redline.engine.sim", "--argv-on-stdin"],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, start_new_session=True,
+            )
+
+    def start(self, profile: str = "healthy", seed: int = 0, extra_args: Sequence[str] = (),
+              timeout: float = 15.0) -> SimProcess:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(_sim_argv(profile, seed, extra_args)) + "\n").encode())
+            self.proc.stdin.close()
+        except OSError:  # it died before it was asked: said by _listening
+            pass
+        return _listening(self.proc, self._stderr_path, timeout)
+
+    def close(self) -> None:
+        """End a sim that was never started (it serves nothing: killed at once)."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5.0)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        with contextlib.suppress(OSError):
+            self._stderr_path.unlink()
 
 
 # ---- command line ------------------------------------------------------------------------
@@ -459,4 +512,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "performance model, simulated GPUs and fault profiles.",
     )
     add_sim_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
+    parser.add_argument("--argv-on-stdin", action="store_true", help=argparse.SUPPRESS)  # WarmSim
+    args = parser.parse_args(argv)
+    if args.argv_on_stdin:
+        # import what serving needs, then wait for the options (one JSON list on stdin); EOF:
+        # never used, exit at once
+        from aiohttp import web  # noqa: F401
+
+        from . import app  # noqa: F401
+
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        args = parser.parse_args(json.loads(line))
+    return run_from_args(args)
