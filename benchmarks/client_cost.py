@@ -2,11 +2,14 @@
 
     python benchmarks/client_cost.py [--concurrency 64,256,1024] [--seconds 8] [--output-len 256]
                                      [--clients reference,lean,aiohttp,httpx] [--repeat 1]
-                                     [--step-ms MS]
+                                     [--step-ms MS] [--step-per-seq-ms MS]
+                                     [--pace STEP_MS[+PER_SEQ_MS] ...]
 
 Against one simulated server that streams as fast as its CPU allows (no decode time, no
 ceiling, no running cap; or, with --step-ms, one decode step every MS ms as a real server
-paces it, so every client gets the same tokens at the same moments), each client runs as a fresh subprocess for --seconds of load and
+paces it, so every client gets the same tokens at the same moments; --step-per-seq-ms adds MS ms
+per running request to each step, as a real batch grows its step), each client runs as a
+fresh subprocess for --seconds of load and
 its CPU is taken from the kernel when it exits (os.wait4 rusage: user + sys of the process and
 any children it reaped, start-up and shutdown included). Clients:
 
@@ -24,6 +27,10 @@ what it sent, and the CPU every other process on the machine used during the loa
 printed too: on a small machine the sim itself (or a neighbour) can be the limit, and the
 "capacity" lines say whether one engine process kept up at the highest C. With --repeat N the
 clients run interleaved N times and the table shows the median run (and the range).
+
+--pace (repeatable) runs several pacings in one invocation, one sim each, one table each:
+`--pace 20+0.1 --pace 2+0.005` is a 20 ms step plus 0.1 ms per running request, then a 2 ms
+step plus 0.005 ms per request; it replaces --step-ms / --step-per-seq-ms.
 """
 
 from __future__ import annotations
@@ -209,6 +216,11 @@ def main() -> None:
     p.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
                    help="pace the sim: one decode step (a token for every stream) every MS ms, as a real server "
                         "does, instead of as fast as it can (default 0: as fast as it can)")
+    p.add_argument("--step-per-seq-ms", type=float, default=0.0, metavar="MS",
+                   help="with --step-ms: each decode step also lasts MS ms per running request (the sim's "
+                        "decode_per_seq_s; default 0)")
+    p.add_argument("--pace", action="append", default=[], metavar="STEP_MS[+PER_SEQ_MS]",
+                   help="a pacing to run (repeatable; replaces --step-ms/--step-per-seq-ms): e.g. 20+0.1")
     p.add_argument("--sim-set", action="append", default=[], metavar="FIELD=VALUE", help="extra sim profile override")
     p.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
@@ -218,21 +230,38 @@ def main() -> None:
         worker_main(args)
         return
 
-    from _bench import FAST_SIM, machine, sim, sim_state, table
-
-    settings = FAST_SIM + tuple(args.sim_set)
-    if args.step_ms > 0:
-        settings = tuple(x for x in settings if not x.startswith("decode_base_s=")) + (f"decode_base_s={args.step_ms / 1000}",)
-
     cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
     clients = [x.strip() for x in args.clients.split(",") if x.strip()]
     bad = [x for x in clients if x not in CLIENTS]
     if bad:
         p.error(f"unknown client(s) {bad}: expected {', '.join(CLIENTS)}")
+    paces: list[tuple[float, float]] = []
+    for text in args.pace:
+        try:
+            step, _, per = text.partition("+")
+            paces.append((float(step), float(per or 0)))
+        except ValueError:
+            p.error(f"--pace {text!r}: expected STEP_MS or STEP_MS+PER_SEQ_MS, e.g. 20+0.1")
+    if not paces:
+        paces = [(args.step_ms, args.step_per_seq_ms)]
+    for step_ms, per_seq_ms in paces:
+        run_pace(args, cs, clients, step_ms, per_seq_ms)
+        print()
+
+
+def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_ms: float, per_seq_ms: float) -> None:
+    from _bench import FAST_SIM, machine, sim, sim_state, table
+
+    settings = FAST_SIM + tuple(args.sim_set)
+    if step_ms > 0 or per_seq_ms > 0:
+        settings = tuple(x for x in settings if not x.startswith(("decode_base_s=", "decode_per_seq_s=")))
+        settings += (f"decode_base_s={step_ms / 1000}", f"decode_per_seq_s={per_seq_ms / 1000}")
+    paced = step_ms > 0 or per_seq_ms > 0
+    pace_text = (f" (paced: a decode step every {step_ms:g} ms" + (f" + {per_seq_ms:g} ms per running request)" if per_seq_ms else ")")
+                 if paced else " (as fast as it can)")
     print(f"# client cost: CPU per streamed token, start-up included ({machine()})")
-    print(f"# {args.seconds:g} s of load per run, output_len {args.output_len}, chat API, sim: {' '.join(settings)}"
-          + (f" (paced: a decode step every {args.step_ms:g} ms)" if args.step_ms > 0 else " (as fast as it can)"))
-    rows, capacity, others = [], [], []
+    print(f"# {args.seconds:g} s of load per run, output_len {args.output_len}, chat API, sim: {' '.join(settings)}" + pace_text)
+    rows, capacity, others, ratios = [], [], [], []
     with sim(settings=settings) as srv:
         for c in cs:
             runs: dict[str, list[dict]] = {k: [] for k in clients}
@@ -248,14 +277,17 @@ def main() -> None:
                           f"{r['us_tok']:6.2f} us/token ({r['us_tok_load']:.2f} in the load window)  "
                           f"load window: client {r['window_cpu_pct']:5.1f}% CPU, sim {r['sim_cpu_pct'] or 0:5.1f}% CPU, "
                           f"other processes {r['others_cpu_pct']:5.1f}%, {r['tokens'] / r['window_s']:8.0f} tok/s", file=sys.stderr, flush=True)
-            ref_us = None
+            ref_us = ref_load = None
             for kind in clients:
                 rs = sorted(runs[kind], key=lambda r: r["us_tok"])
                 r = rs[len(rs) // 2]  # the median run
                 if kind == "reference":
-                    ref_us = r["us_tok"]
+                    ref_us, ref_load = r["us_tok"], r["us_tok_load"]
                 ratio = f"{r['us_tok'] / ref_us:.2f}" if ref_us else "-"
                 spread = f" ({rs[0]['us_tok']:.1f}-{rs[-1]['us_tok']:.1f})" if len(rs) > 1 else ""
+                if ref_us and kind not in ("reference", "reference-uvloop"):
+                    ratios.append(f"C={c} reference / {kind}: {ref_us / r['us_tok']:.2f} "
+                                  f"({ref_load / r['us_tok_load']:.2f} in the load window)")
                 rows.append((c, kind, r["tokens"], f"{r['cpu_s']:.2f}", f"{r['us_tok']:.2f}{spread}", f"{r['us_tok_load']:.2f}", ratio,
                              f"{r['tokens'] / r['window_s']:.0f}", f"{r['window_cpu_pct']:.0f}%", f"{r['sim_cpu_pct'] or 0:.0f}%",
                              f"{r['others_cpu_pct']:.0f}%"))
@@ -266,6 +298,8 @@ def main() -> None:
     print(table(("C", "client", "tokens", "CPU s", "µs/token", "µs/token load only", "ratio to reference", "tok/s received",
                  "client CPU (load)", "sim CPU (load)", "other processes"), rows))
     print()
+    for line in ratios:  # the issue's figure: how many times the reference's CPU per token redline's is
+        print(line)
     ncpu = os.cpu_count() or 1
     if others and max(others) > 20:
         print(f"WARNING: other processes on this machine used up to {max(others):.0f}% of a core during the load "

@@ -184,10 +184,7 @@ class RequestRecord:
         if start >= n:
             return out
         if not self.spread_itl:
-            for i in range(start, n):
-                g = ts[i] - ts[i - 1]
-                out.append((ts[i], [g], g))
-            return out
+            return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n])]
         ks = self.chunk_tokens
 
         def k_at(i: int) -> int:

@@ -36,6 +36,7 @@ from .constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from .records import RequestRecord
 from .sse import DONE, SSEDecoder
 from .text import one_line
+from .transport import BODY_EXTENSION
 
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
 # on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
@@ -153,6 +154,115 @@ def _error_body_text(status: int, body: bytes) -> str:
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
 
+class _Stream:
+    """One response's per-read path: SSE split, decode, record, listeners.
+
+    `feed(reads)` takes (stamp, bytes) pairs, one per socket read, straight from the lean
+    transport's loop callback (engine/transport.py `_Body.pump`), or one at a time from any
+    other transport's iterator. Every event a read completes shares the read's stamp; the
+    tokens of a read go to `on_tokens` in one call (same time, their sum). Returns False to
+    stop reading (an event past the size limit).
+    """
+
+    __slots__ = ("rec", "client", "decode", "sse", "on_tokens", "on_lag", "wall_offset", "on_first",
+                 "answer", "cumulative", "done", "counted", "completion_tokens", "events", "first_bytes", "t")
+
+    def __init__(self, rec: RequestRecord, decode: Callable[[bytes], Event], cumulative: bool, client: httpx.AsyncClient,
+                 on_tokens: TokensCallback, on_lag: LagCallback | None, wall_offset: float, on_first: FirstCallback | None) -> None:
+        self.rec = rec
+        self.client = client
+        self.decode = decode
+        self.sse = SSEDecoder()
+        self.on_tokens = on_tokens
+        self.on_lag = on_lag
+        self.wall_offset = wall_offset
+        self.on_first = on_first
+        self.answer = rec.answer  # a list: collect the answer text (multi-turn), else None
+        self.cumulative = cumulative  # /generate's text is the whole text so far
+        self.done = False  # [DONE] seen
+        self.counted = 0  # output tokens reported through on_tokens so far
+        self.completion_tokens: int | None = None  # the server's exact total, its last report
+        self.events = 0
+        self.first_bytes = b""
+        self.t = rec.t_send  # the stamp of the last read
+
+    def feed(self, reads: list[tuple[float, bytes]]) -> bool:
+        rec = self.rec
+        feed_sse = self.sse.feed
+        decode = self.decode
+        on_lag = self.on_lag
+        for t, data in reads:
+            self.t = t
+            try:
+                payloads = feed_sse(data)
+            except MalformedEvent as exc:  # an event past the size limit: stop reading
+                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                return False
+            if not self.events and len(self.first_bytes) < 80:
+                self.first_bytes += data[: 80 - len(self.first_bytes)]
+            self.events += len(payloads)
+            new = 0  # output tokens this read brought
+            for payload in payloads:
+                if payload == DONE:
+                    self.done = True
+                    continue
+                try:
+                    ev: Event = decode(payload)
+                except MalformedEvent as exc:
+                    _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                    continue
+                if ev.error is not None:
+                    _fail(rec, R.ERR_SERVER, ev.error, self.client)
+                    continue
+                if ev.sim_t is not None and on_lag is not None:
+                    lag = t + self.wall_offset - ev.sim_t
+                    on_lag(lag)
+                    if rec.max_lag_s is None or lag > rec.max_lag_s:
+                        rec.max_lag_s = lag
+                if ev.prompt_tokens is not None:
+                    rec.input_tokens = ev.prompt_tokens
+                    rec.usage_reported = True
+                if ev.cached_tokens is not None:
+                    rec.cached_tokens = ev.cached_tokens
+                ct = ev.completion_tokens
+                if ct is not None:  # cumulative: credit exactly what is new
+                    self.completion_tokens = ct
+                    counted = self.counted + new
+                    n = ct - counted if ct > counted else 0
+                else:
+                    n = ev.tokens
+                if ev.content:
+                    if rec.t_first is None:
+                        rec.t_first = t
+                        if self.on_first is not None:
+                            self.on_first(rec)
+                    if ev.answer and rec.t_first_answer is None:
+                        rec.t_first_answer = t
+                    if self.answer is not None and ev.text:
+                        if self.cumulative and self.answer:
+                            self.answer[0] = ev.text  # /generate: the whole text so far
+                        else:
+                            self.answer.append(ev.text)
+                    rec.chunk_times.append(t)
+                    rec.chunk_tokens.append(n)
+                new += n
+            if new:
+                self.counted += new
+                self.on_tokens(t, new)
+        return True
+
+    def close(self) -> None:
+        """The body ended: an event not followed by a blank line still counts."""
+        rec = self.rec
+        if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
+            try:
+                for payload in self.sse.close():
+                    self.done = self.done or payload == DONE
+                    self.events += 1
+            except MalformedEvent as exc:
+                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+
+
 async def run_request(
     client: httpx.AsyncClient,
     url: str,
@@ -173,17 +283,10 @@ async def run_request(
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
-    answer = rec.answer  # a list: collect the answer text (multi-turn), else None
-    decode = make_decoder(api) if answer is None else make_decoder(api, text=True)
-    cumulative = api == GENERATE  # /generate's text is the whole text so far
-    sse = SSEDecoder()
-    done = False
-    counted = 0  # output tokens reported through on_tokens so far
-    ts = rec.chunk_times
-    toks = rec.chunk_tokens
-    completion_tokens: int | None = None
+    decode = make_decoder(api) if rec.answer is None else make_decoder(api, text=True)
+    stream = _Stream(rec, decode, api == GENERATE, client, on_tokens, on_lag, wall_offset, on_first)
     rec.spread_itl = api == GENERATE
-    rec.t_send = perf()
+    rec.t_send = stream.t = perf()
     try:
         async with client.stream("POST", url, json=body) as resp:
             rec.http_status = resp.status_code
@@ -196,90 +299,35 @@ async def run_request(
                 rec.t_end = perf()
                 _fail(rec, R.http_error_kind(resp.status_code), _error_body_text(resp.status_code, text[:ERROR_BODY_BYTES]), client)
                 return rec
-            t = rec.t_send
-            events = 0
-            first_bytes = b""
-            async for data in resp.aiter_raw():
-                t = getattr(data, "t", None)  # the lean transport's stamp of this read
-                if t is None:
-                    t = perf()
-                try:
-                    payloads = sse.feed(data)
-                except MalformedEvent as exc:  # an event past the size limit: stop reading
-                    _fail(rec, R.ERR_MALFORMED, str(exc), client)
-                    break
-                if not events and len(first_bytes) < 80:
-                    first_bytes += data[: 80 - len(first_bytes)]
-                events += len(payloads)
-                for payload in payloads:
-                    if payload == DONE:
-                        done = True
-                        continue
-                    try:
-                        ev: Event = decode(payload)
-                    except MalformedEvent as exc:
-                        _fail(rec, R.ERR_MALFORMED, str(exc), client)
-                        continue
-                    if ev.error is not None:
-                        _fail(rec, R.ERR_SERVER, ev.error, client)
-                        continue
-                    if ev.sim_t is not None and on_lag is not None:
-                        lag = t + wall_offset - ev.sim_t
-                        on_lag(lag)
-                        if rec.max_lag_s is None or lag > rec.max_lag_s:
-                            rec.max_lag_s = lag
-                    if ev.prompt_tokens is not None:
-                        rec.input_tokens = ev.prompt_tokens
-                        rec.usage_reported = True
-                    if ev.cached_tokens is not None:
-                        rec.cached_tokens = ev.cached_tokens
-                    ct = ev.completion_tokens
-                    if ct is not None:  # cumulative: credit exactly what is new
-                        completion_tokens = ct
-                        n = ct - counted if ct > counted else 0
-                    else:
-                        n = ev.tokens
-                    if ev.content:
-                        if rec.t_first is None:
-                            rec.t_first = t
-                            if on_first is not None:
-                                on_first(rec)
-                        if ev.answer and rec.t_first_answer is None:
-                            rec.t_first_answer = t
-                        if answer is not None and ev.text:
-                            if cumulative and answer:
-                                answer[0] = ev.text  # /generate: the whole text so far
-                            else:
-                                answer.append(ev.text)
-                        ts.append(t)
-                        toks.append(n)
-                    if n:
-                        counted += n
-                        on_tokens(t, n)
-            if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
-                try:
-                    for payload in sse.close():
-                        done = done or payload == DONE
-                        events += 1
-                except MalformedEvent as exc:
-                    _fail(rec, R.ERR_MALFORMED, str(exc), client)
-            rec.t_end = t
+            lean = resp.extensions.get(BODY_EXTENSION)
+            if lean is not None:  # the lean transport: reads straight from its loop callback
+                ended = await lean.pump(stream.feed)
+            else:
+                ended = True
+                async for data in resp.aiter_raw():
+                    t = getattr(data, "t", None)  # a Stamped read (the lean transport's iterator)
+                    if not stream.feed([(perf() if t is None else t, data)]):
+                        ended = False
+                        break
+            if ended:
+                stream.close()
+            rec.t_end = stream.t
     except asyncio.CancelledError:
         rec.t_end = perf()
         rec.status = R.CANCELLED
-        _settle_tokens(rec, completion_tokens, counted, on_tokens)
+        _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
         raise
     except Exception as exc:  # noqa: BLE001 - run_request never raises: every failure is counted
         rec.t_end = perf()
         kind, text = classify_error(exc, responded=rec.http_status != 0)
         _fail(rec, kind, text, client)
     else:
-        if not done and rec.status == R.OK:
-            if events == 0 and first_bytes:
-                _fail(rec, R.ERR_MALFORMED, f"response is not an SSE stream: {first_bytes!r}", client)
+        if not stream.done and rec.status == R.OK:
+            if stream.events == 0 and stream.first_bytes:
+                _fail(rec, R.ERR_MALFORMED, f"response is not an SSE stream: {stream.first_bytes!r}", client)
             else:
                 _fail(rec, R.ERR_DISCONNECT, "stream ended before [DONE]", client)
-    _settle_tokens(rec, completion_tokens, counted, on_tokens)
+    _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
     return rec
 
 

@@ -26,6 +26,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Return the payloads of every event completed by this chunk, in order."""
+        if not self._buf and not self._data and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n":
+            # the common read: exactly one whole one-line event (what the loop below gives it)
+            end = len(chunk) - 2
+            if chunk.find(b"\n", 6) == end and chunk[end - 1 : end] != b"\r":
+                return [chunk[6:end]]
         buf = self._buf + chunk if self._buf else chunk
         lines = buf.split(b"\n")
         self._buf = lines.pop()  # the unfinished tail (b"" when the chunk ended on \n)

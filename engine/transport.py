@@ -16,6 +16,12 @@ transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us
   read's time, so one stream's slow parse never delays another stream's timestamp.
   httpx's aiter_raw() passes the items through unchanged. Chunked framing is removed by
   llhttp; Content-Length and close-delimited bodies are supported.
+- The per-token path (engine/request.py) finds the body in the response's extensions
+  (`BODY_EXTENSION`) and hands it a sink, `_Body.pump(sink)`: each read goes to the sink as a
+  (stamp, bytes) pair from a loop callback that data_received schedules, with no wake-up of
+  the request's task nor httpx's three async generators per read (the task wakes at the end).
+  Stamps are still taken before any parsing, and the callback runs after the loop read every
+  ready socket: one stream's parse never delays another stream's stamp.
 - A pooled keep-alive connection that the server closed while idle is not used: before
   reuse its socket is polled (an idle socket that is readable has an EOF, a reset or bytes
   nobody asked for). If one still fails before any byte of the request was written (the
@@ -39,12 +45,14 @@ import re
 import select
 import ssl
 from time import perf_counter
-from typing import Any
+from typing import Any, Callable
 
 import httptools
 import httpx
 
-__all__ = ["LeanTransport", "Stamped"]
+from .lean_tls import ssl_context
+
+__all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 
 HIGH_WATER = 256 * 1024  # bytes buffered for a slow consumer before reading pauses (TCP backpressure)
 KEEPALIVE_EXPIRY_S = 4.0  # under uvicorn's 5 s keep-alive: never reuse what it may be closing
@@ -53,6 +61,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # RFC 9110 field names are tokens; a value may not hold CR, LF or NUL (header injection), as h11 checks.
 _NAME_OK = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+\Z")
 _VALUE_BAD = re.compile(rb"[\x00\r\n]")
+BODY_EXTENSION = "redline.body"  # Response.extensions key: the _Body, for pump()
 
 
 class Stamped(bytes):
@@ -62,26 +71,15 @@ class Stamped(bytes):
     t: float
 
 
-def ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
-    """httpx's rules for `verify` (certifi CA bundle by default), HTTP/1.1 over ALPN."""
-    if isinstance(verify, ssl.SSLContext):
-        return verify
-    ctx = httpx.create_ssl_context(verify=verify)
-    try:
-        ctx.set_alpn_protocols(["http/1.1"])
-    except (NotImplementedError, ssl.SSLError):  # pragma: no cover - old OpenSSL
-        pass
-    return ctx
-
-
 class _Conn(asyncio.Protocol):
     """One HTTP/1.1 connection: parser callbacks, body buffer, waiter, read-timeout timer."""
 
     __slots__ = (
         "key", "loop", "owner", "transport", "parser", "closed", "active", "head",
         "status", "reason", "headers", "headers_done", "complete", "keep_alive", "informational",
-        "chunks", "pieces", "buffered", "paused", "got_bytes", "sent", "exc", "waiter",
-        "timeout", "wait_since", "timer", "idle_since", "write_paused", "drain",
+        "reads", "pieces", "buffered", "paused", "got_bytes", "sent", "exc", "waiter",
+        "timeout", "wait_since", "last_read", "timer", "idle_since", "write_paused", "drain",
+        "sink", "queued", "stopped",
     )
 
     def __init__(self, owner: "LeanTransport", key: tuple[str, str, int], loop: asyncio.AbstractEventLoop) -> None:
@@ -93,18 +91,23 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.active = False  # a request is in progress on this connection
         self.head = False
-        self.chunks: list[Stamped] = []  # one item per read, waiting for the consumer
+        self.reads: list[tuple[float, bytes]] = []  # (stamp, body bytes): one per read, for the consumer
         self.pieces: list[bytes] = []  # body pieces of the read being parsed
         self.sent = False  # a byte of the current request was handed to the socket
         self.buffered = 0
         self.paused = False
         self.waiter: asyncio.Future | None = None
         self.timeout: float | None = None
-        self.wait_since = 0.0
+        self.wait_since = 0.0  # perf_counter() when the current wait began
+        self.last_read = 0.0  # perf_counter() stamp of the last read
         self.timer: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
         self.write_paused = False
         self.drain: asyncio.Future | None = None
+        # pump(): the consumer of each read, called from a loop callback (None: _Body's iterator)
+        self.sink: Callable[[list[tuple[float, bytes]]], bool] | None = None
+        self.queued = False  # a _deliver callback is scheduled
+        self.stopped: bool | BaseException = False  # the sink stopped reading (or raised this)
         self._reset()
 
     def _reset(self) -> None:
@@ -117,7 +120,7 @@ class _Conn(asyncio.Protocol):
         self.informational = False
         self.got_bytes = False
         self.exc: Exception | None = None
-        self.chunks.clear()
+        self.reads.clear()
         self.pieces.clear()
         self.buffered = 0
 
@@ -131,20 +134,30 @@ class _Conn(asyncio.Protocol):
             self._close()
             return
         self.got_bytes = True
+        self.last_read = t
         pieces = self.pieces
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             if pieces:
-                self._stamp(t)
+                self.reads.append((t, b"".join(pieces)))
+                pieces.clear()
             if not self.complete:
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             self._close()
             return
-        if pieces:
-            self._stamp(t)
+        if pieces:  # this read's body bytes: one item, stamped with the read's time
+            self.reads.append((t, pieces[0] if len(pieces) == 1 else b"".join(pieces)))
+            pieces.clear()
+        if self.sink is not None:  # pump(): the reads go to the sink from one loop callback
+            if not self.queued and self.reads:
+                self.queued = True
+                self.loop.call_soon(self._deliver)
+            if self.complete:
+                self._wake()  # after _deliver (call_soon order); pump() delivers first anyway
+            return
         w = self.waiter
-        if w is not None and (self.chunks or self.complete or self.headers_done):
+        if w is not None and (self.reads or self.complete or self.headers_done):
             self.waiter = None
             if not w.done():
                 w.set_result(None)
@@ -217,13 +230,30 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = self.keep_alive and self.parser.should_keep_alive()
 
     # -- helpers ---------------------------------------------------------------------------
-    def _stamp(self, t: float) -> None:
-        """The body bytes of this read become one item, stamped with the read's time."""
-        pieces = self.pieces
-        item = Stamped(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-        item.t = t
-        pieces.clear()
-        self.chunks.append(item)
+    def take(self) -> list[tuple[float, bytes]]:
+        """The reads waiting for the consumer, in order (reading resumes if it had paused)."""
+        reads = self.reads
+        self.reads = []
+        self.buffered = 0
+        if self.paused:
+            self.paused = False
+            if not self.closed and self.transport is not None:
+                self.transport.resume_reading()
+        return reads
+
+    def _deliver(self) -> None:
+        """pump()'s loop callback: this connection's reads to the sink, in one call."""
+        self.queued = False
+        sink = self.sink
+        if sink is None or not self.reads or self.stopped:
+            return
+        try:
+            if not sink(self.take()):
+                self.stopped = True
+        except BaseException as exc:  # noqa: BLE001 - pump() raises it in its task
+            self.stopped = exc
+        if self.stopped:
+            self._wake()
 
     def _close_delimited(self) -> bool:
         for name, value in self.headers:
@@ -257,28 +287,30 @@ class _Conn(asyncio.Protocol):
             self.timer = None
 
     def wait(self) -> asyncio.Future:
-        """A future the next parser progress resolves; arms the read timeout lazily."""
+        """A future the next parser progress resolves (with a sink: the end of the body, an
+        error or the sink's stop); arms the read timeout lazily."""
         fut = self.loop.create_future()
         self.waiter = fut
         if self.timeout is not None:
-            self.wait_since = now = self.loop.time()
+            self.wait_since = perf_counter()
             if self.timer is None:
-                self.timer = self.loop.call_at(now + self.timeout, self._on_timer)
+                self.timer = self.loop.call_later(self.timeout, self._on_timer)
         return fut
 
     def _on_timer(self) -> None:
         # One timer per connection, re-armed at most once per timeout period, instead of a
-        # timer per read: a wait ends when bytes arrive, so its deadline is wait_since + timeout.
+        # timer per read: the deadline is the timeout after the later of the wait's start and
+        # the last read (a pump's one long wait sees many reads).
         self.timer = None
         w, t = self.waiter, self.timeout
         if w is None or w.done() or t is None:
             return
-        deadline = self.wait_since + t
-        if self.loop.time() >= deadline - 0.001:
+        left = max(self.wait_since, self.last_read) + t - perf_counter()
+        if left <= 0.001:
             self._fail(httpx.ReadTimeout(f"no data for {t:g} s (read timeout)"))
             self._close()
         else:
-            self.timer = self.loop.call_at(deadline, self._on_timer)
+            self.timer = self.loop.call_later(left, self._on_timer)
 
     async def write(self, data: bytes, timeout: float | None) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
@@ -303,7 +335,8 @@ class _Conn(asyncio.Protocol):
 
 
 class _Body(httpx.AsyncByteStream):
-    """The response body: one Stamped item per socket read, in order."""
+    """The response body: one Stamped item per socket read, in order; or, through pump(),
+    the reads handed to a sink as they arrive."""
 
     __slots__ = ("_conn", "_done")
 
@@ -314,31 +347,50 @@ class _Body(httpx.AsyncByteStream):
     async def __aiter__(self):  # type: ignore[override]
         c = self._conn
         while True:
-            chunks = c.chunks
-            if chunks:
-                c.chunks = []
-                c.buffered = 0
-                if c.paused:
-                    c.paused = False
-                    if not c.closed and c.transport is not None:
-                        c.transport.resume_reading()
-                if len(chunks) == 1:
-                    yield chunks[0]
-                else:
-                    for item in chunks:
-                        yield item
+            if c.reads:
+                for t, data in c.take():
+                    item = Stamped(data)
+                    item.t = t
+                    yield item
                 continue
-            if c.exc is not None:
-                exc = c.exc
-                self._release()
-                raise exc
-            if c.complete:
-                self._release()
+            self._check_end()
+            if self._done:
                 return
-            if c.closed:  # closed under us with neither an error nor a complete body
-                self._release()
-                raise httpx.ReadError("connection closed")
             await c.wait()
+
+    def _check_end(self) -> None:
+        """At the end of the body: release the connection (and raise what ended it, if an error)."""
+        c = self._conn
+        if c.exc is not None or (c.closed and not c.complete):  # closed under us: no error, no end
+            exc = c.exc or httpx.ReadError("connection closed")
+            self._release()
+            raise exc
+        if c.complete:
+            self._release()
+
+    async def pump(self, sink: Callable[[list[tuple[float, bytes]]], bool]) -> bool:
+        """Hand the body to `sink(reads)` as it arrives: a list of (stamp, bytes) pairs, one per
+        socket read (stamp: perf_counter() when the read arrived), in order, each read once.
+        `sink` returns False to stop reading. Returns at the end of the body (True) or when the
+        sink stopped (False); raises the transport's error (or what the sink raised). Use
+        either this or the iterator, once."""
+        c = self._conn
+        c.sink = sink
+        c.stopped = False
+        try:
+            while True:
+                if c.reads and not c.stopped and not sink(c.take()):
+                    c.stopped = True
+                if c.stopped:
+                    if isinstance(c.stopped, BaseException):
+                        raise c.stopped  # what the sink raised in _deliver
+                    return False
+                self._check_end()
+                if self._done:
+                    return True
+                await c.wait()
+        finally:
+            c.sink = None
 
     async def aclose(self) -> None:
         self._release()
@@ -452,11 +504,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     continue
                 raise
             break
+        stream = _Body(conn)
         return httpx.Response(
             conn.status,
             headers=conn.headers,
-            stream=_Body(conn),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason},
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason, BODY_EXTENSION: stream},
         )
 
     async def aclose(self) -> None:

@@ -390,7 +390,13 @@ async def test_continuous_usage_credits_exact_deltas_per_chunk(sim_factory, api)
         rec2 = new_rec()
         await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 10, continuous_usage=False), rec2,
                           lambda t, n: credits.append((t, n)))
-        assert [n for _, n in credits] == [1, 1, 1, 1, 6] and rec2.output_tokens == 10
+        assert rec2.output_tokens == 10 and list(rec2.chunk_tokens) == [1, 1, 1, 1]
+        # one call per read (its events' tokens summed): the usage chunk's 6 lands with the
+        # last content chunk's 1 when one read brought both, else at a read of its own
+        times = [t for t, _ in credits]
+        assert times == sorted(set(times)) and set(rec2.chunk_times) <= set(times)
+        assert [n for _, n in credits] in ([1, 1, 1, 1, 6], [1, 1, 1, 7])
+        assert sum(n for _, n in credits) == 10
     finally:
         await client.aclose()
     st = await sim_state(sim.url)
