@@ -307,3 +307,20 @@ def test_a_sim_that_does_not_start_stops_the_engine_launched_beside_it(fake, mon
     proc = FakeProcess.made[0]
     assert proc.url_later and proc.stopped == ["start failed"]
     assert run_app.start_failed(host.error) == 3
+
+
+@pytest.mark.parametrize("cores, at_once", [(2, False), (8, True)])
+def test_the_engine_waits_for_the_first_frame_on_a_small_machine(fake, monkeypatch, cores, at_once):
+    cfg, _ = fake
+    monkeypatch.setattr(run_app, "usable_cores", lambda: cores)
+    drawn = threading.Event()
+    host = run_app.StartingHost(cfg, argparse.Namespace(), drawn=drawn)
+    host.begin()
+    try:
+        launched = lambda: bool(FakeProcess.made) and FakeProcess.made[0].launched  # noqa: E731
+        assert wait(launched, 0.3) is at_once  # FRAME_WAIT_S is 1 s
+        drawn.set()
+        assert wait(launched)
+    finally:
+        FakeProcess.go.set()
+        host.stop("quit")

@@ -5,8 +5,9 @@ On a terminal the app draws at once (issue 26): its first frame is the header ("
 C=8") and the footer, the rest of the screen comes a frame later (tui/body.py), and nothing
 waits for the target or the engine. They start on a thread beside it (StartingHost): the
 built-in sim's process (when there is no --url) at once; the engine's process, the heavier
-start, once the first frame is drawn (or FRAME_WAIT_S has passed), importing the engine while
-the sim finishes starting, then handed its config with the sim's URL. The screen says
+start, once the first frame is drawn (or FRAME_WAIT_S has passed; at once where each of the
+three has a core), importing the engine while the sim finishes starting, then handed its
+config with the sim's URL. The screen says
 "starting" until the engine's first snapshot. A start that fails ends the app and prints the
 same one line, with the same exit status, as before. Without a terminal (a pipe, a test)
 nothing is drawn until the engine is up, so a refused start leaves nothing but its one line.
@@ -18,6 +19,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import gc
+import os
 import signal
 import sys
 import threading
@@ -37,6 +39,8 @@ START_TIMEOUT_S = 120.0  # as engine/host.py waits for its child
 # the engine process is spawned once the first frame is drawn (or after this long, whichever
 # comes first): on a busy machine its start-up would otherwise take the CPU the frame needs
 FRAME_WAIT_S = 1.0
+# ... unless there are this many cores or more: the app, the sim and the engine each have one
+CORES_TO_START_AT_ONCE = 4
 
 
 def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
@@ -86,6 +90,13 @@ def collect_again() -> None:
     of its later walks (gc.freeze) once the screen is up."""
     gc.freeze()
     gc.enable()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def on_a_terminal() -> bool:
@@ -193,10 +204,12 @@ class StartingHost:
             self._drawn.wait(FRAME_WAIT_S)
 
     def _launch(self, early: concurrent.futures.Future) -> None:
-        """The engine's process, launched once the first frame is drawn; it imports the engine
-        while the sim starts, and is handed its config when the sim listens."""
+        """The engine's process, launched once the first frame is drawn (at once with cores to
+        spare); it imports the engine while the sim starts, and is handed its config when the
+        sim listens."""
         try:
-            self._wait_drawn()
+            if usable_cores() < CORES_TO_START_AT_ONCE:
+                self._wait_drawn()
             host = api.EngineProcess(self.config, url_later=True)
             host.launch()
         except BaseException as exc:  # noqa: BLE001 - _start raises it
