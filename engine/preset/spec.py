@@ -92,7 +92,7 @@ class SearchSpec:
 
     start: int
     max: int
-    resolution: float = 0.05  # bisect until the bracket is this fraction of C (or 1)
+    resolution: float = 0.05  # narrow each bracket until it is this fraction of C (or 1)
     factor: float = 2.0  # the growth factor before bisecting
     # over = "rate": a search over request rates; C (an integer) stands for a rate of
     # C x rate_unit req/s, and start/max are the rates / rate_unit
