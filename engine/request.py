@@ -2,9 +2,10 @@
 
 One timestamp per socket read: every event completed by that read shares it (the bytes
 arrived together). The lean transport stamps each read in its protocol's data_received,
-before any parsing, and hands the stamp along with the bytes (`Stamped.t`), so a slow parse
-of one stream never delays another stream's timestamp; other transports get perf_counter()
-when the read reaches this loop. TTFT ends at the first event with a token of any kind
+before any parsing, and hands (stamp, bytes) to this module's per-read path (`_Stream.feed`)
+from a loop callback (`_Body.pump`: no wake-up of the request's task per read), so a slow
+parse of one stream never delays another stream's timestamp; other transports get
+perf_counter() when the read reaches this loop. A read's tokens reach `on_tokens` in one call. TTFT ends at the first event with a token of any kind
 (reasoning or answer), `t_first_answer` at the first answer token; chunk gaps are between
 content events (RequestRecord.itls() spreads them per token on SGLang /generate, as
 bench_serving does). Output tokens are credited as they arrive: the exact delta of the
