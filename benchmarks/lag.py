@@ -46,15 +46,17 @@ def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
     from redline.engine.core import Engine
     from redline.engine.histogram import LogHistogram
     from redline.engine.host import _child_main
+    from redline.engine.ticker import Ticker
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}
-    orig_each_second, orig_stop = Engine._each_second, Engine.stop
+    orig_each_second, orig_stop = Ticker.each_second, Engine.stop
 
     def each_second(self, now):  # once a second on the engine's loop: cheap bookkeeping only
-        if state["t0"] is None and now - self._t0 >= warmup_s:
-            base_bins[:] = self.metrics.lag.bins
-            state["t0"], state["n0"] = now, self.metrics.lag.count
+        e = self.e  # the Engine
+        if state["t0"] is None and now - e.t0 >= warmup_s:
+            base_bins[:] = e.metrics.lag.bins
+            state["t0"], state["n0"] = now, e.metrics.lag.count
         return orig_each_second(self, now)
 
     async def stop(self, reason="quit"):
@@ -73,7 +75,7 @@ def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
         Path(result_path).write_text(json.dumps(res))
         return await orig_stop(self, reason)
 
-    Engine._each_second, Engine.stop = each_second, stop
+    Ticker.each_second, Engine.stop = each_second, stop
     _child_main(config, conn)
 
 
