@@ -68,6 +68,7 @@ SLOW = frozenset({
     "test_preset_from.py::test_preset_from_replays_the_timeline",
     "test_prefix_workload.py::test_step_reports_the_servers_prefix_hit_rate",
     "test_ray.py::test_two_ray_actors_give_the_same_counts",
+    "test_knee_speed.py::test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock",
 })
 
 
@@ -92,6 +93,7 @@ TIMING = frozenset({
     "test_control_api.py::test_tui_shows_an_api_change_within_one_frame",  # one frame: 0.25 s
     "test_workers.py::test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale",
     "test_request_truth.py::test_a_consumer_behind_gets_each_read_with_its_own_arrival_time",  # 30 ms read gaps
+    "test_knee_speed.py::test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock",  # within 0.6 s
 })
 
 
