@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import os
 import time
 from collections import namedtuple
 
@@ -123,11 +124,24 @@ def test_cpu_measured_for_process_tree():
     own = reader()
     assert own is not None and own.total_pct > 10 and own.loop_pct > 10
     assert own.busiest_pct <= own.total_pct + 1e-9
-    # no monitor: no lag, no machine. Its own-CPU reader is left out: a reading taken right
-    # after the default reader primes spans microseconds, and one 10 ms clock tick of this busy
-    # process in it reads as thousands of percent (seen as cause "client_cpu").
+    # no monitor: no lag, no machine
     s = ClientHealth(own_cpu=lambda: None, machine_cpu=lambda: None).status()
     assert s.loop_lag_ms is None and s.machine_cpu_pct is None and s.cause == ""
+
+
+def test_a_cpu_reading_right_after_the_last_is_none_not_a_magnified_tick():
+    """A reading microseconds after the previous one would be one 10 ms scheduler tick over
+    a few µs (thousands of %): it is None, and the next reading spans the whole time since."""
+    reader = ProcessTreeCpu()  # primes
+    assert reader() is None  # at once: too short a window to mean anything
+    end = time.perf_counter() + 0.25
+    while time.perf_counter() < end:  # burn one core
+        pass
+    own = reader()
+    assert own is not None and own.total_pct <= 100.0 * (os.cpu_count() or 1) + 1
+    assert reader() is None  # again right after
+    s = ClientHealth(own_cpu=ProcessTreeCpu(), machine_cpu=lambda: None).status()
+    assert s.cause == "", s.reason  # the default reader, read at once: no false "client_cpu"
 
 
 _Times = namedtuple(

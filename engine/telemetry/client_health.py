@@ -40,6 +40,7 @@ from .types import ClientHealthSample
 __all__ = [
     "CAUSES",
     "CHILDREN_REFRESH_S",
+    "CPU_MIN_WINDOW_S",
     "CPU_OVERLOAD_PCT",
     "IOWAIT_NOTE_PCT",
     "LAG_INTERVAL_S",
@@ -93,6 +94,10 @@ MACHINE_BUSY_PCT = 85.0
 IOWAIT_NOTE_PCT = 5.0
 # Finding child processes scans /proc; do it this often, not on every status() call.
 CHILDREN_REFRESH_S = 5.0
+# A CPU % over a shorter window is one scheduler tick magnified (10 ms in 0.1 ms reads as
+# 10,000 %): a reading asked for sooner than this after the previous one is None, and the
+# next one spans both.
+CPU_MIN_WINDOW_S = 0.1
 
 CAUSES = ("", "client_cpu", "loop_blocked", "machine_busy")
 
@@ -199,7 +204,8 @@ class ProcessTreeCpu:
     """CPU % of a process and its children since the previous call (None until primed).
 
     Each call reads one /proc/<pid>/stat per process; the child list (a /proc scan) is
-    refreshed every CHILDREN_REFRESH_S.
+    refreshed every CHILDREN_REFRESH_S. A call less than CPU_MIN_WINDOW_S after the previous
+    reading is None (it reads nothing, so the next reading covers the whole time since).
     """
 
     def __init__(self, pid: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -212,6 +218,7 @@ class ProcessTreeCpu:
         self._procs: dict[int, psutil.Process] = {}
         self._primed: set[int] = set()
         self._children_at = -math.inf
+        self._read_at = -math.inf
         self._refresh_tree()
         self()  # prime psutil's counters: its first reading of a process is meaningless
 
@@ -231,7 +238,11 @@ class ProcessTreeCpu:
         self._children_at = self.clock()
 
     def __call__(self) -> OwnCpu | None:
-        if self.clock() - self._children_at >= CHILDREN_REFRESH_S:
+        now = self.clock()
+        if now - self._read_at < CPU_MIN_WINDOW_S:
+            return None
+        self._read_at = now
+        if now - self._children_at >= CHILDREN_REFRESH_S:
             self._refresh_tree()
         root_pid = self._root.pid if self._root is not None else None
         total, busiest, loop, any_value = 0.0, 0.0, None, False
