@@ -94,6 +94,8 @@ TIMING = frozenset({
     "test_workers.py::test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale",
     "test_request_truth.py::test_a_consumer_behind_gets_each_read_with_its_own_arrival_time",  # 30 ms read gaps
     "test_knee_speed.py::test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock",  # within 0.6 s
+    "test_token_path.py::test_bytes_that_keep_coming_are_not_a_read_timeout",  # 0.1 s gaps, 0.5 s timeout
+    "test_token_path.py::test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived",  # >= 0.39 s after the last send
 })
 
 
