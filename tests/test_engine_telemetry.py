@@ -47,7 +47,10 @@ async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path)
     events = (tmp_path / "s" / "events.ndjson").read_text()
     assert "server cap" in events
     rows = [r for r in e.history if r.get("server_running") is not None]
-    assert rows and rows[-1]["gpu7_power_w"] > 0 and rows[-1]["server_queued"] > 0
+    assert rows and rows[-1]["gpu7_power_w"] > 0
+    # the rows at C=32 carry the server's queue (the last row may be the stop's, after the
+    # load was cancelled and the queue emptied)
+    assert any(r["server_queued"] > 0 for r in rows), [r["server_queued"] for r in rows]
     step = e.steps[-1]
     assert step.server_max_running == 8
     assert step.mean_power_w and step.tokens_per_joule and step.joules_per_token
