@@ -370,17 +370,39 @@ def spawn_sim_process(
     timeout: float = 15.0,
 ) -> SimProcess:
     """Start ``python -m redline.engine.sim --port 0`` and wait for its ``listening on`` line."""
+    proc, stderr_path = _popen_sim(_sim_argv(profile, seed, extra_args), stdin=subprocess.DEVNULL)
+    return _listening(proc, stderr_path, timeout)
+
+
+def _popen_sim(argv: list[str], stdin: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """``python -m redline.engine.sim ARGV``, its stdout a pipe, its stderr a temporary file
+    (returned beside it). Its own session: a Ctrl-C or SIGHUP aimed at the terminal's process
+    group must not kill the server before redline has stopped its load; --parent-pid ends it
+    with us."""
     fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
     with os.fdopen(fd, "wb") as err:
-        # Its own session: a Ctrl-C or SIGHUP aimed at the terminal's process group must not
-        # kill the server before redline has stopped its load; --parent-pid ends it with us.
-        proc = subprocess.Popen(_sim_command(profile, seed, extra_args), stdout=subprocess.PIPE,
-                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
-    return _listening(proc, Path(name), timeout)
+        proc = subprocess.Popen([sys.executable, "-m", "redline.engine.sim", *argv], stdout=subprocess.PIPE,
+                                stderr=err, stdin=stdin, start_new_session=True)
+    return proc, Path(name)
 
 
-def _sim_command(profile: str, seed: int, extra_args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "redline.engine.sim", *_sim_argv(profile, seed, extra_args)]
+def _discard(proc: subprocess.Popen[bytes], stderr_path: Path) -> str:
+    """End a sim process that serves nothing (killed at once), close its pipes and remove its
+    stderr file; returns what it wrote there."""
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None and not pipe.closed:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(5.0)
+    try:
+        detail = stderr_path.read_text(errors="replace").strip()
+    except OSError:
+        detail = ""
+    with contextlib.suppress(OSError):
+        stderr_path.unlink()
+    return detail
 
 
 def _sim_argv(profile: str, seed: int, extra_args: Sequence[str]) -> list[str]:
@@ -393,14 +415,7 @@ def _listening(proc: subprocess.Popen[bytes], stderr_path: Path, timeout: float)
     RuntimeError says why)."""
     line = _read_line(proc, time.monotonic() + timeout)
     if line is None or not line.startswith(LISTENING_PREFIX):
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(5.0)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        detail = stderr_path.read_text(errors="replace").strip()
-        with contextlib.suppress(OSError):
-            stderr_path.unlink()
+        detail = _discard(proc, stderr_path)
         raise RuntimeError(
             f"redline sim did not start within {timeout:g} s (exit {proc.returncode}): "
             f"{line or detail or 'no output'}"
@@ -417,13 +432,7 @@ class WarmSim:
     the server it runs is the one ``spawn_sim_process`` starts. :meth:`close` ends an unused one."""
 
     def __init__(self) -> None:
-        fd, name = tempfile.mkstemp(prefix="redline-sim-", suffix=".stderr")
-        self._stderr_path = Path(name)
-        with os.fdopen(fd, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "redline.engine.sim", "--argv-on-stdin"],
-                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, start_new_session=True,
-            )
+        self.proc, self._stderr_path = _popen_sim(["--argv-on-stdin"], stdin=subprocess.PIPE)
 
     def start(self, profile: str = "healthy", seed: int = 0, extra_args: Sequence[str] = (),
               timeout: float = 15.0) -> SimProcess:
@@ -437,16 +446,7 @@ class WarmSim:
 
     def close(self) -> None:
         """End a sim that was never started (it serves nothing: killed at once)."""
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5.0)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        with contextlib.suppress(OSError):
-            self._stderr_path.unlink()
+        _discard(self.proc, self._stderr_path)
 
 
 # ---- command line ------------------------------------------------------------------------
