@@ -245,6 +245,9 @@ class EngineProcess:
                     pass  # the child is gone: the reader says how
         try:
             self._ready.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            reap(self._proc, 0.0)  # a start that never finished: no load may outlive it
+            raise EngineError("EngineError", f"the engine did not start within {timeout:g} s") from None
         except EngineError as exc:
             self._proc.join(STOP_TIMEOUT_S)
             from .session import SessionError

@@ -325,3 +325,23 @@ def test_the_engine_waits_for_the_first_frame_on_a_small_machine(fake, monkeypat
     finally:
         FakeProcess.go.set()
         host.stop("quit")
+
+
+@pytest.mark.server
+def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
+    """A target that accepts connections and never answers: the engine's start waits past
+    its limit; the start fails with one line, and the engine's process is gone (no load may
+    outlive a start that never finished)."""
+    import socket
+
+    from redline.engine.config import EngineConfig
+    from redline.engine.host import EngineError, EngineProcess
+
+    with socket.socket() as silent:  # listens (the kernel completes connections), never reads
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        host = EngineProcess(EngineConfig(url=url, concurrency=2, out_dir=tmp_path / "s", use_nvml=False))
+        with pytest.raises(EngineError, match=r"did not start within 1\.5 s"):
+            host.start(timeout=1.5)
+        assert not host._proc.is_alive()
