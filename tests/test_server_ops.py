@@ -321,9 +321,12 @@ def test_sim_speculative_decoding_chunks_carry_several_tokens(sim_factory, tmp_p
 def test_preemptions_rise_with_c_and_the_cap_detector_names_the_kv_cache(sim_factory, tmp_path):
     """The sim without output reservations and a small KV budget: no preemption at C=2, many at
     C=32 (the step's count is the sim's own counter over the window, within what its scrapes
-    can see), and the cap warning says "KV cache full: the server preempts"."""
+    can see), and the cap warning says "KV cache full: the server preempts".
+    The detector wants the cap sustained 3 s over 3 server samples, and the KV cache fills ~2 s
+    into C=32: here it fired 4-6 s into the step, so the step holds 9 s (CI once closed a 6 s
+    step before it fired)."""
     sim = sim_factory("healthy", extra_args=(*FAST, "--set", "kv_reserve_output=false", "--set", "kv_budget_tokens=1500"))
-    preset = _preset([2, 32], hold_s=5.0, output_len=200)
+    preset = _preset([2, 32], hold_s=9.0, output_len=200)
     out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s"), preset))
     c2, c32 = out.steps
     assert c2.server_preemptions == 0
