@@ -46,8 +46,12 @@ server's write gaps over the step's own span (t_start .. t_start + duration_s).
             the TUI process's CPU (the drawing process, not the engine's) over the window
   headless  the same engine process with no TUI
 
-CPU columns: the TUI process (drawing), the engine process (redline's own figure, its last
-second), the server process over the window, and the whole machine.
+CPU columns, over the window (psutil): the TUI process (drawing), the engine process with its
+worker processes (the TUI's or the driver's descendants), the server process, and the whole
+machine (every process), and "others": the machine less this benchmark's processes (on a
+small machine a neighbour's load shows in the figures). The
+engine's loop lag p99 (its own client-health figure, the last one before the stop) is printed
+per run.
 """
 
 from __future__ import annotations
@@ -356,15 +360,28 @@ def bench_child_main(config, conn, result_path: str) -> None:
     from redline.engine.core import Engine
     from redline.engine.host import _child_main
     from redline.engine.stepbook import StepBook
+    from redline.engine.ticker import Ticker
 
-    times, itls = array("d"), array("d")
-    orig_on_gaps, orig_stop = StepBook.on_gaps, Engine.stop
+    times, itls, ticks = array("d"), array("d"), array("d")
+    orig_on_gaps, orig_stop, orig_each_second = StepBook.on_gaps, Engine.stop, Ticker.each_second
+
+    def each_second(self, now):  # a diagnostic: how long the once-a-second work holds the loop
+        t = time.perf_counter()
+        try:
+            return orig_each_second(self, now)
+        finally:
+            ticks.append(t)
+            ticks.append(time.perf_counter() - t)
 
     def on_gaps(self, gaps):  # (arrival of the closing chunk, its ITLs, raw chunk gap) entries
-        for t, vs, _ in gaps:
-            for v in vs:
+        for t, vs, _ in gaps:  # kept cheap: it runs inside the engine's once-a-second harvest
+            if len(vs) == 1:  # OpenAI APIs: one ITL per content chunk
                 times.append(t)
-                itls.append(v)
+                itls.append(vs[0])
+            else:
+                for v in vs:
+                    times.append(t)
+                    itls.append(v)
         return orig_on_gaps(self, gaps)
 
     async def stop(self, reason="quit"):
@@ -373,12 +390,12 @@ def bench_child_main(config, conn, result_path: str) -> None:
         cpu, lag = snap.client_cpu_pct, snap.loop_lag_ms
         await orig_stop(self, reason)
         res = {"t0": self.t0, "t_stop": t_stop, "times": times.tolist(), "itls_s": itls.tolist(),
-               "client_cpu_pct": cpu, "loop_lag_ms": lag, "output_tokens": self.metrics.output_tokens_total}
+               "client_cpu_pct": cpu, "loop_lag_ms": lag, "ticks": ticks.tolist(), "output_tokens": self.metrics.output_tokens_total}
         tmp = result_path + ".tmp"
         Path(tmp).write_text(json.dumps(res))
         os.replace(tmp, result_path)
 
-    StepBook.on_gaps, Engine.stop = on_gaps, stop
+    StepBook.on_gaps, Engine.stop, Ticker.each_second = on_gaps, stop, each_second
     _child_main(config, conn)
 
 
@@ -426,6 +443,29 @@ def tui_child(url: str, c: int, seconds: float, out: str, result: str, workers: 
 
 
 # == the driver =======================================================================================
+def tree_cpu(root) -> dict[int, float]:
+    """user + sys CPU seconds of each live descendant of `root` (a psutil.Process)."""
+    import psutil
+
+    out: dict[int, float] = {}
+    try:
+        kids = root.children(recursive=True)
+    except psutil.Error:
+        return out
+    for k in kids:
+        try:
+            t = k.cpu_times()
+            out[k.pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def tree_pct(a: dict[int, float], b: dict[int, float], dt: float) -> float | None:
+    both = [pid for pid in b if pid in a]
+    return 100 * sum(b[p] - a[p] for p in both) / dt if both else None
+
+
 def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
     import lag
     import psutil
@@ -442,16 +482,17 @@ def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: i
         cmd += ["--output-len", str(output_len)]
     shell = "exec " + " ".join(lag._q(x) for x in cmd)
     subprocess.run(lag.TMUX + ["new-session", "-d", "-s", name, "-x", "80", "-y", "24", shell], check=True)
-    screen, cpu, busy = "", None, None
+    screen, cpu, busy, engine_cpu = "", None, None, None
     try:
         pid = int(subprocess.run(lag.TMUX + ["display", "-p", "-t", name, "#{pane_pid}"], capture_output=True, text=True, check=True).stdout)
         proc = psutil.Process(pid)
         time.sleep(1.0 + warmup)  # the engine starts ~1 s after the app
-        c0, t0, b0 = lag._cpu(proc), time.perf_counter(), box_busy()
+        c0, t0, b0, e0 = lag._cpu(proc), time.perf_counter(), box_busy(), tree_cpu(proc)
         time.sleep(max(0.5, run_s - warmup - 2.5))
-        c1, t1, b1 = lag._cpu(proc), time.perf_counter(), box_busy()
+        c1, t1, b1, e1 = lag._cpu(proc), time.perf_counter(), box_busy(), tree_cpu(proc)
         cpu = 100 * (c1 - c0) / (t1 - t0) if c0 is not None and c1 is not None else None
         busy = 100 * (b1 - b0) / (t1 - t0)
+        engine_cpu = tree_pct(e0, e1, t1 - t0)
         screen = subprocess.run(lag.TMUX + ["capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
         end = time.monotonic() + 90
         while not result.exists() and time.monotonic() < end:
@@ -462,10 +503,12 @@ def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: i
         subprocess.run(lag.TMUX + ["kill-session", "-t", name], capture_output=True)
     if not result.exists():
         raise RuntimeError(f"tui C={c}: no result (screen was:\n{screen})")
-    return json.loads(result.read_text()), screen, cpu, busy
+    return json.loads(result.read_text()), screen, cpu, busy, engine_cpu
 
 
 def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
+    import lag
+
     from _bench import box_busy
 
     result = tmp / "engine.json"
@@ -473,14 +516,19 @@ def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, wor
     host = make_host(cfg, str(result))
     host.start()
     try:
+        import psutil
+
+        eng = psutil.Process(host._proc.pid)
         time.sleep(warmup)
-        b0, t0 = box_busy(), time.perf_counter()
+        b0, t0, e0 = box_busy(), time.perf_counter(), {eng.pid: lag._cpu(eng), **tree_cpu(eng)}
         time.sleep(seconds)
-        busy = 100 * (box_busy() - b0) / (time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        busy = 100 * (box_busy() - b0) / (t1 - t0)
+        engine_cpu = tree_pct(e0, {eng.pid: lag._cpu(eng), **tree_cpu(eng)}, t1 - t0)
         time.sleep(0.3)
     finally:
         host.stop("benchmark done")
-    return json.loads(result.read_text()), busy
+    return json.loads(result.read_text()), busy, engine_cpu
 
 
 def quantile(xs_sorted: list[float], q: float) -> float | None:
@@ -521,21 +569,24 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
     srv_proc = psutil.Process(srv.proc.pid)
     s_cpu0, s_t0 = sum(srv_proc.cpu_times()[:2]), time.perf_counter()
     if mode == "tui":
-        r, screen, tui_cpu, busy = run_tui(srv.url, c, run_s + 2.5, args.warmup, tmp, workers, args.output_len)
+        r, screen, tui_cpu, busy, engine_cpu = run_tui(srv.url, c, run_s + 2.5, args.warmup, tmp, workers, args.output_len)
     else:
-        r, busy = run_headless(srv.url, c, args.seconds, args.warmup, tmp, workers, args.output_len)
+        r, busy, engine_cpu = run_headless(srv.url, c, args.seconds, args.warmup, tmp, workers, args.output_len)
         screen, tui_cpu = "", None
     s_cpu = 100 * (sum(srv_proc.cpu_times()[:2]) - s_cpu0) / (time.perf_counter() - s_t0)
     w0 = r["t0"] + args.warmup
     w1 = min(w0 + args.seconds, r["t_stop"] - 0.1)
+    tk = r.get("ticks") or []
+    tick_ms = sorted(d * 1000.0 for t, d in zip(tk[::2], tk[1::2]) if w0 <= t <= w1)
     mine = sorted(v * 1000.0 for t, v in zip(r["times"], r["itls_s"]) if w0 <= t <= w1)
     g = srv.get(f"/bench/gaps?t0={w0!r}&t1={w1!r}")
     theirs = sorted(g["gaps_ms"])
     row = {"mode": mode, "c": c, "workers": workers, "window_s": w1 - w0, "n_itl": len(mine), "n_gap": len(theirs),
            "itl_p50": quantile(mine, 0.5), "itl_p99": quantile(mine, 0.99), "gap_p50": quantile(theirs, 0.5),
            "gap_p99": quantile(theirs, 0.99), "streams": g["streams"], "overruns": g["overruns"],
-           "queued_writes": g["queued_writes"], "tui_cpu": tui_cpu, "engine_cpu": r.get("client_cpu_pct"),
-           "loop_lag_ms": r.get("loop_lag_ms"), "server_cpu": s_cpu, "busy": busy,
+           "queued_writes": g["queued_writes"], "tui_cpu": tui_cpu, "engine_cpu": engine_cpu,
+           "engine_cpu_own": r.get("client_cpu_pct"),
+           "loop_lag_ms": r.get("loop_lag_ms"), "tick_p50": quantile(tick_ms, 0.5), "tick_max": tick_ms[-1] if tick_ms else None, "server_cpu": s_cpu, "busy": busy,
            "drawn": ("C=" in screen) if mode == "tui" else None, "screen": screen}
     # the engine's own step figure (summary.json), against the server over the step's span
     p99_step, t_start, dur, n_req = step_figure(tmp / "session")
@@ -548,6 +599,13 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
     else:
         row["step_gap_p99"], row["step_s"] = None, None
     return row
+
+
+def others(r: dict) -> float | None:
+    """The machine's busy CPU less this benchmark's processes: what neighbours used."""
+    if r["busy"] is None or r["engine_cpu"] is None:
+        return None
+    return max(0.0, r["busy"] - r["engine_cpu"] - r["server_cpu"] - (r["tui_cpu"] or 0.0))
 
 
 def _f(v, nd: int = 2) -> str:
@@ -569,6 +627,7 @@ def main() -> None:
                    help="the server's decode step: STEP_MS + PER_SEQ_MS per running request (default 20+0.1)")
     p.add_argument("--output-len", type=int, default=None, help="redline's --output-len (default: redline's own, 128)")
     p.add_argument("--server-loop", default="uvloop", choices=("uvloop", "asyncio"), help="the server's event loop (default uvloop)")
+    p.add_argument("--keep", metavar="DIR", help="copy each run's session directory and raw ITL feed here")
     p.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     p.add_argument("--tui-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
@@ -614,8 +673,9 @@ def main() -> None:
                           f"({r['n_itl']} gaps) | server write gap p50 {_f(r['gap_p50'])} p99 {_f(r['gap_p99'])} ms ({r['n_gap']} gaps, "
                           f"{r['streams']} streams) | p99 diff {_f(diff)} ms | step (summary.json, {_f(r['step_s'], 1)} s): "
                           f"ITL p99 {_f(r['step_itl_p99'])} vs {_f(r['step_gap_p99'])} ms, diff {_f(sdiff)} | "
-                          f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag {_f(r['loop_lag_ms'], 1)} ms) "
-                          f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} | server late steps {r['overruns']}, "
+                          f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag p99 {_f(r['loop_lag_ms'], 1)} ms, once-a-second tick {_f(r['tick_p50'], 1)} ms median, "
+                          f"{_f(r['tick_max'], 1)} max) "
+                          f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} (others {_pct(others(r))}) | server late steps {r['overruns']}, "
                           f"queued writes {r['queued_writes']} | {r['n_requests']} live requests in requests.ndjson"
                           + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
                     if mode == "tui" and r["screen"]:
@@ -623,14 +683,17 @@ def main() -> None:
                         print(f"           screen: {head[0].strip() if head else r['screen'].splitlines()[:2]}", file=sys.stderr)
                     rows.append((c, w, mode, r["n_itl"], _f(r["itl_p50"]), _f(r["itl_p99"]), _f(r["gap_p50"]), _f(r["gap_p99"]),
                                  _f(diff), _f(sdiff), _pct(r["tui_cpu"]) if mode == "tui" else "-", _pct(r["engine_cpu"]),
-                                 _pct(r["server_cpu"]), f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%"))
+                                 _pct(r["server_cpu"]), f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%", _pct(others(r))))
     finally:
         if srv is not None:
             srv.stop()
+        if args.keep:
+            shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+            print(f"# kept: {args.keep} (per run: session/ as redline wrote it, engine.json: the engine's ITL feed)", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(table(("C", "workers", "mode", "ITLs", "ITL p50 ms", "ITL p99 ms", "server gap p50 ms", "server gap p99 ms",
-                 "p99 diff ms", "step p99 diff ms", "TUI CPU", "engine CPU", "server CPU", "machine busy"), rows))
+                 "p99 diff ms", "step p99 diff ms", "TUI CPU", "engine CPU", "server CPU", "machine busy", "others"), rows))
 
 
 if __name__ == "__main__":
