@@ -601,6 +601,21 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
     return row
 
 
+def wait_quiet(below_pct: float, max_wait_s: float) -> None:
+    """Wait (at most max_wait_s) for a second in which the machine is busy below below_pct (the
+    server idles between runs: what is left is the neighbours')."""
+    from _bench import box_busy
+
+    end = time.monotonic() + max_wait_s
+    while True:
+        b0, t0 = box_busy(), time.perf_counter()
+        time.sleep(1.0)
+        busy = 100 * (box_busy() - b0) / (time.perf_counter() - t0)
+        if busy < below_pct or time.monotonic() > end:
+            print(f"  (machine busy {busy:.0f}% before the run)", file=sys.stderr, flush=True)
+            return
+
+
 def others(r: dict) -> float | None:
     """The machine's busy CPU less this benchmark's processes: what neighbours used."""
     if r["busy"] is None or r["engine_cpu"] is None:
@@ -627,6 +642,9 @@ def main() -> None:
                    help="the server's decode step: STEP_MS + PER_SEQ_MS per running request (default 20+0.1)")
     p.add_argument("--output-len", type=int, default=None, help="redline's --output-len (default: redline's own, 128)")
     p.add_argument("--server-loop", default="uvloop", choices=("uvloop", "asyncio"), help="the server's event loop (default uvloop)")
+    p.add_argument("--quiet-below", type=float, default=None, metavar="PCT",
+                   help="before each run, wait for a second with the machine busy below PCT %% (all cores; default: do not wait)")
+    p.add_argument("--quiet-wait", type=float, default=60.0, metavar="S", help="wait at most S s for that (default 60)")
     p.add_argument("--keep", metavar="DIR", help="copy each run's session directory and raw ITL feed here")
     p.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     p.add_argument("--tui-child", action="store_true", help=argparse.SUPPRESS)
@@ -664,6 +682,8 @@ def main() -> None:
         for w in ws:
             for c in cs:
                 for mode in modes:
+                    if args.quiet_below is not None:
+                        wait_quiet(args.quiet_below, args.quiet_wait)
                     d = tmp / f"{mode}-w{w}-c{c}"
                     d.mkdir()
                     r = one_run(srv, mode, c, w, args, d)
