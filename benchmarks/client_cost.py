@@ -17,7 +17,8 @@ any children it reaped, start-up and shutdown included). Clients:
              line and a perf_counter per content chunk, as SGLang's bench_serving does; on the
              default asyncio loop, as bench_serving runs
   lean       one redline Engine (telemetry off, no calibration, no session), transport "lean",
-             on uvloop as the TUI runs it (engine/host.py)
+             on uvloop as the TUI runs it, its heap frozen once started and again before the
+             process ends, as the engine's own process does (engine/host.py)
   aiohttp    the same Engine on the httpx-aiohttp transport
   httpx      the same Engine on httpx's own transport
   reference-uvloop  (optional) the reference on uvloop
@@ -101,6 +102,7 @@ async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
 async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
     from redline.engine.config import EngineConfig
     from redline.engine.core import Engine
+    from redline.engine.host import freeze_heap
     from redline.engine.workload import WorkloadConfig
 
     cfg = EngineConfig(url=url, concurrency=c, max_concurrency=max(c, 1024), transport=transport,
@@ -108,6 +110,7 @@ async def redline(url: str, c: int, seconds: float, output_len: int, transport: 
                        telemetry=False, calibrate=False)
     e = Engine(cfg)
     await e.start()
+    freeze_heap()  # as the engine's own process does once started (engine/host.py _child)
     window = _Window()
     await asyncio.sleep(seconds)
     window.end()
@@ -157,7 +160,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
         res = uvloop.run(reference(args.url, args.c, args.seconds, args.output_len))
     else:
-        from redline.engine.host import new_event_loop
+        from redline.engine.host import freeze_heap, new_event_loop
 
         transport = args.worker
         loop = new_event_loop()  # uvloop, as the engine runs under the TUI
@@ -165,6 +168,7 @@ def worker_main(args: argparse.Namespace) -> None:
             res = loop.run_until_complete(redline(args.url, args.c, args.seconds, args.output_len, transport))
         finally:
             loop.close()
+            freeze_heap()  # as the engine's own process does before it ends (engine/host.py _child_main)
     print(json.dumps(res), flush=True)
 
 

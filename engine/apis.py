@@ -180,7 +180,13 @@ def _error_text(obj: dict[str, Any]) -> str | None:
 def _usage(ev: Event, obj: dict[str, Any]) -> None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        pt, ct = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        # `type(v) is int and v >= 0` first: what JSON gives (never a bool), _count's answer
+        # without its call; anything else is _count's to judge
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not (type(pt) is int and pt >= 0):
+            pt = _count(pt)
+        if not (type(ct) is int and ct >= 0):
+            ct = _count(ct)
         if pt is not None:
             ev.prompt_tokens = pt
         if ct is not None:
@@ -192,6 +198,10 @@ def _usage(ev: Event, obj: dict[str, Any]) -> None:
 
 def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
     t = obj.get("sim_t")
+    if type(t) is float:  # JSON's number with a fraction: float(t) is t itself
+        if math.isfinite(t):
+            ev.sim_t = t
+        return
     if isinstance(t, (int, float)) and not isinstance(t, bool):
         try:
             f = float(t)
@@ -245,16 +255,27 @@ class OpenAIDecoder:
     the same Event.
     """
 
-    __slots__ = ("_field", "_key", "_text")
+    __slots__ = ("_field", "_key", "_text", "_usage")
 
     def __init__(self, api: str) -> None:
         self._field = api
         self._key = b'"content"' if api == CHAT else b'"text"'
         self._text = False  # OpenAITextDecoder: put the answer text on the Event
+        self._usage = False  # this stream's chunks carry usage: the fast path would give way
 
     def decode(self, payload: bytes) -> Event:
-        ev = self.fast(payload)
-        return ev if ev is not None else self.full(payload)
+        # Under continuous usage (what redline asks for) every chunk carries "usage", which
+        # the fast path leaves to the full parse: once the stream has shown usage its chunks
+        # go straight there (~1 us a chunk of marker scans saved). The full parse is the
+        # reference the fast path is proven against, so the Event is the same either way.
+        if not self._usage:
+            ev = self.fast(payload)
+            if ev is not None:
+                return ev
+        ev = self.full(payload)
+        if ev.completion_tokens is not None:
+            self._usage = True
+        return ev
 
     def fast(self, payload: bytes) -> Event | None:
         """The Event of a plain content chunk, or None when it needs the full parse."""

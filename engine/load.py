@@ -20,10 +20,10 @@ from .apis import GENERATE, continuous_usage_refused
 from .arrivals import parse_arrival
 from .controller import Controller, LoadControl
 from .one_request import one_request
-from .worker import WorkerSpec
 from .workload import PromptSource, calibrate, needs_calibration
 
 if TYPE_CHECKING:
+    from .worker import WorkerSpec  # the worker processes' module: imported only when there are workers
     from .engine_view import EngineView
 
 
@@ -95,6 +95,8 @@ async def make_load(e: EngineView, c0: int) -> LoadControl:
 
 def worker_spec(e: EngineView) -> WorkerSpec:
     """What every worker needs to send its share (its index set by the pool)."""
+    from .worker import WorkerSpec
+
     cfg, sender = e.config, e.sender
     assert sender is not None
     return WorkerSpec(

@@ -10,18 +10,13 @@ transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us
 - TLS through an ssl.SSLContext: verified by default (certifi, as httpx), `verify=False` off.
 - Timestamps are taken where bytes arrive: data_received reads perf_counter() before it
   feeds the parser, and the body bytes of that read travel to the consumer as one `Stamped`
-  item (a bytes subclass; `.t` is that stamp). The response body is an
-  httpx.AsyncByteStream that yields one item per socket read, never merging two reads under
-  one stamp: a consumer that fell behind gets several items in a row, each with its own
-  read's time, so one stream's slow parse never delays another stream's timestamp.
-  httpx's aiter_raw() passes the items through unchanged. Chunked framing is removed by
-  llhttp; Content-Length and close-delimited bodies are supported.
+  item (a bytes subclass; `.t` is that stamp): one item per socket read, never two reads
+  under one stamp, so one stream's slow parse never delays another stream's timestamp.
+  Chunked framing is removed by llhttp; Content-Length and close-delimited bodies work.
 - The per-token path (engine/request.py) finds the body in the response's extensions
-  (`BODY_EXTENSION`) and hands it a sink, `_Body.pump(sink)`: each read goes to the sink as a
-  (stamp, bytes) pair from a loop callback that data_received schedules, with no wake-up of
-  the request's task nor httpx's three async generators per read (the task wakes at the end).
-  Stamps are still taken before any parsing, and the callback runs after the loop read every
-  ready socket: one stream's parse never delays another stream's stamp.
+  (`BODY_EXTENSION`) and hands it a sink, `_Body.pump(sink)`: the reads go to the sink as
+  (stamp, bytes) pairs from one loop callback per loop iteration for all connections, after
+  the loop read every ready socket, with no wake-up of the request's task per read.
 - A pooled keep-alive connection that the server closed while idle is not used: before
   reuse its socket is polled (an idle socket that is readable has an EOF, a reset or bytes
   nobody asked for). If one still fails before any byte of the request was written (the
@@ -42,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import select
 import ssl
 from time import perf_counter
 from typing import Any, Callable
@@ -50,7 +44,7 @@ from typing import Any, Callable
 import httptools
 import httpx
 
-from .lean_tls import ssl_context
+from .lean_tls import dropped as _dropped, ssl_context
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 
@@ -106,7 +100,7 @@ class _Conn(asyncio.Protocol):
         self.drain: asyncio.Future | None = None
         # pump(): the consumer of each read, called from a loop callback (None: _Body's iterator)
         self.sink: Callable[[list[tuple[float, bytes]]], bool] | None = None
-        self.queued = False  # a _deliver callback is scheduled
+        self.queued = False  # queued for the transport's _drain callback
         self.stopped: bool | BaseException = False  # the sink stopped reading (or raised this)
         self._reset()
 
@@ -152,9 +146,9 @@ class _Conn(asyncio.Protocol):
         if self.sink is not None:  # pump(): the reads go to the sink from one loop callback
             if not self.queued and self.reads:
                 self.queued = True
-                self.loop.call_soon(self._deliver)
+                self.owner._queue(self)
             if self.complete:
-                self._wake()  # after _deliver (call_soon order); pump() delivers first anyway
+                self._wake()  # after the delivery (call_soon order); pump() delivers first anyway
             return
         w = self.waiter
         if w is not None and (self.reads or self.complete or self.headers_done):
@@ -242,7 +236,7 @@ class _Conn(asyncio.Protocol):
         return reads
 
     def _deliver(self) -> None:
-        """pump()'s loop callback: this connection's reads to the sink, in one call."""
+        """pump()'s delivery (from the transport's `_drain`): the reads to the sink, in one call."""
         self.queued = False
         sink = self.sink
         if sink is None or not self.reads or self.stopped:
@@ -401,23 +395,6 @@ class _Body(httpx.AsyncByteStream):
             self._conn.owner._release(self._conn)
 
 
-def _dropped(transport: asyncio.BaseTransport) -> bool:
-    """An idle connection whose socket is readable: the server closed or reset it (or sent
-    something nobody asked for) and the loop has not processed it yet. Not for reuse."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
-    try:
-        fd = sock.fileno()
-        if fd < 0:
-            return True
-        p = select.poll()
-        p.register(fd, select.POLLIN | select.POLLPRI)
-        return bool(p.poll(0))
-    except (OSError, ValueError):
-        return True
-
-
 class LeanTransport(httpx.AsyncBaseTransport):
     """httpx transport: HTTP/1.1 keep-alive pools on asyncio.Protocol + httptools."""
 
@@ -432,6 +409,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._keepalive_expiry = keepalive_expiry
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
         self._conns: set[_Conn] = set()
+        self._ready: list[_Conn] = []  # connections with reads for their sink, in arrival order
+        self._draining = False  # a _drain callback is scheduled
         self._closed = False
         self.connections_opened = 0  # for tests and benchmarks: keep-alive reuse is visible
         self.read_pauses = 0  # times a slow consumer made a connection stop reading
@@ -518,6 +497,22 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn._close()
         self._conns.clear()
         self._idle.clear()
+
+    def _queue(self, conn: _Conn) -> None:
+        """`conn` has reads for its sink. One loop callback per iteration delivers every
+        connection's reads (a callback costs ~2 us here; one per read did), where each one's
+        own callback ran before: after the loop read every ready socket, before any task
+        those reads woke. One transport's connections share one loop, as httpx's pools do."""
+        self._ready.append(conn)
+        if not self._draining:
+            self._draining = True
+            conn.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._draining = False
+        ready, self._ready = self._ready, []
+        for conn in ready:
+            conn._deliver()  # never raises: it keeps what the sink raised for pump()
 
     # -- pool ------------------------------------------------------------------------------
     def _acquire(self, key: tuple[str, str, int]) -> _Conn | None:

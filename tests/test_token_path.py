@@ -202,3 +202,213 @@ async def test_an_event_past_the_size_limit_stops_reading(monkeypatch):
             await client.aclose()
     assert rec.status == R.FAILED and rec.error_kind == R.ERR_MALFORMED, rec.error_text
     assert len(rec.chunk_times) == 1 and rec.output_tokens == 1
+
+
+# -- one delivery callback per loop iteration (LeanTransport._drain) ------------------------
+async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callback(monkeypatch):
+    """Eight streams whose next event lands while the loop is busy: one _drain delivers all of
+    them (not eight callbacks), each read keeps its own stamp, and every record is the one
+    the iterator path (one item per read, no pump) gives for the same bytes."""
+    import threading
+
+    from redline.engine import transport as transport_mod
+
+    n = 8
+    go = threading.Event()
+
+    def handler(c, head, body, i):
+        c.sendall(SSE_HEAD + frame(event(0, usage=1)))
+        go.wait(5)
+        c.sendall(frame(event(1, usage=2)))
+        time.sleep(0.3)  # after the busy loop is back: a read of its own
+        c.sendall(frame(event(2, usage=3)) + frame(b"data: [DONE]\n\n") + END)
+        return True
+
+    batches: list[int] = []
+    real_drain = transport_mod.LeanTransport._drain
+
+    def drain(self):
+        batches.append(len(self._ready))
+        real_drain(self)
+
+    monkeypatch.setattr(transport_mod.LeanTransport, "_drain", drain)
+
+    async def run(pump: bool) -> list[RequestRecord]:
+        go.clear()
+        client = make_client(transport="lean")
+        if not pump:
+            real = client.stream
+
+            def stream(*a, **kw):
+                cm = real(*a, **kw)
+                enter = cm.__aenter__
+
+                async def aenter():
+                    resp = await enter()
+                    resp.extensions = {k: v for k, v in resp.extensions.items() if k != BODY_EXTENSION}
+                    return resp
+
+                cm.__aenter__ = aenter
+                return cm
+
+            monkeypatch.setattr(client, "stream", stream)
+        recs = [new_rec() for _ in range(n)]
+        try:
+            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, lambda t, k: None)) for r in recs]
+            for _ in range(500):  # every stream has its first event
+                if all(r.chunk_times for r in recs):
+                    break
+                await asyncio.sleep(0.01)
+            go.set()
+            time.sleep(0.15)  # the loop is busy while all eight next events land
+            await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        finally:
+            await client.aclose()
+        return recs
+
+    with ThreadServer(handler) as srv:
+        pumped = await run(True)
+        burst = max(batches)
+        iterated = await run(False)
+    assert burst == n, batches  # the eight reads that landed together: one callback
+    for a, b in zip(pumped, iterated):
+        for rec in (a, b):
+            assert rec.status == R.OK, rec.error_text
+            assert rec.output_tokens == 3 and list(rec.chunk_tokens) == [1, 1, 1]
+            assert len(set(rec.chunk_times)) == 3  # one stamp per read
+    # the burst's reads: stamped when each arrived, after the busy loop woke
+    assert len({r.chunk_times[1] for r in pumped}) == n
+
+
+# -- continuous usage: straight to the full parse once a stream has shown usage --------------
+def _sim_chunk(k: int, content: str | None, usage: int | None, extra: dict | None = None, api: str = "chat") -> bytes:
+    """A chunk as the sim writes it (engine/sim/wire.py, compact JSON), the answer's piece
+    `content`, cumulative usage with the cache report, and the sim's send stamp."""
+    if api == "chat":
+        choice = {"index": 0, "delta": {} if content is None else {"content": content}, "logprobs": None, "finish_reason": None}
+        obj = {"id": "chatcmpl-adf9d9202433e27d", "object": "chat.completion.chunk", "created": 1796175795,
+               "model": "redline-sim-70b", "choices": [choice] if content is not None or extra else []}
+    else:
+        obj = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+               "choices": [{"index": 0, "text": content or "", "logprobs": None, "finish_reason": None}]}
+    if extra:
+        obj["choices"][0]["delta"].update(extra) if api == "chat" else obj.update(extra)
+    if usage is not None:
+        obj["usage"] = {"prompt_tokens": 9, "total_tokens": 9 + usage, "completion_tokens": usage,
+                        "prompt_tokens_details": {"cached_tokens": 4}}
+    obj["sim_t"] = 1796175795.6343958 + k / 1000
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _payload_streams() -> list[tuple[str, list[bytes]]]:
+    chat_usage = [_sim_chunk(0, "", 0)] + [_sim_chunk(k, f" w{k}", k) for k in range(1, 6)] + [_sim_chunk(6, None, 5)]
+    return [
+        ("chat", chat_usage),
+        # usage only at the end (a server that refused continuous usage), then usage again
+        ("chat", [_sim_chunk(k, f" w{k}", None) for k in range(4)] + [_sim_chunk(4, None, 4)] + [_sim_chunk(5, " late", 5)]),
+        # reasoning first (usage on every chunk), an escaped text, a null content, an error
+        ("chat", [_sim_chunk(0, "", 1, {"reasoning_content": "think"}), _sim_chunk(1, 'q"\\u00e9', 2),
+                  _sim_chunk(2, None, 2, {"content": None}), b'{"error":{"message":"boom"},"usage":{"completion_tokens":2}}',
+                  _sim_chunk(3, "x", 3, {"tool_calls": None})]),
+        ("completions", [_sim_chunk(k, f" w{k}", k, api="completions") for k in range(1, 5)]),
+        ("completions", [_sim_chunk(0, " a", None, api="completions"), _sim_chunk(1, "", 1, api="completions")]),
+    ]
+
+
+def test_a_stream_with_usage_gives_what_the_full_parse_gives_for_every_chunk():
+    """Every payload of a real-shaped stream: the decoder's Event is the full parse's, with
+    and without the answer text, before and after the stream has shown usage."""
+    from redline.engine import apis
+
+    for api, payloads in _payload_streams():
+        for cls in (apis.OpenAIDecoder, apis.OpenAITextDecoder):
+            dec, reference = cls(api), cls(api)
+            seen_usage = False
+            for p in payloads:
+                got = dec.decode(p)
+                assert got == reference.full(p), (api, cls.__name__, p)
+                seen_usage = seen_usage or got.completion_tokens is not None
+                assert dec._usage == seen_usage
+
+
+def test_after_usage_the_fast_path_is_skipped(monkeypatch):
+    from redline.engine import apis
+
+    calls = {"fast": 0, "full": 0}
+    real_fast, real_full = apis.OpenAIDecoder.fast, apis.OpenAIDecoder.full
+
+    def fast(self, p):
+        calls["fast"] += 1
+        return real_fast(self, p)
+
+    def full(self, p):
+        calls["full"] += 1
+        return real_full(self, p)
+
+    monkeypatch.setattr(apis.OpenAIDecoder, "fast", fast)
+    monkeypatch.setattr(apis.OpenAIDecoder, "full", full)
+    decode = apis.make_decoder(CHAT)
+    _, payloads = _payload_streams()[0]
+    for p in payloads:
+        decode(p)
+    assert calls == {"fast": 1, "full": len(payloads)}  # only the first chunk tried the fast path
+
+
+async def test_a_continuous_usage_stream_records_what_the_full_parse_records(monkeypatch):
+    """The same bytes over HTTP, once as the decoder runs and once with every chunk through
+    the full parse: the same record (chunks, tokens, usage, cache) and the same credits."""
+    from redline.engine import apis
+
+    _, payloads = _payload_streams()[0]
+
+    def handler(c, head, body, i):
+        c.sendall(SSE_HEAD)
+        for p in payloads:
+            c.sendall(frame(b"data: " + p + b"\n\n"))
+            time.sleep(0.01)
+        c.sendall(frame(b"data: [DONE]\n\n") + END)
+        return True
+
+    async def one() -> tuple[RequestRecord, list[int]]:
+        credits: list[int] = []
+        rec = new_rec()
+        client = make_client(transport="lean")
+        try:
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append(n))
+        finally:
+            await client.aclose()
+        return rec, credits
+
+    with ThreadServer(handler) as srv:
+        a, ca = await one()
+        monkeypatch.setattr(apis.OpenAIDecoder, "decode", apis.OpenAIDecoder.full)
+        b, cb = await one()
+    for rec in (a, b):
+        assert rec.status == R.OK, rec.error_text
+    assert (a.output_tokens, a.input_tokens, a.cached_tokens, a.usage_reported, list(a.chunk_tokens), ca) == \
+           (b.output_tokens, b.input_tokens, b.cached_tokens, b.usage_reported, list(b.chunk_tokens), cb)
+    assert a.output_tokens == 5 and ca == [1, 1, 1, 1, 1] and a.cached_tokens == 4
+
+
+# -- the engine's own process: what its start-up imports -----------------------------------
+def test_an_engine_process_imports_no_command_line_client_nor_unused_parts():
+    """httpx's CLI (click, rich, pygments), prometheus_client (telemetry's parser), the worker
+    processes' module and polars are not imported by an engine start without them; httpx.main
+    still works (it loads the real CLI on first call)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from redline.engine.host import new_event_loop\n"
+        "from redline.engine.core import Engine\n"
+        "from redline.engine.config import EngineConfig\n"
+        "bad = [m for m in ('click', 'rich', 'pygments', 'prometheus_client', 'polars', 'redline.engine.worker', 'platform') if m in sys.modules]\n"
+        "import httpx\n"
+        "sys.argv = ['httpx', '--help']\n"
+        "try:\n    httpx.main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "print(bad, code, 'click' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[] 0 True", out.stdout[-500:]

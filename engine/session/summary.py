@@ -3,7 +3,6 @@ from the engine's parts, written by the SessionWriter (session/writer.py) off th
 
 from __future__ import annotations
 
-import platform
 import time
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
         "concurrency": cfg.concurrency,
         "arrival": cfg.arrival,
         **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
-        "host": platform.node(),
+        "host": _node(),
     }
 
 
@@ -67,9 +66,17 @@ def _this_process(e: EngineView) -> dict:
     d = max(time.perf_counter() - e.t0, 1e-9)
     lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
     return {
-        "worker": 0, "node": platform.node(), "alive": True,
+        "worker": 0, "node": _node(), "alive": True,
         "share": e.live.concurrency() if e.controller is not None else 0,
         "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
         "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
         "cpu_pct": round(100.0 * (time.process_time() - e.cpu0) / d, 1),
     }
+
+
+def _node() -> str:
+    """This machine's network name (platform is imported here, on a session's first write:
+    not at every engine start)."""
+    import platform
+
+    return platform.node()
