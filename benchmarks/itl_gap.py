@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -638,6 +639,7 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds from the engine's start before measuring (default 3)")
     p.add_argument("--modes", default="tui", help="tui, headless or both (default tui)")
     p.add_argument("--workers", default="1", help="comma-separated --workers values (default 1: the engine's own process)")
+    p.add_argument("--repeat", type=int, default=1, help="run the whole set N times, interleaved (default 1)")
     p.add_argument("--pace", default="20+0.1", metavar="STEP_MS[+PER_SEQ_MS]",
                    help="the server's decode step: STEP_MS + PER_SEQ_MS per running request (default 20+0.1)")
     p.add_argument("--output-len", type=int, default=None, help="redline's --output-len (default: redline's own, 128)")
@@ -679,31 +681,29 @@ def main() -> None:
     srv = None
     try:
         srv = ServerProcess(step_ms, per_ms, args.server_loop, tmp)
-        for w in ws:
-            for c in cs:
-                for mode in modes:
-                    if args.quiet_below is not None:
-                        wait_quiet(args.quiet_below, args.quiet_wait)
-                    d = tmp / f"{mode}-w{w}-c{c}"
-                    d.mkdir()
-                    r = one_run(srv, mode, c, w, args, d)
-                    diff = None if r["itl_p99"] is None or r["gap_p99"] is None else r["itl_p99"] - r["gap_p99"]
-                    sdiff = None if r["step_itl_p99"] is None or r["step_gap_p99"] is None else r["step_itl_p99"] - r["step_gap_p99"]
-                    print(f"  C={c:<4} workers {w} {mode:<8} window {r['window_s']:.1f} s: ITL p50 {_f(r['itl_p50'])} p99 {_f(r['itl_p99'])} ms "
-                          f"({r['n_itl']} gaps) | server write gap p50 {_f(r['gap_p50'])} p99 {_f(r['gap_p99'])} ms ({r['n_gap']} gaps, "
-                          f"{r['streams']} streams) | p99 diff {_f(diff)} ms | step (summary.json, {_f(r['step_s'], 1)} s): "
-                          f"ITL p99 {_f(r['step_itl_p99'])} vs {_f(r['step_gap_p99'])} ms, diff {_f(sdiff)} | "
-                          f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag p99 {_f(r['loop_lag_ms'], 1)} ms, once-a-second tick {_f(r['tick_p50'], 1)} ms median, "
-                          f"{_f(r['tick_max'], 1)} max) "
-                          f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} (others {_pct(others(r))}) | server late steps {r['overruns']}, "
-                          f"queued writes {r['queued_writes']} | {r['n_requests']} live requests in requests.ndjson"
-                          + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
-                    if mode == "tui" and r["screen"]:
-                        head = [ln for ln in r["screen"].splitlines() if "C=" in ln][:1]
-                        print(f"           screen: {head[0].strip() if head else r['screen'].splitlines()[:2]}", file=sys.stderr)
-                    rows.append((c, w, mode, r["n_itl"], _f(r["itl_p50"]), _f(r["itl_p99"]), _f(r["gap_p50"]), _f(r["gap_p99"]),
-                                 _f(diff), _f(sdiff), _pct(r["tui_cpu"]) if mode == "tui" else "-", _pct(r["engine_cpu"]),
-                                 _pct(r["server_cpu"]), f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%", _pct(others(r))))
+        for rep, w, c, mode in itertools.product(range(args.repeat), ws, cs, modes):
+            if args.quiet_below is not None:
+                wait_quiet(args.quiet_below, args.quiet_wait)
+            d = tmp / f"{mode}-w{w}-c{c}-{rep + 1}"
+            d.mkdir(parents=True)
+            r = one_run(srv, mode, c, w, args, d)
+            diff = None if r["itl_p99"] is None or r["gap_p99"] is None else r["itl_p99"] - r["gap_p99"]
+            sdiff = None if r["step_itl_p99"] is None or r["step_gap_p99"] is None else r["step_itl_p99"] - r["step_gap_p99"]
+            print(f"  C={c:<4} workers {w} {mode:<8} window {r['window_s']:.1f} s: ITL p50 {_f(r['itl_p50'])} p99 {_f(r['itl_p99'])} ms "
+                  f"({r['n_itl']} gaps) | server write gap p50 {_f(r['gap_p50'])} p99 {_f(r['gap_p99'])} ms ({r['n_gap']} gaps, "
+                  f"{r['streams']} streams) | p99 diff {_f(diff)} ms | step (summary.json, {_f(r['step_s'], 1)} s): "
+                  f"ITL p99 {_f(r['step_itl_p99'])} vs {_f(r['step_gap_p99'])} ms, diff {_f(sdiff)} | "
+                  f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag p99 {_f(r['loop_lag_ms'], 1)} ms, once-a-second tick {_f(r['tick_p50'], 1)} ms median, "
+                  f"{_f(r['tick_max'], 1)} max) "
+                  f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} (others {_pct(others(r))}) | server late steps {r['overruns']}, "
+                  f"queued writes {r['queued_writes']} | {r['n_requests']} live requests in requests.ndjson"
+                  + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
+            if mode == "tui" and r["screen"]:
+                head = [ln for ln in r["screen"].splitlines() if "C=" in ln][:1]
+                print(f"           screen: {head[0].strip() if head else r['screen'].splitlines()[:2]}", file=sys.stderr)
+            rows.append((c, w, mode, r["n_itl"], _f(r["itl_p50"]), _f(r["itl_p99"]), _f(r["gap_p50"]), _f(r["gap_p99"]),
+                         _f(diff), _f(sdiff), _f(r["tick_p50"], 1), _pct(r["tui_cpu"]) if mode == "tui" else "-", _pct(r["engine_cpu"]),
+                         _pct(r["server_cpu"]), f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%", _pct(others(r))))
     finally:
         if srv is not None:
             srv.stop()
@@ -713,7 +713,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(table(("C", "workers", "mode", "ITLs", "ITL p50 ms", "ITL p99 ms", "server gap p50 ms", "server gap p99 ms",
-                 "p99 diff ms", "step p99 diff ms", "TUI CPU", "engine CPU", "server CPU", "machine busy", "others"), rows))
+                 "p99 diff ms", "step p99 diff ms", "engine tick ms", "TUI CPU", "engine CPU", "server CPU", "machine busy", "others"), rows))
 
 
 if __name__ == "__main__":
