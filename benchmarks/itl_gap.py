@@ -2,7 +2,7 @@
 
     python benchmarks/itl_gap.py [--concurrency 256,512,1024] [--seconds 15] [--warmup 3]
                                  [--modes tui,headless] [--workers 1,2] [--pace 20+0.1]
-                                 [--output-len 128]
+                                 [--output-len 128] [--repeat N] [--quiet-below PCT] [--keep DIR]
 
 Issue 26's "TUI at C=256 against an independent paced server: p99 ITL within 2 ms of the
 server's p99 write gap". The server is not redline's sim: it is written below (a bare
@@ -27,9 +27,10 @@ time.perf_counter() for that stream (CLOCK_MONOTONIC: the same clock in every pr
                     worker processes' gaps too, at their 10 ms bucket's time). requests.ndjson
                     carries per-request summaries only (itl_mean_ms, itl_max_ms), so the engine
                     child of this benchmark records that feed, as lag.py records its lag
-                    histogram: the engine, its process, loop and configuration are redline's own
+                    histogram (the recording adds well under 1 µs per ITL to the engine's
+                    harvest); the engine, its process, loop and configuration are redline's own
 
-Both are taken over the same window, the engine's start + warm-up to + --seconds, so the
+Both are taken over the same window, from the engine's start + --warmup for --seconds, so the
 same requests' gaps on both sides (a gap closed by a chunk written at the window's edge and
 read just after it may fall on either side: a few of ~100k). Percentiles: linear
 interpolation (numpy's default), exact. The table's p99 diff is redline's p99 ITL minus the
@@ -49,9 +50,12 @@ server's write gaps over the step's own span (t_start .. t_start + duration_s).
 CPU columns, over the window (psutil): the TUI process (drawing), the engine process with its
 worker processes (the TUI's or the driver's descendants), the server process, and the whole
 machine (every process), and "others": the machine less this benchmark's processes (on a
-small machine a neighbour's load shows in the figures). The
-engine's loop lag p99 (its own client-health figure, the last one before the stop) is printed
-per run.
+small machine a neighbour's load shows in the figures; --quiet-below waits for a quieter
+second before each run). "engine tick ms": the median time the engine's once-a-second work
+(engine/ticker.py Ticker.each_second, which harvests every in-flight request's gaps) holds the
+engine's loop in the window: chunks that arrive meanwhile are stamped late, so it shows in
+the ITL's tail. The engine's loop lag p99 (its client-health figure, the last before the stop)
+is printed per run.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ WORDS = [" the", " a", " of", " model", " token", " and", " to", " in", " server
 
 # == the independent paced server ==================================================================
 class Stream:
-    __slots__ = ("conn", "n_max", "n", "usage", "continuous", "prompt_tokens", "pre", "post", "times", "closed", "chat")
+    __slots__ = ("conn", "n_max", "n", "usage", "continuous", "prompt_tokens", "pre", "times", "closed", "chat")
 
     def __init__(self, conn, rid: int, api_chat: bool, n_max: int, usage: bool, continuous: bool, prompt_tokens: int) -> None:
         self.conn, self.n_max, self.n = conn, max(1, n_max), 0
@@ -89,7 +93,6 @@ class Stream:
         head = (f'{{"id":"chatcmpl-{rid}","object":"chat.completion.chunk"' if api_chat else f'{{"id":"cmpl-{rid}","object":"text_completion"')
         head += f',"created":{int(time.time())},"model":"{MODEL}","choices":'
         self.pre = head
-        self.post = ""
         self.times = array("d")  # perf_counter just before each token chunk's write
         self.closed = False
 
