@@ -21,10 +21,12 @@ example on a loaded machine is not a failure (pytest-timeout bounds every test).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Iterator
 
 import pytest
 from hypothesis import settings
+from textual import _wait as textual_wait
 
 from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
 
@@ -41,6 +43,16 @@ SERVER_FIXTURES = frozenset({
     "capped_run",  # tests/test_step_truth.py: a preset run against its own sim
     "results",  # tests/test_cli_errors.py: redline processes against a listening socket
 })
+
+
+# Textual's Pilot waits for the app to be idle after each key and pause (textual/_wait.py
+# wait_for_idle: until the *process* used < 1 ms of CPU in 20 ms, at most 1 s). A test that
+# runs the engine in a thread of this process (EngineThread) is never idle by that measure: every
+# key press waited ~2 s and every pause ~1 s (a 20-key test took 35-40 s). What Pilot means to wait
+# for is the app's own thread, as it is in `redline`, where the engine is a process of its own: its
+# CPU time is what the wait reads here. The waits still end at once when the app is idle, and every
+# condition a test reads is still waited on by the test itself (helpers.settle, until).
+textual_wait.process_time = time.thread_time
 
 
 settings.register_profile("ci", deadline=None, print_blob=True)
