@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
 from textual.app import App, ComposeResult
@@ -150,6 +151,7 @@ class RedlineApp(App[int]):
         self._want_rate: float | None = None
         self._want_rate_until = 0.0
         self._workers_shown = 1  # lines the workers block took at the last refresh
+        self._body: SimpleNamespace | None = None  # the body's widgets (_body_parts)
         self._exporting = False
         self._preset: tuple[str, int] | None = None  # the preset the app started: name, last log seq then
         self._preset_seen = False  # ... and the engine has shown it running
@@ -252,36 +254,46 @@ class RedlineApp(App[int]):
         rate_line.snapshot = snap
         if not self.body_up:  # the first frame: header and footer (body.py)
             return
-        from .body import CurveView, EventLog, GpuPanel, LivePanels, StepTable, TargetsPanel, WorkersPanel
-
-        base.query_one(LivePanels).show(snap)
+        w = self._body_parts(base)
+        w.panels.show(snap)
         self.set_class(bool(snap.targets), "-targets")  # redline.tcss: the block shows, the GPUs make room
-        base.query_one(TargetsPanel).snapshot = snap
-        base.query_one(GpuPanel).snapshot = snap
-        workers = base.query_one(WorkersPanel)
-        lines = self._workers_lines(base, len(snap.workers))
+        w.targets.snapshot = snap
+        w.gpus.snapshot = snap
+        lines = self._workers_lines(base, w, len(snap.workers))
         self.set_class(lines > 0, "-workers")  # redline.tcss: shown with workers and room for them
-        workers.lines = max(lines, 1)
-        workers.snapshot = snap
-        base.query_one(StepTable).show(snap)
-        base.query_one(EventLog).show(snap.log)
-        for curve in base.query(CurveView):
+        w.workers.lines = max(lines, 1)
+        w.workers.snapshot = snap
+        w.steps.show(snap)
+        w.log.show(snap.log)
+        for curve in w.curves:
             curve.show(snap)
 
-    def _workers_lines(self, base, n: int) -> int:
+    def _body_parts(self, base) -> SimpleNamespace:
+        """The body's widgets, found once (they stay for the app's life: body.py), not queried
+        from the DOM at every refresh."""
+        if self._body is None:
+            from .body import CurveView, EventLog, GpuPanel, LivePanels, StepTable, TargetsPanel, WorkersPanel
+
+            self._body = SimpleNamespace(
+                body=base.query_one("#body"), panels=base.query_one(LivePanels), targets=base.query_one(TargetsPanel),
+                gpus=base.query_one(GpuPanel), workers=base.query_one(WorkersPanel), steps=base.query_one(StepTable),
+                log=base.query_one(EventLog), curves=tuple(base.query(CurveView)))
+        return self._body
+
+    def _workers_lines(self, base, w: SimpleNamespace, n: int) -> int:
         """Lines the workers block may take (widgets/workers.py block_lines): what its column
         leaves under the panels, the targets and the GPUs, as laid out at the last refresh."""
-        from .body import GpuPanel, LivePanels, TargetsPanel, block_lines
+        from .body import block_lines
 
         if not n:
             return 0
-        body = base.query_one("#body")
+        body = w.body
         if not body.display or body.size.height <= 0:  # `g`: the curve has the screen; keep it as it was
             return self._workers_shown
         spare = body.size.height
-        for w in (base.query_one(LivePanels), base.query_one(TargetsPanel), base.query_one(GpuPanel)):
-            if w.display:
-                spare -= w.outer_size.height
+        for part in (w.panels, w.targets, w.gpus):
+            if part.display:
+                spare -= part.outer_size.height
         self._workers_shown = block_lines(n, spare, base.has_class("-wide"))
         return self._workers_shown
 

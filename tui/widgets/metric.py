@@ -78,14 +78,22 @@ class MetricRow(Horizontal):
         super().__init__(id=id, classes="metric")
         self.title = title
         self.fmt = fmt
+        # its own widgets, kept (show runs every refresh: no query of the DOM for them)
+        self._spark: Spark | None = None
+        self._value: Label | None = None
+        self._value_text = "-"
 
     def compose(self) -> ComposeResult:
+        self._spark = Spark(classes="metric-spark")
+        self._value = Label(self._value_text, classes="metric-value")
         yield Label(self.title, classes="metric-title")
-        yield Spark(classes="metric-spark")
-        yield Label("-", classes="metric-value")
+        yield self._spark
+        yield self._value
 
     def show(self, history: Sequence[float | None], current: float | None, flagged: Sequence[bool] = ()) -> None:
-        spark = self.query_one(Spark)
+        spark = self._spark
+        if spark is None:  # not composed yet
+            return
         flags = tuple(flagged)
         if flags != spark.flagged:
             spark.flagged = flags
@@ -96,4 +104,8 @@ class MetricRow(Horizontal):
         top = spark_top(shown, list(flags)[-len(shown):] if shown else [])  # the scale of what is drawn
         value = self.fmt(current)
         scale = f" ↑{self.fmt(top)}" if top is not None else ""
-        self.query_one(".metric-value", Label).update(f"{value}{scale}")
+        text = f"{value}{scale}"
+        if text != self._value_text:  # an update lays the row out again: only when it changed
+            self._value_text = text
+            assert self._value is not None
+            self._value.update(text)

@@ -42,28 +42,36 @@ class LivePanels(Vertical):
         self._flagged: deque[bool] = deque(maxlen=HISTORY_POINTS)  # per second: row_flagged
         self._second = -1
         self.seconds: list[int] = []  # the engine second of each column taken (tests; the last HISTORY_POINTS)
+        self._rows: dict[str, MetricRow] = {}  # compose
+        self._lane: Label | None = None
+        self._srv: Label | None = None
 
     def compose(self) -> ComposeResult:
-        for wid, title, _, _, fmt in ROWS:
-            yield MetricRow(title, fmt, id=f"m-{wid}")
-        yield Label("", id="lane-line")  # only while the probe lane runs
-        yield Label("", id="server-line")  # the server's own view, when it says more than its load
+        # the widgets are kept (show runs every refresh: no query of the DOM for them)
+        self._rows = {wid: MetricRow(title, fmt, id=f"m-{wid}") for wid, title, _, _, fmt in ROWS}
+        self._lane = Label("", id="lane-line")  # only while the probe lane runs
+        self._srv = Label("", id="server-line")  # the server's own view, when it says more than its load
+        yield from self._rows.values()
+        yield self._lane
+        yield self._srv
 
     def show(self, snap: Snapshot) -> None:
         if snap.second != self._second and snap.row:
             self._take(snap)
+        if not self._rows:  # not composed yet: the columns are taken, nothing to draw them on
+            return
         flagged = tuple(self._flagged)
         for wid, _, col, live, _ in ROWS:
-            row = self.query_one(f"#m-{wid}", MetricRow)
+            row = self._rows[wid]
             if wid == "good":
                 row.display = snap.goodput_tok_s is not None
             row.show(self._history[col], live(snap), flagged)
-        lane = self.query_one("#lane-line", Label)
+        lane = self._lane
         lane.display = snap.lane_on
         if snap.lane_on:
             lane.update(lane_text(snap))
         text = server_text(snap)
-        srv = self.query_one("#server-line", Label)
+        srv = self._srv
         srv.display = bool(text)
         if text:
             srv.update(text)
