@@ -179,6 +179,7 @@ class Engine:
         if cfg.live_steps and not cfg.start_paused:
             self.book.open_live(self.live.concurrency(), False)
         self._tasks.append(asyncio.create_task(tick(self.t0, self.ticker.each_second, self._publish), name="redline-ticker"))
+        self._tasks.append(asyncio.create_task(self.ticker.harvest_often(), name="redline-harvest"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
         if cfg.control is not None:
