@@ -5,7 +5,7 @@ fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a te
 itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
 formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers.py.
 
-Parallel runs (pytest-xdist, `-n auto --dist loadgroup`, as .ci/run does): every server a test
+Parallel runs (pytest-xdist, `-n N --dist loadgroup`; .ci/run: N = cores + 1): every server a test
 starts listens on a port the OS picks (port 0), so workers never collide; a module whose
 module-scoped fixture is a long run (or the local Ray cluster) stays on one worker. `timing`
 marks the tests that measure the machine's own timing: .ci/run runs them alone afterwards
