@@ -331,27 +331,117 @@ def test_a_stream_with_usage_gives_what_the_full_parse_gives_for_every_chunk():
                 assert dec._usage == seen_usage
 
 
-def test_after_usage_the_fast_path_is_skipped(monkeypatch):
+def test_after_usage_chunks_are_read_by_their_learned_shape(monkeypatch):
+    """Once a stream has shown usage the fast path is not tried again, and once a shape is
+    learned the full parse reads only chunks of a shape not seen before."""
     from redline.engine import apis
 
     calls = {"fast": 0, "full": 0}
-    real_fast, real_full = apis.OpenAIDecoder.fast, apis.OpenAIDecoder.full
+    real_fast, real_loads = apis.OpenAIDecoder.fast, apis._loads
 
     def fast(self, p):
         calls["fast"] += 1
         return real_fast(self, p)
 
-    def full(self, p):
+    def loads(p):
         calls["full"] += 1
-        return real_full(self, p)
+        return real_loads(p)
 
-    monkeypatch.setattr(apis.OpenAIDecoder, "fast", fast)
-    monkeypatch.setattr(apis.OpenAIDecoder, "full", full)
-    decode = apis.make_decoder(CHAT)
+    monkeypatch.setattr(apis, "_SHAPES", {apis.CHAT: (), apis.COMPLETIONS: ()})
+    monkeypatch.setattr(apis, "_SHAPE_CACHE", {})
     _, payloads = _payload_streams()[0]
+    for _ in range(3):  # the first streams learn the shapes (first, content, usage-only chunk)
+        decode = apis.make_decoder(CHAT)
+        for p in payloads:
+            decode(p)
+    monkeypatch.setattr(apis.OpenAIDecoder, "fast", fast)
+    monkeypatch.setattr(apis, "_loads", loads)
+    decode = apis.make_decoder(CHAT)
     for p in payloads:
         decode(p)
-    assert calls == {"fast": 1, "full": len(payloads)}  # only the first chunk tried the fast path
+    assert calls == {"fast": 1, "full": 1}  # the first chunk only: fast path, then the full parse
+
+
+def _variants(payload: bytes) -> list[bytes]:
+    """`payload` with each scalar replaced by others of every JSON type (same shape or not),
+    keys reordered or doubled, whitespace, escapes, bad bytes: what a shape must read exactly
+    as the full parse does, or leave to it."""
+    obj = json.loads(payload)
+    values = ["", "x", 'q"\\', "\u00e9\n", "\ud83d\ude00", "\x00", 0, -0.0, -1, 7, 1.5, 1e300, 10 ** 30, -(10 ** 30), None, True, False, [], {}]
+    out: list[bytes] = []
+
+    def leaves(v, path=()):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                yield from leaves(x, path + (k,))
+        elif isinstance(v, list) and v:
+            for i, x in enumerate(v):
+                yield from leaves(x, path + (i,))
+        else:
+            yield path
+
+    def put(o, path, x):
+        o = json.loads(json.dumps(o))
+        cur = o
+        for k in path[:-1]:
+            cur = cur[k]
+        cur[path[-1]] = x
+        return o
+
+    for path in leaves(obj):
+        for x in values:
+            out.append(json.dumps(put(obj, path, x), separators=(",", ":")).encode())
+    dumps = json.dumps(obj, separators=(",", ":")).encode()
+    out += [
+        json.dumps(obj).encode(),  # spaces after separators
+        json.dumps(dict(reversed(list(obj.items()))), separators=(",", ":")).encode(),
+        dumps[:-1] + b',"usage":null}',  # a key twice: the last one counts
+        dumps[:-1] + b',"error":{"message":"boom"}}',
+        dumps + b" ", b" " + dumps, dumps[:-1], dumps + b"{}",
+        dumps.replace(b'"sim_t":', b'"sim_t":NaN,"x":'),
+        dumps.replace(b'"content":"', b'"content":"\xff'),  # not UTF-8
+        dumps.replace(b'"content":"', b'"content":"\t'),  # a raw control character
+        dumps.replace(b'"content"', b'"\\u0063ontent"'),  # an escaped key: the same key
+    ]
+    return out
+
+
+def test_a_learned_shape_reads_every_variant_as_the_full_parse_does(monkeypatch):
+    from redline.engine import apis
+
+    read = [0]
+    real_from_shape = apis.OpenAIDecoder._from_shape
+
+    def from_shape(self, shape, g):
+        read[0] += 1
+        return real_from_shape(self, shape, g)
+
+    monkeypatch.setattr(apis.OpenAIDecoder, "_from_shape", from_shape)
+    for api, payloads in _payload_streams():
+        for cls in (apis.OpenAIDecoder, apis.OpenAITextDecoder):
+            # this stream's shapes only (the variants below teach more of them as they go)
+            monkeypatch.setattr(apis, "_SHAPES", {apis.CHAT: (), apis.COMPLETIONS: ()})
+            monkeypatch.setattr(apis, "_SHAPE_CACHE", {})
+            for _ in range(3):
+                dec = cls(api)
+                for p in payloads:
+                    dec.decode(p)
+            before = read[0]
+            for base in payloads:
+                for v in _variants(base):
+                    dec = cls(api)
+                    dec._usage = True  # a stream that has shown usage: shapes first
+                    reference = cls(api)
+                    try:
+                        want = reference.full(v)
+                    except apis.MalformedEvent:
+                        want = "malformed"
+                    try:
+                        got = dec.decode(v)
+                    except apis.MalformedEvent:
+                        got = "malformed"
+                    assert got == want, (api, cls.__name__, v)
+            assert read[0] - before > 50, (api, cls.__name__)  # shapes did read many of them
 
 
 async def test_a_continuous_usage_stream_records_what_the_full_parse_records(monkeypatch):
