@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import math
 import random
 from pathlib import Path
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -273,3 +275,60 @@ def test_harvesting_gaps_in_pieces_equals_the_whole_request(chunks, cuts, spread
         got.extend(v for _, vs, _ in gaps for v in vs)
     assert got == rec.itls()
     assert len(rec.itls()) == (sum(k for _, k in chunks[1:] if k > 0) if spread else len(chunks) - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(0.001, 0.6), min_size=1, max_size=12), min_size=1, max_size=6),
+    st.lists(st.floats(0.05, 3.0), min_size=1, max_size=6),
+)
+def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams, cuts):
+    """harvest_all feeds all in-flight requests' new gaps in one call per histogram: the step's
+    ITLs are exactly those of harvesting each request alone, at any harvest times, and the
+    live window holds each ITL in the second it arrived."""
+    from types import SimpleNamespace
+
+    from redline.engine.eventlog import EventLog
+    from redline.engine.metrics import LiveMetrics
+    from redline.engine.recorder import Recorder
+    from redline.engine.records import Clock
+    from redline.engine.stepbook import StepBook
+
+    def setup():
+        clock = Clock.now()
+        book = StepBook(clock, lambda res: None)
+        rec = Recorder(LiveMetrics(), book, EventLog(), clock)
+        step = book.open_step(len(streams), "ramp", 100.0)
+        recs = {i: RequestRecord(rid=i, phase="ramp", step=step.index, concurrency=len(streams), t_send=100.0) for i in range(len(streams))}
+        sender = SimpleNamespace(in_flight=dict(recs), cursor={})
+        rec.load_sender = sender
+        return rec, step, recs, sender
+
+    batched, one_by_one = setup(), setup()
+    arrivals = sorted((100.0 + sum(gaps[: j + 1]), i) for i, gaps in enumerate(streams) for j in range(len(gaps)))
+    harvest_at = sorted(100.0 + c for c in cuts) + [1e9]
+    k = 0
+    for t_h in harvest_at:
+        while k < len(arrivals) and arrivals[k][0] <= t_h:  # chunks arrive ...
+            t, i = arrivals[k]
+            for _, _, recs, _ in (batched, one_by_one):
+                recs[i].chunk_times.append(t)
+                recs[i].chunk_tokens.append(1)
+            k += 1
+        batched[0].harvest_all()  # ... and a harvest takes what is new: all at once, or each alone
+        r1, _, recs1, sender1 = one_by_one
+        for rq in recs1.values():
+            r1.harvest(rq, sender1)
+    (ra, sa, _, _), (rb, sb, recs_b, _) = batched, one_by_one
+    assert sa.itl.count == sb.itl.count == sum(len(g) - 1 for g in streams)
+    assert sa.itl.sorted_values() == sb.itl.sorted_values() and sa.itl.total == pytest.approx(sb.itl.total)
+    assert sa.chunk_gap.sorted_values() == sb.chunk_gap.sorted_values()
+    # the live window: every ITL in the second its closing chunk arrived (one request at a
+    # time, a request's older gaps joined a newer second another request had opened)
+    truth: dict[int, list[float]] = {}
+    for r in recs_b.values():
+        for t, vs, _ in r.gaps_from(1):
+            truth.setdefault(math.floor(t), []).extend(vs)
+    da, db = ra.metrics._itl, rb.metrics._itl
+    assert {s.sec: sorted(s.vals) for s in da._secs} == {k: sorted(v) for k, v in truth.items()}
+    assert sorted(v for s in db._secs for v in s.vals) == sorted(v for s in da._secs for v in s.vals)
