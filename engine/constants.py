@@ -5,7 +5,7 @@ SNAPSHOT_INTERVAL_S = 0.25  # engine publishes a snapshot this often (UI reads t
 RATE_WINDOW_S = 3.0  # live tok/s, req/s, errors/s: tokens that arrived in this window
 LATENCY_WINDOW_S = 10.0  # live TTFT/ITL/E2E percentiles: requests that ended in this window
 TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
-HARVEST_INTERVAL_S = 0.1  # in-flight requests' new ITLs reach the figures this often (a short pause each)
+HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
 
 # Steps

@@ -175,7 +175,7 @@ class RequestRecord:
         SGLang /generate (`spread_itl`): a chunk that brings k new tokens gives k entries of
         gap/k (bench_serving's `adjust_itl`); a chunk that brings none gives no entry and its
         gap rolls into the next chunk's. The engine harvests these incrementally (by arrival
-        time, ten times a second); `itls()` is the whole request's.
+        time, twenty times a second); `itls()` is the whole request's.
         """
         ts = self.chunk_times
         n = len(ts)

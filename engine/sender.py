@@ -7,7 +7,7 @@
   from FAST_FAIL_S up to OVERLOAD_BACKOFF_MAX_S, until one of its own requests succeeds.
   The streak belongs to the slot, not to the whole pool; `backing_off` counts the slots
   waiting now, so the screen (and the cap detector) can tell them from a server cap.
-- In-flight records are kept so their chunk gaps can be harvested (ten times a second), by arrival.
+- In-flight records are kept so their chunk gaps can be harvested (twenty times a second), by arrival.
 """
 
 from __future__ import annotations

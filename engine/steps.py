@@ -274,15 +274,24 @@ class StepAccumulator:
             ps.append(0)
         ps[i] += n
 
+    def _inside(self, gaps: Gaps) -> Gaps:
+        """The gaps whose closing chunk arrived in the window (`_in_window`, one pass)."""
+        t0, t_end = self.t0, self.t_end
+        if t0 is None:
+            return []
+        if t_end is None:
+            return [x for x in gaps if x[0] >= t0]
+        return [x for x in gaps if t0 <= x[0] <= t_end]
+
     def on_gaps(self, gaps: Gaps) -> None:
-        inside = [x for x in gaps if self._in_window(x[0])]
+        inside = self._inside(gaps)
         if inside:
             self.itl.add_many([v for _, vs, _ in inside for v in vs])
             self.chunk_gap.add_many([g for _, _, g in inside])
 
     def remove_gaps(self, gaps: Gaps) -> None:
         """A request failed: its gaps that were counted here go back out."""
-        inside = [x for x in gaps if self._in_window(x[0])]
+        inside = self._inside(gaps)
         if inside:
             self.itl.remove_many([v for _, vs, _ in inside for v in vs])
             self.chunk_gap.remove_many([g for _, _, g in inside])

@@ -33,7 +33,7 @@ class TargetSet:
 
     def load_sender(self, client: httpx.AsyncClient, target: Target) -> Sender:
         """A Sender of the load to one target; every one shares the request ids and the
-        in-flight records (harvested ten times a second by rid, whichever target they went to)."""
+        in-flight records (harvested twenty times a second by rid, whichever target they went to)."""
         e = self.e
         s = Sender(
             client, target, TargetStats(target.url, e.recorder), e.stamp, e.metrics.on_lag, e.clock.wall0 - e.clock.perf0,

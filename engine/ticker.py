@@ -74,8 +74,8 @@ class Ticker:
         A harvest holds the loop while it bins every ITL since the last one (~5 µs a chunk):
         once a second at C=256 (~5,600 chunks/s) that was a 25-30 ms pause, and the decode
         burst arriving meanwhile was stamped that late, which alone set the p99 ITL ~10-20 ms
-        above the server's own p99 write gap (benchmarks/itl_gap.py). Ten small harvests a
-        second pause ~2-3 ms each and feed the same gaps, each by its own arrival time."""
+        above the server's own p99 write gap (benchmarks/itl_gap.py). Twenty small harvests a
+        second pause ~1-1.5 ms each and feed the same gaps, each by its own arrival time."""
         while True:
             await asyncio.sleep(HARVEST_INTERVAL_S)
             self.e.recorder.harvest_all()
