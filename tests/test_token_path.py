@@ -49,6 +49,26 @@ def new_rec() -> RequestRecord:
     return RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
 
 
+def _without_body_extension(client, monkeypatch) -> None:
+    """The client's responses without their body extension: run_request then iterates
+    aiter_raw, the path every transport but the lean one takes."""
+    real = client.stream
+
+    def stream(*a, **kw):
+        cm = real(*a, **kw)
+        enter = cm.__aenter__
+
+        async def aenter():
+            resp = await enter()
+            resp.extensions = {k: v for k, v in resp.extensions.items() if k != BODY_EXTENSION}
+            return resp
+
+        cm.__aenter__ = aenter
+        return cm
+
+    monkeypatch.setattr(client, "stream", stream)
+
+
 def streaming_handler(n: int, gap_s: float, sent: list[float], stall_after: int | None = None):
     def handler(c, head, body, i):
         c.sendall(SSE_HEAD)
@@ -120,21 +140,7 @@ async def test_pump_and_iterator_give_the_same_record(monkeypatch):
         rec = new_rec()
         client = make_client(transport="lean")
         if not pump:  # the response without its body extension: run_request iterates aiter_raw
-            real = client.stream
-
-            def stream(*a, **kw):
-                cm = real(*a, **kw)
-                enter = cm.__aenter__
-
-                async def aenter():
-                    resp = await enter()
-                    resp.extensions = {k: v for k, v in resp.extensions.items() if k != BODY_EXTENSION}
-                    return resp
-
-                cm.__aenter__ = aenter
-                return cm
-
-            monkeypatch.setattr(client, "stream", stream)
+            _without_body_extension(client, monkeypatch)
         try:
             await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append((t, n)))
         finally:
@@ -237,21 +243,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
         go.clear()
         client = make_client(transport="lean")
         if not pump:
-            real = client.stream
-
-            def stream(*a, **kw):
-                cm = real(*a, **kw)
-                enter = cm.__aenter__
-
-                async def aenter():
-                    resp = await enter()
-                    resp.extensions = {k: v for k, v in resp.extensions.items() if k != BODY_EXTENSION}
-                    return resp
-
-                cm.__aenter__ = aenter
-                return cm
-
-            monkeypatch.setattr(client, "stream", stream)
+            _without_body_extension(client, monkeypatch)
         recs = [new_rec() for _ in range(n)]
         try:
             tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, lambda t, k: None)) for r in recs]
