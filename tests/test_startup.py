@@ -202,8 +202,17 @@ async def _screen_text(app: RedlineApp, size: tuple[int, int]) -> tuple[list, st
             await pilot.pause(0.05)
         assert app.body_up
         await pilot.pause(0.3)  # a refresh (REFRESH_S) after the body is up
+        # then until two screenshots agree (bounded): on CI's loaded cores one was taken
+        # before the footer was drawn
+        shot = app.export_screenshot()
+        for _ in range(20):
+            await pilot.pause(0.1)
+            again = app.export_screenshot()
+            if again == shot:
+                break
+            shot = again
         tree = [(type(w).__name__, w.id) for w in app.screen.walk_children()]
-        return tree, app.export_screenshot()
+        return tree, shot
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 40)])

@@ -102,8 +102,9 @@ async def test_abort_probe_restore_pause(host, sim):
         assert await settle(pilot, lambda: _q(url, 16), 2.0)
         t0 = time.monotonic()
         await pilot.press("a")
-        assert await settle(pilot, lambda: _le(url, 1), 1.0)
-        assert time.monotonic() - t0 < 1.5
+        assert await settle(pilot, lambda: _le(url, 1), 1.0)  # the sim holds <= 1 within 1 s of the key's handling
+        # and of the key itself, with Pilot's own wait after the press (CI's loaded cores: 1.53 s once)
+        assert time.monotonic() - t0 < 2.5
         assert await settle(pilot, lambda: "PROBE" in header(app) and "C=1" in header(app))
         assert "was C=16" in header(app)
         await pilot.press("r")
