@@ -26,7 +26,6 @@ from json.decoder import scanstring
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .chunk_shape import MAX_SHAPES, Shape, count, learn, truthy
 from .text import one_line
 
 CHAT = "chat"
@@ -256,80 +255,25 @@ class OpenAIDecoder:
     the same Event.
     """
 
-    __slots__ = ("_field", "_key", "_text", "_usage", "_learns")
+    __slots__ = ("_field", "_key", "_text", "_usage")
 
     def __init__(self, api: str) -> None:
         self._field = api
         self._key = b'"content"' if api == CHAT else b'"text"'
         self._text = False  # OpenAITextDecoder: put the answer text on the Event
         self._usage = False  # this stream's chunks carry usage: the fast path would give way
-        self._learns = 0  # shapes this stream tried to learn (a few at most)
 
     def decode(self, payload: bytes) -> Event:
         # Under continuous usage (what redline asks for) every chunk carries "usage", which
         # the fast path leaves to the full parse: once the stream has shown usage, its chunks
-        # are read by a learned shape of this API's chunks (engine/chunk_shape.py), else by the
-        # full parse, which then learns the shape. Both are proven against the full parse.
+        # go straight to the full parse.
         if not self._usage:
             ev = self.fast(payload)
             if ev is not None:
                 return ev
-        else:
-            try:
-                text = payload.decode("utf-8")
-            except UnicodeDecodeError:
-                text = ""
-            shapes = _SHAPES[self._field]
-            for i, shape in enumerate(shapes):
-                m = shape.match(text)
-                if m is not None:
-                    if i:  # the most used shape first
-                        _SHAPES[self._field] = (shape, *shapes[:i], *shapes[i + 1 :])
-                    return self._from_shape(shape, m.groups())
-        obj = _loads(payload)
-        ev = self._event(obj, payload)
+        ev = self.full(payload)
         if ev.completion_tokens is not None:
             self._usage = True
-            if self._learns < 3 and ev.error is None:
-                self._learns += 1
-                _learn(self, obj, payload, ev)
-        return ev
-
-    def _from_shape(self, shape: Shape, g: tuple) -> Event:
-        """The Event of a chunk that `shape` matched (`g`: its groups), as _event reads it."""
-        ev = Event()
-        if shape.sim_t:
-            raw = g[shape.sim_t - 1]
-            if raw[0] in "-0123456789":  # a number (json: an int or a float; float() of either)
-                t = float(raw)
-                if math.isfinite(t):
-                    ev.sim_t = t
-        if shape.choice:
-            raw = None
-            if self._field == CHAT:
-                if shape.delta:
-                    raw = g[shape.content - 1] if shape.content else None
-                    ev.answer = got = truthy(raw)
-                    if not got:  # reasoning tokens count as content (see _event)
-                        rc, r = shape.reasoning_content, shape.reasoning
-                        got = (rc and truthy(g[rc - 1])) or (r and truthy(g[r - 1]))
-                    ev.content = bool(got)
-            else:
-                raw = g[shape.text - 1] if shape.text else None
-                ev.content = ev.answer = truthy(raw)
-            if ev.content:
-                ev.tokens = 1
-            if self._text and ev.answer and raw is not None and raw[0] == '"':
-                ev.text = scanstring(raw, 1)[0]
-        if shape.usage:  # str.isdigit(): the matched number is ASCII digits only, a JSON int >= 0
-            pt = ((int(v) if (v := g[shape.prompt - 1]).isdigit() else count(v)) if shape.prompt else None)
-            ct = ((int(v) if (v := g[shape.completion - 1]).isdigit() else count(v)) if shape.completion else None)
-            if pt is not None:
-                ev.prompt_tokens = pt
-            if ct is not None:
-                ev.completion_tokens = ct
-            if shape.details:
-                ev.cached_tokens = count(g[shape.cached - 1]) if shape.cached else None
         return ev
 
     def fast(self, payload: bytes) -> Event | None:
@@ -368,9 +312,7 @@ class OpenAIDecoder:
         return ev
 
     def full(self, payload: bytes) -> Event:
-        return self._event(_loads(payload), payload)
-
-    def _event(self, obj: dict[str, Any], payload: bytes) -> Event:
+        obj = _loads(payload)
         ev = Event()
         if "sim_t" in obj:
             _sim_t(ev, obj)
@@ -400,37 +342,6 @@ class OpenAIDecoder:
                 ev.text = text
         _usage(ev, obj)
         return ev
-
-
-# Chunk shapes learned in this process, per API, the most used first (engine/chunk_shape.py).
-_SHAPES: dict[str, tuple[Shape, ...]] = {CHAT: (), COMPLETIONS: ()}
-_SHAPE_CACHE: dict[str, Shape | None] = {}  # by pattern: compiled once (None: it failed its check)
-
-
-def _learn(dec: OpenAIDecoder, obj: dict[str, Any], payload: bytes, ev: Event) -> None:
-    """After the full parse read `payload` as `ev`: learn its shape, unless one known reads it.
-    A shape is kept only if it reads this very payload back as the same Event."""
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:  # pragma: no cover - the full parse read it as UTF-8
-        return
-    api = dec._field
-    shapes = _SHAPES[api]
-    if any(s.match(text) for s in shapes):
-        return
-    learned = learn(obj, api)
-    if learned is None:
-        return
-    pattern = learned[0]
-    if pattern not in _SHAPE_CACHE:
-        if len(_SHAPE_CACHE) >= 64:
-            return
-        shape = Shape(*learned)
-        m = shape.match(text)
-        _SHAPE_CACHE[pattern] = shape if m is not None and dec._from_shape(shape, m.groups()) == ev else None
-    shape = _SHAPE_CACHE[pattern]
-    if shape is not None and shape not in shapes:
-        _SHAPES[api] = (shape, *shapes[: MAX_SHAPES - 1])
 
 
 class OpenAITextDecoder(OpenAIDecoder):
