@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from .fmt import ms, num, rate, step_ms
     from .guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
-    from .pool import auto_workers
     from .preset import (
         Preset,
         PresetError,
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
     from .workload_change import KEYS as WORKLOAD_KEYS
     from .workload_change import MAX_LEN as WORKLOAD_MAX_LEN
     from .workload_change import WorkloadChange
+    from .worker_count import auto_reason, auto_workers
 
 # modules given whole: name -> module (relative to this package)
 _MODULES: dict[str, str] = {"commands": ".commands"}
@@ -86,7 +86,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".fmt": ("ms", "num", "rate", "step_ms"),
     ".guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
-    ".pool": ("auto_workers",),
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".runner": ("RunOutcome", "execute", "run_preset"),
@@ -102,6 +101,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
     ".workload": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload_change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
+    ".worker_count": ("auto_reason", "auto_workers"),
 }
 
 

@@ -50,6 +50,7 @@ class EngineConfig:
     more_urls: tuple[str, ...] = ()
     weights: tuple[float, ...] | None = None
     workers: int = 1  # --workers N: the load in N worker processes (engine/pool.py); 1 = this process
+    workers_why: str = ""  # --workers auto chose them: why, in words (with the start notice)
     ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/ray_pool.py)
     # --control [HOST:]PORT: the control API in the engine's process (engine/control_server.py),
     # an engine.control.ControlAddress; its bearer token never printed, logged or written

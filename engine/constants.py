@@ -7,6 +7,12 @@ LATENCY_WINDOW_S = 10.0  # live TTFT/ITL/E2E percentiles: requests that ended in
 TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
+# One process's share of streams: above it, the burst of a server's decode step (one chunk to
+# every stream at once, read one after another) and the engine's own pauses put its ITL tail
+# several ms above the server's (benchmarks/itl_gap.py: C=256 +1.6-2.8 ms, 512 +8.8, 1024 +35-69
+# in one process; 512 and 1024 over 2 workers +4.8 and +5.8). `--workers auto` (the default)
+# gives each process at most this many; above it in one process the engine warns.
+STREAMS_PER_PROCESS = 256
 
 # Steps
 MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not a step

@@ -89,7 +89,8 @@ async def make_load(e: EngineView, c0: int) -> LoadControl:
     e.pool = pool
     await pool.launch(worker_spec(e))
     where = f"Ray actors on {', '.join(sorted({s.node for s in pool.states}))}" if cfg.ray is not None else "worker processes"
-    e.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections")
+    why = f" ({cfg.workers_why})" if cfg.workers_why else ""
+    e.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections{why}")
     return pool
 
 

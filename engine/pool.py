@@ -21,7 +21,6 @@ the session log, telemetry, calibration and the probe lane.
 from __future__ import annotations
 
 import asyncio
-import os
 import platform
 import time
 from collections import deque
@@ -48,13 +47,6 @@ STOP_TIMEOUT_S = 10.0
 def split(total: int, n: int) -> list[int]:
     """`total` as n whole shares, the first ones one larger: 10 over 4 -> 3, 3, 2, 2."""
     return [total // n + (1 if i < total % n else 0) for i in range(n)]
-
-
-def auto_workers(concurrency: int, cores: int | None = None) -> int:
-    """`--workers auto`: one worker per ~256 streams, at most the cores less one (the
-    coordinator's), at least 1."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, min(max(1, cores - 1), -(-concurrency // 256)))
 
 
 class _WorkerState:

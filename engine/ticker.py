@@ -6,7 +6,8 @@ Each tick (engine/timeline.py `tick`, one row per TIMELINE_INTERVAL_S):
 - feed the steps the second's server sample and GPU power;
 - the cap detector (the server holds a queue behind a cap), the client's own health (its CPU,
   its loop, the machine: measured off the loop every second), the session log's write errors,
-  the guard (`[guard]`: drops the load when a limit holds for its time);
+  the guard (`[guard]`: drops the load when a limit holds for its time), and whether one
+  load process holds more streams than it stamps truly (engine/worker_count.py);
 - the timeline row (engine/timeline.py), kept for the sparklines and written to the session.
 
 The ticker reads the engine through its public members and steers it only through its
@@ -26,6 +27,7 @@ from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
 from .timeline import timeline_row
+from .worker_count import CROWDED_KEY, crowded, crowded_warning
 
 if TYPE_CHECKING:
     from .engine_view import EngineView
@@ -110,11 +112,27 @@ class Ticker:
             ev.warn(f"session log: {session.error}; {session.lost_rows} rows lost", key="session write")
         elif self._session_error is not None:
             ev.hold("session write", f"session log: {self._session_error}; {session.lost_rows if session else 0} rows lost", now)
+        self._check_crowded(now)
         self._check_guard(now)
         ev.each_second(now)
         self.timeline_row(now)
         if session is not None:
             e.to_disk(session.flush)
+
+    def _check_crowded(self, now: float) -> None:
+        """More streams in flight per load process than one stamps truly (engine/worker_count.py):
+        warned once per episode, on screen while it lasts."""
+        e = self.e
+        n = max(1, e.config.workers) if e.pool is not None else 1
+        ev = e.events
+        if not crowded(e.in_flight, n):
+            ev.clear(CROWDED_KEY)
+            return
+        text = crowded_warning(e.in_flight, n)
+        if ev.active(CROWDED_KEY):
+            ev.hold(CROWDED_KEY, text, now)
+        else:
+            ev.warn(text, key=CROWDED_KEY)
 
     def server_total(self) -> ServerSample | None:
         """The server's sample for steps and the cap detector: with several targets, their

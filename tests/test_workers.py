@@ -17,20 +17,16 @@ import pytest
 from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
 from redline.engine.histogram import Digest
-from redline.engine.pool import auto_workers, split
+from redline.engine.pool import split
 from redline.engine.preset import parse_preset
 from redline.engine.workload import WorkloadConfig
 
 from helpers import run_preset_headless, until
 
 
-def test_split_and_auto():
+def test_split():  # auto: tests/test_worker_count.py
     assert split(10, 4) == [3, 3, 2, 2] and sum(split(1023, 4)) == 1023
     assert split(1, 2) == [1, 0]
-    assert auto_workers(64, cores=16) == 1
-    assert auto_workers(1024, cores=16) == 4
-    assert auto_workers(4096, cores=4) == 3  # the coordinator keeps a core
-    assert auto_workers(8, cores=1) == 1
 
 
 def _ms(v: float) -> float:

@@ -73,7 +73,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.rate, cfg.arrival = rate, arrival
     cfg.more_urls = tuple(urls[1:])
     cfg.weights = target_weights(args, len(urls))
-    cfg.workers = worker_count(args, cfg)
+    cfg.workers, cfg.workers_why = worker_count(args, cfg, preset)
     cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     cfg.control, cfg.control_token = control(args)
@@ -91,12 +91,32 @@ def control(args: argparse.Namespace) -> tuple:
         raise UsageError(str(exc)) from None
 
 
-def worker_count(args: argparse.Namespace, cfg: EngineConfig) -> int:
-    """--workers N|auto as EngineConfig.workers."""
-    n = getattr(args, "workers", 1) or 1
-    if n == "auto":
-        n = engine_api.auto_workers(max(cfg.concurrency, cfg.max_concurrency if cfg.rate is not None else 0))
-    return int(n)
+def worker_count(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> tuple[int, str]:
+    """--workers N|auto as EngineConfig.workers, and in words why when auto (the default)
+    chose more than one process."""
+    n = getattr(args, "workers", "auto") or "auto"
+    if n != "auto":
+        return int(n), ""
+    peak = planned_peak(args, cfg, preset)
+    n = engine_api.auto_workers(peak)
+    return n, engine_api.auto_reason(peak, n)
+
+
+def planned_peak(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> int:
+    """The most requests in flight the run is set to reach, as known at start (what
+    `--workers auto` sizes for): closed loop, the -c, a preset's top step or a search's max;
+    open loop (a rate, a trace), its in-flight cap when one was given (--max-concurrency or
+    [ramp].max_concurrency), else 0: in-flight is the rate times the latency, unknown before
+    the run, and the engine warns if one process crowds (engine/worker_count.py)."""
+    given = getattr(args, "max_concurrency", engine_api.DEFAULT_MAX_CONCURRENCY)
+    cap = given if given != engine_api.DEFAULT_MAX_CONCURRENCY else 0
+    if preset is None:
+        return cap if cfg.rate is not None else cfg.concurrency
+    r = preset.ramp
+    if r.search is not None:
+        return cap if r.search.rate_unit is not None else r.search.max
+    open_loop = r.rate is not None or r.speed is not None
+    return max(max(r.concurrency, default=0), (r.max_concurrency or cap) if open_loop else 0)
 
 
 def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
