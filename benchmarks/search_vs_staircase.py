@@ -37,7 +37,7 @@ min_requests = {min_requests}
 
 
 def run(profile: str, ramp: str, warmup: float, hold: float, name: str, stop: str = "", min_requests: int = 8,
-        keep: Path | None = None) -> tuple[float, dict]:
+        keep: Path | None = None, workers: str = "auto") -> tuple[float, dict]:
     sim = spawn_sim_process(profile=profile)
     tmp = Path(tempfile.mkdtemp(prefix="redline-knee-"))
     try:
@@ -45,7 +45,7 @@ def run(profile: str, ramp: str, warmup: float, hold: float, name: str, stop: st
         f.write_text(PRESET.format(name=name, ramp=ramp, warmup=warmup, hold=hold, stop=stop, min_requests=min_requests))
         t0 = time.monotonic()
         subprocess.run([sys.executable, "-m", "redline.tui.cli", "run", str(f), "--headless", "--url", sim.url,
-                        "--out", str(tmp / "s"), "--no-nvml", "--max-concurrency", "100000"], check=True, stdout=subprocess.DEVNULL)
+                        "--out", str(tmp / "s"), "--no-nvml", "--max-concurrency", "100000", "--workers", workers], check=True, stdout=subprocess.DEVNULL)
         took = time.monotonic() - t0
         if keep is not None:
             shutil.copytree(tmp / "s", keep / name, dirs_exist_ok=True)
@@ -89,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=8, help="own requests a step must complete")
     ap.add_argument("--no-staircase", action="store_true", help="time the search alone")
     ap.add_argument("--timeline", action="store_true", help="print each step's warm-up, hold and steadiness")
+    ap.add_argument("--workers", default="auto", help="redline's --workers (default auto, redline's own default: worker processes when the search's max is above 256)")
     ap.add_argument("--keep", type=Path, default=None, help="copy each run's session directory here")
     a = ap.parse_args(argv)
     search_ramp = f'mode = "search"\nstart = {a.start}\nmax = {a.max}\nresolution = {a.resolution}'
-    t_s, s = run(a.profile, search_ramp, a.warmup, a.hold, "search", stop="[stop]\nplateau_gain = 0.05", min_requests=a.min_requests, keep=a.keep)
+    t_s, s = run(a.profile, search_ramp, a.warmup, a.hold, "search", stop="[stop]\nplateau_gain = 0.05", min_requests=a.min_requests, keep=a.keep, workers=a.workers)
     knee_s = s["search"]["knee_concurrency"]
     print(f"{a.profile}: knee by search C={knee_s} in {t_s:.0f} s ({len(s['search']['points'])} points: {s['search']['points']})", flush=True)
     if a.timeline:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     stairs = list(range(a.fine, a.max + 1, a.fine))
     stair_ramp = f"concurrency = {[c for c in stairs if c >= a.start] or [a.start]}"
     # the staircase must see the whole curve: no stop rule ends it early
-    t_f, f = run(a.profile, stair_ramp.replace("\n", " "), a.warmup, a.hold, "staircase", min_requests=a.min_requests, keep=a.keep)
+    t_f, f = run(a.profile, stair_ramp.replace("\n", " "), a.warmup, a.hold, "staircase", min_requests=a.min_requests, keep=a.keep, workers=a.workers)
     knee_f = staircase_knee(f["steps"])
     print(f"{a.profile}: knee by a staircase of {len(f['steps'])} steps every {a.fine}: C={knee_f} in {t_f:.0f} s")
     print(f"agreement: |{knee_s} - {knee_f}| = {abs(knee_s - knee_f)} (one staircase step: {a.fine})")
