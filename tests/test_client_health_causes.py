@@ -287,3 +287,47 @@ def test_run_queue_wait_reads_a_real_thread():
         assert not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat")
     else:
         assert w >= 0.0
+
+
+def test_one_stall_makes_its_own_second_suspect_not_the_whole_window():
+    """The warning reads the lag's p99 over the window (5 s): early in a run, before the
+    window holds 100 wake-ups, that p99 is the worst lag, so one 40 ms start-up stall keeps
+    the warning up for seconds, as a warning may; but the timeline row's client_overloaded
+    (which makes a step client-limited) is the second the stall happened in, not the ones
+    after it: a step that opens after a start-up stall is not flagged for it."""
+    from redline.engine.timeline import timeline_row
+    from collections import Counter
+    from redline.engine.metrics import LiveStats
+
+    now = [1000.0]
+    mon = LoopLagMonitor(clock=lambda: now[0])
+    health = ClientHealth(mon, clock=lambda: now[0], own_cpu=lambda: OwnCpu(5.0, 5.0, 5.0),
+                          machine_cpu=lambda: MachineCpu(10.0, 0.0, 0.0, 2), run_wait=lambda: 0.0)
+    samples = []
+    for second in range(8):
+        for k in range(20):  # the monitor's 50 ms sleeps; one wakes 40 ms late in second 1
+            t = now[0] + (k + 1) * 0.05
+            mon.record(t, 0.040 if (second, k) == (1, 9) else 0.001)
+        now[0] += 1.0
+        samples.append(health.status())
+    assert [s.overloaded for s in samples] == [False, True, True, True, False, False, False, False]
+    assert [s.suspect for s in samples] == [False, True, False, False, False, False, False, False]
+    rows = [timeline_row(t_wall=0.0, interval_s=1.0, sec=Counter(), stats=LiveStats(), state="running", target_c=8,
+                         in_flight=8, backing_off=0, server=None, health=s, gpus=[]) for s in samples]
+    assert [r["client_overloaded"] for r in rows] == [False, True, False, False, False, False, False, False]
+    assert samples[3].cause == "loop_blocked" and samples[3].loop_lag_ms == 40.0  # the warning still holds
+
+
+def test_a_saturated_loop_is_suspect_in_every_second_it_lasts():
+    now = [1000.0]
+    mon = LoopLagMonitor(clock=lambda: now[0])
+    loop = [99.0]
+    health = ClientHealth(mon, clock=lambda: now[0], own_cpu=lambda: OwnCpu(loop[0], loop[0], loop[0]),
+                          machine_cpu=lambda: MachineCpu(100.0, 0.0, 0.0, 2), run_wait=lambda: 0.0)
+    out = []
+    for second in range(4):
+        for k in range(20):
+            mon.record(now[0] + (k + 1) * 0.05, 0.030)  # every wake-up late: a saturated loop
+        now[0] += 1.0
+        out.append(health.status())
+    assert all(s.overloaded and s.suspect and s.cause == "client_cpu" for s in out)

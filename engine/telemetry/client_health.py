@@ -182,6 +182,11 @@ class LoopLagMonitor:
         with self._lock:
             self._lags.append((t, max(0.0, lag_s)))
 
+    def max_since(self, since: float) -> float:
+        """The worst lag (ms) recorded at or after `since` (0 when none)."""
+        with self._lock:
+            return 1000.0 * max((lag for t, lag in self._lags if t >= since), default=0.0)
+
     def lag_ms(self, now: float | None = None) -> LagStats:
         """p99 and max lag over the last ``window_s`` seconds."""
         now = self.clock() if now is None else now
@@ -479,6 +484,7 @@ class ClientHealth:
             run_wait = RunQueueWait(lambda: getattr(monitor, "thread_id", None), pid, clock)
         self.run_wait = run_wait
         self._recent: deque[Reading] = deque(maxlen=256)
+        self._last_status: float | None = None
 
     def status(self) -> ClientHealthSample:
         """The current verdict, with a one-line operator warning when timings are suspect."""
@@ -499,6 +505,7 @@ class ClientHealth:
             lag_threshold_ms=self.lag_threshold_ms,
             cpu_threshold_pct=self.cpu_threshold_pct,
         )
+        since, self._last_status = self._last_status, now
         return ClientHealthSample(
             cpu_pct=own.total_pct if own is not None else None,
             loop_lag_ms=lag_p99,
@@ -513,4 +520,20 @@ class ClientHealth:
             steal_pct=machine.steal_pct if machine is not None else None,
             iowait_pct=machine.iowait_pct if machine is not None else None,
             loop_run_wait_ms=wait,
+            suspect=self._suspect(cause, lag_p99, since, now),
         )
+
+    def _suspect(self, cause: str, lag_p99: float | None, since: float | None, now: float) -> bool | None:
+        """Were timings suspect since the last status() (about a second), not only somewhere
+        in the window? The verdict reads the lag's p99 over LAG_WINDOW_S so that its warning
+        holds steady; one stall stays in that p99 for the whole window. A second is suspect
+        when the verdict says so and, if it rests on the lag, the loop lagged over the
+        threshold in that second itself. None: the monitor cannot say (as `overloaded`)."""
+        if not cause:
+            return False
+        if lag_p99 is None or lag_p99 <= self.lag_threshold_ms:
+            return True  # a saturated loop, read now
+        max_since = getattr(self.monitor, "max_since", None)
+        if max_since is None:
+            return None
+        return max_since(now - LAG_WINDOW_S if since is None else since) > self.lag_threshold_ms

@@ -82,3 +82,7 @@ class ClientHealthSample:
     steal_pct: float | None = None  # CPU stolen by the hypervisor, % of all cores
     iowait_pct: float | None = None  # CPUs idle waiting on disk, % of all cores
     loop_run_wait_ms: float | None = None  # ms per second the loop's thread waited for a CPU
+    # timings suspect in this second itself (the timeline row's client_overloaded): `overloaded`
+    # reads the lag's p99 over the whole window, which one stall keeps high for its length;
+    # None: not known apart from `overloaded`
+    suspect: bool | None = None
