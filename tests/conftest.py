@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -109,6 +110,28 @@ TIMING = frozenset({
     "test_token_path.py::test_bytes_that_keep_coming_are_not_a_read_timeout",  # 0.1 s gaps, 0.5 s timeout
     "test_token_path.py::test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived",  # >= 0.39 s after the last send
 })
+_TIMING_FILES = frozenset(t.split("::")[0] for t in TIMING)
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """`-m timing` (.ci/run's second part, alone on the machine) collects only the modules that
+    can hold a timing test: a module named in TIMING, or one that uses a TIMING_FIXTURES
+    fixture or writes `mark.timing` itself. Collecting the other ~50 (assertion rewriting and
+    imports, ~8 s on 2 cores) only to deselect them is time the serial part waits for. Any
+    other -m expression, or a file named on the command line, collects as usual."""
+    if (config.getoption("markexpr", "") or "").strip() != "timing":
+        return None
+    name = collection_path.name
+    if not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    if any(Path(a.split("::")[0]).is_file() for a in config.args):
+        return None
+    if name in _TIMING_FILES:
+        return None
+    text = collection_path.read_text(encoding="utf-8", errors="replace")
+    if "mark.timing" in text or any(f in text for f in TIMING_FIXTURES):
+        return None
+    return True
 
 
 def _listed(item: pytest.Item, ids: frozenset[str]) -> bool:
