@@ -45,14 +45,15 @@ def _within(measured: float | None, truth: float | None, rel: float) -> bool:
 
 
 def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_path):
-    """[4, 32] on 4 slots, max_hold_s 5, p99_ttft_ms 1500: the C=32 step closes with its own
-    requests all still queued; its TTFT is a bound above 1.5 s and the rule fires."""
-    sim = sim_factory("healthy", extra_args=SLOTS4)
+    """[4, 32] on 4 slots, max_hold_s 2.5, p99_ttft_ms 750 (every time half the module's: the
+    sim at a quarter time scale): the C=32 step closes with its own requests all still
+    queued (~3.5 s behind the others); its TTFT is a bound above 0.75 s and the rule fires."""
+    sim = sim_factory("healthy", extra_args=(*SLOTS4[:-2], "--set", "time_scale=0.25"))
     preset = tmp_path / "overload.toml"
     preset.write_text(
         '[workload]\napi = "chat"\ninput_len = 16\noutput_len = 200\n'
-        "[ramp]\nconcurrency = [4, 32]\nwarmup_s = 0.5\nhold_s = 2\nmin_requests = 4\nmax_hold_s = 5\n"
-        "[stop]\np99_ttft_ms = 1500\n[after]\nprobe_s = 0\n"
+        "[ramp]\nconcurrency = [4, 32]\nwarmup_s = 0.25\nhold_s = 1\nmin_requests = 4\nmax_hold_s = 2.5\n"
+        "[stop]\np99_ttft_ms = 750\n[after]\nprobe_s = 0\n"
     )
     rc, out, err = finish(start_headless(sim.url, preset, tmp_path / "s"), timeout=90)
     assert rc == 0, (out, err)
@@ -61,9 +62,9 @@ def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_pa
     assert "TTFT p50 ≥" in c32_line and "p99 ≥" in c32_line, c32_line
     steps = _summary_steps(tmp_path / "s")
     c4, c32 = steps
-    assert not c4.p99_ttft_ms_bound and c4.p99_ttft_ms < 1500
+    assert not c4.p99_ttft_ms_bound and c4.p99_ttft_ms < 750
     # the run ended at the break: what never answered stays censored, and says so
-    assert c32.censored_ttft >= 1 and c32.p99_ttft_ms_bound and c32.p99_ttft_ms > 1500
+    assert c32.censored_ttft >= 1 and c32.p99_ttft_ms_bound and c32.p99_ttft_ms > 750
     req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
     own = req.filter((pl.col("step") == c32.index) & (pl.col("phase") == "measure"))
     assert c32.requests_sent == own.height
@@ -75,11 +76,13 @@ def test_overload_step_breaks_the_p99_ttft_rule_with_a_bound(sim_factory, tmp_pa
 def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tmp_path):
     """[4, 32, 2]: the C=32 step closes on bounds; the drain lets its requests finish, and
     summary.json's C=32 TTFT p50 / p99 and E2E p50 are within 20 % of the sim's own clock
-    for the requests sent in that step."""
-    sim = sim_factory("healthy", extra_args=SLOTS4)
+    for the requests sent in that step. Every time here is half the module's (the sim at a
+    quarter time scale, warm-up, hold and max_hold_s halved): the same shape, its own
+    requests queued ~3.5 s behind the others past a 2.5 s max_hold_s."""
+    sim = sim_factory("healthy", extra_args=(*SLOTS4[:-2], "--set", "time_scale=0.25"))
     d = json.loads(json.dumps(OVERLOAD))
     d["ramp"]["concurrency"] = [4, 32, 2]
-    d["ramp"]["hold_s"] = 1
+    d["ramp"].update(warmup_s=0.25, hold_s=0.5, max_hold_s=2.5)
     d["ramp"]["min_requests"] = 2
     cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=200), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False)
