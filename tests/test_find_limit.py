@@ -17,7 +17,7 @@ from redline.engine.slo import Slo, SloError, parse_slo
 from redline.engine.stepresult import StepResult
 from redline.engine.workload import WorkloadConfig
 
-from helpers import run_preset_headless
+from helpers import run_preset_headless, until
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
@@ -44,10 +44,12 @@ def _run(sim_url, preset, tmp_path, slo=None, conc=4, out_len=24):
 
 def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory, tmp_path):
     """request_goodput and slo_attainment of each step, recounted from requests.ndjson; the
-    step whose requests queue past the TTFT bound ends the ramp as `slo`."""
+    step whose requests queue past the TTFT bound ends the ramp as `slo`. Each step closes at
+    2.5 s (max_hold_s): the SLO counts requests, it needs no steady throughput (which would hold
+    each step STEADY_MIN_S = 4 s or more)."""
     sim = sim_factory("pp-capped", extra_args=FAST)
     preset = parse_preset({"workload": {"input_len": 16, "output_len": 24},
-                           "ramp": {"concurrency": [4, 8, 12], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4},
+                           "ramp": {"concurrency": [4, 8, 12], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "max_hold_s": 2.5},
                            "slo": {"ttft_ms": 100, "e2e_ms": 5000}}, "g.toml")
     out = _run(sim.url, preset, tmp_path)
     req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
@@ -160,8 +162,8 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
         e = Engine(cfg)
         await e.start()
         try:
-            await asyncio.sleep(7.0)  # 5 clean seconds at 32: the last good C
-            assert e.guard.last_good == 32
+            # 5 clean seconds at 32: the last good C (bounded; it took 7 s of sleep before)
+            assert await until(lambda: e.guard.last_good == 32, 15.0), e.guard.last_good
             e.set_concurrency(80)
             t0 = _t.monotonic()
             while e.controller.target != 32 and _t.monotonic() - t0 < 20:
