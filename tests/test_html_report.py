@@ -144,9 +144,11 @@ def drawn(dom: Dom) -> tuple[int, int, list[str], list[str]]:
 @pytest.fixture(scope="module")
 def two_sessions(tmp_path_factory) -> tuple[Path, Path]:
     """FAST and SLOW (a sim with half FAST's capacity), the same short preset with an SLO,
-    run at the same time, each against its own sim."""
+    run at the same time, each against its own sim. Each step closes at 2 s (max_hold_s): the
+    page draws what the steps measured, steady or not (a steady window would hold each step
+    STEADY_MIN_S = 4 s or more)."""
     base = tmp_path_factory.mktemp("html")
-    preset = write_preset(base, "html", concurrency=[1, 2, 4], output_len=24, hold_s=1,
+    preset = write_preset(base, "html", concurrency=[1, 2, 4], output_len=24, hold_s=1, max_hold_s=2,
                           extra="[slo]\nttft_ms = 2000\n[after]\nprobe_s = 0.5\n")
     sims = [spawn_sim_process(extra_args=FAST_SIM),
             spawn_sim_process(extra_args=("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.0002"))]
