@@ -8,10 +8,12 @@ transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us
   is the cap). Idle connections are reused newest first; one idle longer than
   `keepalive_expiry`, or closed by the server, is dropped, not reused.
 - TLS through an ssl.SSLContext: verified by default (certifi, as httpx), `verify=False` off.
-- Timestamps are taken where bytes arrive: data_received reads perf_counter() before it
-  feeds the parser, and the body bytes of that read travel to the consumer as one `Stamped`
-  item (a bytes subclass; `.t` is that stamp): one item per socket read, never two reads
-  under one stamp, so one stream's slow parse never delays another stream's timestamp.
+- Timestamps are the kernel's receive time of each read (plain http:// on Linux: engine/kstamp.py
+  reads the socket; the stamp on the perf_counter() clock), so a read that waited while the
+  loop was busy keeps its arrival time; otherwise (https://, REDLINE_KSTAMP=0) data_received
+  reads perf_counter() before it feeds the parser. The body bytes of that read travel to the
+  consumer as one `Stamped` item (a bytes subclass; `.t` is that stamp): one item per socket
+  read, never two reads under one stamp, so one stream's slow parse never delays another's.
   Chunked framing is removed by llhttp; Content-Length and close-delimited bodies work.
 - The per-token path (engine/request.py) finds the body in the response's extensions
   (`BODY_EXTENSION`) and hands it a sink, `_Body.pump(sink)`: the reads go to the sink as
@@ -44,6 +46,7 @@ from typing import Any, Callable
 import httptools
 import httpx
 
+from . import kstamp
 from .lean_tls import dropped as _dropped, ssl_context
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
@@ -59,8 +62,9 @@ BODY_EXTENSION = "redline.body"  # Response.extensions key: the _Body, for pump(
 
 
 class Stamped(bytes):
-    """Body bytes of one socket read; `t` is time.perf_counter() when that read arrived
-    (taken in data_received, before any parsing)."""
+    """Body bytes of one socket read; `t` is when that read arrived, on the
+    time.perf_counter() clock (the kernel's receive time, or perf_counter() in
+    data_received before any parsing: see the module)."""
 
     t: float
 
@@ -122,8 +126,9 @@ class _Conn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        t = perf_counter()  # when these bytes arrived: before any parsing
+    def data_received(self, data: bytes, t: float = 0.0) -> None:
+        if not t:  # not the kernel's receive time (engine/kstamp.py): now, before any parsing
+            t = perf_counter()
         if not self.active:  # bytes on an idle connection: not HTTP we asked for
             self._close()
             return
@@ -364,7 +369,7 @@ class _Body(httpx.AsyncByteStream):
 
     async def pump(self, sink: Callable[[list[tuple[float, bytes]]], bool]) -> bool:
         """Hand the body to `sink(reads)` as it arrives: a list of (stamp, bytes) pairs, one per
-        socket read (stamp: perf_counter() when the read arrived), in order, each read once.
+        socket read (stamp: when the read arrived, on the perf_counter() clock), in order, each read once.
         `sink` returns False to stop reading. Returns at the end of the body (True) or when the
         sink stopped (False); raises the transport's error (or what the sink raised). Use
         either this or the iterator, once."""
@@ -539,11 +544,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if self._ssl is None:
                 self._ssl = ssl_context(self._verify)
             ctx = self._ssl
-        coro = loop.create_connection(
-            lambda: _Conn(self, key, loop), host, port, ssl=ctx, server_hostname=host if ctx else None
-        )
+        conn = _Conn(self, key, loop)
+        coro = (kstamp.open_connection(loop, host, port, conn) if ctx is None and kstamp.ENABLED  # kernel-stamped reads
+                else loop.create_connection(lambda: conn, host, port, ssl=ctx, server_hostname=host if ctx else None))
         try:
-            _, conn = await asyncio.wait_for(coro, timeout)
+            await asyncio.wait_for(coro, timeout)
         except asyncio.TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port}: no answer within {timeout:g} s") from None
         except ssl.SSLError as exc:  # the cause stays chained: request.py reads it

@@ -2,7 +2,8 @@
 
 - Timestamps are taken where bytes arrive (the lean transport's data_received) and carried
   with them: a consumer that fell behind still gets each read's own time, and one stream's
-  slow parse does not delay another stream's timestamp.
+  slow parse does not delay another stream's timestamp. On Linux the stamp is the kernel's
+  receive time (engine/kstamp.py): a read that waited while the loop was blocked keeps it.
 - SGLang /generate with multi-token chunks: ITL as bench_serving computes it (k entries of
   gap/k), the raw chunk gaps kept apart; against a reference implementation of
   bench_serving's loop and against the sim's own send stamps.
@@ -27,7 +28,7 @@ import time
 import pytest
 
 import redline.engine.request as request_mod
-from redline.engine import records as R
+from redline.engine import kstamp, records as R
 from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body, continuous_usage_refused
 from redline.engine.http import make_client
 from redline.engine.records import RequestRecord
@@ -198,6 +199,109 @@ def test_items_are_stamped_on_uvloop_too():
     assert [bytes(i) for i in items] == [b"x0", b"x1", b"x2"]
     for item, s in zip(items, sent):
         assert s <= item.t < s + 0.02
+
+
+# -- the kernel's receive time (engine/kstamp.py) ----------------------------------------------
+def _blocked_loop_streams(blocked_s: float = 0.06, streams: int = 4, spacing: float = 0.01):
+    """`streams` streams; once each has its first read, the loop is blocked for `blocked_s`
+    (time.sleep on it, as a long harvest or tick would) while the server sends each stream one
+    chunk, `spacing` apart. Returns a coroutine function giving (send times, the stamp of each
+    stream's chunk, the end of the block)."""
+    go, done = threading.Event(), threading.Event()
+    t0: list[float] = []
+    sent = [0.0] * streams
+
+    def handler(c, head, body, i):
+        k = int(head.split(b" ")[1].rsplit(b"/", 1)[1])
+        c.sendall(SSE_HEAD + chunk(b"start"))
+        go.wait(5)
+        time.sleep(max(0.0, t0[0] + 0.005 + k * spacing - time.perf_counter()))
+        sent[k] = time.perf_counter()
+        c.sendall(chunk(b"%d" % k))
+        done.wait(5)
+        c.sendall(END)
+        return True
+
+    async def run(url: str):
+        client = make_client(transport="lean")
+        started = 0
+
+        async def one(k: int) -> list[Stamped]:
+            nonlocal started
+            async with client.stream("GET", f"{url}/s/{k}") as resp:
+                items = []
+                async for item in resp.aiter_raw():
+                    items.append(item)
+                    started += len(items) == 1
+                return items
+
+        try:
+            tasks = [asyncio.ensure_future(one(k)) for k in range(streams)]
+            while started < streams:
+                await asyncio.sleep(0.005)
+            t0.append(time.perf_counter())
+            go.set()
+            time.sleep(blocked_s)  # the loop reads nothing meanwhile
+            unblocked = time.perf_counter()
+            await asyncio.sleep(0.02)
+            done.set()
+            got = await asyncio.gather(*tasks)
+        finally:
+            done.set()
+            await client.aclose()
+        stamps = []
+        for k, items in enumerate(got):
+            assert [bytes(i) for i in items] == [b"start", b"%d" % k]
+            stamps.append(items[1].t)
+        return sent, stamps, unblocked
+
+    return handler, run
+
+
+@pytest.mark.timing  # 2 ms against the server thread's send stamps: alone on the machine
+@pytest.mark.skipif(not kstamp.ENABLED, reason="kernel receive stamps: Linux (and REDLINE_KSTAMP not 0)")
+async def test_reads_that_arrive_while_the_loop_is_blocked_keep_their_arrival_times():
+    """The engine's loop is held 60 ms while four streams' chunks arrive 10 ms apart: each is
+    stamped when the kernel received it, not when the loop got round to reading it."""
+    handler, run = _blocked_loop_streams()
+    with ThreadServer(handler) as srv:
+        sent, stamps, unblocked = await run(srv.url)
+    for s, t in zip(sent, stamps):
+        assert s <= t < s + 0.002, (t - s)
+    assert max(stamps) < unblocked - 0.015
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    truth = [b - a for a, b in zip(sent, sent[1:])]
+    assert all(abs(g - x) < 0.002 for g, x in zip(gaps, truth)), (gaps, truth)
+
+
+@pytest.mark.timing
+@pytest.mark.skipif(not kstamp.ENABLED, reason="kernel receive stamps: Linux (and REDLINE_KSTAMP not 0)")
+def test_kernel_stamps_on_uvloop_too():
+    uvloop = pytest.importorskip("uvloop")
+    handler, run = _blocked_loop_streams()
+    with ThreadServer(handler) as srv:
+        loop = uvloop.new_event_loop()
+        try:
+            sent, stamps, unblocked = loop.run_until_complete(run(srv.url))
+        finally:
+            loop.close()
+    for s, t in zip(sent, stamps):
+        assert s <= t < s + 0.002, (t - s)
+
+
+@pytest.mark.parametrize("off", ["loop transport", "stamp refused"])
+async def test_without_kernel_stamps_the_blocked_loop_would_show(monkeypatch, off):
+    """The control: on the loop's own transport a read is stamped when the loop reads it, after
+    the block; so is a read whose kernel stamp is refused (older than MAX_AGE_NS: here every
+    one). The test above can see the bug."""
+    if off == "loop transport":
+        monkeypatch.setattr(kstamp, "ENABLED", False)
+    else:
+        monkeypatch.setattr(kstamp, "MAX_AGE_NS", 0)
+    handler, run = _blocked_loop_streams()
+    with ThreadServer(handler) as srv:
+        sent, stamps, unblocked = await run(srv.url)
+    assert all(t >= unblocked for t in stamps), [t - unblocked for t in stamps]
 
 
 # -- /generate: ITL as bench_serving computes it ------------------------------------------------

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 import redline.engine.transport as transport_mod
-from redline.engine import records as R
+from redline.engine import kstamp, records as R
 from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.config import EngineConfig
 from redline.engine.core import Engine
@@ -607,6 +607,33 @@ def _closes_idle(close_now: threading.Event, reset: bool):
         return True
 
     return handler
+
+
+@pytest.mark.server
+async def test_plain_http_reads_kernel_stamped_and_a_big_body_written_in_full():
+    """http:// on Linux goes through engine/kstamp.py's own socket transport: an 8 MB body (far
+    over the socket buffer: the write waits for the socket, the request for the drain) arrives
+    whole, the answer is read, and the connection is reused."""
+    size = 8 * 1024 * 1024
+    payload = bytes(range(256)) * (size // 256)
+
+    def handler(c, head, body, i):
+        ans = b"%d %d" % (len(body), sum(body[::4096]))
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ans), ans))
+        return True
+
+    with ThreadServer(handler) as srv:
+        client = lean()
+        try:
+            r = await client.post(srv.url + "/up", content=payload)
+            assert r.text == "%d %d" % (size, sum(payload[::4096]))
+            conns = list(client._transport._conns)
+            if kstamp.ENABLED:
+                assert [type(c.transport) for c in conns] == [kstamp.RawTransport]
+            assert (await client.get(srv.url + "/again")).status_code == 200
+            assert opened(client) == 1
+        finally:
+            await client.aclose()
 
 
 def _count_dropped(monkeypatch, force: bool | None = None) -> list[bool]:
