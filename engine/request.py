@@ -1,8 +1,9 @@
 """One streamed request, timed where its bytes arrive.
 
 One timestamp per socket read: every event completed by that read shares it (the bytes
-arrived together). The lean transport stamps each read in its protocol's data_received,
-before any parsing, and hands (stamp, bytes) to this module's per-read path (`_Stream.feed`)
+arrived together). The lean transport stamps each read with the kernel's receive time
+(plain http:// on Linux, engine/kstamp.py; else in its protocol's data_received, before any
+parsing) and hands (stamp, bytes) to this module's per-read path (`_Stream.feed`)
 from a loop callback (`_Body.pump`: no wake-up of the request's task per read), so a slow
 parse of one stream never delays another stream's timestamp; other transports get
 perf_counter() when the read reaches this loop. A read's tokens reach `on_tokens` in one call. TTFT ends at the first event with a token of any kind
