@@ -7,12 +7,14 @@ LATENCY_WINDOW_S = 10.0  # live TTFT/ITL/E2E percentiles: requests that ended in
 TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
-# One process's share of streams: above it, the burst of a server's decode step (one chunk to
-# every stream at once, read one after another) and the engine's own pauses put its ITL tail
-# several ms above the server's (benchmarks/itl_gap.py: C=256 +1.6-2.8 ms, 512 +8.8, 1024 +35-69
-# in one process; 512 and 1024 over 2 workers +4.8 and +5.8). `--workers auto` (the default)
-# gives each process at most this many; above it in one process the engine warns.
-STREAMS_PER_PROCESS = 256
+# One process's share of streams (engine/worker_count.py; benchmarks/itl_gap.py, README
+# "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/kstamp.py), one process
+# read ITL within 0.3 ms of the server's at C=512 and 1024 (2 cores); above, it may fall behind
+# its reads (C=4096 in one process received 89 % of what the sim sent). Stamped when the loop
+# reads (https://), the burst read one socket after another and the loop's pauses put its ITL
+# tail +1.6-2.8 ms above the server's at C=256, +4-9 at 512, +13-69 at 1024.
+STREAMS_PER_PROCESS = 1024
+STREAMS_PER_PROCESS_LOOP_STAMPED = 256
 
 # Steps
 MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not a step

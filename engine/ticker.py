@@ -27,7 +27,7 @@ from .telemetry.cap import CapDetector, cap_warning
 from .telemetry.client_health import ClientHealth, LoopLagMonitor
 from .telemetry.efficiency import total_power_w
 from .timeline import timeline_row
-from .worker_count import CROWDED_KEY, crowded, crowded_warning
+from .worker_count import CROWDED_KEY, crowded, crowded_warning, kernel_stamped
 
 if TYPE_CHECKING:
     from .engine_view import EngineView
@@ -48,6 +48,7 @@ class Ticker:
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
+        self._kernel: bool | None = None  # the load's reads carry the kernel's receive time (worker_count.py)
 
     # -- start / stop -------------------------------------------------------------------------
     def start_watching(self, tasks: list[asyncio.Task]) -> None:
@@ -125,10 +126,12 @@ class Ticker:
         e = self.e
         n = max(1, e.config.workers) if e.pool is not None else 1
         ev = e.events
-        if not crowded(e.in_flight, n):
+        if self._kernel is None:
+            self._kernel = kernel_stamped((t.target.url for t in e.targets), e.config.transport)
+        if not crowded(e.in_flight, n, self._kernel):
             ev.clear(CROWDED_KEY)
             return
-        text = crowded_warning(e.in_flight, n)
+        text = crowded_warning(e.in_flight, n, kernel=self._kernel)
         if ev.active(CROWDED_KEY):
             ev.hold(CROWDED_KEY, text, now)
         else:

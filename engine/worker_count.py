@@ -1,53 +1,71 @@
 """How many processes hold the load: `--workers auto` (the default), and the warning when
-one process holds more streams than it can stamp truly.
+one process holds more streams than it measures truly.
 
-One process reads a server's decode burst (a chunk to every stream at once) one chunk after
-another, and pauses for its own bookkeeping; above STREAMS_PER_PROCESS streams the last of
-a burst is stamped late enough to lift the ITL tail several ms above the server's own
-(benchmarks/itl_gap.py, README "Benchmarks"). Workers are fixed when the run starts, so
-`auto` sizes for the most the run is set to reach then; a load that grows past it later (a
-key, a search, the control API, a rate whose in-flight grows) is warned about while it lasts.
+How many streams one process holds truly depends on how its reads are stamped
+(engine/constants.py has the measurements). With the kernel's receive time (plain http:// on
+Linux with the lean transport, engine/kstamp.py) a stream's chunk keeps its arrival time however
+busy the loop is, and one process is good for STREAMS_PER_PROCESS (1024) streams; beyond, it may
+fall behind its reads. Stamped when the loop reads (https://, another transport, REDLINE_KSTAMP=0),
+a decode burst is read one socket after another between the loop's own pauses, and above
+STREAMS_PER_PROCESS_LOOP_STAMPED (256) the ITL tail reads several ms above the server's.
+Workers are fixed when the run starts, so `auto` sizes for the most the run is set to reach
+then; a load that grows past it later (a key, a search, the control API, a rate whose in-flight
+grows) is warned about while it lasts.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
-from .constants import STREAMS_PER_PROCESS
+from .constants import STREAMS_PER_PROCESS, STREAMS_PER_PROCESS_LOOP_STAMPED
 
 CROWDED_KEY = "crowded"  # the warning's key (engine/ticker.py raises it, holds it, clears it)
 
 
-def auto_workers(concurrency: int, cores: int | None = None) -> int:
-    """`--workers auto`: one process up to STREAMS_PER_PROCESS streams (256); above, one
-    worker per 256 streams, at most one per core, at least 1. The coordinator takes ~10 % of a
-    core (benchmarks/workers.py), so a worker on every core still pays: on 2 cores C=512 and
-    1024 read ITL +4.8 and +5.8 ms above the server's over 2 workers, against +8.8 and +35 to
-    +69 ms in one process (benchmarks/itl_gap.py)."""
+def kernel_stamped(urls: Iterable[str], transport: str) -> bool:
+    """Whether every read of a load on these targets carries the kernel's receive time."""
+    from . import kstamp
+
+    return kstamp.ENABLED and transport == "lean" and all(u.startswith("http://") for u in urls)
+
+
+def per_process(kernel: bool) -> int:
+    """The streams one process holds truly (see the module)."""
+    return STREAMS_PER_PROCESS if kernel else STREAMS_PER_PROCESS_LOOP_STAMPED
+
+
+def auto_workers(concurrency: int, cores: int | None = None, kernel: bool = True) -> int:
+    """`--workers auto`: one process up to per_process(kernel) streams; above, one worker per
+    that many, at most one per core, at least 1. The coordinator takes ~10 % of a core
+    (benchmarks/workers.py), so a worker on every core still pays: loop-stamped on 2 cores,
+    C=512 and 1024 read ITL +4.8 and +5.8 ms above the server's over 2 workers, against +8.8
+    and +35 to +69 ms in one process (benchmarks/itl_gap.py)."""
     cores = cores or os.cpu_count() or 1
-    return max(1, min(cores, -(-concurrency // STREAMS_PER_PROCESS)))
+    return max(1, min(cores, -(-concurrency // per_process(kernel))))
 
 
-def auto_reason(peak: int, n: int) -> str:
+def auto_reason(peak: int, n: int, kernel: bool = True) -> str:
     """Why auto chose n > 1 processes, for the start notice ("" for one)."""
     if n <= 1:
         return ""
-    return f"--workers auto: the run is set to reach {peak} in flight, at most {STREAMS_PER_PROCESS} per process"
+    return f"--workers auto: the run is set to reach {peak} in flight, at most {per_process(kernel)} per process"
 
 
-def crowded(in_flight: int, processes: int) -> bool:
-    """More streams per load process than one can stamp truly."""
-    return in_flight > STREAMS_PER_PROCESS * max(1, processes)
+def crowded(in_flight: int, processes: int, kernel: bool = True) -> bool:
+    """More streams per load process than one measures truly."""
+    return in_flight > per_process(kernel) * max(1, processes)
 
 
-def crowded_warning(in_flight: int, processes: int, cores: int | None = None) -> str:
+def crowded_warning(in_flight: int, processes: int, cores: int | None = None, kernel: bool = True) -> str:
     """One line for the screen, the log and the headless output: how crowded, what it does to
     the figures, and what would help (more workers at start, or more cores)."""
     per = -(-in_flight // max(1, processes))
     where = "one process" if processes <= 1 else f"{processes} worker processes ({per} each)"
-    text = (f"{in_flight} streams in {where}, over {STREAMS_PER_PROCESS} per process: "
-            "ITL's tail may read a few ms above the server's")
-    better = auto_workers(in_flight, cores)
+    effect = ("it may fall behind its reads" if kernel else
+              "ITL's tail may read a few ms high (reads stamped by the loop)")
+    text = f"{in_flight} streams in {where}, over {per_process(kernel)} per process: {effect}"
+    better = auto_workers(in_flight, cores, kernel)
     if better > processes:
         return f"{text}; --workers {better} at start splits it"
     return f"{text}; more workers need more cores than this machine's {cores or os.cpu_count() or 1}"

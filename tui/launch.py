@@ -93,13 +93,16 @@ def control(args: argparse.Namespace) -> tuple:
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> tuple[int, str]:
     """--workers N|auto as EngineConfig.workers, and in words why when auto (the default)
-    chose more than one process."""
+    chose more than one process: one per 1024 streams where the reads carry the kernel's
+    receive time (plain http://), one per 256 where the loop stamps them (https://)."""
     n = getattr(args, "workers", "auto") or "auto"
     if n != "auto":
         return int(n), ""
     peak = planned_peak(args, cfg, preset)
-    n = engine_api.auto_workers(peak)
-    return n, engine_api.auto_reason(peak, n)
+    urls = (cfg.url or "http://", *cfg.more_urls)  # BUILTIN_SIM: the sim listens on http://
+    kernel = engine_api.kernel_stamped(urls, cfg.transport)
+    n = engine_api.auto_workers(peak, kernel=kernel)
+    return n, engine_api.auto_reason(peak, n, kernel)
 
 
 def planned_peak(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> int:
