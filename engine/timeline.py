@@ -99,8 +99,9 @@ def timeline_row(
     if health is not None:
         row["client_cpu_pct"] = health.cpu_pct
         row["loop_lag_ms"] = health.loop_lag_ms
-        row["client_overloaded"] = health.overloaded if health.suspect is None else health.suspect
-        row["client_cause"] = health.cause
+        suspect = health.overloaded if health.suspect is None else health.suspect
+        row["client_overloaded"] = suspect
+        row["client_cause"] = health.cause if suspect else ""  # the second's, as client_overloaded
         row["machine_cpu_pct"] = health.machine_cpu_pct
         row["cpu_steal_pct"] = health.steal_pct
     for g in gpus:

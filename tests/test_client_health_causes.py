@@ -315,6 +315,7 @@ def test_one_stall_makes_its_own_second_suspect_not_the_whole_window():
     rows = [timeline_row(t_wall=0.0, interval_s=1.0, sec=Counter(), stats=LiveStats(), state="running", target_c=8,
                          in_flight=8, backing_off=0, server=None, health=s, gpus=[]) for s in samples]
     assert [r["client_overloaded"] for r in rows] == [False, True, False, False, False, False, False, False]
+    assert [r["client_cause"] for r in rows] == ["", "loop_blocked", "", "", "", "", "", ""]
     assert samples[3].cause == "loop_blocked" and samples[3].loop_lag_ms == 40.0  # the warning still holds
 
 
