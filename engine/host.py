@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import signal
 import threading
@@ -52,6 +53,8 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name="redline-engine", daemon=True)
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
         self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()  # one stop at a time: the app's quit (a thread) and a caller's
+        self._stop_asked = False
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the engine; re-raises its start-up error (bad URL, unreachable target)."""
@@ -82,15 +85,22 @@ class EngineThread:
         self._ready.set_result(None)
 
     def stop(self, reason: str = "quit", timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop all load and complete the log; safe to call twice."""
-        if self._stopped.is_set() or not self._thread.is_alive():
-            return
-        fut = asyncio.run_coroutine_threadsafe(self.engine.stop(reason), self._loop)
-        try:
-            fut.result(timeout=timeout)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=timeout)
+        """Stop all load and complete the log; safe to call twice, and from two threads at once
+        (the app quits on a thread of its own while its caller stops the host too): the first
+        stops the engine, the others wait for it. Before, a second stop could hand the engine
+        a stop coroutine as the first stopped its loop: never run, it timed out after `timeout`
+        and then met a closed loop (RuntimeError)."""
+        with self._stop_lock:
+            if self._stop_asked or self._stopped.is_set() or not self._thread.is_alive():
+                return
+            self._stop_asked = True
+            fut = asyncio.run_coroutine_threadsafe(self.engine.stop(reason), self._loop)
+            try:
+                fut.result(timeout=timeout)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop ended on its own meanwhile
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=timeout)
 
     @property
     def snapshot(self) -> Snapshot:

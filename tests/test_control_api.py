@@ -480,3 +480,33 @@ def test_stop_through_the_engine_process_ends_it(sim, tmp_path):
         h.stop()
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     assert meta["end_reason"].startswith("api stop from")
+
+
+def test_two_threads_stopping_the_host_at_once_both_return_and_the_log_is_complete(sim, tmp_path):
+    """The TUI's quit stops its host on a thread of its own while the code that made the host
+    stops it too (CI once saw the second stop wait 10 s on a coroutine the stopping loop never
+    ran, then fail on the closed loop): both return at once, without an error, and the session
+    ends once."""
+    import threading
+
+    h = start(sim.url, tmp_path / "session")
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            h.stop("quit")
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stop) for _ in range(3)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert time.monotonic() - t0 < 8.0  # an engine stop, not a 10 s time-out
+    meta = json.loads((tmp_path / "session" / "meta.json").read_text())
+    assert meta["end_reason"] == "quit" and meta["ended_at"]
+    h.stop("again")  # and once more afterwards: nothing
+    assert json.loads((tmp_path / "session" / "meta.json").read_text())["end_reason"] == "quit"
