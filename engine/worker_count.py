@@ -30,6 +30,10 @@ def kernel_stamped(urls: Iterable[str], transport: str) -> bool:
     return kstamp.ENABLED and transport == "lean" and all(u.startswith("http://") for u in urls)
 
 
+def _cores(cores: int | None) -> int:
+    return cores or os.cpu_count() or 1
+
+
 def per_process(kernel: bool) -> int:
     """The streams one process holds truly (see the module)."""
     return STREAMS_PER_PROCESS if kernel else STREAMS_PER_PROCESS_LOOP_STAMPED
@@ -41,8 +45,7 @@ def auto_workers(concurrency: int, cores: int | None = None, kernel: bool = True
     (benchmarks/workers.py), so a worker on every core still pays: loop-stamped on 2 cores,
     C=512 and 1024 read ITL +4.8 and +5.8 ms above the server's over 2 workers, against +8.8
     and +35 to +69 ms in one process (benchmarks/itl_gap.py)."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, min(cores, -(-concurrency // per_process(kernel))))
+    return max(1, min(_cores(cores), -(-concurrency // per_process(kernel))))
 
 
 def auto_reason(peak: int, n: int, kernel: bool = True) -> str:
@@ -68,4 +71,4 @@ def crowded_warning(in_flight: int, processes: int, cores: int | None = None, ke
     better = auto_workers(in_flight, cores, kernel)
     if better > processes:
         return f"{text}; --workers {better} at start splits it"
-    return f"{text}; more workers need more cores than this machine's {cores or os.cpu_count() or 1}"
+    return f"{text}; more workers need more cores than this machine's {_cores(cores)}"

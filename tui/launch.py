@@ -99,7 +99,7 @@ def worker_count(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | N
     if n != "auto":
         return int(n), ""
     peak = planned_peak(args, cfg, preset)
-    urls = (cfg.url or "http://", *cfg.more_urls)  # BUILTIN_SIM: the sim listens on http://
+    urls = ("http://127.0.0.1" if cfg.url == BUILTIN_SIM else cfg.url, *cfg.more_urls)  # the built-in sim: plain http
     kernel = engine_api.kernel_stamped(urls, cfg.transport)
     n = engine_api.auto_workers(peak, kernel=kernel)
     return n, engine_api.auto_reason(peak, n, kernel)
