@@ -26,7 +26,7 @@ from collections import deque
 from typing import Awaitable, Callable, Protocol
 
 from .arrivals import POISSON, Arrival, Schedule
-from .constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY
+from .constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
 
 RUNNING = "running"
 PAUSED = "paused"
@@ -273,8 +273,14 @@ class Controller(LoadControl):
             if self.open_loop:
                 await self._open_step()
                 continue
+            started = 0
             while not self.paused and not self.hold and len(self._tasks) < self.target and not self.stopped:
                 self._start(None, None)
+                started += 1
+                if started % SEND_BATCH == 0:
+                    # a rise of hundreds: the loop reads and writes between batches, so each
+                    # request goes out right after its send time is stamped (see SEND_BATCH)
+                    await asyncio.sleep(0)
             self._mark_settled()
             self._wake.clear()
             await self._wake.wait()
