@@ -18,7 +18,7 @@ structure tools that draw the import graph; the test checks that it and _EXPORTS
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from . import __version__
 

@@ -165,6 +165,22 @@ def test_the_startup_benchmark_answers_help():
     assert r.returncode == 0 and "--runs" in r.stdout
 
 
+def test_each_command_adds_its_options_when_it_is_parsed_or_its_help_printed(capsys):
+    """`redline --help` builds the top level only (tui/cli.py): a command's own options are
+    there when it is used, and an option given to the wrong command is still named."""
+    from redline.tui import cli
+
+    p = cli.build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    for name, flag in (("run", "--url"), ("run", "NAME|FILE"), ("export", "--format"), ("report", "--png"), ("preset-from", "--output")):
+        assert flag in sub.choices[name].format_help(), (name, flag)
+    assert cli.build_parser().parse_args(["report", "a", "b", "--no-plot"]).session_dirs == [Path("a"), Path("b")]
+    for argv, named in ((["--png", "x"], "an option of redline report"), (["--search"], "an option of redline run")):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2 and named in capsys.readouterr().err, argv
+
+
 # -- the first frame: the header and the footer; the body a frame later (tui/body.py) --------
 class SnapHost:
     """A host that serves one Snapshot (the app reads only host.snapshot and host.config)."""

@@ -8,15 +8,21 @@ Each command is an argparse subcommand whose `handler` default is its function; 
 is refused (one line, exit 2), as is an unknown command. Arguments are checked before any
 connection and before the built-in sim starts. Bad input: one line on stderr naming the
 value and what is accepted, exit 2. Target unreachable at the start: exit 3. No traceback.
-Textual is imported only when the TUI opens, so `--help` and headless runs stay fast.
+Textual is imported only when the TUI opens, so `--help` and headless runs stay fast; each
+command's own arguments are added when that command is parsed or its help printed (issue 26:
+`redline --help` builds and prints the top level only).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of `redline --help`)
+if TYPE_CHECKING:
+    from typing import Callable, NoReturn, Sequence
 
 from ..engine import api
 from ..engine.api import (
@@ -35,18 +41,45 @@ from . import commands
 from .errors import EXIT_BAD_INPUT, UsageError
 
 
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() reads it ($COLUMNS, else stdout's
+    terminal, else 80), without importing shutil (and with it zlib, bz2 and lzma)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, its width read without shutil (_columns)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but an error is one line (no usage dump) and exits 2.
 
     `add_arguments(parser)`, when given, adds the arguments the first time this parser
     parses or prints help: `redline sim` takes its options from engine/sim/serve.py, whose
-    aiohttp import would otherwise double the start-up of `redline --help` and every command.
+    aiohttp import would otherwise double the start-up of `redline --help` and every command;
+    the other commands' options are added the same way, so `redline --help` builds only what
+    it prints.
     """
 
-    def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+    def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 hints: bool = False, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # `--headles` is a typo, not --headless (README)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self._add_arguments = add_arguments
+        self.hints = hints  # its options are named in another parser's unknown-option error ("an option of ...")
         self._argv: list[str] = []
 
     def _complete(self) -> None:
@@ -83,6 +116,9 @@ class OneLineParser(argparse.ArgumentParser):
         for a in self._actions:
             if isinstance(a, argparse._SubParsersAction):
                 subs = dict(a.choices)
+        for p in subs.values():  # the commands whose options an error names ("it is an option of ...")
+            if isinstance(p, OneLineParser) and p.hints:
+                p._complete()
         parser: argparse.ArgumentParser = self
         for tok in self._argv:
             if tok == "--":
@@ -239,6 +275,36 @@ def _control_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--control-token-env", default=None, metavar="NAME", help="environment variable holding the control API's bearer token (every request then needs Authorization: Bearer TOKEN); never shown or logged")
 
 
+def _run_arguments(r: argparse.ArgumentParser) -> None:
+    r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
+    r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
+    r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
+    r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
+    r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
+    _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
+    _control_options(r)
+
+
+def _export_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("session_dir", type=Path)
+    e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
+    e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
+
+
+def _report_arguments(rp: argparse.ArgumentParser) -> None:
+    rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
+    rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
+    rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
+    rp.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write one self-contained interactive HTML page (needs the html extra)")
+    rp.add_argument("--gate", default=None, metavar="SPEC", help="CI conditions: with BASELINE CANDIDATE, changes such as tok_s>=-5%%,ttft_p99<=+10%%,knee>=-1step; absolute ones (knee>=64) on the last session; a failed one exits 4")
+    rp.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with --gate: also write its conditions as a JUnit XML report")
+
+
+def _preset_from_arguments(pf: argparse.ArgumentParser) -> None:
+    pf.add_argument("session_dir", type=Path)
+    pf.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="redline",
@@ -268,41 +334,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=commands.cmd_tui)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
-    r = sub.add_parser("run", help="run a preset, by name or file (TUI, or --headless)")
-    r.add_argument("preset", metavar="NAME|FILE", help="a built-in preset's name (redline presets lists them) or a preset TOML file")
-    r.add_argument("--headless", action="store_true", help="no TUI: print a line per step and a final table")
-    r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
-    r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
-    r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
-    _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
-    _control_options(r)
+    r = sub.add_parser("run", help="run a preset, by name or file (TUI, or --headless)", add_arguments=_run_arguments, hints=True)
     r.set_defaults(handler=commands.cmd_run)
 
     from .ctl import add_ctl_parser
 
-    add_ctl_parser(sub)
+    add_ctl_parser(sub, formatter_class=HelpFormatter)
 
     ps = sub.add_parser("presets", help="list the built-in presets with their descriptions")
     ps.set_defaults(handler=commands.cmd_presets)
 
-    e = sub.add_parser("export", help="export a session's tables with polars")
-    e.add_argument("session_dir", type=Path)
-    e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
-    e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
+    e = sub.add_parser("export", help="export a session's tables with polars", add_arguments=_export_arguments, hints=True)
     e.set_defaults(handler=commands.cmd_export)
 
-    rp = sub.add_parser("report", help="step tables, break results and saturation curves of one or more sessions")
-    rp.add_argument("session_dirs", type=Path, nargs="+", metavar="SESSION_DIR")
-    rp.add_argument("--png", type=Path, default=None, metavar="FILE", help="also write the saturation curves as a PNG (needs the png extra)")
-    rp.add_argument("--no-plot", action="store_true", help="tables only, no terminal curves")
-    rp.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write one self-contained interactive HTML page (needs the html extra)")
-    rp.add_argument("--gate", default=None, metavar="SPEC", help="CI conditions: with BASELINE CANDIDATE, changes such as tok_s>=-5%%,ttft_p99<=+10%%,knee>=-1step; absolute ones (knee>=64) on the last session; a failed one exits 4")
-    rp.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with --gate: also write its conditions as a JUnit XML report")
+    rp = sub.add_parser("report", help="step tables, break results and saturation curves of one or more sessions",
+                        add_arguments=_report_arguments, hints=True)
     rp.set_defaults(handler=commands.cmd_report)
 
-    pf = sub.add_parser("preset-from", help="write a preset that replays a session's concurrency timeline")
-    pf.add_argument("session_dir", type=Path)
-    pf.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    pf = sub.add_parser("preset-from", help="write a preset that replays a session's concurrency timeline",
+                        add_arguments=_preset_from_arguments, hints=True)
     pf.set_defaults(handler=commands.cmd_preset_from)
 
     s = sub.add_parser(

@@ -25,8 +25,8 @@ ENV_TOKEN = "REDLINE_CONTROL_TOKEN"
 TIMEOUT_S = 30.0
 
 
-def add_ctl_parser(sub) -> None:
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+def add_ctl_parser(sub, formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> None:
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS, formatter_class=formatter_class)
     common.add_argument("--control", metavar="URL", help=f"the control API: http://HOST:PORT, HOST:PORT or PORT (default ${ENV_URL})")
     common.add_argument("--control-token-env", metavar="NAME", help=f"environment variable holding the bearer token (default ${ENV_TOKEN} when set)")
     common.add_argument("--json", action="store_true", help="print the engine's JSON reply instead of one line")

@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ..engine import api as engine_api  # (`api` is the --api option here)
 
@@ -20,6 +20,8 @@ from .errors import UsageError
 
 DEFAULT_PROFILE = "healthy"
 if TYPE_CHECKING:
+    from typing import Iterator
+
     from ..engine.api import EngineConfig, Preset, WorkloadConfig
 
 BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
