@@ -107,22 +107,27 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "2-workers"])
 def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, tmp_path, workers):
-    """rate [8, 0.1] at cap 8 on a server finishing ~3.3 req/s: the 8 req/s step's backlog,
-    sent during the 0.1 req/s step, is the 8 req/s step's; the slow step counts only its own
+    """rate [16, 0.2] at cap 8 on a server finishing ~6.7 req/s: the 16 req/s step's backlog,
+    sent during the 0.2 req/s step, is the 16 req/s step's; the slow step counts only its own
     request; request_throughput is what the server finished. Worker processes hold the same
-    load: their sends are placed by intended time on the coordinator's clock."""
+    load: their sends are placed by intended time on the coordinator's clock.
+    The shape of time at half its length: the sim at half time scale (a 60-token answer 0.6 s,
+    4 slots: ~6.7 req/s, was 3.3), the rates doubled (16 and 0.2 req/s, were 8 and 0.1), the
+    warm-up and the steps halved (0.25 s, 2.5 s): the same counts (a backlog of ~23, ~16
+    completions in the fast step, at most one request in the slow one), in half the time."""
     sim = sim_factory("healthy", extra_args=("--set", "max_running_requests=4", "--set", "ceiling_tok_s=100000",
-                                             "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
+                                             "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0",
+                                             "--set", "time_scale=0.5"))
     d = {"workload": {"api": "chat", "input_len": 16, "output_len": 60},
-         "ramp": {"rate": [8, 0.1], "max_concurrency": 8, "arrival": "constant", "warmup_s": 0.5, "hold_s": 5,
-                  "min_requests": 1, "max_hold_s": 5},
+         "ramp": {"rate": [16, 0.2], "max_concurrency": 8, "arrival": "constant", "warmup_s": 0.25, "hold_s": 2.5,
+                  "min_requests": 1, "max_hold_s": 2.5},
          "after": {"probe_s": 0}}
     cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=60), out_dir=tmp_path / "s",
-                       live_steps=False, use_nvml=False, rate=8.0, arrival="constant", max_concurrency=8, workers=workers)
+                       live_steps=False, use_nvml=False, rate=16.0, arrival="constant", max_concurrency=8, workers=workers)
     outcome = run_preset_headless(cfg, parse_preset(d, "rate.toml"))
     records = httpx.get(sim.url + "/sim/requests", timeout=30).json()
     fast, slow = outcome.steps
-    assert fast.request_rate == 8 and slow.request_rate == 0.1
+    assert fast.request_rate == 16 and slow.request_rate == 0.2
     # at the close the fast step's own requests still queued or held are censored, not left
     # out: the slowest ranks are theirs
     assert fast.censored_ttft >= 5 and fast.p99_ttft_ms_bound
@@ -136,13 +141,13 @@ def test_open_loop_requests_belong_to_the_step_that_scheduled_them(sim_factory, 
     final_fast, final_slow = _summary_steps(tmp_path / "s")
     assert final_slow.requests_sent <= 2 and final_slow.requests_sent == req.filter((pl.col("step") == slow.index) & (pl.col("phase") == "measure")).height
     assert final_fast.requests_sent == fast_rows.filter(pl.col("phase") == "measure").height
-    # scheduled at 8/s over the window: sent, or held and given up when the run ended
+    # scheduled at 16/s over the window: sent, or held and given up when the run ended
     abandoned = final_fast.censored_ttft - fast_rows.filter((pl.col("phase") == "measure") & pl.col("ttft_ms").is_null()).height
-    assert abs(final_fast.requests_sent + abandoned - 8 * fast.duration_s) <= 2, (final_fast, abandoned)
+    assert abs(final_fast.requests_sent + abandoned - 16 * fast.duration_s) <= 2, (final_fast, abandoned)
     # request_throughput: completions per second in the window, as the sim counts them
     done = sum(1 for r in records if r["outcome"] == "completed" and fast.t_start <= r["t_end"] <= fast.t_start + fast.duration_s)
     assert fast.request_throughput == pytest.approx(done / fast.duration_s, rel=0.2)
-    assert fast.request_throughput < 4.5  # the server's ~3.3/s, not the 8/s sent
+    assert fast.request_throughput < 9  # the server's ~6.7/s, not the 16/s sent (both doubled with the time scale)
 
 
 def test_goodput_equals_throughput_when_every_request_meets_the_slo(sim_factory, tmp_path):

@@ -45,14 +45,16 @@ async def _true(v: bool) -> bool:
     [("healthy", 24), ("pp-capped", 24)],  # below the healthy cap; 3x above pp-capped's 8
 )
 async def test_throughput_matches_server_counters(sim_factory, profile, c):
-    sim = sim_factory(profile)
+    # the sim at half time scale, the fill and the window halved (0.75 s, 2 s; were 1.5 s, 4 s):
+    # the same tokens in the window at twice the rate
+    sim = sim_factory(profile, extra_args=("--set", "time_scale=0.5"))
     e = await started(sim.url, c, WorkloadConfig(input_len=32, output_len=64), telemetry=False)
     try:
         # a window of ~2100 (healthy) / ~520 (pp-capped) tokens: the two counts differ by the
         # tokens in transit at its two ends (one decode step's, 24 / 8 tokens), inside the 10 %
-        await asyncio.sleep(1.5)  # every slot filled
+        await asyncio.sleep(0.75)  # every slot filled
         s0, tok0, t0 = await state(sim.url), e.metrics.output_tokens_total, time.perf_counter()
-        await asyncio.sleep(4.0)
+        await asyncio.sleep(2.0)
         s1, tok1, t1 = await state(sim.url), e.metrics.output_tokens_total, time.perf_counter()
     finally:
         await e.stop()
@@ -63,7 +65,7 @@ async def test_throughput_matches_server_counters(sim_factory, profile, c):
 
 
 async def test_completed_and_failed_equal_server_counts(sim_factory):
-    sim = sim_factory("flaky", seed=3)
+    sim = sim_factory("flaky", seed=3, extra_args=("--set", "time_scale=0.25"))  # counts, not times: 150 ends sooner
     e = await started(sim.url, 32, WorkloadConfig(input_len=16, output_len=16), telemetry=False)
     try:
         await until(lambda: _true(e.metrics.completed + e.metrics.failed >= 150), 30.0)
@@ -133,7 +135,7 @@ async def test_set_concurrency_moves_server_running_within_1s(sim_factory):
 
 
 async def test_apis_report_the_same_tokens(sim_factory):
-    sim = sim_factory("healthy")
+    sim = sim_factory("healthy", extra_args=("--set", "time_scale=0.25"))  # tokens and their order, not their times
     client = make_client()
     prompt = "the quick brown fox jumps over the lazy dog " * 8
     got = {}
@@ -155,7 +157,7 @@ async def test_apis_report_the_same_tokens(sim_factory):
 
 
 async def test_merged_chunks_count_tokens_from_usage(sim_factory):
-    sim = sim_factory("healthy", extra_args=("--set", "tokens_per_chunk=4"))
+    sim = sim_factory("healthy", extra_args=("--set", "tokens_per_chunk=4", "--set", "time_scale=0.25"))  # counts, not times
     e = await started(sim.url, 2, WorkloadConfig(input_len=16, output_len=40), telemetry=False, calibrate=False)
     try:
         assert await until(lambda: _true(e.metrics.completed >= 4), 15.0) is not None

@@ -448,13 +448,15 @@ def test_rate_window_spans_ten_seconds_skips_idle_and_restarts():
 
 def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     """A step of a shared-prefix workload carries the hit rate the server's counters give over
-    it, and the timeline has it per second; a random workload's step shows none hit."""
+    it, and the timeline has it per second; a random workload's step shows none hit. The step
+    closes at 3 s (max_hold_s): the hit rate is the server's counters over the window, no
+    steady throughput needed (which held it STEADY_MIN_S = 4 s or more)."""
     from redline.engine.config import EngineConfig
     from redline.engine.preset import parse_preset
     from redline.engine.workload import WorkloadConfig
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))
-    preset = parse_preset({"ramp": {"concurrency": [8], "warmup_s": 1.0, "hold_s": 3.0, "min_requests": 4}}, "p.toml")
+    preset = parse_preset({"ramp": {"concurrency": [8], "warmup_s": 1.0, "hold_s": 3.0, "min_requests": 4, "max_hold_s": 3.0}}, "p.toml")
 
     def run(dataset: str, out):
         cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(dataset=dataset, input_len=200, output_len=16),

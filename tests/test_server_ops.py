@@ -297,9 +297,10 @@ def test_without_a_cache_report_rows_say_nothing(sim_factory, tmp_path):
 # -- speculative decoding and the server's own view ------------------------------------------
 def test_spec_accept_length_from_an_independent_sglang(tmp_path):
     """Done when: a server exposing sglang:spec_accept_length 2.75 gives steps 2.75; its
-    generation throughput and KV use sit beside the client's."""
+    generation throughput and KV use sit beside the client's. The step closes at 2.5 s
+    (max_hold_s): the figures are the server's gauges, no steady throughput needed."""
     with SglangLike(chunks=10, delay_s=0.02) as srv:
-        out, _ = asyncio.run(_run(_config(srv.url, tmp_path / "s"), _preset([2], hold_s=2.5)))
+        out, _ = asyncio.run(_run(_config(srv.url, tmp_path / "s"), _preset([2], hold_s=2.5, max_hold_s=2.5)))
     (s,) = _summary(tmp_path / "s")["steps"]
     assert s["spec_accept_length"] == 2.75
     assert s["server_gen_throughput"] == 123.5 and s["server_kv_usage"] == 0.25 and s["server_kv_usage_max"] == 0.25
@@ -308,9 +309,10 @@ def test_spec_accept_length_from_an_independent_sglang(tmp_path):
 
 def test_sim_speculative_decoding_chunks_carry_several_tokens(sim_factory, tmp_path):
     """The sim with an accept length of 2.75: the step reads about 2.75 from its gauge, and each
-    chunk carries several tokens (rows: fewer chunks than tokens)."""
+    chunk carries several tokens (rows: fewer chunks than tokens). The step closes at 3 s
+    (max_hold_s): the gauge and the rows, no steady throughput needed."""
     sim = sim_factory("healthy", extra_args=(*FAST, "--set", "spec_accept_length=2.75"))
-    asyncio.run(_run(_config(sim.url, tmp_path / "s"), _preset([4], hold_s=3.0, output_len=120)))
+    asyncio.run(_run(_config(sim.url, tmp_path / "s"), _preset([4], hold_s=3.0, max_hold_s=3.0, output_len=120)))
     (s,) = _summary(tmp_path / "s")["steps"]
     assert s["spec_accept_length"] == pytest.approx(2.75, abs=0.1)
     assert s["spec_acceptance_rate"] == pytest.approx(1.75 / 3, abs=0.05)
