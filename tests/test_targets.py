@@ -102,7 +102,8 @@ def test_load_splits_by_weight_and_counts_match_each_sim(sim_factory, tmp_path):
 
 
 def test_a_target_that_dies_is_marked_gone_and_the_others_carry_its_share(sim_factory, tmp_path):
-    a, b = sim_factory("healthy"), sim_factory("healthy")
+    # counts, not times: the sims at half time scale reach the 30 and 40 completions sooner
+    a, b = sim_factory("healthy", extra_args=("--set", "time_scale=0.5")), sim_factory("healthy", extra_args=("--set", "time_scale=0.5"))
     out = tmp_path / "s"
 
     async def go() -> tuple[Engine, int, int]:
