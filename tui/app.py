@@ -60,6 +60,7 @@ MODE_SWITCH_S = 2.0  # after `m`, the C / R keys wait this long at most for the 
 OPEN_LOOP = ("rate", "trace")  # the modes whose keys change R (a trace's: its speed factor)
 RATE_FLOOR = 0.1  # req/s: the lowest R that - and [ reach (c types any R > 0)
 WORKLOAD_REPLY_S = 15.0  # the workload form waits this long for the engine's answer
+BODY_CSS_PATH = Path(__file__).resolve().with_name("body.tcss")  # the body's styles (_read_body_css)
 
 
 class RedlineApp(App[int]):
@@ -177,7 +178,16 @@ class RedlineApp(App[int]):
     def _body_widgets(self) -> tuple[list, list, list]:
         from . import body
 
+        self._read_body_css()
         return body.widgets(self.compare)
+
+    def _read_body_css(self) -> None:
+        """The body's styles (body.tcss), read with its widgets: the first frame parses only
+        its own (redline.tcss). They come after those and style none of the same nodes."""
+        path = str(BODY_CSS_PATH)
+        if not self.stylesheet.has_source(path):
+            self.stylesheet.read(path)
+            self.stylesheet.parse()  # now: the rules map the next mount reads is built anew
 
     async def _mount_body(self) -> None:
         """The body, a frame after the header and the footer (body_after_first_frame)."""
