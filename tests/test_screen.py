@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import math
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -375,12 +376,18 @@ async def play(pilot, host: FakeHost, snaps: list[Snapshot]) -> None:
     # moves the log, which then scrolls to its end: a loaded machine needs more frames)
     # and until no table still owes its column widths (a DataTable lays them out on its next
     # Idle: CI once read a live row cut to its old width, '12' for '12.5/s*')
-    prev = None
-    for _ in range(20):
+    # (bounded by time, not by a count of frames: under load a frame can come and go before
+    # a table's Idle, and the parallel lane once read '12' after 20 frames; three frames in a
+    # row must agree)
+    prev, agreed = None, 0
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
         await pilot.wait_for_scheduled_animations()
         await pilot.pause()
         cur = screen_lines(app)
-        if cur == prev and not any(t._updated_cells or t._require_update_dimensions for t in app.query(DataTable)):
+        settled = cur == prev and not any(t._updated_cells or t._require_update_dimensions for t in app.query(DataTable))
+        agreed = agreed + 1 if settled else 0
+        if agreed >= 2:
             break
         prev = cur
 
