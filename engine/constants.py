@@ -43,9 +43,10 @@ DEFAULT_TRANSPORT = "lean"
 # A closed loop that rises by hundreds starts this many requests per loop turn. A request's
 # send time is stamped when its task first runs (as bench_serving stamps before its POST); its
 # bytes leave a few loop turns later (connect, then write). Started all at once, the 1016 new
-# requests of 8 -> 1024 in one process each ran ~0.7 ms first, so the first bytes left 0.5-0.9 s
-# after their stamps and those TTFTs read that much high; 8 a turn: 34 ms median, 100 ms at
-# most, and the last of them out sooner (benchmarks/send_burst.py).
+# requests of 8 -> 1024 in one process each ran ~0.7 ms first, so their bytes left a median of
+# 0.3-0.65 s (at most 0.9 s) after their stamps and those TTFTs read that much high; 8 a turn:
+# 55-93 ms median (benchmarks/send_burst.py, README "Benchmarks"), the rise itself slower
+# (1.5-3 s against 0.6-1 s on 2 cores: reads go on between batches).
 SEND_BATCH = 8
 ABORT_WAIT_S = 2.0  # how long abort() waits for cancelled requests to unwind
 ERROR_BODY_BYTES = 2000  # how much of an error response body is read for its text
