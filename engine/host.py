@@ -180,9 +180,19 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
         stop.set()
 
     engine.on_stop_request = on_stop_request
-    try:
-        await engine.start()
-    except BaseException as exc:
+    # a SIGTERM during the start (a target that never answers, the parent's reap after its start
+    # timeout) ends the start: nothing waits for a start to finish before stopping its load
+    starting = asyncio.ensure_future(engine.start())
+    halted = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((starting, halted), return_when=asyncio.FIRST_COMPLETED)
+    halted.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await engine.stop(reason[0])
+        _send(conn, ("error", "EngineError", f"the engine's start was stopped ({reason[0]})"))
+        return
+    if (exc := starting.exception()) is not None:
         await engine.stop("start failed")
         conn.send(("error", exc.__class__.__name__, str(exc)))
         return
@@ -221,6 +231,9 @@ def _send(conn: Connection, msg: tuple) -> None:
         conn.send(msg)
     except (OSError, EOFError, BrokenPipeError):
         pass  # the parent is gone; the pipe EOF path stops us
+
+
+EXITED = "EngineExited"  # the kind the reader gives a start whose process ended; start() names the code
 
 
 class EngineError(RuntimeError):
@@ -276,6 +289,8 @@ class EngineProcess:
             raise EngineError("EngineError", f"the engine did not start within {timeout:g} s") from None
         except EngineError as exc:
             self._proc.join(STOP_TIMEOUT_S)
+            if exc.kind == EXITED:  # the code only now: this thread alone reaps the child
+                raise EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})") from None
             from .session import SessionError
             from .target import TargetError, TargetUnreachable
 
@@ -311,7 +326,10 @@ class EngineProcess:
                 fut.set_exception(EngineError("EngineError", "engine process exited"))
         self._pending.clear()
         if not self._ready.done():
-            self._ready.set_exception(EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})"))
+            # not self._proc.exitcode here: reading it reaps the child (waitpid), and a reap in
+            # this thread raced start()'s own (reap() after a start timeout): the loser's waitpid
+            # got ECHILD and is_alive() read True for a process already gone (seen under load)
+            self._ready.set_exception(EngineError(EXITED, "engine process exited"))
 
     @property
     def snapshot(self) -> Snapshot:
