@@ -371,5 +371,7 @@ def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
         with pytest.raises(EngineError, match=r"did not start within 1\.5 s"):
             host.start(timeout=1.5)
         assert not host._proc.is_alive()
-        # it stopped itself on the SIGTERM (its start cancelled, its load stopped), not killed 3 s on
-        assert host._proc.exitcode == 0
+        # ended by the SIGTERM, not killed 3 s on: its start cancelled and its load stopped (0), or
+        # the signal's own default if it came before the child had imported the engine (-15:
+        # under load, CI's spawn and imports can take longer than the 1.5 s start limit)
+        assert host._proc.exitcode in (0, -signal.SIGTERM), host._proc.exitcode
