@@ -102,6 +102,7 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
     the window is steady, up to max_hold_s. Returns (result, server gone)."""
 
     acc.min_completed = min_requests
+    acc.steady_min_s = plan.steady_min_s
 
     def done(now: float, el: float) -> bool:
         return el >= plan.hold_s and (el >= max_hold_s or (acc.completed >= min_requests and (not need_steady or acc.steady(now))))
@@ -311,7 +312,7 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     t0 = time.perf_counter()
     book = engine.book
     while (c := search.next()) is not None:
-        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c), turnover=True)
+        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c), turnover=True, steady_min_s=r.steady_min_s)
         label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
         res, gone = await _step(engine, plan, label, preset)
         if gone:

@@ -120,6 +120,7 @@ class StepAccumulator:
         self.foreign_ended = 0
         self.level_index = index  # the first step of this run of steps at one load
         self.min_completed = 0  # steady needs this many own completions by the close (the runner's min_requests)
+        self.steady_min_s = STEADY_MIN_S  # ... and this many whole measured seconds (the runner's plan)
         # its window
         self.out_tokens = 0
         self.per_second: list[float] = []  # output tokens in each second of the window
@@ -412,14 +413,15 @@ class StepAccumulator:
 
     def steady(self, now: float) -> bool:
         """The window's two halves produced tokens at rates within STEADY_TOLERANCE, over
-        at least STEADY_MIN_S whole seconds (silent ones count), and the step completed the
-        own requests it was asked for (`min_completed`) by its close: a step closed at
-        max_hold_s short of them is never called steady on figures it does not have."""
+        at least `steady_min_s` whole seconds (STEADY_MIN_S unless its plan says; never under
+        2; silent ones count), and the step completed the own requests it was asked for
+        (`min_completed`) by its close: a step closed at max_hold_s short of them is never
+        called steady on figures it does not have."""
         done = self._completed_at_close if self._completed_at_close is not None else self.completed
         if done < self.min_completed:
             return False
         full = self.seconds(now)
-        if len(full) < STEADY_MIN_S:
+        if len(full) < max(2, self.steady_min_s):
             return False
         h = len(full) // 2
         a, b = sum(full[:h]) / h, sum(full[h : 2 * h]) / h

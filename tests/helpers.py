@@ -494,6 +494,15 @@ def raw_server(handler):
         t.join(5)
 
 
+def steady_in(preset, seconds: int):
+    """`preset` with its steps called steady on `seconds` whole measured seconds instead of
+    STEADY_MIN_S (4): for a search on a sim whose decode steps are 10-25 ms, where 2 s hold
+    80-200 of them (RampSpec.steady_min_s; the halves must still agree within 10 %)."""
+    import dataclasses
+
+    return dataclasses.replace(preset, ramp=dataclasses.replace(preset.ramp, steady_min_s=seconds))
+
+
 def run_preset_headless(cfg, preset):
     """Start an Engine on `cfg`, run `preset` on it as `redline run --headless` does, stop it
     (the session log complete); returns the RunOutcome."""

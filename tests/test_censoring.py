@@ -24,7 +24,7 @@ from redline.engine.sim.truth import window_truth
 from redline.engine.stepresult import StepResult
 from redline.engine.workload import WorkloadConfig
 
-from helpers import finish, run_preset_headless, start_headless
+from helpers import finish, run_preset_headless, start_headless, steady_in
 
 # 4 running at a time, one decode step 10 ms whatever the batch, at half time scale (the
 # shape of time, not its length): a 200-token answer takes ~1 s
@@ -218,7 +218,7 @@ def test_search_on_a_server_still_scaling_names_no_knee(sim_factory, tmp_path):
          "stop": {"plateau_gain": 0.05}}
     cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=40), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False)
-    out = run_preset_headless(cfg, parse_preset(d, "s.toml"))
+    out = run_preset_headless(cfg, steady_in(parse_preset(d, "s.toml"), 2))  # points of ~2.5 s, not 4.5
     assert out.search["knee_concurrency"] is None, out.search
     assert out.search["knee_reason"] == "still rising at max C=64"
     assert out.search["points"][:4] == [8, 16, 32, 64]

@@ -17,7 +17,7 @@ from redline.engine.slo import Slo, SloError, parse_slo
 from redline.engine.stepresult import StepResult
 from redline.engine.workload import WorkloadConfig
 
-from helpers import run_preset_headless, until
+from helpers import run_preset_headless, steady_in, until
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
@@ -80,12 +80,14 @@ def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory,
 
 
 def _search_preset(start, top, slo=None, out_len=24, **ramp):
+    """Points of 2 s: each called steady on 2 whole seconds (of ~200 decode steps on FAST),
+    not STEADY_MIN_S = 4 (tests/helpers.py steady_in)."""
     d = {"workload": {"input_len": 16, "output_len": out_len},
          "ramp": {"mode": "search", "start": start, "max": top, "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "resolution": 0.1, **ramp},
          "stop": {"plateau_gain": 0.05}}
     if slo:
         d["slo"] = slo
-    return parse_preset(d, "search.toml")
+    return steady_in(parse_preset(d, "search.toml"), 2)
 
 
 def test_search_finds_the_pp_capped_cap_for_both_answers(sim_factory, tmp_path):

@@ -160,3 +160,28 @@ def test_an_unsteady_clear_gain_is_grown_on_below_max_and_looked_at_again_at_max
     assert s.next() is None
     r = s.result(1.0)
     assert r.knee_concurrency is None and r.knee_reason == "still rising at max C=32" and r.points == [8, 16, 32, 32]
+
+
+def test_a_step_is_steady_only_after_its_plans_whole_seconds_and_never_under_two():
+    """STEADY_MIN_S (4) whole measured seconds by default; a plan may ask for fewer (a test on a
+    sim whose decode steps are short) but never under 2, which is one second a half; the halves
+    must still agree; and the number reaches every step a ramp plans."""
+    import dataclasses
+
+    from redline.engine.constants import STEADY_MIN_S
+
+    book = StepBook(Clock.now(), on_result=lambda r: None)
+    acc = book.open_step(8, "measure", t=100.0)
+    acc.per_second = [500.0] * 3
+    assert STEADY_MIN_S == 4 and not acc.steady(103.5)  # 3 whole seconds of 4
+    acc.steady_min_s = 2
+    assert acc.steady(103.5)
+    assert not acc.steady(101.5)  # one whole second: not even with 2 asked
+    acc.steady_min_s = 1
+    assert not acc.steady(101.5)  # never under 2
+    acc.steady_min_s = 2
+    acc.per_second = [500.0, 200.0]
+    assert not acc.steady(102.5)  # halves apart: not steady however short the window
+    ramp = parse_preset({"ramp": {"concurrency": [4, 8], "hold_s": 2}}, "r.toml").ramp
+    assert [p.steady_min_s for p in ramp.steps()] == [STEADY_MIN_S] * 2
+    assert [p.steady_min_s for p in dataclasses.replace(ramp, steady_min_s=2).steps()] == [2, 2]

@@ -37,7 +37,9 @@ def test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process(sim_
     sim = sim_factory("healthy")
     out = tmp_path / "s"
     preset = parse_preset(
-        {"ramp": {"concurrency": [4, 10], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 8, "max_hold_s": 6.0},
+        # each step closes at 2.5 s (max_hold_s): the test counts requests and recomputes
+        # percentiles, it needs no steady window (which held each step STEADY_MIN_S = 4 s)
+        {"ramp": {"concurrency": [4, 10], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 8, "max_hold_s": 2.5},
          "workload": {"input_len": 16, "output_len": 12}},
         "w.toml",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..constants import STEADY_MIN_S
 from ..guard import GuardSpec
 from ..slo import Slo
 
@@ -75,6 +76,7 @@ class StepPlan:
     # a knee search's point: the warm-up ends at turnover (every request in flight when the
     # load began, sent at another load, has ended) or after warmup_s, whichever comes first
     turnover: bool = False
+    steady_min_s: int = STEADY_MIN_S  # whole measured seconds before the step can be called steady
 
     @property
     def label(self) -> str:
@@ -129,11 +131,14 @@ class RampSpec:
     # replay mode: which steps were C=1 probes (`a` inside the session): each aborts what is
     # in flight before it, as the original did, where a plain C=1 step would let it drain in
     probes: tuple[bool, ...] | None = None
+    # whole measured seconds a step needs before it can be called steady (engine/steps.py):
+    # not a preset key; a program (a test on a sim sped up by its time_scale) may shorten it
+    steady_min_s: int = STEADY_MIN_S
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""
         if self.speed is not None:
-            return [StepPlan(0, self.warmup_s, self.hold_s, 0, self.max_hold_s, speed=x) for x in self.speed]
+            return [StepPlan(0, self.warmup_s, self.hold_s, 0, self.max_hold_s, speed=x, steady_min_s=self.steady_min_s) for x in self.speed]
         if self.durations_s is not None:
             rates = self.rate or (0.0,) * len(self.durations_s)
             probes = self.probes or (False,) * len(self.durations_s)
@@ -142,9 +147,9 @@ class RampSpec:
                 for c, d, r, p in zip(self.concurrency, self.durations_s, rates, probes)
             ]
         if self.rate is not None:
-            return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r) for r in self.rate]
+            return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r, steady_min_s=self.steady_min_s) for r in self.rate]
         return [
-            StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s)
+            StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, steady_min_s=self.steady_min_s)
             for c in self.concurrency
         ]
 
