@@ -96,6 +96,7 @@ TIMING = frozenset({
     "test_engine_telemetry.py::test_client_lag_warning_when_the_loop_stalls",
     "test_load_shapes.py::test_a_trace_replays_at_its_recorded_times_over_speed",
     "test_load_shapes.py::test_the_sim_sees_poisson_arrivals_at_the_rate",  # arrival gaps' CV at the sim
+    "test_load_shapes.py::test_ttft_counts_from_the_intended_send_time_when_the_cap_holds_sends",  # the sim's TTFT + the wait, within 15 ms
     "test_step_truth.py::test_timeline_rows_cover_one_second_under_a_busy_loop",
     "test_find_limit.py::test_search_finds_the_healthy_knee",
     "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",

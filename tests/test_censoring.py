@@ -186,7 +186,9 @@ def test_streams_that_stall_then_drop_stay_out_of_itl(sim_factory, tmp_path, wor
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001",
                                              "--set", "disconnect_rate=0.5", "--set", "disconnect_stall_s=0.4"))
     d = {"workload": {"input_len": 16, "output_len": 40},
-         "ramp": {"concurrency": [8], "warmup_s": 0.5, "hold_s": 4, "min_requests": 8, "max_hold_s": 8},
+         # the step closes at 3 s (max_hold_s): its streams are never steady (half of them
+         # drop), and nothing here reads steadiness; ~0.5 s requests on 8 slots stall dozens
+         "ramp": {"concurrency": [8], "warmup_s": 0.5, "hold_s": 3, "min_requests": 8, "max_hold_s": 3},
          "after": {"probe_s": 0}}
     cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=40), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False, workers=workers)
