@@ -44,7 +44,9 @@ def test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims
     clock agrees: no request sent before a point opened was still running when it measured."""
     sim = sim_factory("healthy", extra_args=FAST)
     preset = parse_preset({"workload": {"input_len": 16, "output_len": 24},
-                           "ramp": {"mode": "search", "start": 4, "max": 16, "warmup_s": WARMUP_S, "hold_s": 1.0, "min_requests": 4},
+                           # each point closes at 1.5 s (max_hold_s), never steady (that needs 4 s)
+                           "ramp": {"mode": "search", "start": 4, "max": 16, "warmup_s": WARMUP_S, "hold_s": 1.0, "min_requests": 4,
+                                    "max_hold_s": 1.5},
                            "stop": {"plateau_gain": 0.05}}, "turnover.toml")
     cfg = EngineConfig(url=sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=24), out_dir=tmp_path / "s",
                        live_steps=False, use_nvml=False)
