@@ -132,7 +132,8 @@ class RampSpec:
     # in flight before it, as the original did, where a plain C=1 step would let it drain in
     probes: tuple[bool, ...] | None = None
     # whole measured seconds a step needs before it can be called steady (engine/steps.py):
-    # not a preset key; a program (a test on a sim sped up by its time_scale) may shorten it
+    # not a preset key; a program may shorten it (a test on a sim whose decode steps are 10-25
+    # ms, where 2 s hold a hundred or more of them: tests/helpers.py steady_in)
     steady_min_s: int = STEADY_MIN_S
 
     def steps(self) -> list[StepPlan]:
