@@ -21,7 +21,6 @@ example on a loaded machine is not a failure (pytest-timeout bounds every test).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from hypothesis import settings
 from textual import _wait as textual_wait
 
 from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
+from redline.tui.run_app import usable_cores
 
 # Re-exported for the modules that import them from here.
 from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401
@@ -149,7 +149,7 @@ SERVER_WORKERS_PER_CORE = 2
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()  # the cores this process may run on, as the app reads them
     expr = " ".join((config.getoption("markexpr", "") or "").split())
     only_servers = "server" in expr and "not server" not in expr and "not timing" in expr
     return cores * SERVER_WORKERS_PER_CORE if only_servers else cores
