@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .fmt import ms, num, rate, step_ms
     from .guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
+    from .loop import wait_within
     from .preset import (
         Preset,
         PresetError,
@@ -86,6 +87,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".fmt": ("ms", "num", "rate", "step_ms"),
     ".guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
+    ".loop": ("wait_within",),
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".runner": ("RunOutcome", "execute", "run_preset"),

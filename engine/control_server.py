@@ -43,6 +43,7 @@ from . import commands as C
 from .control import MAX_BODY, ControlAddress
 from .control_status import status_of, step_of
 from .control_wire import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
+from .loop import wait_within
 from .prom import CONTENT_TYPE, PromMetrics
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ class ControlServer:
                     beat = time.monotonic()
                     await resp.write("".join(out).encode())
                 try:
-                    await asyncio.wait_for(self._closing.wait(), SSE_POLL_S)
+                    await wait_within(self._closing.wait(), SSE_POLL_S)
                 except asyncio.TimeoutError:
                     pass
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):

@@ -30,7 +30,7 @@ from .child import reap, spawn_child
 from .constants import TRACE_FEED_AHEAD_S
 from .controller import TRACE, LoadControl
 from .histogram import LogHistogram
-from .loop import read_pipe
+from .loop import read_pipe, wait_within
 from .records import RequestRecord
 from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
 from .worker_msgs import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
@@ -116,7 +116,7 @@ class WorkerPool(LoadControl):
         for i, conn in enumerate(self._conns):
             read_pipe(conn, loop, lambda msg, i=i: on_msg(i, msg), name=f"redline-worker-{i}-reports")
         try:
-            await asyncio.wait_for(ev.wait(), READY_TIMEOUT_S)
+            await wait_within(ev.wait(), READY_TIMEOUT_S)
         except TimeoutError:
             raise RuntimeError(f"--workers {self.n}: only {len(ready)} worker processes started within {READY_TIMEOUT_S:.0f} s") from None
 
@@ -131,7 +131,7 @@ class WorkerPool(LoadControl):
         fut = self._ask(STOP)
         if fut is not None:
             try:
-                replies = await asyncio.wait_for(fut, STOP_TIMEOUT_S)
+                replies = await wait_within(fut, STOP_TIMEOUT_S)
                 n = sum(r.n for r in replies if isinstance(r, Done))
             except TimeoutError:
                 pass
@@ -194,7 +194,7 @@ class WorkerPool(LoadControl):
         if fut is None:
             return 0
         try:
-            replies = await asyncio.wait_for(fut, SYNC_TIMEOUT_S * 2)
+            replies = await wait_within(fut, SYNC_TIMEOUT_S * 2)
         except TimeoutError:
             return 0
         return sum(r.n for r in replies if isinstance(r, Done))
@@ -206,7 +206,7 @@ class WorkerPool(LoadControl):
         fut = self._ask(FLUSH)
         if fut is not None:
             try:
-                await asyncio.wait_for(fut, SYNC_TIMEOUT_S)
+                await wait_within(fut, SYNC_TIMEOUT_S)
             except TimeoutError:
                 self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 

@@ -25,6 +25,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from .loop import wait_within
 from .pool import STOP_TIMEOUT_S, SYNC_TIMEOUT_S, WorkerPool, _with_index
 from .target import TargetUnreachable
 from .worker import FLUSH_S, WorkerSpec
@@ -113,7 +114,7 @@ class RayPool(WorkerPool):
 
         self._pg = placement_group([{"CPU": 1}] * self.n, strategy="SPREAD")
         try:
-            await asyncio.wait_for(self._pg.ready(), READY_TIMEOUT_S)
+            await wait_within(self._pg.ready(), READY_TIMEOUT_S)
         except TimeoutError:
             raise RayUnavailable(f"--workers {self.n}: the Ray cluster did not grant {self.n} CPUs within {READY_TIMEOUT_S:.0f} s") from None
         cls = _actor_class()
@@ -121,7 +122,7 @@ class RayPool(WorkerPool):
             cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)).remote()
             for i in range(self.n)
         ]
-        nodes = await asyncio.wait_for(asyncio.gather(*(a.start.remote(_with_index(spec, i)) for i, a in enumerate(self._actors))), READY_TIMEOUT_S)
+        nodes = await wait_within(asyncio.gather(*(a.start.remote(_with_index(spec, i)) for i, a in enumerate(self._actors))), READY_TIMEOUT_S)
         for st, node in zip(self.states, nodes):
             st.node = node
         self._conns = self._actors  # the base class counts workers by their channels
@@ -178,7 +179,7 @@ class RayPool(WorkerPool):
         if self.stopped:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(self._take_all("flush")), SYNC_TIMEOUT_S)  # late: still applied
+            await wait_within(asyncio.shield(self._take_all("flush")), SYNC_TIMEOUT_S)  # late: still applied
         except TimeoutError:
             self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 
@@ -193,7 +194,7 @@ class RayPool(WorkerPool):
                 return 0
             calls = asyncio.gather(*(self._call(i, getattr(self._actors[i], method).remote()) for i in alive))
             try:
-                res = await asyncio.wait_for(asyncio.shield(calls), timeout)
+                res = await wait_within(asyncio.shield(calls), timeout)
             except TimeoutError:
                 self.engine.warn(f"workers: {method} took over {timeout:g} s; their last reports may be missing", key="worker sync")
                 return 0

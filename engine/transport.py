@@ -47,6 +47,7 @@ import httptools
 import httpx
 
 from . import kstamp
+from .loop import wait_within
 from .lean_tls import dropped as _dropped, ssl_context
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
@@ -324,7 +325,7 @@ class _Conn(asyncio.Protocol):
         if self.write_paused:
             self.drain = self.loop.create_future()
             try:
-                await asyncio.wait_for(self.drain, timeout)
+                await wait_within(self.drain, timeout)
             except asyncio.TimeoutError:
                 raise httpx.WriteTimeout(f"request not sent within {timeout:g} s") from None
             finally:
@@ -548,7 +549,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         coro = (kstamp.open_connection(loop, host, port, conn) if ctx is None and kstamp.ENABLED  # kernel-stamped reads
                 else loop.create_connection(lambda: conn, host, port, ssl=ctx, server_hostname=host if ctx else None))
         try:
-            await asyncio.wait_for(coro, timeout)
+            await wait_within(coro, timeout, late=_close_connected)
         except asyncio.TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port}: no answer within {timeout:g} s") from None
         except ssl.SSLError as exc:  # the cause stays chained: request.py reads it
@@ -597,3 +598,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
             idle = self._idle.get(conn.key)
             if idle and conn in idle:
                 idle.remove(conn)
+
+
+def _close_connected(result: Any) -> None:
+    """A connection that opened after its request was cancelled: close it (kstamp's transport,
+    or create_connection's (transport, protocol))."""
+    (result[0] if isinstance(result, tuple) else result).close()

@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from redline.engine.session import export_session, read_table
 
-from helpers import ROOT, redline_command, sim_running as running, sim_state, start_headless, wait_for, write_preset
+from helpers import ROOT, finish, redline_command, sim_running as running, sim_state, start_headless, wait_for, write_preset
 
 SECRET = "sk-redline-test-5ecret-0f-the-day"
 
@@ -40,6 +41,7 @@ def test_signal_stops_load_and_completes_log(healthy_sim, tmp_path, sig):
             proc.kill()
     assert rc == 128 + sig.value
     assert took < 5
+    assert f"stopped by {sig.name}; all load stopped, session saved in {out}" in proc.stderr.read()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["ended_at"] and meta["end_reason"] == f"signal {sig.name}"
     events = read_table(out, "events")
@@ -50,6 +52,26 @@ def test_signal_stops_load_and_completes_log(healthy_sim, tmp_path, sig):
     assert reqs.height == st["received"]
     assert (reqs["status"] == "ok").sum() == st["completed"]
     assert (reqs["status"] == "cancelled").sum() == st["aborted"]
+
+
+def test_a_signal_while_the_engine_starts_says_nothing_was_recorded(tmp_path):
+    """A server that accepts and never answers: the engine is still starting (no session
+    directory yet) when SIGTERM comes. The exit must not point at a session that is not there."""
+    out = tmp_path / "s"
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.settimeout(20)
+        proc = start_headless(f"http://127.0.0.1:{silent.getsockname()[1]}", long_preset(tmp_path), out)
+        try:
+            conn, _ = silent.accept()  # the engine's first look at the server: it is starting
+            os.kill(proc.pid, signal.SIGTERM)
+            rc, _, err = finish(proc, 20)
+            conn.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert rc == 128 + signal.SIGTERM, err
+    assert "nothing recorded (stopped before the session began)" in err, err
+    assert "session saved" not in err and not out.exists()
 
 
 def test_sigkill_loses_at_most_the_last_second(healthy_sim, tmp_path):

@@ -537,7 +537,7 @@ class RedlineApp(App[int]):
         """Send the change; the engine's error as one line, or None once it took it."""
         fut = self.command(C.SetWorkload(change))
         try:
-            await asyncio.wait_for(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
+            await api.wait_within(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
         except asyncio.TimeoutError:
             self.notify("workload change sent; the engine has not confirmed it yet", severity="warning")
             return None
@@ -612,7 +612,7 @@ class RedlineApp(App[int]):
     async def _start_with_workload(self, preset: Preset, change) -> None:
         fut = self.command(C.SetWorkload(change))
         try:
-            await asyncio.wait_for(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
+            await api.wait_within(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
         except asyncio.TimeoutError:
             self.notify(f"preset {preset.name}: the engine has not confirmed its workload ({change.describe()}); not started", severity="error")
             return

@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from .launch import checked_config, running_target
+from .launch import checked_config, running_target, session_saved
 
 if TYPE_CHECKING:
     from ..engine.api import Preset
@@ -40,20 +40,21 @@ def cmd_tui(args: argparse.Namespace) -> int:
     return _tui(args, cfg, preset=None)
 
 
-async def _start_engine(engine, futures: list) -> int | None:
+async def _start_engine(engine, futures: list, caught: list) -> int | None:
     """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
-    exit status when the target or the session refuses, else None."""
+    exit status when the target or the session refuses, else None. A signal (in `caught`)
+    that cancelled the start is a CancelledError here even where the cancelled connection
+    surfaced as a failure (httpx can turn a cancelled read into a timeout): not "unreachable"."""
     import asyncio
 
     try:
         futures.append(asyncio.ensure_future(engine.start()))
         await futures[-1]
-    except (api.TargetError, api.SessionError) as exc:
+    except (api.TargetError, api.SessionError, api.TargetUnreachable) as exc:
+        if caught:
+            raise asyncio.CancelledError from None
         _err(str(exc))
-        return EXIT_BAD_INPUT
-    except api.TargetUnreachable as exc:
-        _err(str(exc))
-        return EXIT_UNREACHABLE
+        return EXIT_UNREACHABLE if isinstance(exc, api.TargetUnreachable) else EXIT_BAD_INPUT
     return None
 
 
@@ -88,7 +89,7 @@ async def _held(cfg) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            refused = await _start_engine(engine, starting)
+            refused = await _start_engine(engine, starting, caught)
             if refused is not None:
                 return refused
         except asyncio.CancelledError:
@@ -105,7 +106,7 @@ async def _held(cfg) -> int:
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
     if caught:
-        print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
+        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
     if engine.steps or engine.probe_result is not None:
         print()
@@ -213,7 +214,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
         loop.add_signal_handler(sig, on_signal, sig)
     out = None
     try:
-        refused = await _start_engine(engine, work)
+        refused = await _start_engine(engine, work, caught)
         if refused is not None:
             return refused
         if cfg.insecure:
@@ -242,7 +243,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
     if caught:
-        print(f"redline: stopped by {caught[0].name}; all load stopped, session saved in {cfg.out_dir}", file=sys.stderr)
+        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
     if out is None:  # the API stopped it, or took over from the preset: the steps recorded
         from ..engine.api import RunOutcome

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
 
 
+def session_saved(out_dir: Path | None) -> str:
+    """What an exit says of the session log: where it is, or that none began (a signal
+    while the engine was still starting: no directory was made, nothing was recorded)."""
+    if out_dir is not None and Path(out_dir).is_dir():
+        return f"session saved in {out_dir}"
+    return "nothing recorded (stopped before the session began)"
+
+
 def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> EngineConfig:
     """Every user value checked, and the EngineConfig built from them, before any connection
     or sim process. Its url is BUILTIN_SIM when the built-in sim is to be started."""

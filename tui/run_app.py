@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
-from .launch import BUILTIN_SIM, running_target
+from .launch import BUILTIN_SIM, running_target, session_saved
 
 if TYPE_CHECKING:
     from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot
@@ -79,7 +79,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         return start_failed(host.error)
     if caught:  # a signal before the app was up: the app stopped the load for it, exit as for a signal
         return 128 + caught[0].value
-    print(f"redline: session saved in {host.config.out_dir}")
+    print(f"redline: {session_saved(host.config.out_dir)}")
     return EXIT_OK
 
 
@@ -138,7 +138,7 @@ def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset, compar
         app.run()
     finally:
         host.stop(app.exit_reason)
-    print(f"redline: session saved in {cfg.out_dir}")
+    print(f"redline: {session_saved(cfg.out_dir)}")
     return EXIT_OK
 
 
