@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from .workload_change import KEYS as WORKLOAD_KEYS
     from .workload_change import MAX_LEN as WORKLOAD_MAX_LEN
     from .workload_change import WorkloadChange
-    from .worker_count import auto_reason, auto_workers, kernel_stamped
+    from .worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
 
 # modules given whole: name -> module (relative to this package)
 _MODULES: dict[str, str] = {"commands": ".commands"}
@@ -103,7 +103,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
     ".workload": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload_change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
-    ".worker_count": ("auto_reason", "auto_workers", "kernel_stamped"),
+    ".worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),
 }
 
 

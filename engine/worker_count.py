@@ -30,8 +30,17 @@ def kernel_stamped(urls: Iterable[str], transport: str) -> bool:
     return kstamp.ENABLED and transport == "lean" and all(u.startswith("http://") for u in urls)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset),
+    else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def _cores(cores: int | None) -> int:
-    return cores or os.cpu_count() or 1
+    return cores or usable_cores()
 
 
 def per_process(kernel: bool) -> int:
@@ -41,7 +50,7 @@ def per_process(kernel: bool) -> int:
 
 def auto_workers(concurrency: int, cores: int | None = None, kernel: bool = True) -> int:
     """`--workers auto`: one process up to per_process(kernel) streams; above, one worker per
-    that many, at most one per core, at least 1. The coordinator takes ~10 % of a core
+    that many, at most one per usable core, at least 1. The coordinator takes ~10 % of a core
     (benchmarks/workers.py), so a worker on every core still pays: loop-stamped on 2 cores,
     C=512 and 1024 read ITL +4.8 and +5.8 ms above the server's over 2 workers, against +8.8
     and +35 to +69 ms in one process (benchmarks/itl_gap.py)."""

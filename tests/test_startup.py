@@ -23,7 +23,7 @@ import pytest
 
 import redline.engine.host
 import redline.tui.run_app as run_app
-from redline.engine import commands as C
+from redline.engine import commands as C, worker_count
 from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
 from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
@@ -337,7 +337,7 @@ def test_a_sim_that_does_not_start_stops_the_engine_launched_beside_it(fake, mon
 @pytest.mark.parametrize("cores, at_once", [(2, False), (8, True)])
 def test_the_engine_waits_for_the_first_frame_on_a_small_machine(fake, monkeypatch, cores, at_once):
     cfg, _ = fake
-    monkeypatch.setattr(run_app, "usable_cores", lambda: cores)
+    monkeypatch.setattr(worker_count, "usable_cores", lambda: cores)
     monkeypatch.setattr(run_app, "FRAME_WAIT_S", 60.0)  # no launch for want of a frame during the test
     drawn = threading.Event()
     host = run_app.StartingHost(cfg, argparse.Namespace(), drawn=drawn)

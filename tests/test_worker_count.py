@@ -6,9 +6,12 @@ to the cores; and a warning, on screen and in the log, while one process holds m
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
+from redline.engine import worker_count
 from redline.engine.worker_count import auto_workers, crowded, crowded_warning, kernel_stamped
 
 
@@ -61,7 +64,7 @@ def _config(argv: list[str], monkeypatch, cores: int = 16):
     from redline.tui import cli
     from redline.tui.launch import checked_config
 
-    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    monkeypatch.setattr(worker_count, "usable_cores", lambda: cores)
     args = cli.build_parser().parse_args(argv)
     args.argv = ["redline", *argv]
     preset = None
@@ -103,6 +106,15 @@ def test_auto_sizes_for_the_most_the_run_is_set_to_reach(argv, workers, reach, p
         assert cfg.workers_why == f"--workers auto: the run is set to reach {reach} in flight, at most {per} per process"
 
 
+def test_auto_counts_the_cores_this_process_may_run_on():
+    """taskset or a container's cpuset leaves fewer cores than the machine has: auto counts
+    those (a worker per core of the machine would share one core)."""
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from redline.engine.worker_count import auto_workers, usable_cores; print(usable_cores(), auto_workers(8192))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["1", "1"], out.stderr
+
+
 def test_auto_stays_within_the_cores(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert _config(["run", "doubling", "--url", "https://example.invalid"], monkeypatch, cores=2).workers == 2
@@ -118,7 +130,7 @@ def test_a_run_over_256_in_flight_is_split_by_default_and_warned_of_in_one_proce
     from redline.engine import kstamp
     from redline.tui import cli
 
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr(worker_count, "usable_cores", lambda: 2)
     monkeypatch.setattr(kstamp, "ENABLED", False)  # as REDLINE_KSTAMP=0: this process's reads
     preset = tmp_path / "p.toml"
     preset.write_text('name = "p"\n[workload]\ninput_len = 16\noutput_len = 32\n'

@@ -19,7 +19,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import gc
-import os
 import signal
 import sys
 import threading
@@ -90,13 +89,6 @@ def collect_again() -> None:
     of its later walks (gc.freeze) once the screen is up."""
     gc.freeze()
     gc.enable()
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def on_a_terminal() -> bool:
@@ -208,7 +200,7 @@ class StartingHost:
         spare); it imports the engine while the sim starts, and is handed its config when the
         sim listens."""
         try:
-            if usable_cores() < CORES_TO_START_AT_ONCE:
+            if api.usable_cores() < CORES_TO_START_AT_ONCE:
                 self._wait_drawn()
             host = api.EngineProcess(self.config, url_later=True)
             host.launch()
