@@ -79,6 +79,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from redline.engine.log_histogram import quantile  # the engine's own: linear, numpy's default  # noqa: E402
+
 MODEL = "itl-gap-server"
 WORDS = [" the", " a", " of", " model", " token", " and", " to", " in", " server", " is", " load", " it"]
 
@@ -533,18 +535,6 @@ def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, wor
     finally:
         host.stop("benchmark done")
     return json.loads(result.read_text()), busy, engine_cpu
-
-
-def quantile(xs_sorted: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    n = len(xs_sorted)
-    if n == 0:
-        return None
-    pos = q * (n - 1)
-    i = int(pos)
-    if i + 1 >= n:
-        return xs_sorted[-1]
-    return xs_sorted[i] + (xs_sorted[i + 1] - xs_sorted[i]) * (pos - i)
 
 
 def step_figure(session: Path) -> tuple[float | None, float | None, float | None, int]:

@@ -11,7 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
+
+from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted([*ROOT.glob("benchmarks/*.py"), *ROOT.glob("docs/*.py")])
@@ -71,7 +74,13 @@ def test_screens_stops_on_sigterm_and_leaves_the_pictures(tmp_path):
     p = subprocess.Popen([sys.executable, str(ROOT / "docs" / "screens.py"), "--out", str(tmp_path), "--only", "80x24"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        time.sleep(8)  # the sim, the engine process and the app are up
+        # the sim and the engine process are up (two children), then a moment for the app
+        def both_up() -> bool:
+            kids = [c for c in psutil.Process(p.pid).children() if "resource_tracker" not in " ".join(c.cmdline())]
+            return len(kids) >= 2
+
+        assert wait_for(both_up, 30), "screens.py never started its sim and engine"
+        time.sleep(2)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
     finally:
