@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 transport for httpx: asyncio.Protocol + httptools (llhttp) on the running loop.
 
-httpx stays the API (AsyncClient, timeouts, headers, errors); this replaces only the part that
-moves bytes, because that part is what costs CPU per streamed token (measured for the design; httpx's own
-transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us on uvloop).
+httpx stays the API (AsyncClient, timeouts, headers, errors); this replaces only the part that moves
+bytes, the part that costs CPU per streamed token (httpx's own transport ~117 us a token at C=256, a
+bare Protocol on httptools ~13 us, ~9 us on uvloop).
 
 - One keep-alive pool per (scheme, host, port), no connection cap (the engine's concurrency
   is the cap). Idle connections are reused newest first; one idle longer than
@@ -30,7 +30,8 @@ transport ~117 us per token at C=256, a bare Protocol on httptools ~13 us, ~9 us
   RemoteProtocolError when the server closes before the response is complete (or sends
   something that is not HTTP), ReadError when the connection is reset.
 - Closing a response before its end (cancellation, an error body read in part) closes the
-  connection, so the server sees the client leave at once and can free the request.
+  connection, so the server sees the client leave at once and can free the request; a cancel
+  while connecting is never lost (engine/loop.py wait_within).
 
 Nothing here knows about SSE or LLMs.
 """
@@ -47,8 +48,8 @@ import httptools
 import httpx
 
 from . import kstamp
-from .loop import wait_within
 from .lean_tls import dropped as _dropped, ssl_context
+from .loop import wait_within
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 
@@ -549,7 +550,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         coro = (kstamp.open_connection(loop, host, port, conn) if ctx is None and kstamp.ENABLED  # kernel-stamped reads
                 else loop.create_connection(lambda: conn, host, port, ssl=ctx, server_hostname=host if ctx else None))
         try:
-            await wait_within(coro, timeout, late=_close_connected)
+            # one that opens after its request's cancel is closed (kstamp's, or (transport, protocol))
+            await wait_within(coro, timeout, late=lambda r: (r[0] if isinstance(r, tuple) else r).close())
         except asyncio.TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port}: no answer within {timeout:g} s") from None
         except ssl.SSLError as exc:  # the cause stays chained: request.py reads it
@@ -580,8 +582,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         conn.waiter = None
         reusable = conn.complete and conn.exc is None and conn.keep_alive and not conn.closed and not self._closed
         if not reusable:
-            self._discard(conn)
-            return
+            return self._discard(conn)
         conn._reset()
         conn.idle_since = conn.loop.time()
         self._idle.setdefault(conn.key, []).append(conn)
@@ -595,12 +596,5 @@ class LeanTransport(httpx.AsyncBaseTransport):
         """connection_lost: drop it from the sets (an idle one the server closed too)."""
         self._conns.discard(conn)
         if not conn.active:
-            idle = self._idle.get(conn.key)
-            if idle and conn in idle:
+            if conn in (idle := self._idle.get(conn.key, ())):
                 idle.remove(conn)
-
-
-def _close_connected(result: Any) -> None:
-    """A connection that opened after its request was cancelled: close it (kstamp's transport,
-    or create_connection's (transport, protocol))."""
-    (result[0] if isinstance(result, tuple) else result).close()
