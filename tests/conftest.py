@@ -10,7 +10,8 @@ a port the OS picks (port 0), so workers never collide; a module whose module-sc
 is a long run (or the local Ray cluster) stays on one worker. .ci/run has three parts: the tests
 that start no server (`-m 'not server and not timing'`, one worker a core), those that do
 (`-m 'server and not timing'`, SERVER_WORKERS_PER_CORE a core: they mostly wait on the sims'
-real time), then the `timing` tests, which measure the machine's own timing, alone. `slow`
+real time), then the `timing` tests, which measure the machine's own timing, by themselves
+(one worker a core; one that fails beside another runs again alone, and that verdict counts). `slow`
 marks the few long end-to-end tests (kept in CI; `-m 'not slow'` for a quick pass).
 
 Hypothesis: the `ci` profile (the default) runs each fuzzer's examples as sized by
@@ -90,7 +91,8 @@ SLOW = frozenset({
 # Tests that measure the machine's own timing (event-loop lag, wall-clock accuracy of sends and
 # timeline rows, latencies checked against the sim's clock, a knee read off a measured curve):
 # beside other tests on the same cores they read the other tests' load, as redline should.
-# Marked `timing` here; .ci/run runs them alone, after the parallel run of the others.
+# Marked `timing` here; .ci/run runs them after the others, by themselves (one worker a core:
+# they mostly wait on their sims), and one that fails beside another again, alone.
 TIMING_FIXTURES = frozenset({"capped_run"})  # tests/test_step_truth.py: one run read by its tests
 TIMING = frozenset({
     "test_engine_telemetry.py::test_client_lag_warning_when_the_loop_stalls",
@@ -117,7 +119,7 @@ _TIMING_FILES = frozenset(t.split("::")[0] for t in TIMING)
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
-    """`-m timing` (.ci/run's second part, alone on the machine) collects only the modules that
+    """`-m timing` (.ci/run's last part, by itself on the machine) collects only the modules that
     can hold a timing test: a module named in TIMING, or one that uses a TIMING_FIXTURES
     fixture or writes `mark.timing` itself. Collecting the other ~50 (assertion rewriting and
     imports, ~8 s on 2 cores) only to deselect them is time the serial part waits for. Any
