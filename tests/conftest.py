@@ -106,6 +106,9 @@ TIMING = frozenset({
     "test_workers.py::test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process",
     "test_headless.py::test_healthy_breaks_by_plateau_near_saturation",  # the sim's samples on time
     "test_censoring.py::test_streams_that_stall_then_drop_stay_out_of_itl",  # ITL max < 100 ms
+    # a sim at a quarter time scale: its arrivals within 0.5 s of the sends, TTFTs within 20 %
+    # of its clock (beside the server part at two workers a core its loop fell 0.83 s behind)
+    "test_censoring.py::test_after_a_drain_the_overload_step_holds_the_servers_truth",
     "test_trace_workers.py::test_a_trace_over_two_workers_sends_every_row_once_at_its_time",  # rows within 25 ms
     "test_trace_workers.py::test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once",
     "test_control_api.py::test_tui_shows_an_api_change_within_one_frame",  # one frame: 0.25 s
