@@ -74,10 +74,6 @@ MODULE_FIXTURES = frozenset({"compare_runs", "results", "capped_run", "ray_head"
 SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/test_compare.py: two headless runs
 SLOW = frozenset({
     "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",
-    # a closing figure against the log's stamps: a request whose last byte arrived just before
-    # the close but was read after it (a loop behind, at two workers a core) is the record's,
-    # not the close's (66 for 67 once in CI); test_step_truth's shared run checks the same here
-    "test_find_limit.py::test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo",
     "test_find_limit.py::test_search_finds_the_healthy_knee",
     "test_find_limit.py::test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo",
     "test_find_limit.py::test_a_guard_drops_the_load_when_the_fragile_server_starts_failing",
