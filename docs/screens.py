@@ -36,8 +36,11 @@ async def shoot(profile: str, size: tuple[int, int], script: list[tuple[float, t
             host.start()
             try:
                 app = RedlineApp(host, step=8)
+                # a signal stops this script, not the app: the app's handlers (installed as it
+                # mounts) call this script's, and this script's are taken back once it is up
+                app._on_signal = _STOP[0]
                 async with app.run_test(size=size) as pilot:
-                    _take_signals()  # the app installs its own quit handlers: this script stops instead
+                    _take_signals()
                     for wait, keys in script:
                         await pilot.pause(wait)
                         if keys:
