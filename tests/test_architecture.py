@@ -242,3 +242,15 @@ def test_the_knee_search_preset_is_built_by_the_engine():
         workload = wl
 
     assert search_preset(8, 256, Config) == p  # the `k` key asks the engine for it
+
+
+def test_no_module_waits_with_asyncio_wait_for():
+    """asyncio.wait_for (Python 3.10, 3.11) drops a cancel that lands as the awaited thing
+    finishes: a request cancelled while connecting waited out its read timeout. Every wait with
+    a limit goes through engine/loop.py wait_within (tests/test_transport.py shows the loss)."""
+    calls = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "wait_for" and isinstance(node.value, ast.Name) and node.value.id == "asyncio":
+                calls.append(f"{name}:{node.lineno}")
+    assert calls == [], f"asyncio.wait_for in {calls}: use wait_within (engine/loop.py)"
