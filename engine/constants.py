@@ -6,6 +6,7 @@ RATE_WINDOW_S = 3.0  # live tok/s, req/s, errors/s: tokens that arrived in this 
 LATENCY_WINDOW_S = 10.0  # live TTFT/ITL/E2E percentiles: requests that ended in this window
 TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
+CLOSE_CATCH_UP_TURNS = 6  # a step's close lets the loop turn this often first: a socket read, its delivery, the request's end
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
 # One process's share of streams (engine/worker_count.py; benchmarks/itl_gap.py, README
 # "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/kstamp.py), one process

@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from .constants import CLOSE_CATCH_UP_TURNS
 from .controller import CONCURRENCY, RATE
 from .stepresult import StepResult
 from .steps import StepAccumulator
@@ -88,12 +89,18 @@ class LiveSteps:
     async def close_step(self, acc: StepAccumulator) -> StepResult:
         """Close a driver's step now (with workers: once they reported what came before)."""
         e = self.e
-        now = time.perf_counter()
-        if e.pool is not None:
-            acc.close(now)
-            await e.pool.sync()
-        else:
+        if e.pool is None:
+            # first, what the kernel holds: read, delivered and ended on the loop's next turns
+            # (a loop behind its reads would close on requests that had in truth answered);
+            # then the close, with no turn of the loop (no send) between it and its result
+            for _ in range(CLOSE_CATCH_UP_TURNS):
+                await asyncio.sleep(0)
+            now = time.perf_counter()
             e.recorder.harvest_all()
+            return e.book.close_step(acc, now)
+        now = time.perf_counter()
+        acc.close(now)
+        await e.pool.sync()  # the workers' reports of what came before now (an end after it waits, late)
         return e.book.close_step(acc, now)
 
     async def settle(self) -> None:

@@ -196,13 +196,15 @@ class StepBook:
     def close_step(self, acc: StepAccumulator, now: float | None = None) -> StepResult:
         now = now or time.perf_counter()
         acc.close(now)
+        res = acc.result(now)
+        acc.took_closing()
         if acc in self.open:
             self.open.remove(acc)
             if acc.outstanding:
                 self.pending.append(acc)
         if self.current is acc:
             self.current = None
-        return acc.result(now)
+        return res
 
     def record(self, res: StepResult) -> None:
         self._recorded.add(res.index)

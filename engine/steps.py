@@ -149,7 +149,9 @@ class StepAccumulator:
         self._held_t: list[float] = []  # intended send times of own sends still held at the cap
         self._stuck_ttft: list[float] = []  # cancelled own requests with no first token: their age then
         self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
-        self._completed_at_close: int | None = None
+        self._completed_at_close: int | None = None  # what the closing result counted (steady)
+        self._late: list[RequestRecord] = []  # own ends stamped after the close, read before its result
+        self._reported = False  # the closing result is taken: later ends came in late
         self.stuck_missed = 0  # cancelled own requests that had already missed an SLO bound
         self.ended_after_close = 0  # own requests that ended after the close (their truth came late)
 
@@ -187,7 +189,18 @@ class StepAccumulator:
             self.t0 = t  # closed during warm-up: an empty window
         if self.t_end is None:
             self.t_end = t
-            self._completed_at_close = self.completed
+
+    def took_closing(self) -> None:
+        """The closing result is taken (StepBook.close_step): what it counted stays the
+        close's (steady's count), and the ends it left out, stamped after the close though read
+        before the result was taken (the loop or a worker's report caught up), now count, late."""
+        if self._reported:
+            return
+        self._reported = True
+        self._completed_at_close = self.completed
+        late, self._late = self._late, []
+        for rec in late:
+            self.on_end(rec)
 
     def owns(self, rec: RequestRecord) -> bool:
         return rec.step == self.index and rec.phase not in NOT_OWN
@@ -318,10 +331,13 @@ class StepAccumulator:
             if not self.warmup_on_first and self._before_end(t_end):
                 self._warmup_done(t_end)
             return
-        own = self._own.pop(rec.rid, None)
-        if own is None:
+        if rec.rid not in self._own:
             return
-        if self.closed:
+        if self.t_end is not None and not self._reported and t_end > self.t_end:
+            self._late.append(rec)  # after the close by its stamp: outstanding in the closing result
+            return
+        del self._own[rec.rid]
+        if self._reported:
             self.ended_after_close += 1
         if rec.cached_tokens is not None and rec.input_tokens > 0:
             self.cached_reports += 1
@@ -435,7 +451,7 @@ class StepAccumulator:
         seen, c_ttft, c_e2e = [], list(self._stuck_ttft), list(self._stuck_e2e)
         for rec in self._own.values():
             age = now - rec.t_start
-            if rec.t_first is not None:
+            if rec.t_first is not None and rec.t_first <= now:
                 seen.append(rec.t_first - rec.t_start)
             else:
                 c_ttft.append(age)

@@ -287,3 +287,35 @@ def test_a_step_the_probe_aborts_keeps_its_itl_and_censors_its_ends(sim_factory,
     assert c16.median_itl_ms is not None and c16.median_itl_ms == pytest.approx(20, rel=0.5)
     assert c16.median_e2e_latency_ms_bound and c16.censored_e2e == c16.requests_sent
     assert c16.median_ttft_ms is not None and not c16.median_ttft_ms_bound
+
+
+def test_a_close_while_the_loop_is_behind_counts_the_answers_that_had_arrived(sim_factory, tmp_path, monkeypatch):
+    """The loop is busy for 0.3 s as each step ends (a client short of CPU): the answers that
+    arrive meanwhile wait in the kernel, stamped with their arrival. The close reads them
+    first, so each closing result counts every own request whose last byte arrived by its
+    close, as the log's stamps say (it used to close on them as still in flight)."""
+    import time
+
+    from redline.engine.live_steps import LiveSteps
+
+    close = LiveSteps.close_step
+
+    async def behind(self, acc):
+        time.sleep(0.3)  # the loop held: no read, no callback
+        return await close(self, acc)
+
+    monkeypatch.setattr(LiveSteps, "close_step", behind)
+    sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.005", "--set", "decode_per_seq_s=0"))
+    preset = parse_preset({"workload": {"input_len": 16, "output_len": 16},
+                           "ramp": {"concurrency": [8, 16], "warmup_s": 0.3, "hold_s": 1.0, "min_requests": 1, "max_hold_s": 1.0},
+                           "after": {"probe_s": 0}}, "behind.toml")
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=16), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    out = run_preset_headless(cfg, preset)
+    req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
+    assert len(out.steps) == 2
+    for s in out.steps:
+        own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
+        by_close = own.filter((pl.col("status") == "ok") & (pl.col("t_send") + pl.col("e2e_ms") / 1000 <= s.t_start + s.duration_s + 1e-5))
+        assert s.completed == by_close.height, (s.concurrency, s.completed, by_close.height)
+        assert s.censored_e2e == s.requests_sent - s.completed - s.failed

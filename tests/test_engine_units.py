@@ -332,3 +332,40 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     da, db = ra.metrics._itl, rb.metrics._itl
     assert {s.sec: sorted(s.vals) for s in da._secs} == {k: sorted(v) for k, v in truth.items()}
     assert sorted(v for s in db._secs for v in s.vals) == sorted(v for s in da._secs for v in s.vals)
+
+
+def test_a_closing_result_holds_what_ended_by_the_close_by_its_stamps():
+    """A step closes at t=10 with three own requests in flight. Before its result is taken the
+    engine reads two ends (a worker's report, a loop catching up): one stamped 9.5 (before the
+    close: the closing result counts it) and one stamped 10.4 (after: it stays outstanding,
+    censored at its age at the close, and counts only once the result is taken, as late).
+    The third ends at 12. The record then holds all three, two of them late."""
+    from redline.engine.records import Clock
+    from redline.engine.stepbook import StepBook
+
+    book = StepBook(Clock.now(), on_result=lambda r: None)
+    acc = book.open_step(3, "measure", 5.0)
+    recs = [RequestRecord(rid=i, phase="measure", step=acc.index, concurrency=3, t_send=6.0) for i in (1, 2, 3)]
+    for r in recs:
+        r.t_first = 6.2
+        book.on_send(r)
+
+    def end(r: RequestRecord, t: float) -> None:
+        r.t_end = t
+        r.chunk_times, r.chunk_tokens = [6.2, t], [1, 1]
+        r.output_tokens = 2
+        book.on_end(r)
+
+    acc.close(10.0)
+    end(recs[0], 9.5)
+    end(recs[1], 10.4)  # read before the result, stamped after the close
+    closing = book.close_step(acc, 10.0)
+    assert (closing.requests_sent, closing.completed, closing.censored_e2e, closing.ended_after_close) == (3, 1, 2, 0)
+    assert closing.median_e2e_latency_ms_bound and not closing.final
+    assert closing.p99_e2e_latency_ms == pytest.approx(4000.0)  # the censored: their age at the close, 4 s
+    assert acc.completed == 2 and acc.ended_after_close == 1  # counted now, late
+    end(recs[2], 12.0)
+    book.record(closing)
+    final = book.steps[-1]
+    assert (final.completed, final.ended_after_close, final.censored_e2e, final.final) == (3, 2, 0, True)
+    assert final.p99_e2e_latency_ms == pytest.approx(5968.0)  # of 3.5, 4.4 and 6.0 s (linear): the truth
