@@ -96,6 +96,11 @@ class StepResult:
     # redline's own timings were suspect during the step's measured window (a second with a
     # client-health cause: its CPU, its loop held, the machine busy): engine/session/writer.py
     client_limited: bool = False
+    # verdicts (engine/verdicts.py): why the throughput rules (plateau, collapse) could not
+    # judge this step ("not steady: ..."), None when they could; and a period shorter than a
+    # step (MIN_LIVE_STEP_S) kept as its own row, marked short
+    unjudged: str | None = None
+    short: bool = False
 
     @property
     def load(self) -> str:
