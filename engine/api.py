@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .control import ControlError, check_control
     from .controller import ConcurrencyError, check_concurrency
     from .core import Engine
+    from .estimate import estimate as estimate_run
     from .fmt import ms, num, rate, step_ms
     from .guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from .target import TargetError, TargetUnreachable, validate_url
     from .targets import WeightsError, parse_weights
     from .trace import TraceError, builtin_traces, load_trace, resolve_trace
+    from .verdicts import Knee, knee_from_summary, summary_knee
     from .workload import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
     from .workload_change import KEYS as WORKLOAD_KEYS
     from .workload_change import MAX_LEN as WORKLOAD_MAX_LEN
@@ -84,6 +86,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".control": ("ControlError", "check_control"),
     ".controller": ("ConcurrencyError", "check_concurrency"),
     ".core": ("Engine",),
+    ".estimate": ("estimate_run=estimate",),
     ".fmt": ("ms", "num", "rate", "step_ms"),
     ".guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
@@ -101,6 +104,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".target": ("TargetError", "TargetUnreachable", "validate_url"),
     ".targets": ("WeightsError", "parse_weights"),
     ".trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
+    ".verdicts": ("Knee", "knee_from_summary", "summary_knee"),
     ".workload": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload_change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),

@@ -19,7 +19,8 @@ STREAMS_PER_PROCESS_LOOP_STAMPED = 256
 
 # Steps
 MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not a step
-STEADY_TOLERANCE = 0.10  # halves of a step within 10 % of each other = steady state
+STEADY_TOLERANCE = 0.10  # a steady step's two halves give tok/s within 10 % of each other (no drift)
+STEADY_MAX_SE = 0.05  # ... and the standard error of its per-second tok/s is within 5 % of their mean
 STEADY_MIN_S = 4  # a step needs this many whole measured seconds to be judged steady
 NOISE_SIGMAS = 2.0  # plateau/collapse margin: this many standard errors of the steps' tok/s
 KNEE_MIN_STEPS = 3  # no knee is named on fewer steps ...

@@ -19,7 +19,7 @@ def status_of(engine: Any, url: str = "") -> dict:
     }
     if s.goodput_req_s is not None:
         live["goodput_req_s"] = round(s.goodput_req_s, 4)
-        live["goodput_tok_s"] = round(s.goodput_tok_s or 0.0, 3)
+        live["goodput_tok_s"] = None if s.goodput_tok_s is None else round(s.goodput_tok_s, 3)
     for name, p in (("ttft", s.ttft_ms), ("itl", s.itl_ms), ("e2e", s.e2e_ms)):
         for q in ("p50", "p90", "p99"):
             v = (p or {}).get(q)
@@ -45,7 +45,7 @@ def status_of(engine: Any, url: str = "") -> dict:
         "load": engine.load_text,
         "elapsed_s": round(s.elapsed_s, 3),
         **live,
-        "timeline_row": s.row,
+        "timeline_row": {k: v for k, v in (s.row or {}).items() if not k.startswith("goodput_")},  # one goodput per reply: the live one above
         "step": step_of(engine, step),
         "steps_recorded": len(s.steps),
         "preset": {"running": s.preset_running, "progress": s.preset},

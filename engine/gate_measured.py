@@ -11,6 +11,7 @@ from typing import Any
 from .fmt import BOUND
 from .gate_conditions import Condition, Figure
 from .slo import Slo
+from .verdicts import meets_slo
 from .stepresult import StepResult
 
 
@@ -83,36 +84,17 @@ class GateSession:
 
     # the session figures
     def knee(self) -> Measured:
-        search = self.summary.get("search")
-        if isinstance(search, dict):
-            rate = search.get("knee_rate") is not None or bool(search.get("rates"))
-            v = search.get("knee_rate") if rate else search.get("knee_concurrency")
-            kind = "R" if rate else "C"
-            if v is not None:
-                return Measured(float(v), where="(knee search)", kind=kind)
-            reason = str(search.get("knee_reason") or "")
-            pts = search.get("rates") if rate else search.get("points")
-            if reason.startswith("still rising") and pts:
-                return Measured(float(max(pts)), bound=True, where=f"({reason})", kind=kind)
-            return Measured(None, note=f"no knee ({reason or 'knee search found none'})")
-        from .constants import KNEE_MIN_STEPS
-        from .session.compare import knee_load
-
-        k = knee_load(self.session)
-        if k is not None:
-            how = "last good before the break" if self.session.break_result is not None else "most tok/s, no break"
-            return Measured(k.value, where=f"({how})", kind="R" if k.kind == "R" else "C")
-        b = self.session.break_result
-        if not self.steps:
-            return Measured(None, note="no knee (no steps)")
-        if b is not None:
-            return Measured(None, note=f"no knee (broke at its first step, {b.where}: {b.reason})")
-        kind = self.kind()
-        loads = self.loads(kind)
-        if len(loads) < KNEE_MIN_STEPS:
-            return Measured(None, note=f"no knee (fewer than {KNEE_MIN_STEPS} steps)")
-        top = Load_label(kind, loads[-1])
-        return Measured(loads[-1], bound=True, where=f"(still rising at max {top})", kind=kind)
+        """The session's knee (engine/verdicts.py, as summary.json recorded it): a load, a
+        lower bound when the curve was still rising at its top load, or why there is none."""
+        k = self.session.knee
+        kind = "R" if k.kind == "R" else "C"
+        if k.value is not None:
+            return Measured(float(k.value), where=f"({k.reason})", kind=kind)
+        if k.reason.startswith("still rising"):
+            loads = self.loads(kind)
+            if loads:
+                return Measured(loads[-1], bound=True, where=f"({k.reason})", kind=kind)
+        return Measured(None, note=f"no knee ({k.reason})")
 
     def max_slo(self) -> Measured:
         search = self.summary.get("search")
@@ -133,7 +115,7 @@ class GateSession:
         kind = self.kind()
         # met: no bound missed, and with per-request bounds an attainment measured
         good = [v for (k, v), s in self.by_load().items()
-                if k == kind and slo.judge(s) is None and (not slo.per_request or s.slo_attainment is not None)]
+                if k == kind and meets_slo(slo, s)]
         if not good:
             return Measured(None, note="no step met the SLO")
         return Measured(max(good), kind=kind)

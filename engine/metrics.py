@@ -98,8 +98,14 @@ class LiveMetrics:
         self.requests = RateWindow()
         self.errors = RateWindow()
         self.slo: Slo | None = None  # per-request bounds: goodput counts the requests meeting them
-        self.good_requests = RateWindow(LATENCY_WINDOW_S)  # requests end in bursts: a longer window
+        # goodput counts with throughput's own counters and windows (goodput <= throughput at
+        # every instant): good requests/s over requests/s' window; good tok/s = output tok/s x
+        # the good requests' share of the tokens of the requests that ended lately (they end
+        # in bursts: a longer window; the last share holds while none ends)
+        self.good_requests = RateWindow()
         self.good_tokens = RateWindow(LATENCY_WINDOW_S)
+        self.ended_tokens = RateWindow(LATENCY_WINDOW_S)
+        self._good_share: float | None = None
         # sliding windows: TTFT enters when the first token arrives, E2E/TPOT when the
         # request ends, ITL when the chunk ending each gap arrives
         self._ttft = RollingDigest(LATENCY_WINDOW_S)
@@ -172,11 +178,12 @@ class LiveMetrics:
         self.input_tokens_total += rec.input_tokens
         self._sec["req"] += 1
         self._sec["in"] += rec.input_tokens
-        if self.slo is not None and self.slo.met(rec):
-            self.good_requests.add(t, 1)
-            self.good_tokens.add(t, rec.output_tokens)
-            self._sec["good"] += 1
-            self._sec["good_tok"] += rec.output_tokens
+        if self.slo is not None:
+            self.ended_tokens.add(t, rec.output_tokens)
+            if self.slo.met(rec):
+                self.good_requests.add(t, 1)
+                self.good_tokens.add(t, rec.output_tokens)
+                self._sec["good"] += 1
         if rec.e2e is not None:
             self._e2e.add(t, rec.e2e)
         if rec.tpot is not None:
@@ -191,11 +198,23 @@ class LiveMetrics:
             self.errors.rate(now),
         )
 
+    def good_share(self, now: float) -> float | None:
+        """The share of the ended requests' output tokens that met the SLO, lately (the last
+        share while none ended; None before any did, or without an SLO)."""
+        if self.slo is None:
+            return None
+        ended = self.ended_tokens.rate(now)
+        if ended > 0:
+            self._good_share = self.good_tokens.rate(now) / ended
+        return self._good_share
+
     def goodput(self, now: float) -> tuple[float | None, float | None]:
-        """(good req/s, their output tok/s) over the rate window; Nones without an SLO."""
+        """(good req/s, good output tok/s), counted with throughput's counters (see above);
+        Nones without an SLO; tok/s None until a request ended."""
         if self.slo is None:
             return None, None
-        return self.good_requests.rate(now), self.good_tokens.rate(now)
+        share = self.good_share(now)
+        return self.good_requests.rate(now), None if share is None else self.out_tokens.rate(now) * share
 
     def recompute_percentiles(self, now: float) -> LiveStats:
         """Once a second (not per frame): exact while the window is small, binned beyond."""

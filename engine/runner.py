@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import commands as C
-from .breaker import StopRules
-from .constants import DEFAULT_PLATEAU_GAIN, PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
+from .verdicts import StopRules
+from .constants import DEFAULT_PLATEAU_GAIN, MIN_LIVE_STEP_S, PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
 from .core import Engine
 from .preset import Preset, StepPlan
 from .search import KneeSearch
@@ -98,16 +98,37 @@ async def _hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, flo
 
 
 async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, min_requests: int, max_hold_s: float, need_steady: bool) -> tuple[StepResult, bool]:
-    """Hold plan.hold_s, then until `min_requests` own requests completed and (when asked)
-    the window is steady, up to max_hold_s. Returns (result, server gone)."""
-
-    acc.min_completed = min_requests
+    """Hold plan.hold_s, then until (when asked) the window is steady and `min_requests` own
+    requests completed, up to max_hold_s. Completions lengthen a step only when they can
+    come by max_hold_s (completions_can_come); they never decide whether it is judged.
+    Returns (result, server gone)."""
     acc.steady_min_s = plan.steady_min_s
 
     def done(now: float, el: float) -> bool:
-        return el >= plan.hold_s and (el >= max_hold_s or (acc.completed >= min_requests and (not need_steady or acc.steady(now))))
+        if el < plan.hold_s:
+            return False
+        if el >= max_hold_s:
+            return True
+        if need_steady and not acc.steady(now):
+            return False
+        return acc.completed >= min_requests or not completions_can_come(acc, now, min_requests, max_hold_s)
 
     return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed}/{min_requests} own done")
+
+
+def completions_can_come(acc: StepAccumulator, now: float, need: int, max_hold_s: float) -> bool:
+    """Can `need` own completions come within max_hold_s of the window's start? Own
+    requests go out as slots free (closed loop: C per request time D; open loop: at its
+    rate) and each takes D, so the k-th ends about D + k / (their rate) into the window. D
+    is the step's own request time (StepAccumulator.request_time_estimate); unknown, they
+    are waited for, as a step with no figure yet cannot tell."""
+    if acc.completed >= need:
+        return True
+    d = acc.request_time_estimate(now)
+    if d is None:
+        return True
+    per_s = acc.rate if acc.mode == "rate" and acc.rate else max(1, acc.concurrency) / max(d, 1e-9)
+    return d + need / per_s <= max_hold_s
 
 
 def _set_load(engine: Engine, plan: StepPlan) -> int:
@@ -156,6 +177,20 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
     if ctl is not None and ctl.paused:  # a preset run starts held: its first request is its first step's
         ctl.resume()
     engine.log("preset", f"{label}: warm-up", concurrency=c)
+    try:
+        return await _warm_and_measure(engine, acc, plan, label, preset)
+    except asyncio.CancelledError:  # cancelled mid-step: the period keeps its row (marked short when it was one)
+        if not acc.closed:
+            res = book.close_step(acc)
+            res.short = res.duration_s < MIN_LIVE_STEP_S
+            if res.requests_sent or res.completed or res.failed or res.output_throughput > 0:
+                book.record(res)
+        raise
+
+
+async def _warm_and_measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, preset: Preset | None) -> tuple[StepResult | None, bool]:
+    """The step's warm-up, its measured window and its record (see _step)."""
+    book = engine.book
     gone = await _warm_up(engine, acc, plan, label)
     if gone:
         book.close_step(acc)
@@ -218,6 +253,8 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     if ctl is not None and preset.ramp.max_concurrency is not None:
         ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap
     book.default_phase = "measure"
+    if preset.stop.plateau_gain is not None:
+        book.plateau_gain = preset.stop.plateau_gain
     try:
         if preset.ramp.search is not None:
             await _search(engine, preset, rules, out, on_line)
@@ -298,10 +335,11 @@ async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None])
 
 
 async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutcome, on_line: Callable[[str], None]) -> None:
-    """The adaptive knee search (engine/search.py chooses C; each point is a full step)."""
+    """The adaptive knee search (engine/search.py chooses C; each point is a full step). While
+    it runs, summary.json's "search" is marked in_progress; cancelled (an operator key, a
+    signal), it keeps what it measured and answers no knee ("cancelled": true)."""
     sp = preset.ramp.search
     assert sp is not None
-    r = preset.ramp
     search = KneeSearch(
         sp.start, sp.max, resolution=sp.resolution, factor=sp.factor,
         plateau_gain=preset.stop.plateau_gain if preset.stop.plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
@@ -311,25 +349,12 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     engine.log("preset", f"preset {preset.name}: knee search from C={sp.start} up to {sp.max}, resolution {sp.resolution * 100:g} %")
     t0 = time.perf_counter()
     book = engine.book
-    while (c := search.next()) is not None:
-        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c), turnover=True, steady_min_s=r.steady_min_s)
-        label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
-        res, gone = await _step(engine, plan, label, preset)
-        if gone:
-            br = rules.evaluate(out.steps, None, server_gone=True)
-            br.concurrency = c
-            br.rate = plan.rate
-            out.break_result = book.break_result = br
-            engine.log("break", br.detail, concurrency=c)
-            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
-            on_line(f"break: {br.reason} at {br.where}; {good}")
-            break
-        assert res is not None
-        out.steps.append(res)
-        search.observe(c, res)
-        on_line(format_step_line(res))
-        book.search = _search_dict(sp, search.result(time.perf_counter() - t0))
-        engine.write_summary()
+    try:
+        await _search_points(engine, preset, search, rules, out, on_line, t0)
+    except asyncio.CancelledError:
+        out.search = book.search = _search_dict(sp, search.result(time.perf_counter() - t0, cancelled=True))
+        engine.log("preset", f"search cancelled after {len(search.points)} points: no knee")
+        raise
     result = search.result(time.perf_counter() - t0)
     out.search = book.search = _search_dict(sp, result)
     if sp.rate_unit is not None:
@@ -346,6 +371,33 @@ async def _search(engine: Engine, preset: Preset, rules: StopRules, out: RunOutc
     on_line(line)
 
 
+async def _search_points(engine: Engine, preset: Preset, search: KneeSearch, rules: StopRules, out: RunOutcome,
+                         on_line: Callable[[str], None], t0: float) -> None:
+    """Each point the search asks for, measured as a full step, until it answers (or the
+    server goes)."""
+    sp, r, book = preset.ramp.search, preset.ramp, engine.book
+    assert sp is not None
+    while (c := search.next()) is not None:
+        plan = StepPlan(c, r.warmup_s, r.hold_s, r.min_requests, r.max_hold_s, rate=sp.rate_of(c), turnover=True, steady_min_s=r.steady_min_s)
+        label = f"{preset.name} point {len(search.points) + 1} {plan.label}"
+        res, gone = await _step(engine, plan, label, preset)
+        if gone:
+            br = rules.evaluate(out.steps, None, server_gone=True)
+            br.concurrency = c
+            br.rate = plan.rate
+            out.break_result = book.break_result = br
+            engine.log("break", br.detail, concurrency=c)
+            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
+            on_line(f"break: {br.reason} at {br.where}; {good}")
+            return
+        assert res is not None
+        out.steps.append(res)
+        search.observe(c, res)
+        on_line(format_step_line(res))
+        book.search = {**_search_dict(sp, search.result(time.perf_counter() - t0)), "in_progress": True}
+        engine.write_summary()
+
+
 def _search_dict(sp, result) -> dict:
     """summary.json's "search": a rate search adds its answers in req/s (knee_rate,
     max_slo_rate, rates: the points' rates), beside the integer levels it bisected."""
@@ -353,6 +405,7 @@ def _search_dict(sp, result) -> dict:
     if sp.rate_unit is not None:
         d.update(
             knee_rate=sp.rate_of(result.knee_concurrency) if result.knee_concurrency is not None else None,
+            max_throughput_rate=sp.rate_of(result.max_throughput_concurrency) if result.max_throughput_concurrency is not None else None,
             max_slo_rate=sp.rate_of(result.max_slo_concurrency) if result.max_slo_concurrency is not None else None,
             rates=[sp.rate_of(c) for c in result.points],
         )

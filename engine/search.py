@@ -17,7 +17,7 @@ step (warm-up, hold until steady), measured by engine/runner.py; the search only
 It knows no engine: the runner feeds it StepResults.
 
 Noise: a gain counts only when it clears the plateau gain by more than the two steps' noise
-(engine/breaker.py noise_margin) and the step was steady; a doubling that does not gain is
+(engine/verdicts.py noise_margin) and the step was steady; a doubling that does not gain is
 measured once more before the search believes it (one noisy step never stops the growth
 for good), unless that step proved it: steady, and short of the gain with its noise counted
 in its favour. Below max, an unsteady step that cleared the gain beyond its noise is grown on
@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .breaker import noise_margin
+from .verdicts import knee, noise_margin, slo_rule
 from .slo import Slo
 from .stepresult import StepResult
 
@@ -46,14 +46,18 @@ class SearchResult:
     duration_s: float
     points: list[int] = field(default_factory=list)
     knee_reason: str = ""  # why the knee is where it is, or why there is none
+    max_throughput_concurrency: int | None = None  # the point that gave the most output tok/s
+    cancelled: bool = False  # the operator (or a signal) ended it before it answered: no knee
 
     def to_dict(self) -> dict:
         return {
             "knee_concurrency": self.knee_concurrency,
             "knee_reason": self.knee_reason,
+            "max_throughput_concurrency": self.max_throughput_concurrency,
             "max_slo_concurrency": self.max_slo_concurrency,
             "duration_s": round(self.duration_s, 3),
             "points": list(self.points),
+            **({"cancelled": True} if self.cancelled else {}),
         }
 
 
@@ -93,7 +97,7 @@ class KneeSearch:
         return s.completed + s.failed > 0 and s.error_rate > limit
 
     def slo_ok(self, s: StepResult) -> bool:
-        return not self._failed(s) and (self.slo is None or self.slo.judge(s) is None)
+        return not self._failed(s) and (self.slo is None or slo_rule(self.slo, s) is None)
 
     def _best_tps(self) -> float:
         return max((s.output_throughput for s in self.results.values()), default=0.0)
@@ -256,17 +260,14 @@ class KneeSearch:
         self._guess = (p, spread)
         return p
 
-    def result(self, duration_s: float) -> SearchResult:
-        knee, reason = None, "no point measured"
-        if self.rising_at_max() and self._hard_stop is None:
-            reason = f"still rising at max {self.label(max(self.results))}"
-        elif self.results:
-            knee = self.knee_bracket()[1]
-            best = self._best()
-            assert best is not None
-            best_c = next(c for c, s in self.results.items() if s is best)
-            reason = f"within {self.gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {self.label(best_c)})"
-        max_slo = None
-        if self.slo is not None:
-            max_slo = self.slo_bracket()[0]
-        return SearchResult(knee, max_slo, duration_s, list(self.points), knee_reason=reason)
+    def result(self, duration_s: float, cancelled: bool = False) -> SearchResult:
+        """The answers over the points measured (the knee: engine/verdicts.py knee, the one
+        definition). A cancelled search answers no knee and no SLO level."""
+        level = {id(s): c for c, s in self.results.items()}
+        k = knee(self.results.values(), self.gain, at=lambda s: level[id(s)], label=lambda s: self.label(level[id(s)]))
+        top = None if k.max_throughput is None else int(k.max_throughput)
+        if cancelled:
+            return SearchResult(None, None, duration_s, list(self.points), f"search cancelled after {len(self.points)} points",
+                                top, cancelled=True)
+        max_slo = self.slo_bracket()[0] if self.slo is not None else None
+        return SearchResult(None if k.value is None else int(k.value), max_slo, duration_s, list(self.points), k.reason, top)

@@ -1,4 +1,5 @@
-"""Service-level objectives and goodput (README "SLOs and goodput").
+"""Service-level objectives and goodput (README "SLOs and goodput"); whether a step or a
+request meets them is a verdict (engine/verdicts.py slo_rule, judge_request).
 
 Two kinds of bound:
 - per request (DistServe's definition of goodput): a request meets the SLO when it completed
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .records import RequestRecord
-    from .stepresult import StepResult
 
 DEFAULT_ATTAINMENT = 0.9  # share of a step's requests that must meet every per-request bound
 
@@ -88,30 +88,15 @@ class Slo:
     def met(self, rec: RequestRecord) -> bool:
         return not self.missed(rec)
 
-    def judge(self, step: StepResult) -> str | None:
-        """A one-line reason when the step misses the SLO, else None."""
-        parts = []
-        att = step.slo_attainment
-        if self.per_request and att is not None and att < self.attainment:
-            parts.append(f"{att * 100:.0f} % of requests met {self.describe_requests()} (needs {self.attainment * 100:g} %)")
-        for k, field_ in (("ttft_p99_ms", "p99_ttft_ms"), ("itl_p99_ms", "p99_itl_ms"), ("e2e_p99_ms", "p99_e2e_latency_ms")):
-            limit = getattr(self, k)
-            v = getattr(step, field_)
-            if limit is not None and v is not None and v > limit:
-                parts.append(f"{LABELS[k]} {_ms(v)} over {_ms(limit)}")
-        if not parts:
-            return None
-        return f"slo: {'; '.join(parts)} at {step.load}"
-
     def describe_requests(self) -> str:
-        return ", ".join(f"{LABELS[k]}≤{_ms(getattr(self, k))}" for k in PER_REQUEST if getattr(self, k) is not None)
+        return ", ".join(f"{LABELS[k]}≤{ms_text(getattr(self, k))}" for k in PER_REQUEST if getattr(self, k) is not None)
 
     def describe(self) -> str:
         """One line for the screen and the log: "TTFT≤2 s, ITL p99≤100 ms (90 %); p99 E2E≤60 s"."""
         out = []
         if self.per_request:
             out.append(f"{self.describe_requests()} ({self.attainment * 100:g} % of requests)")
-        steps = [f"{LABELS[k]}≤{_ms(getattr(self, k))}" for k in PER_STEP if getattr(self, k) is not None]
+        steps = [f"{LABELS[k]}≤{ms_text(getattr(self, k))}" for k in PER_STEP if getattr(self, k) is not None]
         if steps:
             out.append(", ".join(steps))
         return "; ".join(out)
@@ -131,7 +116,8 @@ def _request_value(rec: RequestRecord, key: str) -> float | None:
     return p99 if p99 is not None else 0.0
 
 
-def _ms(v: float) -> str:
+def ms_text(v: float) -> str:
+    """A bound as a person writes it: "2 s", "100 ms"."""
     if v >= 1000 and v % 100 == 0:
         return f"{v / 1000:g} s"
     return f"{v:g} ms"

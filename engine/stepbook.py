@@ -49,6 +49,7 @@ class StepBook:
         self.probe_result: StepResult | None = None
         self.break_result: BreakResult | None = None
         self.search: dict | None = None  # a knee search's answer (engine/search.py), for summary.json
+        self.plateau_gain: float | None = None  # the knee's (engine/verdicts.py): a preset's [stop] plateau_gain, else the default
         self.default_phase = LIVE
         self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput
         self.workload: dict | None = None  # the workload now (WorkloadConfig.describe()): steps carry it
@@ -196,6 +197,7 @@ class StepBook:
     def close_step(self, acc: StepAccumulator, now: float | None = None) -> StepResult:
         now = now or time.perf_counter()
         acc.close(now)
+        acc.cut()  # own requests still out: their figures inside the window, taken now
         res = acc.result(now)
         acc.took_closing()
         if acc in self.open:
@@ -246,8 +248,11 @@ class StepBook:
         return acc
 
     def finish_live(self, acc: StepAccumulator, now: float) -> None:
+        """Record the live step: every period held at one load has its row; one shorter than
+        MIN_LIVE_STEP_S is marked short (no point of the curve, judged by no rule)."""
         res = self.close_step(acc, now)
-        if res.duration_s >= MIN_LIVE_STEP_S and (res.requests_sent or res.completed or res.failed or res.output_throughput > 0):
+        if res.requests_sent or res.completed or res.failed or res.output_throughput > 0:
+            res.short = res.duration_s < MIN_LIVE_STEP_S
             self.record(res)
 
     def live_matches(self, concurrency: int, probing: bool) -> bool:

@@ -26,7 +26,7 @@ class StepResult:
     mean_tpot_ms: float | None = None
     median_e2e_latency_ms: float | None = None
     p99_e2e_latency_ms: float | None = None
-    steady: bool = False  # the window's halves agree on tok/s, silent seconds counted (engine/steps.py)
+    steady: bool = False  # its per-second tok/s settled, silent seconds counted (engine/verdicts.py steadiness)
     server_max_running: float | None = None  # most requests the server reported running
     # Beyond bench_serving:
     index: int = 0
@@ -98,9 +98,12 @@ class StepResult:
     client_limited: bool = False
     # verdicts (engine/verdicts.py): why the throughput rules (plateau, collapse) could not
     # judge this step ("not steady: ..."), None when they could; and a period shorter than a
-    # step (MIN_LIVE_STEP_S) kept as its own row, marked short
+    # step (MIN_LIVE_STEP_S) kept as its own row, marked short (no point of the curve)
     unjudged: str | None = None
     short: bool = False
+    # no request of its own went out in its window (outputs that outlive it): the requests it
+    # sent at its load during warm-up stood in for them (TTFT, E2E, TPOT, SLO)
+    warmup_stand_in: bool = False
 
     @property
     def load(self) -> str:

@@ -11,10 +11,20 @@ ends (begin_measure) once the batch has settled; requests sent during warm-up ar
   outlives the step still belongs to it. At the close, own requests still waiting for a first
   token (or an end), and open-loop sends still held at the cap, are **censored**: they enter
   TTFT (E2E) as "at least their age now", and a percentile whose rank falls among them is a
-  lower bound (`*_bound`). The step stays fed after its close: when those requests finish,
-  the recorded result is completed with their true values (`final`). Failed requests stay
-  out of every latency figure; a cancelled one (aborted, the run ended) keeps what it had: a
-  TTFT it got, else its age as a censored value, and its age as a censored E2E.
+  lower bound (`*_bound`). The step stays fed after its close: when those requests answer,
+  the recorded result is completed with their true TTFT (they waited behind this step's
+  queue) and counts (`final`). Their decoding is this step's only inside its window
+  (`WindowCut`, taken at the close): TPOT and their own ITL p99 from their chunks by the
+  close, E2E as a bound (their age at the close); decoding under the next load never enters
+  this step's verdict (the request's row keeps its whole truth). Failed requests stay out of
+  every latency figure; a cancelled one (aborted, the run ended) keeps what it had: a TTFT it
+  got, else its age as a censored value, and its age as a censored E2E.
+  A step that sent no request of its own (outputs that outlive it: no slot freed in its
+  window) takes the requests it sent at its load during warm-up as its own at the close
+  (`warmup_stand_in`), so that its TTFT and SLO still describe its load.
+- **SLO attainment** (engine/verdicts.py judge_request): each own request is judged once, on
+  what it did in the window: when it ends inside it, at the close when it answered by then,
+  else when it answers. (The own-request half lives in engine/step_own.py.)
 - **Its window** [t0, t_end] (what arrived, whoever sent it: the server's state at that
   load): output tokens, counted when they arrive; inter-token latencies, by the arrival time
   of the chunk that ends each gap (a request that fails takes its gaps back out; a cancelled
@@ -28,22 +38,22 @@ stays small and its live result costs no sort of every value.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import Counter
 from typing import Sequence
 
 from . import records as R
-from .constants import STEADY_MIN_S, STEADY_TOLERANCE
+from .constants import STEADY_MIN_S
 from .histogram import Digest, censored_quantiles
 from .records import Clock, RequestRecord
 from .slo import Slo
-from .telemetry.types import ServerSample
+from .step_own import PROBE, WARMUP, OwnRequests, WindowCut, window_cut
 from .stepresult import StepResult
 from .telemetry.server_view import ServerStepView
+from .telemetry.types import ServerSample
+from .verdicts import steadiness
 
-WARMUP = "warmup"
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
+__all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
 
 
 def _ms(v: float | None) -> float | None:
@@ -68,7 +78,7 @@ def per_second_noise(per_second: Sequence[float]) -> float | None:
     return math.sqrt(var / n)
 
 
-class StepAccumulator:
+class StepAccumulator(OwnRequests):
     def __init__(
         self,
         index: int,
@@ -90,11 +100,10 @@ class StepAccumulator:
         self.rate = rate  # the target req/s (rate), the speed factor (trace)
         self.arrival = arrival
         self.workload = workload
+        self._init_own(slo, phase)
         self.lag = Digest()  # own requests' schedule lag (actual - intended send), open loop
         self.held = 0  # sends held back at the in-flight cap while measuring
         self.ttft_turn: dict[int, Digest] = {}  # multi-turn: TTFT per turn index
-        self.slo = slo if slo is not None and slo.per_request else None
-        self.good = 0  # own requests that met every per-request SLO bound
         self._prefix: list[tuple[float, float]] = []  # (queries, hits) counter samples while measuring
         self.server_view = ServerStepView()  # the server's own figures over the window
         self.cached_tokens = 0  # own requests that said: prompt tokens the server found cached
@@ -119,8 +128,7 @@ class StepAccumulator:
         self.foreign = 0
         self.foreign_ended = 0
         self.level_index = index  # the first step of this run of steps at one load
-        self.min_completed = 0  # steady needs this many own completions by the close (the runner's min_requests)
-        self.steady_min_s = STEADY_MIN_S  # ... and this many whole measured seconds (the runner's plan)
+        self.steady_min_s = STEADY_MIN_S  # steady needs this many whole measured seconds (the runner's plan)
         # its window
         self.out_tokens = 0
         self.per_second: list[float] = []  # output tokens in each second of the window
@@ -133,26 +141,8 @@ class StepAccumulator:
         self.server_max_running: float | None = None
         self._power_sum = 0.0
         self._power_n = 0
-        # its own requests
-        self.sent = 0
-        self.first_token = 0
-        self.completed = 0
-        self.failed = 0
-        self.cancelled = 0
-        self.in_tokens = 0
-        self.errors: Counter[str] = Counter()
-        self.ttft = Digest()  # observed: completed requests, and cancelled ones that had answered
-        self.ttfat = Digest()
-        self.e2e = Digest()
-        self.tpot = Digest()
-        self._own: dict[int, RequestRecord] = {}  # own requests not ended yet
-        self._held_t: list[float] = []  # intended send times of own sends still held at the cap
-        self._stuck_ttft: list[float] = []  # cancelled own requests with no first token: their age then
-        self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
-        self._completed_at_close: int | None = None  # what the closing result counted (steady)
         self._late: list[RequestRecord] = []  # own ends stamped after the close, read before its result
         self._reported = False  # the closing result is taken: later ends came in late
-        self.stuck_missed = 0  # cancelled own requests that had already missed an SLO bound
         self.ended_after_close = 0  # own requests that ended after the close (their truth came late)
 
     # -- phases -----------------------------------------------------------------------
@@ -197,7 +187,6 @@ class StepAccumulator:
         if self._reported:
             return
         self._reported = True
-        self._completed_at_close = self.completed
         late, self._late = self._late, []
         for rec in late:
             self.on_end(rec)
@@ -225,47 +214,9 @@ class StepAccumulator:
                 self.lag.add(max(0.0, lag))
                 self._unhold(rec.t_intended)  # type: ignore[arg-type]
             self._own[rec.rid] = rec
-
-    def note_held(self, t_intended: float | None = None) -> None:
-        """A send was held back at the in-flight cap (open loop), due at `t_intended`."""
-        if t_intended is None:
-            if self.measuring:
-                self.held += 1
-            return
-        if self.t0 is not None and t_intended >= self.t0 and self._before_end(t_intended):
-            self.held += 1
-            bisect.insort(self._held_t, t_intended)
-
-    def _unhold(self, t: float) -> None:
-        i = bisect.bisect_left(self._held_t, t)
-        if i < len(self._held_t) and self._held_t[i] == t:
-            del self._held_t[i]
-
-    def abandon_held(self, times: Sequence[float], now: float) -> None:
-        """Held sends that will never go (the open loop was left or paused): censored at
-        their age now, as requests the run aborted."""
-        for t in times:
-            i = bisect.bisect_left(self._held_t, t)
-            if i < len(self._held_t) and self._held_t[i] == t:
-                del self._held_t[i]
-                self._stuck_ttft.append(now - t)
-                self._stuck_e2e.append(now - t)
-                self.cancelled += 1
-                if self.slo is not None and self.slo.missed_wait(now - t):
-                    self.stuck_missed += 1
-
-    def abandon_outstanding(self, now: float) -> None:
-        """The run ended with own requests still out (a worker lost with them): each keeps
-        what it had, its age now as a censored value for the rest."""
-        for rec in self._own.values():
-            age = now - rec.t_start
-            if rec.ttft is not None:
-                self._add_ttft(rec)
-            else:
-                self._stuck_ttft.append(age)
-            self._stuck_e2e.append(age)
-        self._own.clear()
-        self.abandon_held(list(self._held_t), now)
+            self._warm = None  # one of its own went: no stand-ins
+        elif self._warm is not None and rec.step == self.index and rec.phase == WARMUP:
+            self._warm[rec.rid] = rec
 
     def on_first(self, rec: RequestRecord) -> None:
         if rec.rid in self._own:
@@ -336,49 +287,7 @@ class StepAccumulator:
         if self.t_end is not None and not self._reported and t_end > self.t_end:
             self._late.append(rec)  # after the close by its stamp: outstanding in the closing result
             return
-        del self._own[rec.rid]
-        if self._reported:
-            self.ended_after_close += 1
-        if rec.cached_tokens is not None and rec.input_tokens > 0:
-            self.cached_reports += 1
-            self.cached_tokens += rec.cached_tokens
-            self.cached_prompt_tokens += rec.input_tokens
-        if rec.status == R.FAILED:
-            self.failed += 1
-            self.errors[rec.error_kind] += 1
-        elif rec.status == R.CANCELLED:
-            self.cancelled += 1
-            age = t_end - rec.t_start
-            if rec.ttft is not None:
-                self._add_ttft(rec)
-            else:
-                self._stuck_ttft.append(age)
-            self._stuck_e2e.append(age)
-            if self.slo is not None and self.slo.missed_by(rec, t_end):
-                self.stuck_missed += 1
-        else:
-            self.completed += 1
-            if self.slo is not None and self.slo.met(rec):
-                self.good += 1
-            if rec.usage_reported:
-                self.in_tokens += rec.input_tokens - rec.expected_input_tokens
-            self._add_ttft(rec)
-            if rec.e2e is not None:
-                self.e2e.add(rec.e2e)
-            if rec.tpot is not None:
-                self.tpot.add(rec.tpot)
-
-    def _add_ttft(self, rec: RequestRecord) -> None:
-        if rec.ttft is None:
-            return
-        self.ttft.add(rec.ttft)
-        if rec.ttfat is not None:
-            self.ttfat.add(rec.ttfat)
-        if rec.turn:
-            d = self.ttft_turn.get(rec.turn)
-            if d is None:
-                d = self.ttft_turn[rec.turn] = Digest()
-            d.add(rec.ttft)
+        self._end_own(rec, t_end)
 
     def note_server_running(self, running: float | None) -> None:
         if self.measuring and running is not None and (self.server_max_running is None or running > self.server_max_running):
@@ -427,39 +336,30 @@ class StepAccumulator:
         ps = self.per_second[:n]
         return ps + [0] * (n - len(ps))
 
-    def steady(self, now: float) -> bool:
-        """The window's two halves produced tokens at rates within STEADY_TOLERANCE, over
-        at least `steady_min_s` whole seconds (STEADY_MIN_S unless its plan says; never under
-        2; silent ones count), and the step completed the own requests it was asked for
-        (`min_completed`) by its close: a step closed at max_hold_s short of them is never
-        called steady on figures it does not have."""
-        done = self._completed_at_close if self._completed_at_close is not None else self.completed
-        if done < self.min_completed:
-            return False
-        full = self.seconds(now)
-        if len(full) < max(2, self.steady_min_s):
-            return False
-        h = len(full) // 2
-        a, b = sum(full[:h]) / h, sum(full[h : 2 * h]) / h
-        if max(a, b) == 0:
-            return False
-        return abs(a - b) / max(a, b) <= STEADY_TOLERANCE
+    def request_time_estimate(self, now: float) -> float | None:
+        """About how long one own request takes at this load, in seconds (the runner's
+        completions_can_come): the median E2E of those that completed, else TTFT plus the
+        rest of the output at the window's median ITL; None with neither figure."""
+        if self.e2e.count:
+            return self.e2e.quantile(0.5)
+        itl = self.itl.quantile(0.5)
+        out_len = (self.workload or {}).get("output_len") or max((r.max_tokens for r in self._own.values()), default=0)
+        if itl is None or not out_len:
+            return None
+        seen, waiting, _ = self.censored(now)
+        firsts = sorted([*seen, *waiting])
+        ttft = self.ttft.quantile(0.5) if self.ttft.count else (firsts[len(firsts) // 2] if firsts else 0.0)
+        return (ttft or 0.0) + (out_len - 1) * itl
 
-    def censored(self, now: float) -> tuple[list[float], list[float], list[float]]:
-        """(TTFTs observed on own requests still in flight, censored TTFTs, censored E2Es)
-        at `now`: what the step's figures hold beyond its ended requests."""
-        seen, c_ttft, c_e2e = [], list(self._stuck_ttft), list(self._stuck_e2e)
-        for rec in self._own.values():
-            age = now - rec.t_start
-            if rec.t_first is not None and rec.t_first <= now:
-                seen.append(rec.t_first - rec.t_start)
-            else:
-                c_ttft.append(age)
-            c_e2e.append(age)
-        for t in self._held_t:
-            c_ttft.append(now - t)
-            c_e2e.append(now - t)
-        return seen, c_ttft, c_e2e
+    def steadiness(self, now: float) -> str | None:
+        """None when the window's per-second tok/s has settled over at least `steady_min_s`
+        whole seconds (STEADY_MIN_S unless its plan says; never under 2; silent ones count),
+        else why not (engine/verdicts.py steadiness). Completions play no part: a step whose
+        requests all outlive it is judged like any other."""
+        return steadiness(self.seconds(now), self.steady_min_s)
+
+    def steady(self, now: float) -> bool:
+        return self.steadiness(now) is None
 
     def result(self, now: float) -> StepResult:
         d = self.duration(now)
@@ -473,6 +373,7 @@ class StepAccumulator:
         out_tps = self.out_tokens / dd if d > 0 else 0.0
         tpj = out_tps / mean_power if mean_power else None
         se = per_second_noise(self.seconds(now))
+        unjudged = self.steadiness(now)
         return StepResult(
             concurrency=self.concurrency,
             duration_s=round(d, 3),
@@ -489,7 +390,9 @@ class StepAccumulator:
             mean_tpot_ms=_ms(self.tpot.mean()),
             median_e2e_latency_ms=_ms(e2e_p50),
             p99_e2e_latency_ms=_ms(e2e_p99),
-            steady=self.steady(now),
+            steady=unjudged is None,
+            unjudged=unjudged,
+            warmup_stand_in=self.warmup_stand_in,
             server_max_running=self.server_max_running,
             index=self.index,
             phase=self.phase,
@@ -549,19 +452,25 @@ class StepAccumulator:
     def _goodput(self, d: float, out_tps: float, at: float) -> dict:
         """Goodput counts like throughput: the window's completions that met every
         per-request bound, per second (request_goodput), and output tok/s scaled by their
-        share of the completions' tokens (output_goodput), so that at 100 % attainment
-        goodput equals throughput. Attainment is over the step's own requests: those still
-        outstanding that already missed a TTFT/E2E bound count as misses (a step whose
+        share of the completions' tokens (output_goodput; with no completion in the window,
+        by the share of the judged own requests' tokens inside it), so that goodput never
+        exceeds throughput and equals it at 100 % attainment. Attainment is over the step's
+        own requests, each judged on its window (engine/verdicts.py judge_request); those
+        still waiting that already missed a TTFT/E2E bound count as misses (a step whose
         requests all wait in a queue has not met a TTFT bound)."""
         if self.slo is None:
             return {}
-        late = sum(1 for rec in self._own.values() if self.slo.missed_by(rec, at))
+        late = sum(1 for rid, rec in self._own.items() if not (rid in self._cut and self._cut[rid].judged) and self.slo.missed_by(rec, at))
         late += sum(1 for t in self._held_t if self.slo.missed_wait(at - t))
-        late += self.stuck_missed
-        finished = self.completed + self.failed + late
-        share = self.win_good_tokens / self.win_tokens if self.win_tokens else (1.0 if self.win_completed and self.win_good == self.win_completed else 0.0)
+        judged = self.judged + late
+        if self.win_tokens:
+            share = self.win_good_tokens / self.win_tokens
+        elif self.win_completed:
+            share = 1.0 if self.win_good == self.win_completed else 0.0
+        else:
+            share = self.good_tokens / self.judged_tokens if self.judged_tokens else 0.0
         return {
             "request_goodput": round(self.win_good / d, 4) if d > 0 else 0.0,
             "output_goodput": round(out_tps * share, 3) if d > 0 else 0.0,
-            "slo_attainment": round(self.good / finished, 4) if finished else None,
+            "slo_attainment": round(self.good / judged, 4) if judged else None,
         }

@@ -207,7 +207,7 @@ class Ticker:
             server=tel.server if tel else None,
             health=self.health,
             gpus=tel.gpus if tel else [],
-            goodput=e.metrics.slo is not None,
+            good_share=(e.metrics.good_share(now) or 0.0) if e.metrics.slo is not None else None,
             lane=e.lane_stats.p50_ms(now) if e.lane is not None and e.lane.on else None,
             shape=self._shape_row(ctl),
         )

@@ -59,7 +59,7 @@ def timeline_row(
     server: ServerSample | None,
     health: ClientHealthSample | None,
     gpus: list[GpuSample] | tuple[GpuSample, ...],
-    goodput: bool = False,
+    good_share: float | None = None,
     lane: tuple[float | None, float | None] | None = None,
     shape: dict | None = None,
 ) -> dict:
@@ -79,9 +79,10 @@ def timeline_row(
         "req_s": round(sec["req"] / d, 4),
         "errors": sec["errors"],
     }
-    if goodput:  # with SLOs: requests meeting them, and their tokens, that ended this second
+    if good_share is not None:  # with SLOs: requests meeting them that ended this second, and
+        # this second's output tok/s x the good share of the ended requests' tokens (metrics.py)
         row["goodput_req_s"] = round(sec["good"] / d, 4)
-        row["goodput_tok_s"] = round(sec["good_tok"] / d, 3)
+        row["goodput_tok_s"] = round(out * good_share, 3)
     if lane is not None:  # the probe lane beside the load
         row["lane_ttft_p50_ms"] = None if lane[0] is None else round(lane[0], 3)
         row["lane_itl_p50_ms"] = None if lane[1] is None else round(lane[1], 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.breaker import PRECEDENCE, StopRules, last_good
+from redline.engine.verdicts import PRECEDENCE, StopRules, last_good
 from redline.engine.preset import StopSpec, load_preset
 from redline.engine.stepresult import BreakResult, StepResult
 

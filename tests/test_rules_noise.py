@@ -1,6 +1,6 @@
 """The throughput rules judge steps against their own noise, and never judge unsteady steps."""
 
-from redline.engine.breaker import StopRules, noise_margin
+from redline.engine.verdicts import StopRules, noise_margin
 from redline.engine.preset import StopSpec
 from redline.engine.stepresult import StepResult
 

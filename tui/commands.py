@@ -17,6 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 from ..engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE
 from .launch import checked_config, running_target, session_saved
 
 if TYPE_CHECKING:
@@ -143,8 +144,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _tui(args, cfg, preset=preset)
     import asyncio
 
+    from .launch import BUILTIN_SIM
+
+    sim_profile = (args.profile or DEFAULT_SIM_PROFILE) if cfg.url == BUILTIN_SIM else None
     with running_target(cfg, args) as cfg:
-        return asyncio.run(_headless(cfg, preset, gate, getattr(args, "junit", None)))
+        return asyncio.run(_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile))
 
 
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
@@ -182,10 +186,10 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
         raise UsageError(f"{flag} {path}: directory {parent} does not exist")
 
 
-async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None) -> int:
+async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None) -> int:
     import asyncio
 
-    from ..engine.api import Engine, execute, format_step_table, run_preset
+    from ..engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -219,10 +223,8 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
             return refused
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
-        lo, hi = preset.duration_bounds()
-        span = f"{lo:.0f} s" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} s"
         print(f"redline: preset {preset.name} against {_against(engine)}; "
-              f"{span} unless a rule fires; session {cfg.out_dir}", flush=True)
+              f"{duration_line(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
         work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
         if cfg.control is not None:  # an API command that takes the wheel cancels the preset
             engine.driver = work[-1]
@@ -245,15 +247,18 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
-    if out is None:  # the API stopped it, or took over from the preset: the steps recorded
-        from ..engine.api import RunOutcome
+    from ..engine.api import RunOutcome, summary_knee
 
-        out = RunOutcome(steps=list(engine.steps), break_result=engine.break_result, probe=engine.probe_result)
+    # one record: the table prints each step's final figures (completed by requests that ended
+    # after its close), as summary.json, `redline report` and the HTML page read them
+    out = RunOutcome(steps=list(engine.steps), break_result=engine.break_result, probe=engine.probe_result,
+                     search=out.search if out is not None else engine.book.search)
     if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
         for st in [*out.steps, *([out.probe] if out.probe is not None else [])]:
             st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s)
     print()
-    print(format_step_table(out.steps, out.break_result, out.probe))
+    print(format_step_table(out.steps, out.break_result, out.probe,
+                            knee_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain))))
     if cfg.more_urls and cfg.out_dir is not None:
         from .report_cmd import session_targets_table
 
@@ -350,12 +355,29 @@ def _against(engine) -> str:
     return f"{len(states)} targets ({tgt.info.kind}, {tgt.model or 'model ?'}): {urls}"
 
 
+def duration_line(preset: Preset, sim_profile: str | None = None) -> str:
+    """How long the run takes: on the built-in sim, the estimate of engine/estimate.py (where
+    it is expected to break); against another server, the ramp's floor and ceiling."""
+    lo, hi = preset.duration_bounds()
+    span = f"{lo:.0f} s" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} s"
+    if sim_profile is not None:
+        est = api.estimate_run(preset, api.get_profile(sim_profile))
+        if est is not None:
+            return est.describe(sim_profile)
+    return f"{span} unless a rule fires"
+
+
 # -- redline presets -----------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
+    """Every shipped preset: its description and how long it runs on the built-in sim."""
     found = api.builtin_presets()
     width = max((len(b.name) for b in found), default=0)
     for b in found:
         print(f"{b.name:<{width}}  {b.description}")
+        try:
+            print(f"{'':<{width}}  {duration_line(api.load_preset(b.path), DEFAULT_SIM_PROFILE)}")
+        except api.PresetError:
+            pass  # its description says it is invalid
     return EXIT_OK
 
 

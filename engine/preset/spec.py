@@ -3,7 +3,7 @@
 Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
 presets, never the reverse). A Preset comes from parse.py (a TOML file) or replay.py (a
 recorded session); the runner (engine/runner.py) follows `Preset.ramp.steps()`, the breaker
-(engine/breaker.py) applies `Preset.stop`. Every key is described in the README, "Presets".
+(engine/verdicts.py) applies `Preset.stop`. Every key is described in the README, "Presets".
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from ..constants import STEADY_MIN_S
 from ..guard import GuardSpec
 from ..slo import Slo
+from ..verdicts import StopSpec  # the stop rules own their spec (a preset's [stop])
 
 DEFAULT_WARMUP_S = 10.0
 DEFAULT_HOLD_S = 30.0
@@ -160,17 +161,6 @@ class RampSpec:
         lo = sum(p.warmup_s + p.hold_s for p in plans)
         hi = sum(p.warmup_s + p.max_hold_s for p in plans)
         return lo, hi
-
-
-@dataclass(frozen=True)
-class StopSpec:
-    """Stop rules; None = that rule is off. "Server gone" is always on (engine/breaker.py)."""
-
-    plateau_gain: float | None = None  # fire when tok/s < best earlier x (1 + gain)
-    p99_ttft_ms: float | None = None  # fire when the step's p99 TTFT is over this
-    p99_itl_ms: float | None = None  # fire when the step's p99 ITL is over this
-    error_rate: float | None = None  # fire when failed / (completed + failed) is over this
-    collapse: float | None = None  # fire when tok/s < best earlier x (1 - collapse)
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,17 @@ Definitions, so the report, the curves and the tests agree:
   concurrency C in closed loop, its offered request rate R in open loop (rate mode: the
   step's C is only the in-flight cap, the same for every rate), its speed factor in a trace
   replay. Steps are aligned, tabled and drawn by it: rate steps by R, never at the cap.
-- A session's curve has one point per load. When a session measured the same load more
-  than once (the operator came back to it in the TUI, or a replay preset), the step with the
-  highest output tok/s stands for it (the later one on a tie), as the step table's
-  "last good" note picks it.
+- A session's curve has one point per load (engine/verdicts.py one_per_load). When a
+  session measured the same load more than once (the operator came back to it in the TUI,
+  or a replay preset), the step with the highest output tok/s stands for it (the later one
+  on a tie); a short period (StepResult.short) is no point of the curve.
 - Best session at a load: the highest output tok/s among the sessions with a step there; a
   tie (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
   failed requests, then to the session named first. No session is marked where fewer than
   two sessions have a step at that load (nothing to compare).
-- Knee: the break result's last good load (its rate when the ramp was over rates); with no
-  break, the load of the session's highest-throughput step (the lowest such on a tie) among
-  the steps of its main kind (the kind, C or R or trace speed, it has most loads of); None
-  when the session has no steps, or broke on its first step.
+- Knee: engine/verdicts.py's, the one definition: what summary.json recorded
+  (knee_concurrency, knee_reason, max_throughput_concurrency; knee_rate over rates), else
+  (a session written before it did) the same verdict over its steps, by load.
 - Efficiency: tok/s per W is output tokens per joule (tok/s / W = tok/J); J per output
   token is its inverse. From the step's own fields, else from its mean GPU power; None
   without GPU telemetry.
@@ -37,10 +36,11 @@ from typing import Any, Iterable, NamedTuple, Sequence
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SessionError, check_session_dir
 from .report import _load_json, as_break, load_summary
-from ..constants import KNEE_MIN_STEPS, KNEE_PLATEAU_GAIN
+from ..verdicts import KINDS as VERDICT_KINDS
+from ..verdicts import Knee, knee_from_summary, load_key, one_per_load, session_knee
 
 
-KINDS = ("C", "R", "x")  # concurrency, request rate (req/s), trace speed factor: the order of rows
+KINDS = VERDICT_KINDS  # concurrency, request rate (req/s), trace speed factor: the order of rows
 
 
 class Load(NamedTuple):
@@ -68,12 +68,8 @@ class Load(NamedTuple):
 
 
 def step_load(s: StepResult) -> Load:
-    """The load a step is aligned and drawn at (see the module docstring)."""
-    if s.mode == "rate" and s.request_rate is not None:
-        return Load("R", float(s.request_rate))
-    if s.mode == "trace" and s.trace_speed is not None:
-        return Load("x", float(s.trace_speed))
-    return Load("C", s.concurrency)
+    """The load a step is aligned and drawn at (engine/verdicts.py load_key)."""
+    return Load(*load_key(s))
 
 
 def axis_title(kind: str) -> str:
@@ -92,17 +88,17 @@ class SessionSummary:
     path: Path | None = None  # None for the live session in the TUI
     target: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
+    knee_record: Knee | None = None  # the knee summary.json recorded (None: it recorded none)
+
+    @property
+    def knee(self) -> Knee:
+        """The session's knee (engine/verdicts.py): as recorded, else over its steps."""
+        return self.knee_record if self.knee_record is not None else session_knee(self.steps)
 
     def by_load(self) -> dict[Load, StepResult]:
         """One step per load, concurrencies first, then rates, then trace speeds, each
         increasing (see the module docstring)."""
-        out: dict[Load, StepResult] = {}
-        for s in self.steps:
-            key = step_load(s)
-            old = out.get(key)
-            if old is None or s.output_throughput >= old.output_throughput:
-                out[key] = s
-        return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
+        return {Load(*key): s for key, s in one_per_load(self.steps).items()}
 
     def by_concurrency(self) -> dict[int, StepResult]:
         """One step per concurrency of the closed-loop steps, in increasing C (rate steps are
@@ -196,6 +192,7 @@ def load_session(session_dir: str | os.PathLike) -> SessionSummary:
         path=d,
         target=target if isinstance(target, dict) else {},
         server_info=info if isinstance(info, dict) else {},
+        knee_record=knee_from_summary(summ),
     )
 
 
@@ -279,26 +276,15 @@ def best_per_row(rows: Sequence[Row]) -> list[int | None]:
 
 
 def knee_load(session: SessionSummary) -> Load | None:
-    """The session's knee as a load (see the module docstring).
+    """The session's knee as a load (engine/verdicts.py knee); None without one."""
+    k = session.knee
+    return None if k.value is None else Load(k.kind, float(k.value))
 
-    Without a break result, a knee is named only on at least KNEE_MIN_STEPS loads of the
-    session's main kind, and not while the highest one still gains more than
-    KNEE_PLATEAU_GAIN over the best below it (throughput still rising: the knee is further up)."""
-    b = session.break_result
-    if b is not None:
-        if b.last_good_rate is not None or b.rate is not None:  # a ramp over rates: its last good R
-            return None if b.last_good_rate is None else Load("R", float(b.last_good_rate))
-        return None if b.last_good_concurrency is None else Load("C", b.last_good_concurrency)
-    kind = session.kind
-    pts = {k: s for k, s in session.by_load().items() if k.kind == kind}
-    if len(pts) < KNEE_MIN_STEPS:
-        return None
-    loads = list(pts)  # increasing
-    top = pts[loads[-1]]
-    below = max(pts[k].output_throughput for k in loads[:-1])
-    if top.output_throughput > below * (1 + KNEE_PLATEAU_GAIN):
-        return None
-    return max(loads, key=lambda k: (pts[k].output_throughput, -k.value))
+
+def max_throughput_load(session: SessionSummary) -> Load | None:
+    """The load that gave the session's most output tok/s (beside its knee)."""
+    k = session.knee
+    return None if k.max_throughput is None else Load(k.kind, float(k.max_throughput))
 
 
 def knee(session: SessionSummary) -> float | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..fmt import BOUND
-from .compare import axis_title, knee_load
+from .compare import axis_title
 from .html_assets import CSS, PAGE_JS, PROBE_JS
 from .html_data import (
     COLOURS,
@@ -152,12 +152,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         return "none (no stop rule fired)" if b is None else f"{b.reason} at {b.where}, last good {b.last_good}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
-        srch = rs.summary.get("search") if isinstance(rs.summary.get("search"), dict) else None
-        if srch is not None:
-            k = srch.get("knee_rate") or srch.get("knee_concurrency")
-            return f"{'none' if k is None else k} ({srch.get('knee_reason', '')})"
-        k = knee_load(rs.session)
-        return "none" if k is None else k.label
+        return rs.session.knee.describe()  # engine/verdicts.py, as summary.json recorded it
 
     def parallel(rs: ReportSession) -> str:
         parts = [f"{k.split('_')[0]} {info(rs, k)}" for k in ("tp_size", "pp_size", "dp_size") if info(rs, k) is not None]

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..slo import Slo
+from ..verdicts import meets_slo
 from ..stepresult import StepResult
-from .compare import SessionSummary, knee_load, load_session, step_load
+from .compare import SessionSummary, load_session, step_load
 from .paths import META, SUMMARY
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
@@ -160,12 +161,6 @@ def timeline_data(rows: Sequence[dict[str, Any]], events: Sequence[dict[str, Any
             "server": any(v is not None for v in cols["running"]), "events": ev}
 
 
-def meets_slo(slo: Slo, st: StepResult) -> bool:
-    """The step met the SLO: no bound missed, and with per-request bounds an attainment was
-    measured (a step none of whose own requests finished proves nothing)."""
-    return slo.judge(st) is None and (not slo.per_request or st.slo_attainment is not None)
-
-
 def describe_slo(d: dict[str, Any]) -> str:
     try:
         return Slo(**d).describe()
@@ -177,15 +172,9 @@ def session_data(i: int, rs: ReportSession, kind: str) -> dict[str, Any]:
     s = rs.session
     steps = [step_data(st, kind) for key, st in s.by_load().items() if key.kind == kind]
     other = sum(1 for key in s.by_load() if key.kind != kind)
-    k = knee_load(s)
     search = rs.summary.get("search") if isinstance(rs.summary.get("search"), dict) else None
-    knee = None
-    if search is not None and (search.get("knee_rate") if kind == "R" else search.get("knee_concurrency")) is not None:
-        v = search.get("knee_rate") if kind == "R" else search.get("knee_concurrency")
-        knee = {"x": v, "how": f"knee search: {search.get('knee_reason', '')}"}
-    elif search is None and k is not None and k.kind == kind:
-        how = "last good before the break" if s.break_result is not None else "most tok/s, no break"
-        knee = {"x": k.value, "how": how}
+    k = s.knee  # engine/verdicts.py: the one knee, as summary.json recorded it
+    knee = {"x": k.value, "how": k.reason} if k.value is not None and k.kind == kind else None
     max_slo = None
     if search is not None:
         v = search.get("max_slo_rate") if kind == "R" else search.get("max_slo_concurrency")
@@ -208,7 +197,8 @@ def session_data(i: int, rs: ReportSession, kind: str) -> dict[str, Any]:
     return {
         "label": s.label, "color": COLOURS[i % len(COLOURS)], "steps": steps, "left_out": other,
         "knee": knee, "max_slo": max_slo, "break": brk, "gpus": gpus,
-        "knee_reason": (search or {}).get("knee_reason"),
+        "knee_reason": k.reason,
+        "max_throughput": k.max_throughput if k.kind == kind else None,
         "timeline": timeline_data(rs.timeline, rs.events),
         "slo": rs.summary.get("slo") if isinstance(rs.summary.get("slo"), dict) else None,
     }

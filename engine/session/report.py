@@ -12,6 +12,7 @@ from typing import Any
 
 from ..fmt import ms, num, rate, step_ms
 from ..stepresult import BreakResult, StepResult
+from ..verdicts import Knee, knee_from_summary, session_knee
 from .paths import META, SUMMARY, SessionError, check_session_dir
 
 
@@ -83,7 +84,7 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     line = (
         f"{s.load:<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
         f"  TTFT p50 {step_ms(s, 'median_ttft_ms'):>7} p99 {step_ms(s, 'p99_ttft_ms'):>7}"
-        f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {'steady' if s.steady else 'unsteady'}"
+        f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {_judged(s)}"
     )
     if s.mode != "concurrency":  # open loop: how late sends went, how many waited at the cap
         line += f"  {rate(s.request_throughput)} req/s  lag p99 {ms(s.schedule_lag_p99_ms)}  held {s.dropped_or_delayed or 0}"
@@ -94,6 +95,13 @@ def format_step_line(step: StepResult | dict[str, Any]) -> str:
     if s.client_limited:
         line += f"  {CLIENT_LIMITED}"
     return line
+
+
+def _judged(s: StepResult) -> str:
+    """"steady", or why the throughput rules could not judge the step; "short" for a period
+    shorter than a step; "stand-in TTFT" when its warm-up sends stood in for its own."""
+    out = "short" if s.short else "steady" if s.steady else (s.unjudged or "unsteady")
+    return out + ("  (warm-up sends stood in: none of its own went out)" if s.warmup_stand_in else "")
 
 
 CLIENT_LIMITED = "client-limited"
@@ -134,11 +142,13 @@ def format_step_table(
     steps: list[StepResult | dict[str, Any]],
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
+    knee: Knee | None = None,
 ) -> str:
-    """The final summary: an aligned step table (latencies in ms), the break line, the probe."""
+    """The final summary: an aligned step table (latencies in ms), the break line, the knee
+    (as summary.json recorded it; else engine/verdicts.py's over these steps), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
-    notes = [""] * len(ss)
+    notes = ["short" if s.short else "" for s in ss]
     if b is not None:
         def at(s: StepResult, c: int | None, r: float | None) -> bool:
             return s.request_rate == r if r is not None else s.concurrency == c
@@ -151,6 +161,7 @@ def format_step_table(
         broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
+    notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
     notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss)]
     rows = [_row(s, n) for s, n in zip(ss, notes)]
     columns = _COLUMNS
@@ -181,6 +192,9 @@ def format_step_table(
     if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
         out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
+    out.append((knee if knee is not None else session_knee([s for s in ss if s.phase != "probe"])).describe())
+    if any(not s.steady and not s.short for s in ss):
+        out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
     if probe is not None:
         out.append("probe: " + format_step_line(probe))
     return "\n".join(out)
@@ -207,5 +221,5 @@ def report_session(session_dir: str | os.PathLike) -> str:
     else:
         when += "  (still running, or ended without closing its log)"
     head.append(when)
-    table = format_step_table(summ.get("steps") or [], summ.get("break"), summ.get("probe"))
+    table = format_step_table(summ.get("steps") or [], summ.get("break"), summ.get("probe"), knee_from_summary(summ))
     return "\n".join(head) + "\n\n" + table

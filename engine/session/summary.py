@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..verdicts import summary_knee
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
@@ -43,8 +44,8 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
 
 
 def summary_doc(e: EngineView) -> dict:
-    """summary.json: the steps, the break, the probe, the search, the SLO, the targets and
-    the workers (one process: itself, as worker 0), as they stand now (rewritten at each
+    """summary.json: the steps, the knee (engine/verdicts.py), the break, the probe, the
+    search, the SLO, the targets and the workers (one process: itself, as worker 0), as they stand now (rewritten at each
     step and at the end)."""
     b, cfg, tgt = e.book, e.config, e.target
     assert tgt is not None
@@ -52,6 +53,7 @@ def summary_doc(e: EngineView) -> dict:
         "target": tgt.describe(),
         "label": cfg.label or default_label(tgt),
         "steps": [s.to_dict() for s in b.steps],
+        **summary_knee(b.steps, b.search, b.plateau_gain),
         "break": b.break_result.to_dict() if b.break_result else None,
         "probe": b.probe_result.to_dict() if b.probe_result else None,
         **({"search": b.search} if b.search is not None else {}),

@@ -64,7 +64,7 @@ class LivePanels(Vertical):
         for wid, _, col, live, _ in ROWS:
             row = self._rows[wid]
             if wid == "good":
-                row.display = snap.goodput_tok_s is not None
+                row.display = snap.goodput_req_s is not None  # with SLOs (its tok/s shows "-" until a request ended)
             row.show(self._history[col], live(snap), flagged)
         lane = self._lane
         lane.display = snap.lane_on
