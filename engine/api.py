@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .control import ControlError, check_control
     from .controller import ConcurrencyError, check_concurrency
     from .core import Engine
-    from .estimate import estimate as estimate_run
+    from .estimate import duration_text
     from .fmt import ms, num, rate, step_ms
     from .guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
@@ -86,7 +86,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".control": ("ControlError", "check_control"),
     ".controller": ("ConcurrencyError", "check_concurrency"),
     ".core": ("Engine",),
-    ".estimate": ("estimate_run=estimate",),
+    ".estimate": ("duration_text",),
     ".fmt": ("ms", "num", "rate", "step_ms"),
     ".guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),

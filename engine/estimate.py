@@ -125,3 +125,16 @@ def _probe(preset: Preset, p: SimProfile, output_len: int) -> float:
         return 0.0
     one = output_len * p.step_time(1)
     return min(max(preset.after.probe_s, one), PROBE_MAX_HOLD_S)
+
+
+def duration_text(preset: Preset, sim_profile: str | None = "healthy") -> str:
+    """How long a run of `preset` takes, in one line: on the built-in sim (`sim_profile`),
+    the estimate above and where it is expected to break; against another server (None), the
+    ramp's floor and ceiling."""
+    if sim_profile is not None:
+        est = estimate(preset, get_profile(sim_profile))
+        if est is not None:
+            return est.describe(sim_profile)
+    lo, hi = preset.duration_bounds()
+    span = f"{lo:.0f} s" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} s"
+    return f"{span} unless a rule fires"

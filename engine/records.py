@@ -134,6 +134,10 @@ class RequestRecord:
     # a request a worker sent: its figures, measured there (`figures()`); its chunk
     # timestamps stay in the worker
     remote: RequestFigures | None = None
+    # it ended after its step had closed (engine/step_own.py WindowCut): what its step counts
+    # of it, its age at the close (its E2E there, a lower bound) and its TPOT inside the window
+    step_e2e: float | None = None
+    step_tpot: float | None = None
 
     # -- derived figures (README "What the numbers mean") ----------------------------------
     @property

@@ -133,6 +133,8 @@ class OwnRequests:
     def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> None:
         assert self.slo is not None
         ok = judge_request(self.slo, ttft, tpot, itl_p99, e2e, bound)
+        if ok is None:
+            return  # nothing inside the window to judge it by
         self.judged += 1
         self.judged_tokens += tokens
         if ok:
@@ -195,6 +197,8 @@ class OwnRequests:
             cut = self._cut.get(rec.rid)
             if cut is None:  # sent after the close (an open loop's held send): nothing in the window
                 cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
+        if cut is not None:  # its row says what its step counted of it
+            rec.step_e2e, rec.step_tpot = cut.age, cut.tpot
         if rec.cached_tokens is not None and rec.input_tokens > 0:
             self.cached_reports += 1
             self.cached_tokens += rec.cached_tokens
@@ -226,7 +230,8 @@ class OwnRequests:
                     self.tpot.add(rec.tpot)
                 if self.slo is not None:
                     f = rec.figures().itl_p99 if self.slo.itl_ms is not None else None
-                    self._judge(rec.ttft, rec.tpot, f if f is not None else 0.0, rec.e2e, False, rec.output_tokens)
+                    # its whole record is the window's (one token: no TPOT, no gap to miss)
+                    self._judge(rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False, rec.output_tokens)
             else:
                 self._cut_e2e.append(cut.age)  # its E2E is a bound: it ended under the next load
                 if self.slo is not None and not cut.judged:

@@ -54,7 +54,9 @@ per-request bound, judged on what they did in the step's window: TTFT (completed
 first token comes after the close: it waited behind the step's queue), TPOT and the
 request's own p99 ITL from its chunks inside the window, E2E (a bound when it ended after
 the close: past the E2E limit it is a miss, below it the window shows none). A request
-censored past a TTFT or E2E bound is a miss; a failed one misses every bound.
+censored past a TTFT or E2E bound is a miss; a failed one misses every bound; one that did
+nothing inside the window a bound reads (queued through it, with only a TPOT bound set) is
+not judged.
 
 `history` holds the ramp's earlier measured steps in order (not the current one; leave out
 the C=1 probe).
@@ -464,10 +466,13 @@ def meets_slo(slo: Slo, step: StepResult) -> bool:
 
 
 def judge_request(slo: Slo, ttft: float | None, tpot: float | None, itl_p99: float | None,
-                  e2e: float | None, e2e_bound: bool = False) -> bool:
+                  e2e: float | None, e2e_bound: bool = False) -> bool | None:
     """Does one own request meet every per-request bound, on what it did in its step's window
-    (seconds; see the module docstring)? `ttft` None: it never answered (a miss when a TTFT
-    bound is set); `e2e_bound`: it ended after the close and `e2e` is its age then."""
+    (seconds; see the module docstring)? True, False, or None when the window shows nothing
+    to judge it by (it decoded nothing inside the window and no TTFT or E2E bound is set: it
+    counts in no attainment). `ttft` None: it never answered (a miss when a TTFT bound is
+    set); `e2e_bound`: it ended after the close and `e2e` is its age then."""
+    judged = False
     for k in PER_REQUEST:
         limit = getattr(slo, k)
         if limit is None:
@@ -476,7 +481,9 @@ def judge_request(slo: Slo, ttft: float | None, tpot: float | None, itl_p99: flo
         if v is None:
             if k == "ttft_ms" or (k == "e2e_ms" and not e2e_bound):
                 return False
-            continue  # one token (no TPOT, no gap), or no end inside the window: nothing to miss
+            continue  # no decoding inside the window: nothing to miss, nothing met
         if v * 1000.0 > limit:
             return False
-    return True
+        if not (k == "e2e_ms" and e2e_bound):  # a bound under the limit proves no E2E
+            judged = True
+    return True if judged else None

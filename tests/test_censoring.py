@@ -6,7 +6,8 @@ A server with 4 slots and 200-token answers (~1 s each at the cap: the sim at ha
 scale): at C=32 the step's own requests queue behind 28 others (~7 s) for longer than the step
 is held (max_hold_s 5), so none of them has a first token when it closes. Before censoring, such a step reported TTFT `None` and a p99 rule passed
 it; now its TTFT is a lower bound ("≥"), which breaks the rule, and once the requests finish
-(a drain step after it) the record holds their true figures.
+(a drain step after it) the record holds their true TTFT; their E2E stays the bound of their
+age at the close (what they did after it ran under the drain's load).
 """
 
 from __future__ import annotations
@@ -93,9 +94,11 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
     assert closing.censored_ttft == closing.requests_sent  # none of its own had answered at the close
     assert closing.p99_ttft_ms_bound and closing.median_ttft_ms_bound
     c32 = _summary_steps(tmp_path / "s")[1]
-    assert c32.final and c32.censored_ttft == 0 and c32.censored_e2e == 0
-    assert not (c32.median_ttft_ms_bound or c32.p99_ttft_ms_bound or c32.median_e2e_latency_ms_bound)
+    assert c32.final and c32.censored_ttft == 0
+    assert not (c32.median_ttft_ms_bound or c32.p99_ttft_ms_bound)  # their TTFT: completed, the wait was this step's
     assert c32.ended_after_close == c32.requests_sent == c32.completed
+    # their decoding ran under the drain's load: the step's E2E stays its bound at the close
+    assert c32.censored_e2e == c32.completed and c32.median_e2e_latency_ms_bound
     # the step's own requests on the sim's clock: every request of the run is one the sim
     # received, in the order sent (the k-th send is the k-th arrival, a moment later), and the
     # C=32 step's rows pick theirs. (A window on the sim's clock, [t_start, t_end), missed a
@@ -114,7 +117,7 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
     assert all(c32.t_start <= r["t_arrive"] <= c32.t_start + c32.duration_s + 0.5 for r in own)  # sent in its window
     assert _within(c32.median_ttft_ms, truth["median_ttft_all_ms"], 0.2), (c32, truth)
     assert _within(c32.p99_ttft_ms, truth["p99_ttft_all_ms"], 0.2), (c32, truth)
-    assert _within(c32.median_e2e_latency_ms, truth["median_e2e_all_ms"], 0.2), (c32, truth)
+    assert c32.median_e2e_latency_ms <= truth["median_e2e_all_ms"]  # a true lower bound of what they took
     # the bound at the close was a true lower bound of what the requests then showed
     assert closing.median_ttft_ms <= c32.median_ttft_ms and closing.p99_ttft_ms <= c32.p99_ttft_ms
 

@@ -121,7 +121,8 @@ def test_judge_request_on_window_figures():
     assert judge_request(slo, 0.5, 0.030, None, 20.0, e2e_bound=True) is True  # below: the window shows no miss
     assert judge_request(slo, 0.5, 0.041, None, 20.0) is False
     assert judge_request(slo, None, None, None, None) is False  # never answered
-    assert judge_request(Slo(tpot_ms=40), 0.5, None, None, 1.0) is True  # one token: no TPOT to miss
+    assert judge_request(Slo(tpot_ms=40), 0.5, None, None, 9.0, e2e_bound=True) is None  # queued through the window: not judged
+    assert judge_request(Slo(tpot_ms=40, ttft_ms=1000), 0.5, None, None, 9.0, e2e_bound=True) is True  # its TTFT is judged
 
 
 # -- a step whose requests outlive it (a deterministic step book) ---------------------------

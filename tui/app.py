@@ -571,7 +571,7 @@ class RedlineApp(App[int]):
             except api.PresetError as exc:
                 entries.append((path.stem, None, str(exc)))
                 continue
-            entries.append((path.stem, preset, preset.description))
+            entries.append((path.stem, preset, f"{preset.description}; {api.duration_text(preset)}"))
 
         def chosen(i: int | None) -> None:
             if i is None:

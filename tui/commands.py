@@ -224,7 +224,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
         print(f"redline: preset {preset.name} against {_against(engine)}; "
-              f"{duration_line(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
+              f"{api.duration_text(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
         work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
         if cfg.control is not None:  # an API command that takes the wheel cancels the preset
             engine.driver = work[-1]
@@ -355,18 +355,6 @@ def _against(engine) -> str:
     return f"{len(states)} targets ({tgt.info.kind}, {tgt.model or 'model ?'}): {urls}"
 
 
-def duration_line(preset: Preset, sim_profile: str | None = None) -> str:
-    """How long the run takes: on the built-in sim, the estimate of engine/estimate.py (where
-    it is expected to break); against another server, the ramp's floor and ceiling."""
-    lo, hi = preset.duration_bounds()
-    span = f"{lo:.0f} s" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} s"
-    if sim_profile is not None:
-        est = api.estimate_run(preset, api.get_profile(sim_profile))
-        if est is not None:
-            return est.describe(sim_profile)
-    return f"{span} unless a rule fires"
-
-
 # -- redline presets -----------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
     """Every shipped preset: its description and how long it runs on the built-in sim."""
@@ -375,7 +363,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
     for b in found:
         print(f"{b.name:<{width}}  {b.description}")
         try:
-            print(f"{'':<{width}}  {duration_line(api.load_preset(b.path), DEFAULT_SIM_PROFILE)}")
+            print(f"{'':<{width}}  {api.duration_text(api.load_preset(b.path), DEFAULT_SIM_PROFILE)}")
         except api.PresetError:
             pass  # its description says it is invalid
     return EXIT_OK

@@ -41,6 +41,8 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "ttft_ms": "float",
     "e2e_ms": "float",
     "ended_ms": "float",
+    "step_e2e_ms": "float",
+    "step_tpot_ms": "float",
     "itl_mean_ms": "float",
     "itl_max_ms": "float",
     "tpot_ms": "float",
@@ -176,6 +178,10 @@ def request_row(
         # (it never ended by itself) the lower bound of its E2E, and of its TTFT when it never
         # answered, that its step counts (censored)
         "ended_ms": _ms((rec.t_end if rec.t_end is not None else rec.t_send) - rec.t_start),
+        # it ended after its step closed: what the step counts of it (its age at the close, a
+        # lower bound of its E2E there; its TPOT inside the step's window); null: it ended inside
+        "step_e2e_ms": _ms(rec.step_e2e),
+        "step_tpot_ms": _ms(rec.step_tpot),
         "itl_mean_ms": _ms(itl_mean),
         "itl_max_ms": _ms(itl_max),
         "tpot_ms": _ms(tpot),
