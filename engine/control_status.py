@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .verdicts import summary_knee
+
 
 def status_of(engine: Any, url: str = "") -> dict:
     """GET /v1/status: the engine's latest Snapshot as JSON; the live figures carry the names
@@ -48,6 +50,9 @@ def status_of(engine: Any, url: str = "") -> dict:
         "timeline_row": {k: v for k, v in (s.row or {}).items() if not k.startswith("goodput_")},  # one goodput per reply: the live one above
         "step": step_of(engine, step),
         "steps_recorded": len(s.steps),
+        # the session's knee as summary.json records it (engine/verdicts.py): knee_concurrency,
+        # knee_reason, max_throughput_concurrency (knee_rate, max_throughput_rate over rates)
+        "knee": summary_knee(engine.book.steps, engine.book.search, engine.book.plateau_gain),
         "preset": {"running": s.preset_running, "progress": s.preset},
         "completed": s.completed, "failed": s.failed, "cancelled": s.cancelled,
         "output_tokens_total": s.output_tokens_total,

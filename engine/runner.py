@@ -182,7 +182,7 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
     except asyncio.CancelledError:  # cancelled mid-step: the period keeps its row (marked short when it was one)
         if not acc.closed:
             res = book.close_step(acc)
-            res.short = res.duration_s < MIN_LIVE_STEP_S
+            res.short = acc.short = res.duration_s < MIN_LIVE_STEP_S
             if res.requests_sent or res.completed or res.failed or res.output_throughput > 0:
                 book.record(res)
         raise

@@ -252,7 +252,7 @@ class StepBook:
         MIN_LIVE_STEP_S is marked short (no point of the curve, judged by no rule)."""
         res = self.close_step(acc, now)
         if res.requests_sent or res.completed or res.failed or res.output_throughput > 0:
-            res.short = res.duration_s < MIN_LIVE_STEP_S
+            res.short = acc.short = res.duration_s < MIN_LIVE_STEP_S
             self.record(res)
 
     def live_matches(self, concurrency: int, probing: bool) -> bool:

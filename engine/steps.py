@@ -129,6 +129,7 @@ class StepAccumulator(OwnRequests):
         self.foreign_ended = 0
         self.level_index = index  # the first step of this run of steps at one load
         self.steady_min_s = STEADY_MIN_S  # steady needs this many whole measured seconds (the runner's plan)
+        self.short = False  # a period shorter than a step, kept as its own row (StepResult.short)
         # its window
         self.out_tokens = 0
         self.per_second: list[float] = []  # output tokens in each second of the window
@@ -393,6 +394,7 @@ class StepAccumulator(OwnRequests):
             steady=unjudged is None,
             unjudged=unjudged,
             warmup_stand_in=self.warmup_stand_in,
+            short=self.short,
             server_max_running=self.server_max_running,
             index=self.index,
             phase=self.phase,

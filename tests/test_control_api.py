@@ -332,14 +332,18 @@ def test_stop_ends_the_session(held, tmp_path):
 
     h, c = held
     seen: list[str] = []
+    opened = threading.Event()
 
     def follow() -> None:  # an event stream open at the stop ends with `end`
         with httpx.Client(base_url=h.engine.control.url, timeout=10.0) as s, s.stream("GET", "/v1/events") as r:
+            opened.set()
             seen.extend(line[7:] for line in r.iter_lines() if line.startswith("event: "))
 
     t = threading.Thread(target=follow, daemon=True)
     t.start()
-    time.sleep(0.3)
+    # the stream is open before the stop (a fixed 0.3 s was not enough on a loaded CI machine:
+    # the follower connected after the server had gone, and saw nothing)
+    assert opened.wait(10)
     r = c.post("/v1/stop")
     assert r.status_code == 200 and r.json()["session_dir"] == str(tmp_path / "session")
     assert wait_for(lambda: h.snapshot.done, 10)

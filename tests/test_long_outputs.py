@@ -176,3 +176,24 @@ async def test_live_goodput_never_passes_live_throughput(sim_factory):
         assert seen > 10
     finally:
         await e.stop("test")
+
+
+def test_the_search_on_the_slowing_server_finds_its_knee_and_its_slo_level(sim_factory, tmp_path):
+    """The same server searched from C=8: the knee where tok/s flattens at the cap of 24 (22
+    is within 5 % of it), and the largest C whose requests decode within 40 ms a token (b <=
+    20), each within one step of the search's resolution."""
+    sim = sim_factory("healthy", extra_args=("--set", "max_running_requests=24", "--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.001",
+                                             "--set", "ceiling_tok_s=100000", "--set", "prefill_per_token_s=0", *QUARTER))
+    preset = steady_in(parse_preset({
+        "workload": {"api": "chat", "input_len": 16, "output_len": 400},
+        "ramp": {"mode": "search", "start": 8, "max": 64, "warmup_s": 0.5, "hold_s": 2, "min_requests": 4, "max_hold_s": 3, "resolution": 0.1},
+        "stop": {"plateau_gain": 0.05}, "slo": {"tpot_ms": 10}, "after": {"probe_s": 0}}, "search.toml"), 2)
+    cfg = EngineConfig(url=sim.url, concurrency=8, workload=WorkloadConfig(input_len=16, output_len=400), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    t0 = time.monotonic()
+    out = run_preset_headless(cfg, preset)
+    took = time.monotonic() - t0
+    search = out.search
+    assert 21 <= search["knee_concurrency"] <= 24, search
+    assert 18 <= search["max_slo_concurrency"] <= 20, search
+    assert took < 120, took
