@@ -83,7 +83,7 @@ def test_each_step_ttft_e2e_itl_match_the_sims_clock(capped_run):
         # what the run's end cancelled stays censored (the last step's; the others drained), and
         # so does the E2E of what ended after the close (its age then: the next load's decoding
         # is not this step's)
-        after = own.filter(pl.col("step_e2e_ms").is_not_null() | (pl.col("status") == "cancelled"))
+        after = own.filter(pl.col("after_close") | (pl.col("status") == "cancelled"))
         assert s.final and s.censored_e2e == after.height
         assert s.censored_ttft == own.filter((pl.col("status") == "cancelled") & pl.col("ttft_ms").is_null()).height
     for s in steps[:-1]:
@@ -130,7 +130,7 @@ def test_readme_polars_example_reproduces_summary(capped_run):
         # a request the run cancelled counts as "at least its age": ended_ms; one that ended
         # after its step closed, its age at the close: step_e2e_ms
         ttft = own.select(pl.coalesce("ttft_ms", "ended_ms"))["ttft_ms"]
-        e2e = own.select(pl.coalesce("step_e2e_ms", "e2e_ms", "ended_ms"))["step_e2e_ms"]
+        e2e = own["step_e2e_ms"]
         # ---------------------------------------------------------------------------
         assert own["ttft_ms"].drop_nulls().len() == s["requests_first_token"]
         assert own.filter(pl.col("ttft_ms").is_null()).height == s["censored_ttft"]

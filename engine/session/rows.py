@@ -43,6 +43,7 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "ended_ms": "float",
     "step_e2e_ms": "float",
     "step_tpot_ms": "float",
+    "after_close": "bool",
     "itl_mean_ms": "float",
     "itl_max_ms": "float",
     "tpot_ms": "float",
@@ -162,6 +163,8 @@ def request_row(
     cancelled = rec.status == R.CANCELLED  # it never ended by itself: no end-to-end latency
     e2e = None if cancelled else rec.e2e
     tpot = None if cancelled else rec.tpot
+    ended = (rec.t_end if rec.t_end is not None else rec.t_send) - rec.t_start
+    after = rec.step_e2e is not None
     return {
         "rid": rec.rid,
         "phase": rec.phase,
@@ -177,11 +180,14 @@ def request_row(
         # from its (intended) send to its end, whatever the outcome: for a cancelled request
         # (it never ended by itself) the lower bound of its E2E, and of its TTFT when it never
         # answered, that its step counts (censored)
-        "ended_ms": _ms((rec.t_end if rec.t_end is not None else rec.t_send) - rec.t_start),
-        # it ended after its step closed: what the step counts of it (its age at the close, a
-        # lower bound of its E2E there; its TPOT inside the step's window); null: it ended inside
-        "step_e2e_ms": _ms(rec.step_e2e),
-        "step_tpot_ms": _ms(rec.step_tpot),
+        "ended_ms": _ms(ended),
+        # what its step counts of it: ended inside the step, its own E2E (a cancelled one's
+        # age, ended_ms) and TPOT; ended after the close (after_close), its age at the close (a
+        # lower bound of its E2E there) and its TPOT inside the step's window: what it did after
+        # the close ran under the next load
+        "step_e2e_ms": _ms(rec.step_e2e) if after else _ms(e2e) if e2e is not None else _ms(ended),
+        "step_tpot_ms": _ms(rec.step_tpot) if after else _ms(tpot),
+        "after_close": after,
         "itl_mean_ms": _ms(itl_mean),
         "itl_max_ms": _ms(itl_max),
         "tpot_ms": _ms(tpot),
