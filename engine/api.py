@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     )
     from .preset.knee import knee_search_preset
     from .runner import RunOutcome, execute, run_preset
-    from .session import SessionError, check_session_dir, default_session_dir, format_step_table
+    from .session import SessionError, check_session_dir, default_session_dir
+    from .step_text import format_step_table
     from .session.scrub import redact_argv
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
@@ -94,7 +95,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".runner": ("RunOutcome", "execute", "run_preset"),
-    ".session": ("SessionError", "check_session_dir", "default_session_dir", "format_step_table"),
+    ".session": ("SessionError", "check_session_dir", "default_session_dir"),
+    ".step_text": ("format_step_table",),
     ".session.scrub": ("redact_argv",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),

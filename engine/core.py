@@ -49,7 +49,8 @@ from .load import make_load, prepare
 from .recorder import LaneListener, Recorder
 from .records import Clock
 from .sender import Sender
-from .session import SessionWriter, format_step_line
+from .session import SessionWriter
+from .step_text import format_step_line
 from .session.summary import default_label, session_meta, summary_doc
 from .slo import Slo
 from .snapshot import Snapshot

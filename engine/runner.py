@@ -34,7 +34,7 @@ from .core import Engine
 from .preset import Preset, StepPlan
 from .search import KneeSearch
 from .server_ops import capture_started, drain_and_flush, start_capture
-from .session import format_step_line
+from .step_text import format_step_line
 from .stepresult import BreakResult, StepResult
 from .steps import StepAccumulator
 

@@ -220,7 +220,7 @@ def test_probe_lane_stays_out_of_the_load_and_the_load_out_of_it(sim_factory, tm
 
 
 def test_report_shows_goodput_beside_throughput():
-    from redline.engine.session import format_step_line, format_step_table
+    from redline.engine.step_text import format_step_line, format_step_table
 
     with_slo = StepResult(concurrency=8, duration_s=10, completed=20, failed=0, output_throughput=100.0, input_throughput=0,
                           request_throughput=2, output_goodput=80.5, request_goodput=1.6, slo_attainment=0.8)

@@ -109,7 +109,7 @@ PY_REPR = re.compile(r"None|\[['\d]|\{'|\(\d+,|True|False")
 
 
 def test_break_line_with_no_good_step_says_so():
-    from redline.engine.session import format_break_line
+    from redline.engine.step_text import format_break_line
 
     line = format_break_line(BreakResult("latency", 8, None, "p99 TTFT 9 s at C=8"))
     assert "no step passed" in line and not PY_REPR.search(line), line
@@ -166,7 +166,7 @@ def test_writer_flags_steps_measured_over_a_suspect_second(tmp_path):
 
 
 def test_report_shows_client_limited_steps():
-    from redline.engine.session import format_step_line, format_step_table
+    from redline.engine.step_text import format_step_line, format_step_table
 
     st = StepResult(concurrency=64, duration_s=6, completed=9, failed=0, output_throughput=900.0, input_throughput=1,
                     request_throughput=1.5, client_limited=True)

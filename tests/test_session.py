@@ -339,7 +339,7 @@ def test_secrets_never_written(tmp_path):
 def test_writer_side_does_not_import_polars_or_textual():
     code = (
         "import sys; import redline.engine.session as s; from redline.engine.session import SessionWriter, "
-        "request_row, format_step_table; "
+        "request_row; from redline.engine.step_text import format_step_table; "
         "assert 'polars' not in sys.modules and 'textual' not in sys.modules, 'imported'"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

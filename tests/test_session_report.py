@@ -4,14 +4,8 @@ import json
 
 import pytest
 
-from redline.engine.session import (
-    SessionError,
-    SessionWriter,
-    format_step_line,
-    format_step_table,
-    load_summary,
-    report_session,
-)
+from redline.engine.session import SessionError, SessionWriter, load_summary, report_session
+from redline.engine.step_text import format_step_line, format_step_table
 from redline.engine.stepresult import BreakResult, StepResult
 
 

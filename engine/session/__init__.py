@@ -19,13 +19,7 @@ from .paths import (
     default_session_dir,
     table_path,
 )
-from .report import (
-    format_break_line,
-    format_step_line,
-    format_step_table,
-    load_summary,
-    report_session,
-)
+from .report import load_summary, report_session
 from .rows import (
     COLUMNS,
     EVENT_KINDS,
@@ -68,7 +62,6 @@ __all__ = [
     "COLUMNS", "DEFAULT_BASE", "EVENT_KINDS", "EVENTS_COLUMNS", "EXPORT_DIR", "FORMATS",
     "GPU_FIELDS", "IDLE_STATES", "META", "PHASES", "REQUESTS_COLUMNS", "STATES", "SUMMARY", "TABLES",
     "TIMELINE_COLUMNS", "Scrubber", "SessionError", "SessionWriter", "check_session_dir",
-    "default_session_dir", "format_break_line", "format_step_line", "format_step_table",
-    "gpu_columns", "load_summary", "redact_argv", "report_session", "request_row",
+    "default_session_dir", "gpu_columns", "load_summary", "redact_argv", "report_session", "request_row",
     "table_path", *_LAZY_EXPORT,
 ]

@@ -28,17 +28,8 @@ if TYPE_CHECKING:
     from ..gate import compare as gate_compare
     from ..preset import preset_from_session
     from ..preset.replay import steps_text
-    from . import (
-        SUMMARY,
-        SessionError,
-        check_session_dir,
-        export_session,
-        format_break_line,
-        format_step_line,
-        format_step_table,
-        load_summary,
-        report_session,
-    )
+    from ..step_text import fmt_ms, format_break_line, format_step_line, format_step_table
+    from . import SUMMARY, SessionError, check_session_dir, export_session, load_summary, report_session
     from .compare import (
         KINDS,
         Row,
@@ -55,7 +46,6 @@ if TYPE_CHECKING:
         tokens_per_watt,
     )
     from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
-    from .report import fmt_ms
     from .rows import dumps_doc
     from .writer import write_text_atomic
 
@@ -68,16 +58,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "..preset": ("preset_from_session",),
     "..preset.replay": ("steps_text",),
-    ".": (
-        "SUMMARY", "SessionError", "check_session_dir", "export_session", "format_break_line", "format_step_line",
-        "format_step_table", "load_summary", "report_session",
-    ),
+    "..step_text": ("fmt_ms", "format_break_line", "format_step_line", "format_step_table"),
+    ".": ("SUMMARY", "SessionError", "check_session_dir", "export_session", "load_summary", "report_session"),
     ".compare": (
         "KINDS", "Row", "SessionSummary", "align_by_load", "any_power", "axis_title", "joules_per_token", "knee_load",
         "knee_step", "load_session", "load_sessions", "session_from_steps", "tokens_per_watt",
     ),
     ".html": ("HTML_EXTRA_HINT", "HtmlUnavailable", "collect", "html_available", "write_html"),
-    ".report": ("fmt_ms",),
     ".rows": ("dumps_doc",),
     ".writer": ("write_text_atomic",),
 }

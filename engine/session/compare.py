@@ -35,7 +35,8 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 from ..stepresult import BreakResult, StepResult
 from .paths import META, SessionError, check_session_dir
-from .report import _load_json, as_break, load_summary
+from ..step_text import as_break
+from .report import _load_json, load_summary
 from ..verdicts import KINDS as VERDICT_KINDS
 from ..verdicts import Knee, knee_from_summary, load_key, one_per_load, session_knee
 
