@@ -21,7 +21,7 @@ time.perf_counter() for that stream (CLOCK_MONOTONIC: the same clock in every pr
                     stamps (the first token closes no gap: as ITL), each counted at the
                     write of the chunk that closes it
   redline ITL       per request, the gaps between consecutive content chunks' receive stamps
-                    (engine/records.py gaps_from: one ITL per content chunk on OpenAI APIs),
+                    (engine/measure/records.py gaps_from: one ITL per content chunk on OpenAI APIs),
                     each counted at the arrival of the chunk that closes it; exactly what the
                     engine feeds its step figures (StepBook.on_gaps: the coordinator's feed, so
                     worker processes' gaps too, at their 10 ms bucket's time). requests.ndjson
@@ -52,7 +52,7 @@ worker processes (the TUI's or the driver's descendants), the server process, an
 machine (every process), and "others": the machine less this benchmark's processes (on a
 small machine a neighbour's load shows in the figures; --quiet-below waits for a quieter
 second before each run). "engine tick ms": the median time the engine's once-a-second work
-(engine/ticker.py Ticker.each_second, which harvests every in-flight request's gaps) holds the
+(engine/run/each_second.py Ticker.each_second, which harvests every in-flight request's gaps) holds the
 engine's loop in the window: chunks that arrive meanwhile are stamped late, so it shows in
 the ITL's tail. The engine's loop lag p99 (its client-health figure, the last before the stop)
 is printed per run.
@@ -79,7 +79,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from redline.engine.log_histogram import quantile  # the engine's own: linear, numpy's default  # noqa: E402
+from redline.engine.measure.log_bins import quantile  # the engine's own: linear, numpy's default  # noqa: E402
 
 MODEL = "itl-gap-server"
 WORDS = [" the", " a", " of", " model", " token", " and", " to", " in", " server", " is", " load", " it"]
@@ -363,10 +363,10 @@ class ServerProcess:
 
 # == redline's engine child: its own child main, plus its ITL feed written at stop ====================
 def bench_child_main(config, conn, result_path: str) -> None:
-    from redline.engine.core import Engine
+    from redline.engine.run.engine import Engine
     from redline.engine.host import _child_main
-    from redline.engine.stepbook import StepBook
-    from redline.engine.ticker import Ticker
+    from redline.engine.measure.step_book import StepBook
+    from redline.engine.run.each_second import Ticker
 
     times, itls, ticks = array("d"), array("d"), array("d")
     orig_on_gaps, orig_stop, orig_each_second = StepBook.on_gaps, Engine.stop, Ticker.each_second

@@ -43,10 +43,10 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
 # -- the engine child: redline's own child main, plus the lag histogram written at stop ----------
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
-    from redline.engine.core import Engine
-    from redline.engine.histogram import LogHistogram
+    from redline.engine.run.engine import Engine
+    from redline.engine.measure.histogram import LogHistogram
     from redline.engine.host import _child_main
-    from redline.engine.ticker import Ticker
+    from redline.engine.run.each_second import Ticker
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}
@@ -242,7 +242,7 @@ def main() -> None:
 
     from _bench import machine, sim, table
 
-    from redline.engine.http import DEFAULT_TRANSPORT
+    from redline.engine.client.http import DEFAULT_TRANSPORT
 
     cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

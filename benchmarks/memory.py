@@ -37,10 +37,10 @@ def main() -> None:
 
     from _bench import FAST_SIM, machine, sim, table
 
-    from redline.engine.config import EngineConfig
+    from redline.engine.run.config import EngineConfig
     from redline.engine.host import EngineProcess
-    from redline.engine.http import DEFAULT_TRANSPORT
-    from redline.engine.workload import WorkloadConfig
+    from redline.engine.client.http import DEFAULT_TRANSPORT
+    from redline.engine.workload.prompts import WorkloadConfig
 
     transport = args.transport or DEFAULT_TRANSPORT
     total_s = args.minutes * 60

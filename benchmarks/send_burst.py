@@ -37,11 +37,12 @@ SIM = ("decode_base_s=0.02", "decode_per_seq_s=0.00002", "max_running_requests=1
 def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
     import httpx
 
-    from redline.engine import controller, kstamp
-    from redline.engine.config import EngineConfig
-    from redline.engine.core import Engine
+    from redline.engine.load.holder import controller
+    from redline.engine.client import kstamp
+    from redline.engine.run.config import EngineConfig
+    from redline.engine.run.engine import Engine
     from redline.engine.host import new_event_loop
-    from redline.engine.workload import WorkloadConfig
+    from redline.engine.workload.prompts import WorkloadConfig
 
     controller.SEND_BATCH = batch
     writes: list[float] = []
@@ -90,7 +91,7 @@ def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
 
 def q(xs: list[float], p: float) -> float:
     """The p-quantile of sorted seconds, in ms (the engine's: linear, numpy's default)."""
-    from redline.engine.log_histogram import quantile
+    from redline.engine.measure.log_bins import quantile
 
     return 1000 * (quantile(xs, p) or 0.0)
 

@@ -28,9 +28,9 @@ from _bench import FAST_SIM, cpu_seconds, sim, sim_state  # noqa: E402
 
 
 async def one(url: str, workers: int, c: int, seconds: float, warmup: float, output_len: int) -> dict:
-    from redline.engine.config import EngineConfig
-    from redline.engine.core import Engine
-    from redline.engine.workload import WorkloadConfig
+    from redline.engine.run.config import EngineConfig
+    from redline.engine.run.engine import Engine
+    from redline.engine.workload.prompts import WorkloadConfig
 
     cfg = EngineConfig(url=url, workers=workers, concurrency=c, max_concurrency=max(c, 1024),
                        workload=WorkloadConfig(input_len=16, output_len=output_len),

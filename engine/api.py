@@ -2,7 +2,7 @@
 
 `tui/` reaches the engine through two modules only (tests/test_architecture.py counts them):
 this one (commands, the Snapshot types, the EngineConfig and the checks of every user value,
-starting an engine host or the built-in sim, the presets) and `engine/session/api.py` (the
+starting an engine host or the built-in sim, the presets) and `engine/report/api.py` (the
 session tools of `redline report`, `export`, `preset-from` and the gates). Where a name lives
 inside the engine is the engine's business: it moves, this surface stays.
 
@@ -23,93 +23,75 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 from . import __version__
 
 if TYPE_CHECKING:
-    from . import commands
-    from .arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
-    from .config import EngineConfig
-    from .constants import (
-        DEFAULT_CONCURRENCY,
-        DEFAULT_INPUT_LEN,
-        DEFAULT_MAX_CONCURRENCY,
-        DEFAULT_OUTPUT_LEN,
-        DEFAULT_REQUEST_TIMEOUT_S,
-        DEFAULT_STEP,
-        DEFAULT_TRANSPORT,
-        TIMELINE_INTERVAL_S,
-        TRANSPORTS,
-    )
-    from .control import ControlError, check_control
-    from .controller import ConcurrencyError, check_concurrency
-    from .core import Engine
-    from .estimate import duration_text
+    from .run import commands
+    from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
+    from .run.config import EngineConfig
+    from .constants import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TIMELINE_INTERVAL_S, TRANSPORTS
+    from .control.address import ControlError, check_control
+    from .load.controller import ConcurrencyError, check_concurrency
+    from .run.engine import Engine
+    from .drive.estimate import duration_text
     from .fmt import ms, num, rate, step_ms
-    from .guard import parse_guard
+    from .rules.guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
     from .loop import wait_within
-    from .preset import (
-        Preset,
-        PresetError,
-        as_search,
-        builtin_dir,
-        builtin_presets,
-        load_preset,
-        resolve_preset,
-    )
+    from .preset import Preset, PresetError, as_search, builtin_dir, builtin_presets, load_preset, resolve_preset
     from .preset.knee import knee_search_preset
-    from .runner import RunOutcome, execute, run_preset
+    from .drive.preset_runner import RunOutcome, execute, run_preset
     from .session import SessionError, check_session_dir, default_session_dir
-    from .step_text import format_step_table
+    from .rules.step_text import format_step_table
     from .session.scrub import redact_argv
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
-    from .slo import SloError, parse_slo
-    from .snapshot import LogLine, Snapshot
-    from .stepresult import StepResult
-    from .target import TargetError, TargetUnreachable, validate_url
-    from .targets import WeightsError, parse_weights
-    from .trace import TraceError, builtin_traces, load_trace, resolve_trace
-    from .verdicts import Knee, knee_from_summary, summary_knee
-    from .workload import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
-    from .workload_change import KEYS as WORKLOAD_KEYS
-    from .workload_change import MAX_LEN as WORKLOAD_MAX_LEN
-    from .workload_change import WorkloadChange
-    from .worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
+    from .measure.slo import SloError, parse_slo
+    from .run.snapshot import LogLine, Snapshot
+    from .measure.step_result import StepResult
+    from .client.target import TargetError, TargetUnreachable, validate_url
+    from .run.target_stats import WeightsError, parse_weights
+    from .workload.trace import TraceError, builtin_traces, load_trace, resolve_trace
+    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
+    from .workload.change import KEYS as WORKLOAD_KEYS
+    from .workload.change import MAX_LEN as WORKLOAD_MAX_LEN
+    from .workload.change import WorkloadChange
+    from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
 
 # modules given whole: name -> module (relative to this package)
-_MODULES: dict[str, str] = {"commands": ".commands"}
+_MODULES: dict[str, str] = {"commands": ".run.commands"}
 # home module (relative to this package) -> the names it gives; "NAME=ATTR" gives ATTR as NAME
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    ".arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
-    ".config": ("EngineConfig",),
+    ".workload.arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
+    ".run.config": ("EngineConfig",),
     ".constants": (
         "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
-    ".control": ("ControlError", "check_control"),
-    ".controller": ("ConcurrencyError", "check_concurrency"),
-    ".core": ("Engine",),
-    ".estimate": ("duration_text",),
+    ".control.address": ("ControlError", "check_control"),
+    ".load.controller": ("ConcurrencyError", "check_concurrency"),
+    ".run.engine": ("Engine",),
+    ".drive.estimate": ("duration_text",),
     ".fmt": ("ms", "num", "rate", "step_ms"),
-    ".guard": ("parse_guard",),
+    ".rules.guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
     ".loop": ("wait_within",),
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
-    ".runner": ("RunOutcome", "execute", "run_preset"),
+    ".drive.preset_runner": ("RunOutcome", "execute", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
-    ".step_text": ("format_step_table",),
+    ".rules.step_text": ("format_step_table",),
     ".session.scrub": ("redact_argv",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
-    ".slo": ("SloError", "parse_slo"),
-    ".snapshot": ("LogLine", "Snapshot"),
-    ".stepresult": ("StepResult",),
-    ".target": ("TargetError", "TargetUnreachable", "validate_url"),
-    ".targets": ("WeightsError", "parse_weights"),
-    ".trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
-    ".verdicts": ("Knee", "knee_from_summary", "summary_knee"),
-    ".workload": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
-    ".workload_change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
-    ".worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),
+    ".measure.slo": ("SloError", "parse_slo"),
+    ".run.snapshot": ("LogLine", "Snapshot"),
+    ".measure.step_result": ("StepResult",),
+    ".client.target": ("TargetError", "TargetUnreachable", "validate_url"),
+    ".run.target_stats": ("WeightsError", "parse_weights"),
+    ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
+    ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
+    ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
+    ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
+    ".load.worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),
 }
 
 

@@ -1,5 +1,5 @@
 """A child process of redline with a pipe to it, and its end: the engine's own process under
-the TUI (engine/host.py) and the load's worker processes (engine/pool.py) start and stop
+the TUI (engine/host.py) and the load's worker processes (engine/load/worker_pool.py) start and stop
 the same way.
 
 Children start with the "spawn" method (a fresh interpreter: no copy of the parent's loop,

@@ -8,8 +8,8 @@ TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 CLOSE_CATCH_UP_TURNS = 6  # a step's close lets the loop turn this often first: a socket read, its delivery, the request's end
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
-# One process's share of streams (engine/worker_count.py; benchmarks/itl_gap.py, README
-# "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/kstamp.py), one process
+# One process's share of streams (engine/load/worker_count.py; benchmarks/itl_gap.py, README
+# "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/client/kstamp.py), one process
 # read ITL within 0.3 ms of the server's at C=512 and 1024 (2 cores); above, it may fall behind
 # its reads (C=4096 in one process received 89 % of what the sim sent). Stamped when the loop
 # reads (https://), the burst read one socket after another and the loop's pauses put its ITL
@@ -40,7 +40,7 @@ DEFAULT_STEP = 8
 # Requests
 DEFAULT_REQUEST_TIMEOUT_S = 600.0  # a stream silent this long is a stalled stream
 CONNECT_TIMEOUT_S = 10.0
-TRANSPORTS = ("lean", "aiohttp", "httpx")  # the HTTP client's transports (engine/http.py)
+TRANSPORTS = ("lean", "aiohttp", "httpx")  # the HTTP client's transports (engine/client/http.py)
 DEFAULT_TRANSPORT = "lean"
 # A closed loop that rises by hundreds starts this many requests per loop turn. A request's
 # send time is stamped when its task first runs (as bench_serving stamps before its POST); its
@@ -74,6 +74,6 @@ HIST_MAX_S = 1e4
 
 # Percentiles
 # a censored figure is a lower bound when its waiting requests, taken as endlessly late, would
-# raise it by more than this (engine/histogram.py censored_quantiles)
+# raise it by more than this (engine/measure/histogram.py censored_quantiles)
 BOUND_TOLERANCE = 0.02
 EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins

@@ -3,7 +3,7 @@
 Drawing holds the UI's interpreter; an engine in the same interpreter waits for the GIL and
 stamps bytes late (measured: 60 ms event-loop lag on a thread beside Textual at 80x24).
 So the TUI runs the engine in a child process with its own loop; typed commands
-(engine/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
+(engine/run/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
 each command's reply comes back too.
 
 Both hosts have the same surface: start(), stop(reason), snapshot, and send(command), which
@@ -21,14 +21,14 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from . import commands as C
-from .config import EngineConfig
+from .run import commands as C
+from .run.config import EngineConfig
 from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
-from .snapshot import Snapshot
+from .run.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
-    from .core import Engine
+    from .run.engine import Engine
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -43,8 +43,8 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from .core import Engine
-        from .runner import execute
+        from .run.engine import Engine
+        from .drive.preset_runner import execute
 
         self.config = config
         self.engine = Engine(config)
@@ -111,7 +111,7 @@ class EngineThread:
 
 
 async def _run_command(engine: Engine, cmd: C.Command) -> Any:
-    from .runner import execute
+    from .drive.preset_runner import execute
 
     res = execute(engine, cmd)
     if asyncio.iscoroutine(res):
@@ -126,7 +126,8 @@ def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if config is None:  # launched before its target was known: import the engine, then wait for it
-        from . import core, runner  # noqa: F401
+        from .run import engine as core
+        from .drive import preset_runner as runner  # noqa: F401
 
         try:
             msg = conn.recv()
@@ -160,8 +161,8 @@ def freeze_heap() -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
-    from .core import Engine
-    from .runner import execute
+    from .run.engine import Engine
+    from .drive.preset_runner import execute
 
     engine = Engine(config)
     engine.dispatch = execute
@@ -292,7 +293,7 @@ class EngineProcess:
             if exc.kind == EXITED:  # the code only now: this thread alone reaps the child
                 raise EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})") from None
             from .session import SessionError
-            from .target import TargetError, TargetUnreachable
+            from .client.target import TargetError, TargetUnreachable
 
             kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "RayUnavailable": TargetUnreachable, "SessionError": SessionError}
             cls = kinds.get(exc.kind)

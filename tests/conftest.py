@@ -32,7 +32,7 @@ from hypothesis import settings
 from textual import _wait as textual_wait
 
 from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
-from redline.engine.worker_count import usable_cores
+from redline.engine.load.worker_count import usable_cores
 
 # Re-exported for the modules that import them from here.
 from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401

@@ -1,4 +1,4 @@
-"""engine/apis.py: request bodies, the continuous-usage fallback decision, and the decoders.
+"""engine/client/api_formats.py: request bodies, the continuous-usage fallback decision, and the decoders.
 
 - build_body asks for usage on every chunk (stream_options.continuous_usage_stats) unless
   told not to; continuous_usage_refused reads a 400 that names the option.
@@ -18,10 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redline.engine.apis import (
-    CHAT, COMPLETIONS, GENERATE, Event, GenerateDecoder, OpenAIDecoder, build_body, continuous_usage_refused, make_decoder,
-)
-from redline.engine.sse import DONE, SSEDecoder
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, Event, GenerateDecoder, OpenAIDecoder, build_body, continuous_usage_refused, make_decoder
+from redline.engine.client.sse import DONE, SSEDecoder
 
 from helpers import examples
 

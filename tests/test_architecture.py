@@ -19,8 +19,8 @@ import pytest
 
 PACKAGES = ("redline.engine", "redline.tui", "redline.presets")
 MAX_ENGINE_MODULES_IN_TUI = 4
-# The UI's doors into the engine (engine/api.py, engine/session/api.py).
-FACADES = ("redline.engine.api", "redline.engine.session.api")
+# The UI's doors into the engine (engine/api.py, engine/report/api.py).
+FACADES = ("redline.engine.api", "redline.engine.report.api")
 
 
 def _modules() -> dict[str, Path]:
@@ -139,25 +139,25 @@ def test_the_counter_sees_absolute_relative_type_only_and_lazy_imports(tmp_path,
     src.write_text(
         "from typing import TYPE_CHECKING\n"
         "import redline.engine.fmt\n"
-        "from redline.engine import commands\n"
+        "from redline.engine.run import commands\n"
         "from ..engine.api import Snapshot\n"
-        "from ..engine import snapshot\n"
+        "from ..engine.run import snapshot\n"
         "if TYPE_CHECKING:\n"
-        "    from ..engine.core import Engine\n"
+        "    from ..engine.run.engine import Engine\n"
         "def f():\n"
         "    from redline.engine.sim.serve import spawn_sim_process\n",
         encoding="utf-8",
     )
     monkeypatch.setitem(MODULES, "redline.tui.probe", src)
     assert imported_modules("redline.tui.probe", src) == {
-        "redline.engine.fmt", "redline.engine.commands", "redline.engine.api", "redline.engine.snapshot",
-        "redline.engine.core", "redline.engine.sim.serve",
+        "redline.engine.fmt", "redline.engine.run.commands", "redline.engine.api", "redline.engine.run.snapshot",
+        "redline.engine.run.engine", "redline.engine.sim.serve",
     }
 
 
 def test_the_package_has_no_import_circle():
     """Type-only and lazy imports included: the engine's helpers see it as an EngineView
-    (engine/engine_view.py), the sim's operations its service as a Protocol."""
+    (engine/run/engine_view.py), the sim's operations its service as a Protocol."""
     circles = strongly_connected(import_graph())
     assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
 
@@ -212,12 +212,12 @@ def _fresh_modules(code: str) -> set[str]:
     return set(r.stdout.split())
 
 
-HEAVY = ("httpx", "polars", "textual", "aiohttp", "plotly", "psutil", "redline.engine.core", "redline.engine.host",
+HEAVY = ("httpx", "polars", "textual", "aiohttp", "plotly", "psutil", "redline.engine.run.engine", "redline.engine.host",
          "redline.engine.preset")
 
 
 def test_the_facades_cost_nothing_to_import():
-    loaded = _fresh_modules("import redline.engine.api, redline.engine.session.api")
+    loaded = _fresh_modules("import redline.engine.api, redline.engine.report.api")
     assert not [m for m in HEAVY if m in loaded]
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.verdicts import PRECEDENCE, StopRules, last_good
+from redline.engine.rules.verdicts import PRECEDENCE, StopRules, last_good
 from redline.engine.preset import StopSpec, load_preset
-from redline.engine.stepresult import BreakResult, StepResult
+from redline.engine.measure.step_result import BreakResult, StepResult
 
 from pathlib import Path
 

@@ -19,11 +19,11 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.preset import parse_preset
 from redline.engine.sim.truth import window_truth
-from redline.engine.stepresult import StepResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure.step_result import StepResult
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import finish, run_preset_headless, start_headless, steady_in
 
@@ -233,7 +233,7 @@ def test_search_on_a_server_still_scaling_names_no_knee(sim_factory, tmp_path):
 
 def test_censored_quantile_is_a_lower_bound_exactly_where_its_rank_falls_among_them():
     """Without a server: observed 1..10 and three requests still waiting at ages 20, 30, 40."""
-    from redline.engine.histogram import Digest, censored_quantiles
+    from redline.engine.measure.histogram import Digest, censored_quantiles
 
     d = Digest()
     d.add_many([float(v) for v in range(1, 11)])
@@ -268,7 +268,7 @@ def test_a_step_the_probe_aborts_keeps_its_itl_and_censors_its_ends(sim_factory,
     bound (the requests' ages at the abort), not a missing figure."""
     import asyncio
 
-    from redline.engine.core import Engine
+    from redline.engine.run.engine import Engine
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
     cfg = EngineConfig(url=sim.url, concurrency=16, workload=WorkloadConfig(input_len=16, output_len=1000), out_dir=tmp_path / "s", use_nvml=False)
@@ -299,7 +299,7 @@ def test_a_close_while_the_loop_is_behind_counts_the_answers_that_had_arrived(si
     close, as the log's stamps say (it used to close on them as still in flight)."""
     import time
 
-    from redline.engine.live_steps import LiveSteps
+    from redline.engine.run.live_steps import LiveSteps
 
     close = LiveSteps.close_step
 

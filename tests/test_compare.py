@@ -13,19 +13,8 @@ from pathlib import Path
 import pytest
 
 from redline.engine.session import SessionError
-from redline.engine.session.compare import (
-    SessionSummary,
-    align_by_concurrency,
-    best_index,
-    best_per_row,
-    joules_per_token,
-    knee,
-    load_session,
-    load_sessions,
-    session_from_steps,
-    tokens_per_watt,
-)
-from redline.engine.stepresult import BreakResult, StepResult
+from redline.engine.report.compare import SessionSummary, align_by_concurrency, best_index, best_per_row, joules_per_token, knee, load_session, load_sessions, session_from_steps, tokens_per_watt
+from redline.engine.measure.step_result import BreakResult, StepResult
 from redline.tui.cli import main
 
 from helpers import redline_command
@@ -267,7 +256,7 @@ def test_best_ties_go_to_lower_p99_ttft_then_fewer_errors():
 
 def test_knee_without_break_and_edge_cases():
     s = session_from_steps("x", [_st(8, 100), _st(16, 300), _st(32, 300), _st(64, 250)])
-    assert knee(s) == 16  # the smallest load within 5 % of the most tok/s (engine/verdicts.py)
+    assert knee(s) == 16  # the smallest load within 5 % of the most tok/s (engine/rules/verdicts.py)
     assert knee(session_from_steps("x", [_st(8, 100), _st(16, 290), _st(32, 300)])) == 16  # -3.3 %: within 5 %
     assert knee(session_from_steps("x", [])) is None
     broke_first = session_from_steps("x", [_st(8, 100)], BreakResult("errors", 8, None))

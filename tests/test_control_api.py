@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from redline.engine.config import EngineConfig
-from redline.engine.control import ControlAddress, ControlError, check_control, parse_control
+from redline.engine.run.config import EngineConfig
+from redline.engine.control.address import ControlAddress, ControlError, check_control, parse_control
 from redline.engine.host import EngineThread
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import examples, sim_running, wait_for
 
@@ -195,7 +195,7 @@ def test_each_command_is_logged_with_its_source(held, tmp_path):
     c.post("/v1/concurrency", json={"value": 0})
     c.post("/v1/probe")
     assert wait_for(lambda: any(line.kind == "probe" for line in h.snapshot.log), 3)
-    h.send(__import__("redline.engine.commands", fromlist=["Flush"]).Flush()).result(5)
+    h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
     rows = events(tmp_path / "session")
     api = [r for r in rows if r["kind"] == "api"]
     assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64 (above --max-concurrency: add \"raise_max\": true)"]
@@ -247,7 +247,7 @@ def test_metrics_parse_back_and_match_the_request_rows(shared_sim, tmp_path):
             assert wait_for(lambda: h.snapshot.completed >= 90, 30)
             c.post("/v1/pause")
             assert wait_for(lambda: h.engine.in_flight == 0, 10)
-            h.send(__import__("redline.engine.commands", fromlist=["Flush"]).Flush()).result(5)
+            h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
             r = c.get("/metrics")
             assert r.headers["content-type"].startswith("text/plain")
             fam = families(r.text)
@@ -450,7 +450,7 @@ def test_grafana_dashboard_draws_names_redline_exposes():
     dash = json.loads((root / "docs" / "grafana-redline.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
     used = {re.sub(r"_(bucket|total)$", "", n) for e in exprs for n in re.findall(r"(?<![$\w])redline_[a-z0-9_]+", e)}
-    exposed = set(re.findall(r'"(redline_[a-z0-9_]+)"', (root / "engine" / "prom.py").read_text()))
+    exposed = set(re.findall(r'"(redline_[a-z0-9_]+)"', (root / "engine" / "control" / "prometheus.py").read_text()))
     assert used and used <= exposed, used - exposed
     assert any("sglang:" in e for e in exprs) and any("vllm:" in e for e in exprs)
 

@@ -20,13 +20,12 @@ import json
 import httpx
 import pytest
 
-from redline.engine import records as R
-from redline.engine.apis import (CHAT, COMPLETIONS, GENERATE, PATHS, Event, GenerateDecoder, OpenAIDecoder,
-                                 OpenAITextDecoder, build_body, make_decoder)
-from redline.engine.conversation import Conversation
-from redline.engine.http import make_client
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
+from redline.engine.measure import records as R
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, Event, GenerateDecoder, OpenAIDecoder, OpenAITextDecoder, build_body, make_decoder
+from redline.engine.workload.conversation import Conversation
+from redline.engine.client.http import make_client
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
 from redline.engine.sim.truth import ANSWER_CHARS, TEXT_KEEP, TruthLog
 
 from helpers import ThreadServer

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine import records as R
-from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.http import make_client
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure import records as R
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.client.http import make_client
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.workload.prompts import WorkloadConfig
 
 from conftest import sim_state_async as state, until
 
@@ -169,7 +169,7 @@ async def test_merged_chunks_count_tokens_from_usage(sim_factory):
 
 
 async def test_unreachable_target_raises_before_load():
-    from redline.engine.target import TargetUnreachable
+    from redline.engine.client.target import TargetUnreachable
 
     e = Engine(EngineConfig(url="http://127.0.0.1:9", concurrency=1))
     with pytest.raises(TargetUnreachable):

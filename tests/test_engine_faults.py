@@ -7,10 +7,10 @@ import asyncio
 import errno
 import time
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.session import writer as writer_mod
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 
 
 async def _until(pred, timeout: float) -> bool:

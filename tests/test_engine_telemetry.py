@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.telemetry.cap import SUSTAIN_S
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import until
 

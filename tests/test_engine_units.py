@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redline.engine import records as R
-from redline.engine.controller import Controller
-from redline.engine.metrics import LiveMetrics
-from redline.engine.records import RequestRecord
-from redline.engine.sender import FAST_FAIL_S, Sender
-from redline.engine.server_watch import ServerWatch
+from redline.engine.measure import records as R
+from redline.engine.load.controller import Controller
+from redline.engine.measure.live_metrics import LiveMetrics
+from redline.engine.measure.records import RequestRecord
+from redline.engine.load.sender import FAST_FAIL_S, Sender
+from redline.engine.client.server_watch import ServerWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -222,8 +222,8 @@ def test_no_import_cycle_between_modules():
     for name, p in mods.items():
         here = name if p.name == "__init__.py" else name
         graph[name] = {m for m in _imports(p, here) if m in mods and m != name}
-    assert "redline.engine.core" in graph["redline.engine.runner"]  # the runner drives the engine ...
-    assert not any(m.startswith("redline.engine.runner") for m in graph["redline.engine.core"])  # ... never the reverse
+    assert "redline.engine.run.engine" in graph["redline.engine.drive.preset_runner"]  # the runner drives the engine ...
+    assert not any(m.startswith("redline.engine.drive.preset_runner") for m in graph["redline.engine.run.engine"])  # ... never the reverse
     assert not any(m.startswith("redline.tui") for n, ms in graph.items() if n.startswith("redline.engine") for m in ms)
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -258,7 +258,7 @@ def test_harvesting_gaps_in_pieces_equals_the_whole_request(chunks, cuts, spread
     """The engine harvests ITLs once a second from where it stopped while chunks still
     arrive: any split gives the request's own ITLs (bench_serving's definition, /generate
     spreading included)."""
-    from redline.engine.steps import new_gaps
+    from redline.engine.measure.accumulator import new_gaps
 
     rec = RequestRecord(rid=1, phase="live", step=1, concurrency=1, t_send=0.0)
     rec.spread_itl = spread
@@ -288,11 +288,11 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     live window holds each ITL in the second it arrived."""
     from types import SimpleNamespace
 
-    from redline.engine.eventlog import EventLog
-    from redline.engine.metrics import LiveMetrics
-    from redline.engine.recorder import Recorder
-    from redline.engine.records import Clock
-    from redline.engine.stepbook import StepBook
+    from redline.engine.run.event_log import EventLog
+    from redline.engine.measure.live_metrics import LiveMetrics
+    from redline.engine.run.recorder import Recorder
+    from redline.engine.measure.records import Clock
+    from redline.engine.measure.step_book import StepBook
 
     def setup():
         clock = Clock.now()
@@ -342,8 +342,8 @@ def test_a_closing_result_holds_what_ended_by_the_close_by_its_stamps():
     The third ends at 12. The record then holds all three, two of them late; the two that
     ended after the close keep their E2E as a bound (their age at the close: what they did
     after it ran under the next load)."""
-    from redline.engine.records import Clock
-    from redline.engine.stepbook import StepBook
+    from redline.engine.measure.records import Clock
+    from redline.engine.measure.step_book import StepBook
 
     book = StepBook(Clock.now(), on_result=lambda r: None)
     acc = book.open_step(3, "measure", 5.0)

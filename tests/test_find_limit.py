@@ -8,14 +8,14 @@ import json
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.guard import GuardError, parse_guard
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.rules.guard import GuardError, parse_guard
 from redline.engine.preset import parse_preset
-from redline.engine.search import KneeSearch
-from redline.engine.slo import Slo, SloError, parse_slo
-from redline.engine.stepresult import StepResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.rules.knee_search import KneeSearch
+from redline.engine.measure.slo import Slo, SloError, parse_slo
+from redline.engine.measure.step_result import StepResult
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless, steady_in, until
 
@@ -134,7 +134,7 @@ def test_search_plan_against_a_known_curve():
 
 
 def test_guard_watch_drops_to_the_last_good_c_after_a_sustained_crossing():
-    from redline.engine.guard import GuardSpec, GuardWatch
+    from redline.engine.rules.guard import GuardSpec, GuardWatch
 
     g = GuardWatch(GuardSpec(error_rate=0.05), sustain_s=3)
     for _ in range(3):
@@ -154,7 +154,7 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
     the engine goes back to C=32, where it was good, and says why."""
     import time as _t
 
-    from redline.engine.guard import parse_guard
+    from redline.engine.rules.guard import parse_guard
 
     sim = sim_factory("fragile", extra_args=FAST)
     cfg = EngineConfig(url=sim.url, concurrency=32, workload=WorkloadConfig(input_len=16, output_len=24), out_dir=tmp_path / "s",
@@ -220,7 +220,7 @@ def test_probe_lane_stays_out_of_the_load_and_the_load_out_of_it(sim_factory, tm
 
 
 def test_report_shows_goodput_beside_throughput():
-    from redline.engine.step_text import format_step_line, format_step_table
+    from redline.engine.rules.step_text import format_step_line, format_step_table
 
     with_slo = StepResult(concurrency=8, duration_s=10, completed=20, failed=0, output_throughput=100.0, input_throughput=0,
                           request_throughput=2, output_goodput=80.5, request_goodput=1.6, slo_attainment=0.8)
@@ -232,7 +232,7 @@ def test_report_shows_goodput_beside_throughput():
 
 
 def test_report_compares_goodput_across_sessions():
-    from redline.engine.session.compare import session_from_steps
+    from redline.engine.report.compare import session_from_steps
     from redline.tui.report_cmd import format_comparison
 
     def st(c, tok, good=None, att=None):

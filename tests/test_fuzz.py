@@ -26,14 +26,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import redline.engine.request
-from redline.engine import records as R
-from redline.engine import sse as sse_mod
-from redline.engine.apis import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
+import redline.engine.client.request
+from redline.engine.measure import records as R
+from redline.engine.client import sse as sse_mod
+from redline.engine.client.api_formats import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
 from redline.engine.preset import PresetError, load_preset
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.sse import DONE, SSEDecoder
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.client.sse import DONE, SSEDecoder
 
 from helpers import examples
 
@@ -213,7 +213,7 @@ def replay(api: str, pieces: list[bytes], status: int = 200, clock=None, api_key
 
     if clock is None:
         return asyncio.run(go()), tokens
-    with mock.patch.object(redline.engine.request, "time", types.SimpleNamespace(perf_counter=clock)):
+    with mock.patch.object(redline.engine.client.request, "time", types.SimpleNamespace(perf_counter=clock)):
         return asyncio.run(go()), tokens
 
 
@@ -359,7 +359,7 @@ def test_preset_nested_too_deeply_is_a_preset_error(tmp_path):
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 
-from redline.engine.apis import OpenAIDecoder
+from redline.engine.client.api_formats import OpenAIDecoder
 
 _text = st_.text(alphabet=st_.characters(blacklist_categories=("Cs",)), max_size=12) | st_.sampled_from(
     ['"', '\\', '{', '}', '[', ']', '"content":"', ', "x":1', "\u00e9", "\n"]

@@ -1,4 +1,4 @@
-"""Gates for CI (engine/gate.py; README "Comparing configurations", "Gates for CI"): the spec
+"""Gates for CI (engine/report/gate.py; README "Comparing configurations", "Gates for CI"): the spec
 parser and its one-line errors, the evaluator on synthetic summary.json files, regression gates
 between two sessions, the JUnit XML, a preset's [gate], and the commands end to end:
 `redline run PRESET --headless --gate ...` (exit 4 / 0 / 2 before any load) and
@@ -16,18 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.gate import (
-    EXIT_GATE_FAILED,
-    GateError,
-    GateSession,
-    compare,
-    evaluate,
-    format_outcomes,
-    gate_dict,
-    junit_xml,
-    parse_gate,
-    passed,
-)
+from redline.engine.report.gate import EXIT_GATE_FAILED, GateError, GateSession, compare, evaluate, format_outcomes, gate_dict, junit_xml, parse_gate, passed
 from redline.engine.preset import PresetError, parse_toml
 from redline.engine.sim.serve import spawn_sim_process
 
@@ -133,7 +122,7 @@ def test_absolute_conditions_pass_and_fail_with_their_measured_values(base):
 def test_knee_from_the_curve_a_search_and_a_rising_curve(tmp_path):
     brk = {"reason": "plateau", "concurrency": 64, "last_good_concurrency": 32, "detail": "gain 4 %"}
     s = GateSession.load(make_session(tmp_path, "brk", BASE_STEPS, **{"break": brk}))
-    o = _one("knee>=64", s)  # 2600 at C=32 is within 5 % of 2700 at C=64 (engine/verdicts.py)
+    o = _one("knee>=64", s)  # 2600 at C=32 is within 5 % of 2700 at C=64 (engine/rules/verdicts.py)
     assert not o.passed and o.value == 32 and "knee C=32" in o.detail and "needs >= 64" in o.detail
     assert _one("knee>=32", s).passed
     search = {"knee_concurrency": 48, "knee_reason": "within 5 %", "max_slo_concurrency": 24, "points": [8, 16, 32, 64, 48, 24]}

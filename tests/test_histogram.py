@@ -1,4 +1,4 @@
-"""Percentiles (engine/histogram.py) against the truth: numpy's linear interpolation.
+"""Percentiles (engine/measure/histogram.py) against the truth: numpy's linear interpolation.
 
 Exact mode must equal numpy to 1e-12 relative; histogram mode must be within the documented
 precision (each order statistic within sqrt(HIST_RATIO) - 1 of itself, so the interpolated
@@ -15,19 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import redline.engine.histogram as H
+import redline.engine.measure.histogram as H
 from redline.engine.constants import EXACT_LIMIT, HIST_MAX_S, HIST_MIN_S, HIST_RATIO
-from redline.engine.histogram import (
-    HIST_PRECISION,
-    NBINS,
-    Digest,
-    LogHistogram,
-    RollingDigest,
-    RollingHistogram,
-    bin_index,
-    bin_value,
-    quantile,
-)
+from redline.engine.measure.histogram import HIST_PRECISION, NBINS, Digest, LogHistogram, RollingDigest, RollingHistogram, bin_index, bin_value, quantile
 
 try:
     import numpy as np

@@ -1,4 +1,4 @@
-"""`redline report A B --html FILE` (engine/session/html.py): one self-contained page, opened in
+"""`redline report A B --html FILE` (engine/report/html.py): one self-contained page, opened in
 a real browser. Headless Chromium (Debian's `chromium`, installed by .ci/run) loads the file with
 the network off; the page's own script records, on <html>, the charts plotly drew and every
 error (window errors, failed loads, console.error). Checked: no external URL in any src/href/
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.session.compare import load_sessions
-from redline.engine.session.html import HtmlUnavailable, collect, plotly_js, render
+from redline.engine.report.compare import load_sessions
+from redline.engine.report.html import HtmlUnavailable, collect, plotly_js, render
 from redline.engine.sim.serve import spawn_sim_process
 
 from helpers import FAST_SIM, finish, main_in_process, redline_command, start_headless, write_preset
@@ -249,7 +249,7 @@ def test_the_slo_selector_judges_the_steps_in_chromium(tmp_path):
 # -- without plotly --------------------------------------------------------------------------
 
 def test_html_without_plotly_says_what_to_install_in_one_line(tmp_path, capsys, monkeypatch):
-    import redline.engine.session.html as html_mod
+    import redline.engine.report.html as html_mod
 
     a = _session(tmp_path, "alpha", [_step(8, 800, 300)])
     monkeypatch.setattr(html_mod, "html_available", lambda: False)

@@ -11,13 +11,13 @@ import random
 import httpx
 import polars as pl
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.preset import parse_preset
-from redline.engine.records import Clock, RequestRecord
-from redline.engine.search import KneeSearch
-from redline.engine.stepbook import StepBook
-from redline.engine.stepresult import StepResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure.records import Clock, RequestRecord
+from redline.engine.rules.knee_search import KneeSearch
+from redline.engine.measure.step_book import StepBook
+from redline.engine.measure.step_result import StepResult
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless
 

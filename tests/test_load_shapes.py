@@ -25,14 +25,15 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
-from redline.engine.config import EngineConfig
-from redline.engine.controller import Controller
-from redline.engine.core import Engine
-from redline.engine.preset import parse_preset, parse_toml, preset_from_session
-from redline.engine.workload import WorkloadConfig
-from redline.engine.workload_change import WorkloadChange, parse_workload_change
-from redline.engine.workload import WorkloadError
+from redline.engine.workload.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
+from redline.engine.run.config import EngineConfig
+from redline.engine.load.controller import Controller
+from redline.engine.run.engine import Engine
+from redline.engine.preset import parse_preset, parse_toml
+from redline.engine.report.preset_from import preset_from_session
+from redline.engine.workload.prompts import WorkloadConfig
+from redline.engine.workload.change import WorkloadChange, parse_workload_change
+from redline.engine.workload.prompts import WorkloadError
 
 from helpers import run_preset_headless, until
 

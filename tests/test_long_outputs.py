@@ -24,11 +24,11 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.preset import parse_preset
-from redline.engine.slo import Slo
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure.slo import Slo
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless, steady_in, until
 

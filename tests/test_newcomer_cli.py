@@ -90,7 +90,7 @@ def test_ray_pool_stops_cleanly_when_launch_never_made_actors(monkeypatch):
     """A RayPool whose launch failed (Ray missing, cluster refused) stops without an
     IndexError: it has states for its workers but no actors."""
     monkeypatch.setitem(sys.modules, "ray", None)
-    from redline.engine.ray_pool import RayPool, RayUnavailable
+    from redline.engine.load.ray_pool import RayPool, RayUnavailable
 
     class FakeEngine:
         def warn(self, *a, **k):
@@ -208,7 +208,7 @@ def test_readme_command_is_accepted_as_written(cmd, tmp_path, monkeypatch, nothi
 
 
 def test_bundled_trace_by_name(tmp_path, monkeypatch):
-    from redline.engine.trace import builtin_trace_path, resolve_trace
+    from redline.engine.workload.trace import builtin_trace_path, resolve_trace
 
     monkeypatch.chdir(tmp_path)  # no presets/ folder here
     assert resolve_trace("example") == str(builtin_trace_path())
@@ -244,7 +244,7 @@ def test_rate_below_0_1_is_refused_with_one_line(argv, nothing_starts, capsys):
 def test_typed_rate_floor_and_computed_rates():
     """What a person types (the TUI's `c`, --rate) is at least 0.1 req/s; a rate redline
     computes (the mode key's start at the live send rate) may be lower."""
-    from redline.engine.arrivals import ArrivalError, check_rate
+    from redline.engine.workload.arrivals import ArrivalError, check_rate
 
     with pytest.raises(ArrivalError, match=r"'0\.05'.*0\.1"):
         check_rate("0.05")

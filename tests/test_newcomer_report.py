@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.session.compare import align_by_load, knee, knee_load, load_session, session_from_steps, step_load
-from redline.engine.stepresult import BreakResult, StepResult
+from redline.engine.report.compare import align_by_load, knee, knee_load, load_session, session_from_steps, step_load
+from redline.engine.measure.step_result import BreakResult, StepResult
 
 CAP = 256  # every rate step's in-flight cap: the same for all of them
 RATES = (2.0, 4.0, 8.0, 16.0, 32.0)
@@ -109,7 +109,7 @@ PY_REPR = re.compile(r"None|\[['\d]|\{'|\(\d+,|True|False")
 
 
 def test_break_line_with_no_good_step_says_so():
-    from redline.engine.step_text import format_break_line
+    from redline.engine.rules.step_text import format_break_line
 
     line = format_break_line(BreakResult("latency", 8, None, "p99 TTFT 9 s at C=8"))
     assert "no step passed" in line and not PY_REPR.search(line), line
@@ -121,7 +121,7 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
-    from redline.engine import runner
+    from redline.engine.drive import preset_runner as runner
     from redline.engine.preset import load_preset, resolve_preset
 
     preset = load_preset(resolve_preset("quick"))
@@ -166,7 +166,7 @@ def test_writer_flags_steps_measured_over_a_suspect_second(tmp_path):
 
 
 def test_report_shows_client_limited_steps():
-    from redline.engine.step_text import format_step_line, format_step_table
+    from redline.engine.rules.step_text import format_step_line, format_step_table
 
     st = StepResult(concurrency=64, duration_s=6, completed=9, failed=0, output_throughput=900.0, input_throughput=1,
                     request_throughput=1.5, client_limited=True)
@@ -178,7 +178,7 @@ def test_report_shows_client_limited_steps():
 
 
 def test_event_log_calls_on_warning_once_per_episode():
-    from redline.engine.eventlog import EventLog
+    from redline.engine.run.event_log import EventLog
 
     ev, got = EventLog(), []
     ev.on_warning = lambda key, text: got.append(key)

@@ -9,12 +9,12 @@ import asyncio
 import json
 import subprocess
 
-from redline.engine.commands import SetConcurrency
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.commands import SetConcurrency
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.preset.knee import knee_search_preset
-from redline.engine.runner import start_preset
-from redline.engine.workload import WorkloadConfig
+from redline.engine.drive.preset_runner import start_preset
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import ROOT, finish, redline_command, start_headless, until
 

@@ -30,25 +30,10 @@ from redline.engine.preset import PresetError, parse_preset
 from redline.engine.sim.model import BatchModel, PrefixCache, PromptTokens, prompt_blocks
 from redline.engine.sim.profiles import apply_overrides, get_profile
 from redline.engine.sim.wire import parse_request
-from redline.engine.telemetry.prom import parse_prometheus
-from redline.engine.telemetry.server_metrics import (
-    PrefixRateWindow,
-    ServerMetricsPoller,
-    parse_server_metrics,
-)
+from redline.engine.telemetry.prom_text import parse_prometheus
+from redline.engine.telemetry.server_metrics import PrefixRateWindow, ServerMetricsPoller, parse_server_metrics
 from redline.engine.telemetry.types import ServerSample
-from redline.engine.workload import (
-    Calibration,
-    PrefixSpec,
-    PrefixSpecError,
-    PromptSource,
-    WorkloadConfig,
-    WorkloadError,
-    calibrate,
-    load_dataset,
-    needs_calibration,
-    parse_prefix_spec,
-)
+from redline.engine.workload.prompts import Calibration, PrefixSpec, PrefixSpecError, PromptSource, WorkloadConfig, WorkloadError, calibrate, load_dataset, needs_calibration, parse_prefix_spec
 
 from helpers import common_prefix_len, main_in_process, run_preset_headless
 
@@ -451,9 +436,9 @@ def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     it, and the timeline has it per second; a random workload's step shows none hit. The step
     closes at 3 s (max_hold_s): the hit rate is the server's counters over the window, no
     steady throughput needed (which held it STEADY_MIN_S = 4 s or more)."""
-    from redline.engine.config import EngineConfig
+    from redline.engine.run.config import EngineConfig
     from redline.engine.preset import parse_preset
-    from redline.engine.workload import WorkloadConfig
+    from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))
     preset = parse_preset({"ramp": {"concurrency": [8], "warmup_s": 1.0, "hold_s": 3.0, "min_requests": 4, "max_hold_s": 3.0}}, "p.toml")

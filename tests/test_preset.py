@@ -15,21 +15,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from redline.engine.preset import (
-    MAX_SECONDS,
-    AfterSpec,
-    Preset,
-    PresetError,
-    RampSpec,
-    StopSpec,
-    TargetSpec,
-    WorkloadSpec,
-    load_preset,
-    parse_preset,
-    preset_to_toml,
-    timeline_preset,
-)
-from redline.engine.target import validate_url
+from redline.engine.preset import MAX_SECONDS, AfterSpec, Preset, PresetError, RampSpec, StopSpec, TargetSpec, WorkloadSpec, load_preset, parse_preset, preset_to_toml
+from redline.engine.report.preset_from import timeline_preset
+from redline.engine.client.target import validate_url
 
 from helpers import examples
 
@@ -278,7 +266,7 @@ def test_bad_values_give_one_line(data, needles):
     ],
 )
 def test_bad_url(url):
-    """The preset's [target].url is checked by the validator --url uses (engine/target.py)."""
+    """The preset's [target].url is checked by the validator --url uses (engine/client/target.py)."""
     msg = err({"ramp": RAMP, "target": {"url": url}})
     assert "[target].url: expected http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1), got " in msg
     assert repr(url) in msg

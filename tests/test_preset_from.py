@@ -10,11 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.preset import PresetError, load_preset, parse_preset, preset_from_session
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.preset import PresetError, load_preset, parse_preset
+from redline.engine.report.preset_from import preset_from_session
 from redline.engine.session import SessionWriter
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui import cli
 
 from helpers import run_preset_headless

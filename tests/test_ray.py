@@ -17,9 +17,9 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.workload import WorkloadConfig
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import free_port
 
@@ -94,7 +94,7 @@ def test_two_ray_actors_give_the_same_counts(sim_factory, ray_head, tmp_path):
 
 
 def test_a_ray_address_with_no_head_is_one_line_at_once():
-    from redline.engine.ray_pool import RayUnavailable, connect
+    from redline.engine.load.ray_pool import RayUnavailable, connect
 
     with pytest.raises(RayUnavailable) as exc:
         connect(f"127.0.0.1:{free_port()}")

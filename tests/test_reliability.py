@@ -21,16 +21,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from redline.engine import records as R
-from redline.engine.apis import CHAT, PATHS, build_body
-from redline.engine.config import EngineConfig
-from redline.engine.core import SERVER_GONE, Engine
-from redline.engine.http import TRANSPORTS, make_client
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.session import read_table
+from redline.engine.measure import records as R
+from redline.engine.client.api_formats import CHAT, PATHS, build_body
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import SERVER_GONE, Engine
+from redline.engine.client.http import TRANSPORTS, make_client
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.report.export import read_table
 from redline.engine.sim.serve import LISTENING_PREFIX
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import (
     ROOT,
@@ -324,7 +324,7 @@ async def test_each_transport_maps_faults_to_the_same_kinds(transport):
 
 async def test_detection_against_a_silent_server_gives_up_after_one_timeout(monkeypatch):
     """A server that accepts and never answers: one detection timeout, not one per endpoint."""
-    import redline.engine.target as target
+    import redline.engine.client.target as target
 
     monkeypatch.setattr(target, "DETECT_TIMEOUT_S", 0.5)
     with raw_server(_never_answer) as port:

@@ -3,7 +3,7 @@
 - Timestamps are taken where bytes arrive (the lean transport's data_received) and carried
   with them: a consumer that fell behind still gets each read's own time, and one stream's
   slow parse does not delay another stream's timestamp. On Linux the stamp is the kernel's
-  receive time (engine/kstamp.py): a read that waited while the loop was blocked keeps it.
+  receive time (engine/client/kstamp.py): a read that waited while the loop was blocked keeps it.
 - SGLang /generate with multi-token chunks: ITL as bench_serving computes it (k entries of
   gap/k), the raw chunk gaps kept apart; against a reference implementation of
   bench_serving's loop and against the sim's own send stamps.
@@ -27,13 +27,14 @@ import time
 
 import pytest
 
-import redline.engine.request as request_mod
-from redline.engine import kstamp, records as R
-from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body, continuous_usage_refused
-from redline.engine.http import make_client
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.transport import Stamped
+import redline.engine.client.request as request_mod
+from redline.engine.client import kstamp
+from redline.engine.measure import records as R
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body, continuous_usage_refused
+from redline.engine.client.http import make_client
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.client.transport import Stamped
 
 from helpers import ThreadHandler, ThreadServer, sim_state_async as sim_state
 
@@ -201,7 +202,7 @@ def test_items_are_stamped_on_uvloop_too():
         assert s <= item.t < s + 0.02
 
 
-# -- the kernel's receive time (engine/kstamp.py) ----------------------------------------------
+# -- the kernel's receive time (engine/client/kstamp.py) ----------------------------------------------
 def _blocked_loop_streams(blocked_s: float = 0.06, streams: int = 4, spacing: float = 0.01):
     """`streams` streams; once each has its first read, the loop is blocked for `blocked_s`
     (time.sleep on it, as a long harvest or tick would) while the server sends each stream one

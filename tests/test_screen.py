@@ -22,12 +22,12 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable
 
-from redline.engine import commands as C
-from redline.engine.config import EngineConfig
-from redline.engine.snapshot import LogLine, Snapshot
-from redline.engine.stepresult import StepResult
+from redline.engine.run import commands as C
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.snapshot import LogLine, Snapshot
+from redline.engine.measure.step_result import StepResult
 from redline.engine.telemetry.types import GpuSample, ServerSample
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader, wrap_words
 from redline.tui.widgets.help import FIGURES, KEYS, HelpScreen
@@ -701,11 +701,11 @@ async def test_state_is_text_without_colour(monkeypatch):
 
 
 async def test_export_notice_is_one_line_at_the_top(tmp_path, monkeypatch):
-    import redline.engine.session as session
+    import redline.engine.report.export as export_mod
 
     out = tmp_path / "session"
     (out / "export").mkdir(parents=True)
-    monkeypatch.setattr(session, "export_session", lambda d, fmt, o: [out / "export" / f"{t}.parquet" for t in ("requests", "timeline", "steps")])
+    monkeypatch.setattr(export_mod, "export_session", lambda d, fmt, o: [out / "export" / f"{t}.parquet" for t in ("requests", "timeline", "steps")])
     app, host, snaps, ctx = await _open("healthy")
     host.config.out_dir = out
     async with ctx as pilot:

@@ -27,12 +27,12 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.http import TRANSPORTS, make_client
-from redline.engine.session import export_session
-from redline.engine.target import TargetUnreachable, detect, validate_url
-from redline.engine.workload import WorkloadConfig
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.client.http import TRANSPORTS, make_client
+from redline.engine.report.export import export_session
+from redline.engine.client.target import TargetUnreachable, detect, validate_url
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import ROOT, MiniServer, main_in_process, redline_command, until, write_preset
 KEY = "sk-redline-secret-K1-6f0c2a9e"

@@ -1,4 +1,4 @@
-"""A closed loop that rises by hundreds sends in batches (engine/controller.py, SEND_BATCH).
+"""A closed loop that rises by hundreds sends in batches (engine/load/controller.py, SEND_BATCH).
 
 A request's send time is stamped when its task first runs; its bytes leave only after the loop
 polls again. Started all at once, every new request's first step ran before any byte left, so
@@ -12,7 +12,7 @@ import asyncio
 from collections import Counter
 
 from redline.engine.constants import SEND_BATCH
-from redline.engine.controller import Controller
+from redline.engine.load.controller import Controller
 
 
 class TurnCounter:

@@ -25,12 +25,12 @@ import pytest
 from aiohttp import web
 
 from helpers import ThreadedServer, until
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.preset import parse_preset
-from redline.engine.runner import run_preset
-from redline.engine.stepresult import StepResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.drive.preset_runner import run_preset
+from redline.engine.measure.step_result import StepResult
+from redline.engine.workload.prompts import WorkloadConfig
 
 pytestmark = pytest.mark.server
 
@@ -389,7 +389,7 @@ def test_post_v1_profile_starts_a_capture_or_says_why_not(sim_factory, tmp_path,
     """POST /v1/profile (and `redline ctl profile S`): the capture at the load held now, stopped
     after `seconds`; a server without the profiler: started false, one warning line (a second
     call: no second line)."""
-    from redline.engine.control import ControlAddress
+    from redline.engine.control.address import ControlAddress
     from redline.engine.host import EngineThread
 
     sim = sim_factory("healthy", extra_args=(*FAST, "--set", f"profiler={str(profiler).lower()}"))
@@ -492,7 +492,7 @@ async def test_vllm_is_flushed_at_reset_prefix_cache_and_an_unknown_server_is_wa
     """The flush path is chosen by what the server said it is: vLLM /reset_prefix_cache (404
     without VLLM_SERVER_DEV_MODE: one warning, then skipped quietly); an unknown kind: one
     warning, no call."""
-    from redline.engine.server_ops import ServerOps
+    from redline.engine.drive.server_ops import ServerOps
 
     calls: list[str] = []
     dev_mode = {"on": True}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from redline.engine.apis import CHAT, COMPLETIONS, make_decoder
-from redline.engine.serverinfo import ServerInfo
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, make_decoder
+from redline.engine.client.server_info import ServerInfo
 from redline.engine.sim.model import BatchModel, PromptTokens, prompt_blocks
 from redline.engine.sim.profiles import apply_overrides, get_profile
 from redline.engine.telemetry.cap import cap_cause

@@ -14,14 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from redline.engine.records import FAILED, Clock, RequestRecord
-from redline.engine.session import (
-    SessionError,
-    SessionWriter,
-    default_session_dir,
-    export_session,
-    read_table,
-)
+from redline.engine.measure.records import FAILED, Clock, RequestRecord
+from redline.engine.session import SessionError, SessionWriter, default_session_dir
+from redline.engine.report.export import export_session, read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -339,7 +334,7 @@ def test_secrets_never_written(tmp_path):
 def test_writer_side_does_not_import_polars_or_textual():
     code = (
         "import sys; import redline.engine.session as s; from redline.engine.session import SessionWriter, "
-        "request_row; from redline.engine.step_text import format_step_table; "
+        "request_row; from redline.engine.rules.step_text import format_step_table; "
         "assert 'polars' not in sys.modules and 'textual' not in sys.modules, 'imported'"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -5,19 +5,9 @@ import json
 import polars as pl
 import pytest
 
-import redline.engine.session.export as export_mod
-from redline.engine.session import (
-    EVENTS_SCHEMA,
-    REQUESTS_SCHEMA,
-    TIMELINE_SCHEMA,
-    STATES,
-    SessionError,
-    SessionWriter,
-    concurrency_timeline,
-    export_session,
-    gpu_columns,
-    read_table,
-)
+import redline.engine.report.export as export_mod
+from redline.engine.report.export import EVENTS_SCHEMA, REQUESTS_SCHEMA, TIMELINE_SCHEMA, concurrency_timeline, export_session, read_table
+from redline.engine.session import STATES, SessionError, SessionWriter, gpu_columns
 
 
 def _row(i, **kw):

@@ -4,8 +4,9 @@ from array import array
 
 import pytest
 
-from redline.engine.records import CANCELLED, ERR_HTTP_503, FAILED, OK, Clock, RequestRecord
-from redline.engine.session import REQUESTS_SCHEMA, request_row
+from redline.engine.measure.records import CANCELLED, ERR_HTTP_503, FAILED, OK, Clock, RequestRecord
+from redline.engine.report.export import REQUESTS_SCHEMA
+from redline.engine.session import request_row
 
 
 def _rec(**kw):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.session import export_session, read_table
+from redline.engine.report.export import export_session, read_table
 
 from helpers import ROOT, finish, redline_command, sim_running as running, sim_state, start_headless, wait_for, write_preset
 

@@ -23,7 +23,8 @@ import pytest
 
 import redline.engine.host
 import redline.tui.run_app as run_app
-from redline.engine import commands as C, worker_count
+from redline.engine.run import commands as C
+from redline.engine.load import worker_count
 from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
 from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
@@ -305,7 +306,7 @@ def test_the_first_frame_imports_only_what_it_draws():
         "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.prompts",
         "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.curves",  # the body, the dialogs
         "textual.widgets._data_table",  # the step table's Textual widget
-        "redline.engine.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
+        "redline.engine.run.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
         "httpx", "aiohttp", "polars", "plotext",
     }
     assert not loaded & later, sorted(loaded & later)
@@ -360,7 +361,7 @@ def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
     is cancelled by it rather than waited for."""
     import socket
 
-    from redline.engine.config import EngineConfig
+    from redline.engine.run.config import EngineConfig
     from redline.engine.host import EngineError, EngineProcess
 
     with socket.socket() as silent:  # listens (the kernel completes connections), never reads

@@ -16,11 +16,11 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.preset import parse_preset
 from redline.engine.sim.truth import window_truth
-from redline.engine.stepresult import StepResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure.step_result import StepResult
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless
 
@@ -165,7 +165,7 @@ def test_probe_warms_up_then_measures_until_it_answers(healthy_sim, tmp_path):
 def test_timeline_rows_cover_one_second_under_a_busy_loop():
     """The ticker wakes on absolute deadlines: a loop held 120 ms at a time still gives
     rows one second apart, and a row after a longer stall says how long it covers."""
-    from redline.engine.timeline import tick
+    from redline.engine.measure.timeline import tick
 
     seconds: list[float] = []
 
@@ -194,8 +194,8 @@ def test_timeline_rows_cover_one_second_under_a_busy_loop():
 def test_timeline_row_divides_by_its_real_interval():
     from collections import Counter
 
-    from redline.engine.metrics import LiveStats
-    from redline.engine.timeline import timeline_row
+    from redline.engine.measure.live_metrics import LiveStats
+    from redline.engine.measure.timeline import timeline_row
 
     row = timeline_row(t_wall=0.0, interval_s=2.5, sec=Counter(out=500, req=5, errors=1, **{"in": 250}), stats=LiveStats(), state="running",
                        target_c=8, in_flight=8, backing_off=0, server=None, health=None, gpus=[])

@@ -11,10 +11,10 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.targets import TargetState, TargetStats, WeightsError, parse_weights, pick
-from redline.engine.workload import WorkloadConfig
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.run.target_stats import TargetState, TargetStats, WeightsError, parse_weights, pick
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import until
 

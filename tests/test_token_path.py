@@ -19,13 +19,13 @@ import asyncio
 import json
 import time
 
-from redline.engine import records as R
-from redline.engine import sse as sse_mod
-from redline.engine.apis import CHAT, PATHS
-from redline.engine.http import make_client
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.transport import BODY_EXTENSION
+from redline.engine.measure import records as R
+from redline.engine.client import sse as sse_mod
+from redline.engine.client.api_formats import CHAT, PATHS
+from redline.engine.client.http import make_client
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.client.transport import BODY_EXTENSION
 
 from helpers import ThreadServer
 
@@ -217,7 +217,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
     the iterator path (one item per read, no pump) gives for the same bytes."""
     import threading
 
-    from redline.engine import transport as transport_mod
+    from redline.engine.client import transport as transport_mod
 
     n = 8
     go = threading.Event()
@@ -310,7 +310,7 @@ def _payload_streams() -> list[tuple[str, list[bytes]]]:
 def test_a_stream_with_usage_gives_what_the_full_parse_gives_for_every_chunk():
     """Every payload of a real-shaped stream: the decoder's Event is the full parse's, with
     and without the answer text, before and after the stream has shown usage."""
-    from redline.engine import apis
+    from redline.engine.client import api_formats as apis
 
     for api, payloads in _payload_streams():
         for cls in (apis.OpenAIDecoder, apis.OpenAITextDecoder):
@@ -326,7 +326,7 @@ def test_a_stream_with_usage_gives_what_the_full_parse_gives_for_every_chunk():
 async def test_a_continuous_usage_stream_records_what_the_full_parse_records(monkeypatch):
     """The same bytes over HTTP, once as the decoder runs and once with every chunk through
     the full parse: the same record (chunks, tokens, usage, cache) and the same credits."""
-    from redline.engine import apis
+    from redline.engine.client import api_formats as apis
 
     _, payloads = _payload_streams()[0]
 
@@ -370,9 +370,9 @@ def test_an_engine_process_imports_no_command_line_client_nor_unused_parts():
     code = (
         "import sys\n"
         "from redline.engine.host import new_event_loop\n"
-        "from redline.engine.core import Engine\n"
-        "from redline.engine.config import EngineConfig\n"
-        "bad = [m for m in ('click', 'rich', 'pygments', 'prometheus_client', 'polars', 'redline.engine.worker', 'platform') if m in sys.modules]\n"
+        "from redline.engine.run.engine import Engine\n"
+        "from redline.engine.run.config import EngineConfig\n"
+        "bad = [m for m in ('click', 'rich', 'pygments', 'prometheus_client', 'polars', 'redline.engine.load.worker', 'platform') if m in sys.modules]\n"
         "import httpx\n"
         "sys.argv = ['httpx', '--help']\n"
         "try:\n    httpx.main()\nexcept SystemExit as e:\n    code = e.code\n"

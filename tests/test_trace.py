@@ -1,4 +1,4 @@
-"""Trace replay input (issue 16): Mooncake JSONL traces read and checked (engine/trace.py),
+"""Trace replay input (issue 16): Mooncake JSONL traces read and checked (engine/workload/trace.py),
 their rows made into prompts whose shared hash blocks are shared text, the shipped example
 trace, and the prompts' token counts and prefix-cache hits against the simulated server."""
 
@@ -15,18 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from redline.engine import trace as trace_mod
-from redline.engine.trace import (
-    MAX_TRACE_ROWS,
-    MOONCAKE_BLOCK_TOKENS,
-    TraceError,
-    TracePrompts,
-    TraceRow,
-    builtin_trace_path,
-    load_trace,
-    trace_duration_s,
-)
-from redline.engine.workload import Calibration, calibrate
+from redline.engine.workload import trace as trace_mod
+from redline.engine.workload.trace import MAX_TRACE_ROWS, MOONCAKE_BLOCK_TOKENS, TraceError, TracePrompts, TraceRow, builtin_trace_path, load_trace, trace_duration_s
+from redline.engine.workload.prompts import Calibration, calibrate
 
 from helpers import common_prefix_len
 
@@ -304,7 +295,7 @@ async def _chat(client: httpx.AsyncClient, url: str, text: str) -> int:
 
 
 def _cached_tokens(url: str) -> float:
-    from redline.engine.telemetry.prom import parse_prometheus
+    from redline.engine.telemetry.prom_text import parse_prometheus
 
     samples = parse_prometheus(httpx.get(url + "/metrics", timeout=5).text)
     return sum(v for _, v in samples.get("sglang:cached_tokens_total", []))

@@ -13,12 +13,12 @@ import time
 import httpx
 import polars as pl
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.preset import parse_preset
-from redline.engine.trace import TraceRow
-from redline.engine.trace_replay import FedSchedule
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.trace import TraceRow
+from redline.engine.load.trace_replay import FedSchedule
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless, until
 

@@ -1,4 +1,4 @@
-"""The lean transport (engine/transport.py): against the sim, and against raw servers the test
+"""The lean transport (engine/client/transport.py): against the sim, and against raw servers the test
 starts on 127.0.0.1 for the framing cases the sim never produces."""
 
 from __future__ import annotations
@@ -16,17 +16,18 @@ from collections import Counter
 import httpx
 import pytest
 
-import redline.engine.transport as transport_mod
-from redline.engine import kstamp, records as R
-from redline.engine.apis import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
+import redline.engine.client.transport as transport_mod
+from redline.engine.client import kstamp
+from redline.engine.measure import records as R
+from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.client.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
 from redline.engine.loop import wait_within
-from redline.engine.records import RequestRecord
-from redline.engine.request import run_request
-from redline.engine.transport import LeanTransport, ssl_context
-from redline.engine.workload import WorkloadConfig
+from redline.engine.measure.records import RequestRecord
+from redline.engine.client.request import run_request
+from redline.engine.client.transport import LeanTransport, ssl_context
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import ThreadServer, sim_state_async as sim_state, until
 
@@ -662,7 +663,7 @@ def _closes_idle(close_now: threading.Event, reset: bool):
 
 @pytest.mark.server
 async def test_plain_http_reads_kernel_stamped_and_a_big_body_written_in_full():
-    """http:// on Linux goes through engine/kstamp.py's own socket transport: an 8 MB body (far
+    """http:// on Linux goes through engine/client/kstamp.py's own socket transport: an 8 MB body (far
     over the socket buffer: the write waits for the socket, the request for the drain) arrives
     whole, the answer is read, and the connection is reused."""
     size = 8 * 1024 * 1024

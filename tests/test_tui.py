@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.constants import MIN_LIVE_STEP_S
 from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.eventlog import EventLog
 from redline.tui.widgets.header import StatusHeader

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.panels import LivePanels

@@ -14,12 +14,12 @@ from dataclasses import replace
 import pytest
 from textual import events
 
-from redline.engine import commands as C
-from redline.engine.config import EngineConfig
+from redline.engine.run import commands as C
+from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.snapshot import LogLine
-from redline.engine.stepresult import BreakResult
-from redline.engine.workload import WorkloadConfig
+from redline.engine.run.snapshot import LogLine
+from redline.engine.measure.step_result import BreakResult
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.eventlog import EventLog
 from redline.tui.widgets.header import StatusHeader
@@ -263,7 +263,7 @@ async def test_tick_takes_a_frame_woken_a_little_early_as_the_seconds_own(monkey
     (they were 1.25 s then 0.75 s apart)."""
     from types import SimpleNamespace
 
-    from redline.engine import timeline
+    from redline.engine.measure import timeline
 
     clock = [1000.0]
     wakes = [0]

@@ -16,11 +16,11 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from redline.engine import commands as C
-from redline.engine.config import EngineConfig
+from redline.engine.run import commands as C
+from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
-from redline.engine.snapshot import Snapshot
-from redline.engine.workload import WorkloadConfig, WorkloadError
+from redline.engine.run.snapshot import Snapshot
+from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RATE_FLOOR, RedlineApp
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.rate import RateLine, rate_line

@@ -18,9 +18,9 @@ import json
 import pytest
 from rich.console import Console
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.report_cmd import format_targets_table, report_text
 from redline.tui.widgets.help import HelpScreen, target_rows

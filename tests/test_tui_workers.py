@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import pytest
 
-from redline.engine.config import EngineConfig
+from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
 from redline.engine.session import SessionWriter
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.report_cmd import format_workers_table, report_text
 from redline.tui.widgets.help import HelpScreen, worker_rows

@@ -1,4 +1,4 @@
-"""The verdicts, one definition each (engine/verdicts.py), on crafted steps and on a step book
+"""The verdicts, one definition each (engine/rules/verdicts.py), on crafted steps and on a step book
 fed requests whose outputs outlive every step: the knee, steadiness, the window a request's
 decoding counts in, SLO attainment, goodput and the stand-ins of a step with no own send."""
 
@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.metrics import LiveMetrics
-from redline.engine.records import Clock, RequestRecord
-from redline.engine.slo import Slo
-from redline.engine.stepbook import StepBook
-from redline.engine.stepresult import StepResult
-from redline.engine.verdicts import (
-    Knee,
-    judge_request,
-    knee,
-    knee_from_summary,
-    session_knee,
-    steadiness,
-    summary_knee,
-)
+from redline.engine.measure.live_metrics import LiveMetrics
+from redline.engine.measure.records import Clock, RequestRecord
+from redline.engine.measure.slo import Slo
+from redline.engine.measure.step_book import StepBook
+from redline.engine.measure.step_result import StepResult
+from redline.engine.rules.verdicts import Knee, judge_request, knee, knee_from_summary, session_knee, steadiness, summary_knee
 
 
 def step(c, tps, *, se=None, rate=None, short=False, phase="measure") -> StepResult:
@@ -89,7 +81,7 @@ def test_summary_takes_a_finished_search_and_never_a_cancelled_one():
 
 
 def test_the_knee_search_and_a_staircase_answer_alike():
-    from redline.engine.search import KneeSearch
+    from redline.engine.rules.knee_search import KneeSearch
 
     curve = {4: 250.0, 8: 500.0, 16: 1000.0, 32: 1024.0, 64: 1030.0, 12: 750.0, 20: 1010.0, 24: 1015.0}
     s = KneeSearch(4, 64, resolution=0.1)

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from redline.engine import worker_count
-from redline.engine.worker_count import auto_workers, crowded, crowded_warning, kernel_stamped
+from redline.engine.load import worker_count
+from redline.engine.load.worker_count import auto_workers, crowded, crowded_warning, kernel_stamped
 
 
 def test_auto_is_one_process_while_it_measures_truly_then_one_worker_per_as_many_up_to_the_cores():
@@ -31,7 +31,7 @@ def test_auto_is_one_process_while_it_measures_truly_then_one_worker_per_as_many
 
 
 def test_which_loads_are_kernel_stamped(monkeypatch):
-    from redline.engine import kstamp
+    from redline.engine.client import kstamp
 
     monkeypatch.setattr(kstamp, "ENABLED", True)
     assert kernel_stamped(["http://a:8000", "http://b:8000"], "lean")
@@ -94,7 +94,7 @@ def _config(argv: list[str], monkeypatch, cores: int = 16):
     (["run", "rate-ramp", "--url", "https://example.invalid"], 1, None, 0),  # its [ramp].max_concurrency is 256
 ])
 def test_auto_sizes_for_the_most_the_run_is_set_to_reach(argv, workers, reach, per, monkeypatch, tmp_path):
-    from redline.engine import kstamp
+    from redline.engine.client import kstamp
 
     monkeypatch.setattr(kstamp, "ENABLED", True)  # Linux (this suite's machines)
     monkeypatch.chdir(tmp_path)
@@ -110,7 +110,7 @@ def test_auto_counts_the_cores_this_process_may_run_on():
     """taskset or a container's cpuset leaves fewer cores than the machine has: auto counts
     those (a worker per core of the machine would share one core)."""
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from redline.engine.worker_count import auto_workers, usable_cores; print(usable_cores(), auto_workers(8192))")
+            "from redline.engine.load.worker_count import auto_workers, usable_cores; print(usable_cores(), auto_workers(8192))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["1", "1"], out.stderr
 
@@ -127,7 +127,7 @@ def test_a_run_over_256_in_flight_is_split_by_default_and_warned_of_in_one_proce
     https:// target): `--workers 1` holds it in one process and prints the warning once (it
     stays in the event log); the default splits it over two worker processes (on a 2-core
     machine), says why at start, and warns of nothing."""
-    from redline.engine import kstamp
+    from redline.engine.client import kstamp
     from redline.tui import cli
 
     monkeypatch.setattr(worker_count, "usable_cores", lambda: 2)

@@ -14,12 +14,12 @@ import httpx
 import polars as pl
 import pytest
 
-from redline.engine.config import EngineConfig
-from redline.engine.core import Engine
-from redline.engine.histogram import Digest
-from redline.engine.pool import split
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.measure.histogram import Digest
+from redline.engine.load.worker_pool import split
 from redline.engine.preset import parse_preset
-from redline.engine.workload import WorkloadConfig
+from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import run_preset_headless, until
 
@@ -109,7 +109,7 @@ def test_a_worker_that_dies_is_reported_and_the_others_carry_the_load(sim_factor
 
 
 def test_a_live_workload_change_reaches_every_worker(sim_factory, tmp_path):
-    from redline.engine.workload_change import WorkloadChange
+    from redline.engine.workload.change import WorkloadChange
 
     sim = sim_factory("healthy")
     out = tmp_path / "s"

@@ -4,7 +4,7 @@ this process or from worker processes (`--workers N`: their health, widgets/work
 
 The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
-from the Snapshot (see engine/snapshot.py for where each is computed).
+from the Snapshot (see engine/run/snapshot.py for where each is computed).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from .widgets.rate import RateLine
 if TYPE_CHECKING:
     from ..engine.api import EngineProcess, EngineThread, Preset
     from ..engine.api import commands as C
-    from ..engine.session.api import SessionSummary
+    from ..engine.report.api import SessionSummary
     from .widgets.prompts import LinePrompt
     from .widgets.workload import WorkloadForm
 else:
     class _Commands:
-        """engine/commands.py, imported when the first command is sent."""
+        """engine/run/commands.py, imported when the first command is sent."""
 
         def __getattr__(self, name: str):
             value = getattr(api.commands, name)
@@ -731,7 +731,7 @@ class RedlineApp(App[int]):
 
     async def _export_now(self, d: Path) -> None:
         from ..engine.api import SessionError
-        from ..engine.session.api import export_session
+        from ..engine.report.api import export_session
 
         try:  # every row recorded so far is on disk before the export reads it
             err = await asyncio.wrap_future(self.host.send(C.Flush()))

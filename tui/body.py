@@ -24,7 +24,7 @@ from .widgets.targets import TargetsPanel
 from .widgets.workers import WorkersPanel, block_lines
 
 if TYPE_CHECKING:
-    from ..engine.session.api import SessionSummary
+    from ..engine.report.api import SessionSummary
 
 __all__ = ["CurveView", "EventLog", "GpuPanel", "LivePanels", "StepTable", "TargetsPanel", "WorkersPanel", "block_lines", "widgets"]
 

@@ -25,17 +25,7 @@ if TYPE_CHECKING:
     from typing import Callable, NoReturn, Sequence
 
 from ..engine import api
-from ..engine.api import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_INPUT_LEN,
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_OUTPUT_LEN,
-    DEFAULT_REQUEST_TIMEOUT_S,
-    DEFAULT_STEP,
-    DEFAULT_TRANSPORT,
-    TRANSPORTS,
-    __version__,
-)
+from ..engine.api import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TRANSPORTS, __version__
 
 from . import commands
 from .errors import EXIT_BAD_INPUT, UsageError
@@ -189,7 +179,7 @@ def _positive_float(name: str):
 
 
 def _rate(name: str, lo: float | None = None):
-    """A request rate: a finite number, at least 0.1 req/s (engine/arrivals.py MIN_RATE;
+    """A request rate: a finite number, at least 0.1 req/s (engine/workload/arrivals.py MIN_RATE;
     `lo` = 0: any number > 0, for a step)."""
 
     def parse(s: str) -> float:

@@ -154,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     """The gate of `redline run`: --gate, else the preset's [gate]; None without one. Checked
     here, before anything starts (UsageError: one line, exit 2)."""
-    from ..engine.session.api import GateError, has_relative, parse_gate
+    from ..engine.report.api import GateError, has_relative, parse_gate
 
     spec = getattr(args, "gate", None)
     junit = getattr(args, "junit", None)
@@ -276,17 +276,7 @@ def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
     """The gate at the end of a headless run: judged on summary.json as written (the steps'
     final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
     JUnit file; EXIT_GATE_FAILED when a condition failed."""
-    from ..engine.session.api import (
-        SUMMARY,
-        GateSession,
-        evaluate,
-        failure_line,
-        format_outcomes,
-        gate_dict,
-        junit_xml,
-        passed,
-        session_from_steps,
-    )
+    from ..engine.report.api import SUMMARY, GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed, session_from_steps
 
     summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
     session = None
@@ -321,7 +311,7 @@ def _add_to_summary(path: Path, key: str, value: object) -> None:
     """summary.json with `key` set, rewritten atomically (the session's log is closed by now)."""
     import json
 
-    from ..engine.session.api import dumps_doc, write_text_atomic
+    from ..engine.report.api import dumps_doc, write_text_atomic
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -376,7 +366,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 # -- sessions: export, report, preset-from -------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..engine.session.api import export_session
+    from ..engine.report.api import export_session
 
     try:
         paths = export_session(args.session_dir, args.format, args.output)
@@ -402,7 +392,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     if html is not None:  # before any output too
-        from ..engine.session.api import HtmlUnavailable, collect, write_html
+        from ..engine.report.api import HtmlUnavailable, collect, write_html
 
         try:
             write_html([collect(s.path, s) for s in sessions], html)
@@ -444,7 +434,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def report_gate(args: argparse.Namespace) -> list | None:
     """`redline report ... --gate SPEC`: checked before anything is read (one line, exit 2).
     A change (tok_s>=-5%) compares two sessions, BASELINE CANDIDATE."""
-    from ..engine.session.api import GateError, has_relative, parse_gate
+    from ..engine.report.api import GateError, has_relative, parse_gate
 
     spec, junit = getattr(args, "gate", None), getattr(args, "junit", None)
     if spec is None:
@@ -467,8 +457,8 @@ def report_gate(args: argparse.Namespace) -> list | None:
 def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
     """The gate of `redline report`: changes of the candidate (the second session) against
     the baseline (the first), absolute conditions on the last session."""
-    from ..engine.session.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
-    from ..engine.session.api import gate_compare as compare
+    from ..engine.report.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
+    from ..engine.report.api import gate_compare as compare
 
     try:
         sessions = [GateSession.load(d) for d in args.session_dirs]
@@ -501,7 +491,7 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
 
 
 def _check_html_target(path: Path) -> None:
-    from ..engine.session.api import HTML_EXTRA_HINT, html_available
+    from ..engine.report.api import HTML_EXTRA_HINT, html_available
 
     if not html_available():
         raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
@@ -536,7 +526,7 @@ def _plot_size() -> tuple[int, int]:
 def cmd_preset_from(args: argparse.Namespace) -> int:
     out: Path = args.output
     try:
-        from ..engine.session.api import preset_from_session
+        from ..engine.report.api import preset_from_session
 
         replay = preset_from_session(args.session_dir, out.stem or "replay")
     except api.PresetError as exc:
@@ -545,7 +535,7 @@ def cmd_preset_from(args: argparse.Namespace) -> int:
         out.write_text(replay.toml, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"-o {str(out)!r}: cannot write: {exc.strerror or exc}") from None
-    from ..engine.session.api import steps_text
+    from ..engine.report.api import steps_text
 
     line = f"wrote {out}: {steps_text(replay.steps, replay.seconds - replay.probe_s, replay.probe_s)}"
     if replay.left_out_s >= 0.5:

@@ -7,7 +7,7 @@ curve view through tui/widgets/curve.py), as an image with matplotlib (`--png`, 
 The load is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the loads
 measured. Sessions that mix kinds (C steps, then rate steps) are drawn on the axis of the kind
 most of their points have; what a point, the best session and the knee are:
-engine/session/compare.py.
+engine/report/compare.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ..engine.session.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
+from ..engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 

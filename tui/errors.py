@@ -3,7 +3,7 @@
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
-EXIT_GATE_FAILED = 4  # a --gate / [gate] condition failed (engine/gate.py)
+EXIT_GATE_FAILED = 4  # a --gate / [gate] condition failed (engine/report/gate.py)
 
 
 class UsageError(Exception):

@@ -120,7 +120,7 @@ def planned_peak(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | N
     `--workers auto` sizes for): closed loop, the -c, a preset's top step or a search's max;
     open loop (a rate, a trace), its in-flight cap when one was given (--max-concurrency or
     [ramp].max_concurrency), else 0: in-flight is the rate times the latency, unknown before
-    the run, and the engine warns if one process crowds (engine/worker_count.py)."""
+    the run, and the engine warns if one process crowds (engine/load/worker_count.py)."""
     given = getattr(args, "max_concurrency", engine_api.DEFAULT_MAX_CONCURRENCY)
     cap = given if given != engine_api.DEFAULT_MAX_CONCURRENCY else 0
     if preset is None:
@@ -195,7 +195,7 @@ def target_urls(args: argparse.Namespace) -> list[str]:
 
 
 def check_urls(urls: list[str]) -> None:
-    """Every --url valid (engine/target.py validate_url, the one validator) and no target
+    """Every --url valid (engine/client/target.py validate_url, the one validator) and no target
     twice (compared as normalised: `http://h:1/v1` is `http://h:1`)."""
     seen: dict[str, str] = {}
     for u in urls:
@@ -315,7 +315,7 @@ def check_shape(args: argparse.Namespace) -> None:
 
 
 def check_trace(path: str) -> None:
-    """The whole trace read and checked before anything starts (engine/trace.py)."""
+    """The whole trace read and checked before anything starts (engine/workload/trace.py)."""
     if not path.strip():
         raise UsageError(f"--trace {path!r}: expected the path of a Mooncake JSONL trace")
     try:

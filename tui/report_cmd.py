@@ -7,8 +7,8 @@ when GPU telemetry exists, and its curves. Several: one table aligned by concurr
 with the best session per row marked, each session's break and knee, each session's C=1
 probe, the efficiency table, and the curves of all of them on the same axes.
 
-Cell formats come from engine/session/report.py, so every report agrees; what "best" and
-"knee" mean: engine/session/compare.py.
+Cell formats come from engine/report/session_text.py, so every report agrees; what "best" and
+"knee" mean: engine/report/compare.py.
 """
 
 from __future__ import annotations
@@ -17,21 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..engine.api import SessionError, StepResult, step_ms
-from ..engine.session.api import (
-    Row,
-    SessionSummary,
-    align_by_load,
-    any_power,
-    fmt_ms,
-    format_break_line,
-    format_step_line,
-    joules_per_token,
-    knee_load,
-    load_session,
-    load_sessions,
-    report_session,
-    tokens_per_watt,
-)
+from ..engine.report.api import Row, SessionSummary, align_by_load, any_power, fmt_ms, format_break_line, format_step_line, joules_per_token, knee_load, load_session, load_sessions, report_session, tokens_per_watt
 
 from .errors import UsageError
 
@@ -169,7 +155,7 @@ def format_efficiency_table(sessions: Sequence[SessionSummary], rows: Sequence[R
 
 def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None = None) -> str:
     """Goodput (output tok/s of requests meeting the SLO) and SLO attainment per step, per
-    session; "" when no session recorded SLOs (engine/slo.py)."""
+    session; "" when no session recorded SLOs (engine/measure/slo.py)."""
     if not any(st.output_goodput is not None for s in sessions for st in s.steps):
         return ""
 
@@ -245,7 +231,7 @@ def format_targets_table(targets: Sequence[dict]) -> str:
 
 def session_targets_table(session_dir: Path) -> str:
     """The per-target table of one session's summary.json; "" with one target or none recorded."""
-    from ..engine.session.api import load_summary
+    from ..engine.report.api import load_summary
 
     try:
         summary = load_summary(session_dir)
@@ -299,7 +285,7 @@ def format_workers_table(workers: Sequence[dict]) -> str:
 
 def _summary_list(session_dir: Path, key: str) -> list[dict]:
     """summary.json's `key` list (its dict entries), [] when absent or unreadable."""
-    from ..engine.session.api import load_summary
+    from ..engine.report.api import load_summary
 
     try:
         summary = load_summary(session_dir)

@@ -10,35 +10,16 @@ One module per job; this package re-exports the public names:
                  parse_open_loop.py, parse_search.py, ramp_fields.py, parse_server_ops.py)
                  and parse_rules.py
     toml_out.py  preset_to_toml: a Preset back to TOML (tomli-w), a comment above each table
-    replay.py    timeline_preset / preset_from_session: a recorded session as a replay preset
     builtin.py   the shipped presets (package data redline.presets), listed and found by name
 
-Layering: nothing here imports the engine runtime (core, runner, host); the runner and the
-breaker import presets, never the reverse.
+A recorded session as a replay preset (`redline preset-from`) reads a session: it is
+engine/report/preset_from.py. Layering (docs/architecture.md): nothing here imports the
+engine's runtime (run/, drive/, host); the preset runner imports presets, never the reverse.
 """
 
 from .builtin import BuiltinPreset, builtin_dir, builtin_presets, resolve_preset
 from .parse import load_preset, parse_preset, parse_toml
-from .replay import SessionReplay, preset_from_session, timeline_preset
-from .spec import (
-    DEFAULT_HOLD_S,
-    DEFAULT_MAX_HOLD_FACTOR,
-    DEFAULT_MIN_REQUESTS,
-    DEFAULT_WARMUP_S,
-    MAX_CONCURRENCY,
-    MAX_SECONDS,
-    MAX_STEPS,
-    AfterSpec,
-    Preset,
-    PresetError,
-    RampSpec,
-    SearchSpec,
-    StepPlan,
-    StopSpec,
-    TargetSpec,
-    WorkloadSpec,
-    as_search,
-)
+from .spec import DEFAULT_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, DEFAULT_MIN_REQUESTS, DEFAULT_WARMUP_S, MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS, AfterSpec, Preset, PresetError, RampSpec, SearchSpec, StepPlan, StopSpec, TargetSpec, WorkloadSpec, as_search
 from .toml_out import preset_to_toml
 
 __all__ = [
@@ -56,7 +37,6 @@ __all__ = [
     "Preset",
     "PresetError",
     "RampSpec",
-    "SessionReplay",
     "StepPlan",
     "StopSpec",
     "TargetSpec",
@@ -66,8 +46,6 @@ __all__ = [
     "load_preset",
     "parse_preset",
     "parse_toml",
-    "preset_from_session",
     "preset_to_toml",
     "resolve_preset",
-    "timeline_preset",
 ]

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..workload import FILE_FORMS, PREFIX_FORM, PrefixSpecError, is_prefix_spec, parse_prefix_spec
+from ..workload.prompts import FILE_FORMS, PREFIX_FORM, PrefixSpecError, is_prefix_spec, parse_prefix_spec
 from .spec import MAX_SECONDS, PresetError, one_line
 
 DATASET_FORMS = FILE_FORMS
@@ -107,9 +107,9 @@ class Ctx:
         return value
 
     def url(self, key: str, value: Any) -> str:
-        """A target URL, normalised, by the one validator --url uses too (engine/target.py)."""
+        """A target URL, normalised, by the one validator --url uses too (engine/client/target.py)."""
         # imported here: target.py brings httpx, which a preset without a URL never needs
-        from ..target import URL_FORMS, BadURL, validate_url
+        from ..client.target import URL_FORMS, BadURL, validate_url
 
         try:
             return validate_url(value)

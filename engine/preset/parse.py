@@ -29,7 +29,7 @@ A bad one raises PresetError naming the file, the key and what is accepted. In s
     collapse = 0.2
     [after]
     probe_s = 30                      # C=1 probe at the end; 0 = none
-    [gate]                            # optional; CI conditions of a headless run (engine/gate.py)
+    [gate]                            # optional; CI conditions of a headless run (engine/report/gate.py)
     conditions = ["knee>=64", "errors<=1%"]   # or a string; --gate replaces them
 
 The tables are read by one module each; this one checks the document's shape (no unknown

@@ -17,14 +17,7 @@ from .fields import Ctx
 from .parse_open_loop import parse_rate_ramp, parse_speed_ramp
 from .parse_search import parse_search
 from .ramp_fields import concurrency_list, durations, hold_keys, step_probes, step_workloads
-from .spec import (
-    DEFAULT_HOLD_S,
-    DEFAULT_MAX_HOLD_FACTOR,
-    DEFAULT_MIN_REQUESTS,
-    MAX_CONCURRENCY,
-    MAX_STEPS,
-    RampSpec,
-)
+from .spec import DEFAULT_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, DEFAULT_MIN_REQUESTS, MAX_CONCURRENCY, MAX_STEPS, RampSpec
 
 
 def parse_ramp(ctx: Ctx, r: Any) -> RampSpec:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..apis import APIS
+from ..client.api_formats import APIS
 
 from .fields import Ctx
 from .spec import RampSpec, TargetSpec, WorkloadSpec
@@ -61,8 +61,8 @@ def parse_workload(ctx: Ctx, w: dict, alias_api: str | None, base: Path) -> Work
 
 def _trace(ctx: Ctx, value: Any, base: Path) -> str:
     """A Mooncake JSONL trace, made absolute (relative to the preset's folder) and read
-    once to check every line (engine/trace.py)."""
-    from ..trace import TraceError, load_trace
+    once to check every line (engine/workload/trace.py)."""
+    from ..workload.trace import TraceError, load_trace
 
     raw = ctx.string("[workload].trace", value, "a path to a JSONL trace file")
     path = Path(raw).expanduser()

@@ -2,8 +2,8 @@
 
 Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
 presets, never the reverse). A Preset comes from parse.py (a TOML file) or replay.py (a
-recorded session); the runner (engine/runner.py) follows `Preset.ramp.steps()`, the breaker
-(engine/verdicts.py) applies `Preset.stop`. Every key is described in the README, "Presets".
+recorded session); the runner (engine/drive/preset_runner.py) follows `Preset.ramp.steps()`, the breaker
+(engine/rules/verdicts.py) applies `Preset.stop`. Every key is described in the README, "Presets".
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..constants import STEADY_MIN_S
-from ..guard import GuardSpec
-from ..slo import Slo
-from ..verdicts import StopSpec  # the stop rules own their spec (a preset's [stop])
+from ..rules.guard import GuardSpec
+from ..measure.slo import Slo
+from ..rules.verdicts import StopSpec  # the stop rules own their spec (a preset's [stop])
 
 DEFAULT_WARMUP_S = 10.0
 DEFAULT_HOLD_S = 30.0
@@ -40,7 +40,7 @@ class PresetError(ValueError):
 
 @dataclass(frozen=True)
 class TargetSpec:
-    url: str | None = None  # normalised by engine/target.py validate_url: scheme://host[:port]
+    url: str | None = None  # normalised by engine/client/target.py validate_url: scheme://host[:port]
     api: str | None = None  # as written in [target].api (an alias of [workload].api)
 
 
@@ -91,7 +91,7 @@ class StepPlan:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """`[ramp] mode = "search"`: an adaptive knee search (engine/search.py)."""
+    """`[ramp] mode = "search"`: an adaptive knee search (engine/rules/knee_search.py)."""
 
     start: int
     max: int
@@ -125,14 +125,14 @@ class RampSpec:
     speed: tuple[float, ...] | None = None  # a trace replay ([workload].trace) per speed factor
     # replay mode: the workload of each step (None: [workload]'s), for sessions that changed it live
     workloads: tuple[dict | None, ...] | None = None
-    # looking inside the server (engine/server_ops.py): the loads (C, or req/s of a rate
+    # looking inside the server (engine/drive/server_ops.py): the loads (C, or req/s of a rate
     # ramp) at which the profiler captures, and a prefix-cache flush before each step
     profile: tuple[float, ...] = ()
     flush_cache: bool = False
     # replay mode: which steps were C=1 probes (`a` inside the session): each aborts what is
     # in flight before it, as the original did, where a plain C=1 step would let it drain in
     probes: tuple[bool, ...] | None = None
-    # whole measured seconds a step needs before it can be called steady (engine/steps.py):
+    # whole measured seconds a step needs before it can be called steady (engine/measure/accumulator.py):
     # not a preset key; a program may shorten it (a test on a sim whose decode steps are 10-25
     # ms, where 2 s hold a hundred or more of them: tests/helpers.py steady_in)
     steady_min_s: int = STEADY_MIN_S
@@ -180,14 +180,14 @@ class Preset:
     description: str = ""
     slo: Slo | None = None
     guard: GuardSpec | None = None
-    gate: tuple[str, ...] | None = None  # [gate]: conditions checked at the end of a headless run (engine/gate.py)
+    gate: tuple[str, ...] | None = None  # [gate]: conditions checked at the end of a headless run (engine/report/gate.py)
 
     def duration_bounds(self) -> tuple[float, float]:
         """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:
         its first point only; it chooses the others as results come)."""
         lo, hi = self.ramp.duration_bounds()
         if self.ramp.speed is not None and self.workload.trace is not None:
-            from ..trace import load_trace, trace_duration_s  # a trace's steps last its length / speed
+            from ..workload.trace import load_trace, trace_duration_s  # a trace's steps last its length / speed
 
             try:
                 d = trace_duration_s(load_trace(self.workload.trace))

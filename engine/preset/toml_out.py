@@ -75,7 +75,7 @@ def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
         guard = {k: float(getattr(preset.guard, k)) for k in GUARD_KEYS if getattr(preset.guard, k) is not None}
         out.append((["the load is dropped when a live figure crosses one of these"], "guard", guard))
     if preset.gate is not None:
-        out.append((["the conditions of a headless run (engine/gate.py); --gate replaces them"],
+        out.append((["the conditions of a headless run (engine/report/gate.py); --gate replaces them"],
                     "gate", {"conditions": list(preset.gate)}))
     return out
 

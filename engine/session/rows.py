@@ -15,8 +15,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import PurePath
 from typing import Any, Iterable
 
-from .. import records as R
-from ..records import Clock, RequestRecord
+from ..measure import records as R
+from ..measure.records import Clock, RequestRecord
 from ..text import one_line
 from .scrub import Scrubber, as_scrubber
 

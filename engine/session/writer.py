@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import __version__
-from ..records import Clock, RequestRecord
+from ..measure.records import Clock, RequestRecord
 from ..text import one_line
 from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
 from .rows import dumps_doc, dumps_row, request_row

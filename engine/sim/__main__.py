@@ -1,6 +1,6 @@
 """``python -m redline.engine.sim``: run the simulated inference server."""
 
-from redline.engine.sim.serve import main
+from .serve import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

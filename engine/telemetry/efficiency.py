@@ -1,8 +1,8 @@
 """Summed GPU power, the base of every efficiency figure.
 
 A step's tokens per joule and joules per token are computed where steps are
-(engine/steps.py) and read back by ``tokens_per_watt`` / ``joules_per_token`` in
-engine/session/compare.py; the live tok/J in the timeline is output tok/s over this sum.
+(engine/measure/accumulator.py) and read back by ``tokens_per_watt`` / ``joules_per_token`` in
+engine/report/compare.py; the live tok/J in the timeline is output tok/s over this sum.
 """
 
 from __future__ import annotations

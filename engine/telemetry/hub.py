@@ -22,7 +22,7 @@ import httpx
 
 from .dcgm import DcgmPoller
 from .nvml import NvmlSource
-from .prom import describe_error
+from .prom_text import describe_error
 from .server_metrics import ServerMetricsPoller
 from .types import GpuSample, ServerSample
 

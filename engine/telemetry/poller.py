@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 
 import httpx
 
-from .prom import PromParser, PromSamples, TelemetryParseError, check_prometheus_head, describe_error
+from .prom_text import PromParser, PromSamples, TelemetryParseError, check_prometheus_head, describe_error
 
 
 class PromPoller:

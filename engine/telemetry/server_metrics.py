@@ -36,11 +36,7 @@ from collections.abc import Callable
 
 import httpx
 
-from .prom import (
-    PromParser,
-    PromSamples,
-    parse_prometheus,
-)
+from .prom_text import PromParser, PromSamples, parse_prometheus
 from .poller import PromPoller
 from .types import ServerSample
 

@@ -1,6 +1,6 @@
 """The server's own view of one step, from the /metrics samples taken while it measured.
 
-A step (engine/steps.py) feeds every server sample taken inside its window here (each sample
+A step (engine/measure/accumulator.py) feeds every server sample taken inside its window here (each sample
 once: a stale one repeated by the hub is not counted twice) and reads back, beside the client's
 own figures:
 

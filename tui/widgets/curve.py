@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.session.api import SessionSummary, session_from_steps
+from ...engine.report.api import SessionSummary, session_from_steps
 from ...engine.api import Snapshot
 
 from ..curves import render_curves

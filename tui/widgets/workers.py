@@ -17,7 +17,7 @@ and the log (or, wide, the curve) their room, else the summary line, else nothin
 have priority at 80x24; a dead worker is still a warning in the header and the log). `?`
 lists every worker with its node and share.
 
-Every figure is the Snapshot's (engine/pool.py WorkerPool.summary): the share of C (rate
+Every figure is the Snapshot's (engine/load/worker_pool.py WorkerPool.summary): the share of C (rate
 mode: of the in-flight cap) the worker holds now, and its requests, tok/s, lag p99 and CPU
 since the session started. A dead worker's share went to the others: `-`.
 """

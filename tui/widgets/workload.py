@@ -1,5 +1,5 @@
 """The workload form (`w`): change the output length, the input length, the dataset or the
-prefix ratio while the load runs (engine/workload_change.py; a new step starts with it).
+prefix ratio while the load runs (engine/workload/change.py; a new step starts with it).
 
 The fields open with the workload running now (Snapshot.workload). Enter, in any field,
 applies what changed: the form sends it and waits for the engine's answer; a bad value (here

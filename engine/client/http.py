@@ -1,0 +1,79 @@
+"""The HTTP client: httpx as the API, over a transport chosen for CPU cost.
+
+httpx's default transport costs ~117 us of CPU per streamed token at C=256; the aiohttp
+transport ~17 us (README, "Benchmarks"). The client's CPU is the ceiling on what redline can measure,
+so the default is the cheapest: "lean" (engine/client/transport.py: asyncio.Protocol + httptools on
+the running loop, uvloop under the engine host). "aiohttp" and "httpx" stay selectable
+(`--transport`, hidden) for the benchmark (benchmarks/client_cost.py) and as a fallback.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import httpx
+
+from ..constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT, TRANSPORTS
+
+
+class TargetBearer(httpx.Auth):
+    """The API key as a bearer token, sent to the target's origin only (never to a
+    --gpu-metrics or --server-metrics host elsewhere). `.token` lets errors be scrubbed."""
+
+    def __init__(self, token: str, origin: str) -> None:
+        self.token = token
+        self._origin = _origin(httpx.URL(origin))
+
+    def auth_flow(self, request: httpx.Request):
+        if _origin(request.url) == self._origin:
+            request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int]:
+    default = 443 if url.scheme == "https" else 80
+    return (url.scheme, url.host, url.port or default)
+
+
+def make_client(
+    *,
+    transport: str = DEFAULT_TRANSPORT,
+    verify: bool = True,
+    api_key: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+    origin: str | None = None,
+) -> httpx.AsyncClient:
+    """One client for the whole session: unlimited pool, read timeout = stall timeout.
+
+    With `origin` (the target's base URL) the key goes to that origin only; without it, to
+    every request (tests and benchmarks that talk to one server).
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key and origin is None else {}
+    auth = TargetBearer(api_key, origin) if api_key and origin is not None else None
+    timeout = httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=request_timeout, write=CONNECT_TIMEOUT_S, pool=None)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    if transport == "httpx":
+        return httpx.AsyncClient(headers=headers, auth=auth, timeout=timeout, limits=limits, verify=verify)
+    if transport == "lean":
+        from .transport import LeanTransport
+
+        # run_request reads raw bytes (aiter_raw): ask for an uncompressed stream, so a server
+        # or proxy that would gzip text/event-stream sends it as it is.
+        headers["Accept-Encoding"] = "identity"
+        return httpx.AsyncClient(headers=headers, auth=auth, timeout=timeout, transport=LeanTransport(verify=verify))
+
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    ssl_ctx: ssl.SSLContext | bool = ssl.create_default_context() if verify else False
+
+    def session() -> aiohttp.ClientSession:
+        # limit=0: no connection cap (aiohttp's default of 100 would silently cap C).
+        connector = aiohttp.TCPConnector(limit=0, ssl=ssl_ctx, enable_cleanup_closed=True)
+        return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+    return httpx.AsyncClient(
+        headers=headers, auth=auth, timeout=timeout, transport=AiohttpTransport(client=session)
+    )

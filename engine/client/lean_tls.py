@@ -1,0 +1,42 @@
+"""TLS for the lean transport (engine/client/transport.py): httpx's rules for `verify`; and its
+check of an idle pooled socket before reuse."""
+
+from __future__ import annotations
+
+import select
+import ssl
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    import asyncio
+
+
+def ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
+    """httpx's rules for `verify` (certifi CA bundle by default), HTTP/1.1 over ALPN."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    ctx = httpx.create_ssl_context(verify=verify)
+    try:
+        ctx.set_alpn_protocols(["http/1.1"])
+    except (NotImplementedError, ssl.SSLError):  # pragma: no cover - old OpenSSL
+        pass
+    return ctx
+
+
+def dropped(transport: asyncio.BaseTransport) -> bool:
+    """An idle connection whose socket is readable: the server closed or reset it (or sent
+    something nobody asked for) and the loop has not processed it yet. Not for reuse."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return True
+        p = select.poll()
+        p.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(p.poll(0))
+    except (OSError, ValueError):
+        return True

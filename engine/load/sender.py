@@ -1,0 +1,151 @@
+"""Sending: one request from prompt to record, and what a request slot does after it.
+
+- Each request gets an id, the current step's index and phase, and its send time; its
+  record goes to every listener as it progresses (sent, first token, tokens, ended).
+- A slot that failed fast holds its place FAST_FAIL_S first (no hot loop against a failing
+  server). A slot answered 429/503 (the server says it is overloaded) backs off, doubling
+  from FAST_FAIL_S up to OVERLOAD_BACKOFF_MAX_S, until one of its own requests succeeds.
+  The streak belongs to the slot, not to the whole pool; `backing_off` counts the slots
+  waiting now, so the screen (and the cap detector) can tell them from a server cap.
+- In-flight records are kept so their chunk gaps can be harvested (twenty times a second), by arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+import httpx
+
+from ..measure import records as R
+from ..client.api_formats import PATHS, build_body
+from ..constants import OVERLOAD_BACKOFF_MAX_S
+from ..measure.records import RequestRecord
+from ..client.request import run_request
+from ..client.target import Target
+
+FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
+OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503)
+
+
+class Listener(Protocol):
+    def on_send(self, rec: RequestRecord) -> None: ...
+    def on_first(self, rec: RequestRecord) -> None: ...
+    def on_tokens(self, t: float, n: int) -> None: ...
+    def on_end(self, rec: RequestRecord) -> None: ...
+
+
+@dataclass
+class Slot:
+    streak: int = 0  # consecutive overload answers of this slot
+
+
+def backoff_s(streak: int) -> float:
+    return min(OVERLOAD_BACKOFF_MAX_S, FAST_FAIL_S * 2 ** min(streak, 16))
+
+
+class Sender:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        target: Target,
+        listener: Listener,
+        stamp: Callable[[float | None], tuple[int, int, str]],
+        on_lag: Callable[[float], None],
+        wall_offset: float,
+        on_overload: Callable[[str], None] = lambda kind: None,
+        ids: Iterator[int] | None = None,
+    ) -> None:
+        self.client = client
+        self.target = target
+        self.listener = listener
+        self._stamp = stamp  # (t_intended) -> (step index, concurrency, phase) for a request sent now / scheduled then
+        self._on_lag = on_lag
+        self._wall_offset = wall_offset
+        self._on_overload = on_overload
+        self._ids = ids if ids is not None else itertools.count(1)  # request ids, shared by every sender of a session
+        self._free: list[Slot] = []
+        self.backing_off = 0
+        self.in_flight: dict[int, RequestRecord] = {}
+        self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
+        self.continuous_usage = True
+
+    async def send(
+        self,
+        prompt: str,
+        max_tokens: int,
+        expected: int,
+        phase: str | None = None,
+        *,
+        t_intended: float | None = None,
+        turn: int = 0,
+        messages: list[dict] | None = None,
+    ) -> RequestRecord:
+        """One request; `phase` overrides the step's (calibration). `t_intended`: its
+        scheduled send time (open loop). A multi-turn request (`turn` >= 1) collects its
+        answer text (`rec.answer`) and sends `messages` (chat) as the conversation so far."""
+        step, c, step_phase = self._stamp(t_intended)
+        rec = RequestRecord(
+            rid=next(self._ids),
+            phase=phase or step_phase,
+            step=step,
+            concurrency=c,
+            t_send=time.perf_counter(),
+            expected_input_tokens=expected,
+            max_tokens=max_tokens,
+            t_intended=t_intended,
+            turn=turn,
+            answer=[] if turn else None,
+            target=self.target.url,
+        )
+        tgt = self.target
+        extra = {"messages": messages} if messages is not None else {}
+        body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage, **extra)
+        self.in_flight[rec.rid] = rec
+        lis = self.listener
+        lis.on_send(rec)
+        try:
+            await run_request(
+                self.client,
+                tgt.url + PATHS[tgt.api],
+                tgt.api,
+                body,
+                rec,
+                lis.on_tokens,
+                self._on_lag,
+                self._wall_offset,
+                on_first=lis.on_first,
+            )
+        finally:
+            lis.on_end(rec)
+            self.in_flight.pop(rec.rid, None)
+            self.cursor.pop(rec.rid, None)
+        return rec
+
+    async def slot_request(self, prompt: str, max_tokens: int, expected: int, *, turn: int = 0, messages: list[dict] | None = None) -> RequestRecord:
+        """One request of the closed-loop pool, then this slot's pause when it failed (see
+        above). (An open loop sends on its schedule whatever the answers: no slot pauses.)"""
+        slot = self._free.pop() if self._free else Slot()
+        try:
+            rec = await self.send(prompt, max_tokens, expected, turn=turn, messages=messages)
+            if rec.status == R.FAILED and rec.error_kind in OVERLOADED:
+                slot.streak += 1
+                self._on_overload(rec.error_kind)
+                await self._pause(backoff_s(slot.streak))
+            elif rec.status == R.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
+                await self._pause(FAST_FAIL_S - rec.e2e)
+            elif rec.status == R.OK:
+                slot.streak = 0
+            return rec
+        finally:
+            self._free.append(slot)
+
+    async def _pause(self, seconds: float) -> None:
+        self.backing_off += 1
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.backing_off -= 1

@@ -1,0 +1,116 @@
+"""The session's targets (`--url`, repeated): each its own client, Sender, health watch and
+/metrics poller (engine/run/target_stats.py TargetState), the choice of the next one, and what the
+engine does when one goes or comes back.
+
+A target that fails (connections refused and /health failing) is skipped and its share goes
+to the others; when every target is gone the load is held (no new sends) until one answers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Callable
+
+import httpx
+
+from ..client.http import make_client
+from .sender import Sender
+from ..client.server_watch import ServerWatch
+from ..client.target import Target, detect, validate_url
+from ..run.target_stats import TargetState, TargetStats, pick
+from ..telemetry.hub import TelemetryHub
+
+if TYPE_CHECKING:
+    from ..run.engine_view import EngineView
+
+
+class TargetSet:
+    def __init__(self, engine: EngineView, ids: itertools.count, on_overload: Callable[[str], None]) -> None:
+        self.e = engine
+        self.states: list[TargetState] = []  # every target, the first is the engine's `target`
+        self.ids = ids  # request ids, unique in the session, in send order (every Sender's)
+        self.on_overload = on_overload
+
+    def load_sender(self, client: httpx.AsyncClient, target: Target) -> Sender:
+        """A Sender of the load to one target; every one shares the request ids and the
+        in-flight records (harvested twenty times a second by rid, whichever target they went to)."""
+        e = self.e
+        s = Sender(
+            client, target, TargetStats(target.url, e.recorder), e.stamp, e.metrics.on_lag, e.clock.wall0 - e.clock.perf0,
+            on_overload=self.on_overload, ids=self.ids,
+        )
+        if self.states:
+            first = self.states[0].sender
+            s.in_flight, s.cursor = first.in_flight, first.cursor
+            s.continuous_usage = first.continuous_usage
+        return s
+
+    def add(self, client: httpx.AsyncClient, target: Target, sender: Sender, weight: float) -> TargetState:
+        st = TargetState(len(self.states), target, client, sender, sender.listener, weight)  # type: ignore[arg-type]
+        st.stats.watch = ServerWatch(client, target.url + "/health", lambda: self._gone(st), lambda: self._back(st), self.e.log)
+        self.states.append(st)
+        return st
+
+    async def start_more(self, url: str, weight: float) -> None:
+        """One more target: its own client, detection, Sender, health watch and /metrics."""
+        e = self.e
+        cfg = e.config
+        base = validate_url(url)
+        client = make_client(transport=cfg.transport, verify=not cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout, origin=base)
+        try:
+            target = await detect(client, base, cfg.api or (e.target.api if e.target else None), cfg.model)
+        except BaseException:
+            await client.aclose()
+            raise
+        st = self.add(client, target, self.load_sender(client, target), weight)
+        if cfg.telemetry:
+            st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
+            await st.telemetry.start()
+        e.log("notice", f"target {len(self.states)}: {base} ({target.info.kind}, model {target.model or '?'}), weight {weight:g}")
+
+    def pick(self) -> Sender:
+        """The Sender of the target the next request (or session) goes to."""
+        st = pick(self.states) if len(self.states) > 1 else None
+        return (st or self.states[0]).sender
+
+    @property
+    def all_gone(self) -> bool:
+        return bool(self.states) and all(t.gone for t in self.states)
+
+    @property
+    def backing_off(self) -> int:
+        return sum(t.sender.backing_off for t in self.states)
+
+    def _gone(self, st: TargetState) -> None:
+        e = self.e
+        if self.all_gone:
+            if e.controller is not None:
+                e.controller.hold = True
+            e.log("error", "server gone: connections refused and /health fails; holding load until it answers again")
+        elif len(self.states) > 1:
+            left = [t.target.url for t in self.states if not t.gone]
+            e.events.warn(f"target {st.target.url} gone (connections refused, /health fails): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
+
+    def _back(self, st: TargetState) -> None:
+        e = self.e
+        ctl = e.controller
+        e.events.clear(f"target gone {st.index}")
+        if ctl is not None and ctl.hold:
+            ctl.hold = False
+            ctl.poke()
+            e.log("notice", f"server back: resuming at C={ctl.target}")
+        else:
+            e.log("notice", f"target {st.target.url} back: it takes its share again")
+
+    async def close(self, hub: TelemetryHub | None) -> None:
+        """Stop every watch and the more targets' telemetry (`hub`: the first's, the engine's)."""
+        for st in self.states:
+            if st.stats.watch is not None:
+                await st.stats.watch.stop()
+            if st.telemetry is not None and st.telemetry is not hub:
+                await st.telemetry.stop()
+
+    async def close_clients(self) -> None:
+        """The more targets' clients (the first is the engine's own)."""
+        for st in self.states[1:]:
+            await st.client.aclose()

@@ -1,0 +1,370 @@
+"""A load worker (`--workers N`): one process that holds its share of the load and its own
+connections, and reports what it measured to the coordinator (engine/load/worker_pool.py).
+
+The worker runs the same pool (engine/load/controller.py) and Senders (engine/load/sender.py) as a
+one-process engine, with a listener (`Batch`) that keeps what happened until the next flush,
+every FLUSH_S, or at once when the coordinator asks (a step closing):
+
+- sends and first tokens of its requests (rid, step, phase, send / intended / first-token times),
+- output tokens counted in 10 ms buckets of arrival time,
+- inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
+  that closes them (the values themselves: merged percentiles equal one process's),
+- the chunks' lags behind the server's send stamps (the sim's), as a histogram delta,
+- one summary per ended request (its figures and outcome; never its chunk timestamps).
+
+Times are perf_counter seconds: CLOCK_MONOTONIC, shared by every process on the host, so the
+coordinator compares them with its own without any offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import httpx
+
+from ..workload.arrivals import parse_arrival
+from .controller import CONCURRENCY, RATE, TRACE, Controller
+from ..measure.histogram import LogHistogram
+from ..client.http import make_client
+from ..loop import new_event_loop, read_pipe
+from ..measure import records as R
+from ..measure.records import RequestRecord
+from .sender import Sender
+from ..measure.accumulator import new_gaps
+from ..client.target import Target
+from ..workload.trace import TracePrompts, TraceRow
+from .trace_replay import FedSchedule
+from .one_request import one_request
+from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
+from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
+
+FLUSH_S = 0.25  # how often a worker reports
+BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide
+WARM_TIMEOUT_S = 5.0  # the warm-up GET of a worker's targets
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to send its share: the targets, the workload, the client's settings."""
+
+    index: int
+    workers: int
+    targets: tuple[Target, ...]
+    weights: tuple[float, ...]
+    workload: WorkloadConfig
+    calibration: Calibration
+    transport: str
+    insecure: bool
+    api_key: str | None
+    request_timeout: float
+    continuous_usage: bool
+    arrival: str
+    seed: int
+    first_rid: int  # request ids: first_rid + index, + workers each time (unique in the session)
+    wall_offset: float
+
+
+def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]:
+    """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps))."""
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for t, itls, raw in gaps:
+        slot = out.setdefault(int(t / BUCKET_S), ([], []))
+        slot[0].extend(itls)
+        slot[1].append(raw)
+    return sorted(out.items())
+
+
+def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
+    """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
+    gaps = []
+    for b, (itls, raws) in buckets:
+        t = (b + 0.5) * BUCKET_S
+        gaps.append((t, itls, raws[0]))
+        gaps.extend((t, [], g) for g in raws[1:])
+    return gaps
+
+
+class Batch:
+    """The listener of every Sender of a worker: what happened since the last flush."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[int, RequestRecord] = {}
+        self.cursor: dict[int, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sends: list[Sent] = []
+        self.firsts: list[First] = []
+        self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
+        self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
+        self.ends: list[Ended] = []
+        self.held: list[tuple[bool, float]] = []  # (dropped?, intended time) of sends held at the cap
+        self.abandoned: list[float] = []  # intended times of held sends given up (their step censors them)
+        self.lags = LogHistogram()  # the chunks' lags, binned as the coordinator bins them
+
+    def on_lag(self, lag: float) -> None:
+        """Receive time - the server's send stamp of a chunk (the sim's sim_t)."""
+        self.lags.add(lag if lag > 0 else 0.0)
+
+    def listener(self, ti: int) -> "_TargetListener":
+        return _TargetListener(self, ti)
+
+    def harvest(self, rec: RequestRecord) -> None:
+        nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
+        self.cursor[rec.rid] = nxt
+        for b, (itls, raws) in bucket_gaps(gaps):
+            slot = self.gaps.get(b)
+            if slot is None:
+                slot = self.gaps[b] = ([], [])
+            slot[0].extend(itls)
+            slot[1].extend(raws)
+
+    def take(self) -> dict:
+        """Everything since the last take (gaps of requests in flight harvested first)."""
+        for rec in list(self.in_flight.values()):
+            self.harvest(rec)
+        out = {
+            "sends": self.sends,
+            "firsts": self.firsts,
+            "tokens": list(self.tokens.items()),
+            "gaps": sorted(self.gaps.items()),
+            "ends": self.ends,
+            "held": self.held,
+            "abandoned": self.abandoned,
+            "lags": self.lags if self.lags.count else None,
+        }
+        self._reset()
+        return out
+
+
+class _TargetListener:
+    __slots__ = ("b", "ti")
+
+    def __init__(self, batch: Batch, ti: int) -> None:
+        self.b = batch
+        self.ti = ti
+
+    def on_send(self, rec: RequestRecord) -> None:
+        b = self.b
+        b.in_flight[rec.rid] = rec
+        b.sends.append(Sent(self.ti, rec.rid, rec.phase, rec.step, rec.concurrency, rec.t_send, rec.t_intended, rec.expected_input_tokens, rec.max_tokens, rec.turn))
+
+    def on_first(self, rec: RequestRecord) -> None:
+        self.b.firsts.append(First(rec.rid, rec.t_send, rec.t_first, rec.t_first_answer))
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self.b.tokens[(self.ti, int(t / BUCKET_S))] += n
+
+    def on_end(self, rec: RequestRecord) -> None:
+        b = self.b
+        b.harvest(rec)
+        b.in_flight.pop(rec.rid, None)
+        b.cursor.pop(rec.rid, None)
+        b.ends.append(Ended(
+            rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
+            rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
+            rec.figures(), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
+            rec.cached_tokens,
+        ))
+
+
+class _Target:
+    """smooth weighted round robin state (engine/run/target_stats.py pick)."""
+
+    __slots__ = ("sender", "weight", "current", "gone")
+
+    def __init__(self, sender: Sender, weight: float) -> None:
+        self.sender, self.weight, self.current, self.gone = sender, weight, 0.0, False
+
+
+class Worker:
+    """A worker's load and its reports; `conn` is its pipe to the coordinator (None on a Ray
+    actor, whose coordinator pulls the reports: engine/load/ray_pool.py)."""
+
+    def __init__(self, spec: WorkerSpec, conn: Connection | None) -> None:
+        self.spec = spec
+        self.conn = conn
+        self.batch = Batch()
+        self.stamp = (0, 0, "live")  # (step, concurrency label, phase): the coordinator's
+        self.clients: list[httpx.AsyncClient] = []
+        self.targets: list[_Target] = []
+        ids = itertools.count(spec.first_rid + spec.index, spec.workers)
+        for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
+            client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
+                                 request_timeout=spec.request_timeout, origin=tgt.url)
+            s = Sender(client, tgt, self.batch.listener(ti), lambda t=None: self.stamp, self.batch.on_lag, spec.wall_offset, ids=ids)
+            s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
+            s.continuous_usage = spec.continuous_usage
+            self.clients.append(client)
+            self.targets.append(_Target(s, w))
+        self.workload = spec.workload
+        self.source = self._source(spec.workload)
+        b = self.batch
+        self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
+                              on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
+        self.ctl.pause()  # until the coordinator gives this worker its share
+        self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)
+        self._trace_prompts: TracePrompts | None = None
+
+    def _source(self, wl: WorkloadConfig) -> PromptSource:
+        """This worker's prompts: the workload's, from a seed of its own."""
+        return PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * self.spec.index, wl.turns, wl.think_s), self.spec.calibration)
+
+    # -- sending (as Engine._one_request, on this worker's targets) ---------------------------
+    def _pick(self) -> Sender:
+        from ..run.target_stats import pick
+
+        t = pick(self.targets)  # type: ignore[arg-type]
+        return (t or self.targets[0]).sender
+
+    async def _one(self, t_intended: float | None = None, item: object = None) -> None:
+        await one_request(self._pick(), self.source, self.workload, t_intended, item, self._row_prompt)
+
+    def _row_prompt(self, row: object) -> Prompt:
+        """A trace row's prompt from its hash ids, as in one process (suffixes of its own)."""
+        if self._trace_prompts is None:
+            sp = self.spec
+            self._trace_prompts = TracePrompts(sp.calibration, sp.seed, suffix_seed=sp.seed * 1009 + sp.index + 1)
+        assert isinstance(row, TraceRow)
+        return self._trace_prompts.prompt(row)
+
+    # -- the coordinator's orders ---------------------------------------------------------------
+    def apply(self, order: Order | Feed) -> None:
+        """The load this worker holds now (its share), and what to stamp on requests; or
+        trace rows to send at their times."""
+        ctl = self.ctl
+        if isinstance(order, Feed):
+            self.feed.feed(order.gen, order.rows)
+            ctl.poke()
+            return
+        self.stamp = order.stamp
+        wl = order.workload
+        if wl is not None and wl != self.workload:  # a live workload change (the engine checked it)
+            self.workload, self.source = wl, self._source(wl)
+        for t, gone in zip(self.targets, order.gone):
+            t.gone = gone
+        ctl.max_concurrency = max(1, order.cap)
+        ctl.hold = order.hold
+        trace = order.trace  # (replay gen, speed, how far it moved): the coordinator's replay
+        if trace is not None:
+            self.feed.start(trace[0])
+            self.feed.shift_to(trace[2])
+        if order.mode == TRACE and trace is not None:
+            if ctl.mode != TRACE or ctl.schedule is not self.feed:
+                ctl.start_schedule(self.feed, TRACE, trace[1])
+            ctl.rate = trace[1]
+        elif order.mode == RATE and order.rate > 0:
+            if ctl.mode != RATE or ctl.rate != order.rate:
+                ctl.set_rate(order.rate)
+        elif order.c > 0:
+            if ctl.mode != CONCURRENCY or ctl.target != order.c:
+                ctl.set_concurrency(min(order.c, ctl.max_concurrency))
+        if order.paused or (order.mode == CONCURRENCY and order.c <= 0) or (order.mode == RATE and order.rate <= 0):
+            ctl.pause()
+        elif ctl.paused:
+            ctl.resume()
+        ctl.poke()
+
+    async def warm(self) -> None:
+        """One GET of /v1/models per target before the worker says it is ready: its first
+        request does not pay for the connection and the client's first use (a trace row
+        sent ~25 ms late). Any answer will do (404 included); a failure is the load's to meet."""
+        for client, tgt in zip(self.clients, self.spec.targets):
+            try:
+                await client.get(tgt.url + "/v1/models", timeout=WARM_TIMEOUT_S)
+            except httpx.HTTPError:
+                pass
+
+    def take(self, kind: str = "batch", seq: int = 0) -> Report:
+        """The report: what was measured since the last one, and this worker's state. `now`
+        is this host's clock when it was taken (a coordinator on another host places the
+        report's times by their age, never by comparing clocks)."""
+        ctl = self.ctl
+        return Report(
+            kind=kind, seq=seq, worker=self.spec.index, **self.batch.take(), in_flight=ctl.in_flight,
+            backing_off=sum(t.sender.backing_off for t in self.targets),
+            backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
+            fed=(self.feed.gen, self.feed.popped),
+            cpu_s=time.process_time(), now=time.perf_counter(),
+        )
+
+    def report(self, kind: str = "batch", seq: int = 0) -> None:
+        assert self.conn is not None
+        try:
+            self.conn.send(self.take(kind, seq))
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+
+    async def close(self) -> int:
+        """Stop sending, cancel what is in flight; returns how many were cancelled."""
+        n = await self.ctl.stop()
+        for c in self.clients:
+            await c.aclose()
+        return n
+
+    async def run(self) -> None:
+        assert self.conn is not None
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+        async def answer_abort(seq: int) -> None:
+            n = await self.ctl.abort()
+            self.report(ABORT, seq)
+            self.conn.send(Done(ABORT, seq, self.spec.index, n))
+
+        def on_msg(msg: Order | Feed | Ask | None) -> None:
+            if msg is None:  # the coordinator is gone
+                stop.set()
+                return
+            if isinstance(msg, (Order, Feed)):
+                self.apply(msg)
+            elif msg.what == FLUSH:
+                self.report(FLUSH, msg.seq)
+            elif msg.what == ABORT:
+                asyncio.ensure_future(answer_abort(msg.seq))
+            elif msg.what == STOP:
+                stop.set()
+
+        read_pipe(self.conn, loop, on_msg, last=lambda msg: isinstance(msg, Ask) and msg.what == STOP, name="redline-worker-orders")
+        await self.warm()
+        self.ctl.start()
+        self.conn.send(Ready(self.spec.index))
+
+        async def flusher() -> None:
+            nxt = time.perf_counter()
+            while True:
+                nxt += FLUSH_S
+                await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
+                self.report()
+
+        task = asyncio.create_task(flusher())
+        try:
+            await stop.wait()
+        finally:
+            task.cancel()
+            n = await self.ctl.stop()
+            self.report("stopped")
+            self.conn.send(Done(STOP, 0, self.spec.index, n))
+            for c in self.clients:
+                await c.aclose()
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """A worker process: terminal signals are the coordinator's to handle; a dead coordinator
+    (pipe EOF) or SIGTERM stops this worker's load."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(Worker(spec, conn).run())
+    finally:
+        loop.close()
+        conn.close()

@@ -1,0 +1,266 @@
+"""A step's own requests (engine/measure/accumulator.py): those sent at its load after its warm-up, held
+sends of an open loop included. Their counts, their TTFT/E2E/TPOT (censored while they wait),
+what each did inside the step's window once it closed (WindowCut), the warm-up sends that
+stand in when none of its own went, and their SLO verdicts (engine/rules/verdicts.py judge_request).
+StepAccumulator is an OwnRequests; the window's figures (tokens, ITL) are its own.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from . import records as R
+from .histogram import Digest
+from .records import RequestRecord, quantile
+from .slo import Slo
+from ..rules.verdicts import judge_request
+
+WARMUP = "warmup"
+PROBE = "probe"
+
+
+@dataclass(slots=True)
+class WindowCut:
+    """What one own request did inside its step's window, taken at the close (seconds)."""
+
+    age: float  # close - its start: its E2E bound when it ends after the close
+    tpot: float | None  # (last chunk by the close - first token) / (tokens by the close - 1)
+    itl_p99: float | None  # its own p99 inter-token latency by the close (with an ITL SLO only)
+    tokens: int  # output tokens by the close
+    judged: bool = False  # its SLO verdict is in (answered by the close)
+
+
+def window_cut(rec: RequestRecord, t: float, with_itl: bool) -> WindowCut:
+    """`rec`'s figures inside a window that closed at `t` (a worker's request, whose chunk
+    times stay in its worker: its age only)."""
+    age = t - rec.t_start
+    ts = rec.chunk_times
+    if rec.t_first is None or rec.t_first > t or not ts:
+        return WindowCut(age, None, None, 0)
+    n = bisect.bisect_right(ts, t)
+    ks = rec.chunk_tokens
+    tokens = int(sum(ks[:n])) + max(0, n - len(ks))
+    tpot = (ts[n - 1] - rec.t_first) / (tokens - 1) if tokens >= 2 and n >= 1 else None
+    itl = None
+    if with_itl:
+        vals = sorted(v for ta, vs, _ in rec.gaps_from(1) if ta <= t for v in vs)
+        itl = quantile(vals, 0.99) if vals else None
+    return WindowCut(age, tpot, itl, tokens)
+
+
+class OwnRequests:
+    """The own-request half of a StepAccumulator (which sets index, t_end and the rest)."""
+
+    t_end: float | None
+    index: int
+    _reported: bool
+    _late: list[RequestRecord]
+    ended_after_close: int
+    cached_reports: int
+    cached_tokens: int
+    cached_prompt_tokens: int
+    lag: Digest
+    ttft_turn: dict[int, Digest]
+    held: int
+    t0: float | None
+
+    def _init_own(self, slo: Slo | None, phase: str) -> None:
+        self.slo = slo if slo is not None and slo.per_request else None
+        self.good = 0  # own requests judged (verdicts.judge_request) to meet every per-request SLO bound
+        self.judged = 0  # own requests judged
+        self.judged_tokens = 0  # ... their output tokens inside the window, and the good ones'
+        self.good_tokens = 0
+        # its own requests
+        self.sent = 0
+        self.first_token = 0
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.in_tokens = 0
+        self.errors: Counter[str] = Counter()
+        self.ttft = Digest()  # observed: completed requests, and cancelled ones that had answered
+        self.ttfat = Digest()
+        self.e2e = Digest()
+        self.tpot = Digest()
+        self._own: dict[int, RequestRecord] = {}  # own requests not ended yet
+        self._held_t: list[float] = []  # intended send times of own sends still held at the cap
+        self._stuck_ttft: list[float] = []  # cancelled own requests with no first token: their age then
+        self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
+        self._cut_e2e: list[float] = []  # own requests that ended after the close: their age at it (a bound)
+        self._cut: dict[int, WindowCut] = {}  # own requests out at the close: their window figures
+        self._warm: dict[int, RequestRecord] | None = {} if phase != PROBE else None  # warm-up sends (stand-ins) while none of its own went
+        self.warmup_stand_in = False  # the warm-up sends stood in for own requests (none was sent)
+
+    def cut(self) -> None:
+        """At the close, before its result: a step that sent nothing of its own takes its
+        warm-up sends as its own (stand-ins), then every own request still out gets its window
+        figures (WindowCut): its TPOT enters now, and one that answered by the close is judged
+        against the SLO now, on them."""
+        t = self.t_end
+        if t is None:
+            return
+        if self.sent == 0 and self._warm:
+            self._stand_in(t)
+        self._warm = None
+        with_itl = self.slo is not None and self.slo.itl_ms is not None
+        for rid, rec in self._own.items():
+            if rid in self._cut:
+                continue
+            c = self._cut[rid] = window_cut(rec, t, with_itl)
+            if c.tpot is not None:
+                self.tpot.add(c.tpot)
+            if self.slo is not None and rec.t_first is not None and rec.t_first <= t:
+                self._judge(rec.ttft, c.tpot, c.itl_p99, c.age, True, c.tokens)
+                c.judged = True
+
+    def _stand_in(self, t: float) -> None:
+        """The warm-up sends become own requests (see the module docstring)."""
+        assert self._warm is not None
+        self.warmup_stand_in = True
+        warm, self._warm = self._warm, None
+        for rec in warm.values():
+            self.sent += 1
+            self.in_tokens += rec.expected_input_tokens
+            self._own[rec.rid] = rec
+            if rec.t_first is not None:
+                self.first_token += 1
+            if rec.t_end is not None and rec.t_end <= t and rec.status in (R.OK, R.FAILED, R.CANCELLED):
+                self._end_own(rec, rec.t_end)
+
+    def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> None:
+        assert self.slo is not None
+        ok = judge_request(self.slo, ttft, tpot, itl_p99, e2e, bound)
+        if ok is None:
+            return  # nothing inside the window to judge it by
+        self.judged += 1
+        self.judged_tokens += tokens
+        if ok:
+            self.good += 1
+            self.good_tokens += tokens
+
+    def note_held(self, t_intended: float | None = None) -> None:
+        """A send was held back at the in-flight cap (open loop), due at `t_intended`."""
+        if t_intended is None:
+            if self.measuring:
+                self.held += 1
+            return
+        if self.t0 is not None and t_intended >= self.t0 and self._before_end(t_intended):
+            self.held += 1
+            bisect.insort(self._held_t, t_intended)
+
+    def _unhold(self, t: float) -> None:
+        i = bisect.bisect_left(self._held_t, t)
+        if i < len(self._held_t) and self._held_t[i] == t:
+            del self._held_t[i]
+
+    def abandon_held(self, times: Sequence[float], now: float) -> None:
+        """Held sends that will never go (the open loop was left or paused): censored at
+        their age now, as requests the run aborted."""
+        for t in times:
+            i = bisect.bisect_left(self._held_t, t)
+            if i < len(self._held_t) and self._held_t[i] == t:
+                del self._held_t[i]
+                self._stuck_ttft.append(now - t)
+                self._stuck_e2e.append(now - t)
+                self.cancelled += 1
+                if self.slo is not None and self.slo.missed_wait(now - t):
+                    self._judge(None, None, None, None, False, 0)
+
+    def abandon_outstanding(self, now: float) -> None:
+        """The run ended with own requests still out (a worker lost with them): each keeps
+        what it had, its age now as a censored value for the rest."""
+        for rec in self._own.values():
+            age = now - rec.t_start
+            cut = self._cut.get(rec.rid)
+            if rec.ttft is not None:
+                self._add_ttft(rec)
+            else:
+                self._stuck_ttft.append(age)
+            self._stuck_e2e.append(cut.age if cut is not None else age)
+            if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
+                self._judge(None, None, None, None, False, 0)
+        self._own.clear()
+        self.abandon_held(list(self._held_t), now)
+
+    def _end_own(self, rec: RequestRecord, t_end: float) -> None:
+        """One of its own requests ended: inside the window its whole record is the step's;
+        after the close, only what it did by then (its WindowCut) and its TTFT."""
+        del self._own[rec.rid]
+        if self._reported:
+            self.ended_after_close += 1
+        after = self.t_end is not None and t_end > self.t_end
+        cut = None
+        if after:
+            cut = self._cut.get(rec.rid)
+            if cut is None:  # sent after the close (an open loop's held send): nothing in the window
+                cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
+        if cut is not None:  # its row says what its step counted of it
+            rec.step_e2e, rec.step_tpot = cut.age, cut.tpot
+        if rec.cached_tokens is not None and rec.input_tokens > 0:
+            self.cached_reports += 1
+            self.cached_tokens += rec.cached_tokens
+            self.cached_prompt_tokens += rec.input_tokens
+        if rec.status == R.FAILED:
+            self.failed += 1
+            self.errors[rec.error_kind] += 1
+            if self.slo is not None and not (cut is not None and cut.judged):
+                self._judge(None, None, None, None, False, 0)  # a failed request misses every bound
+        elif rec.status == R.CANCELLED:
+            self.cancelled += 1
+            age = t_end - rec.t_start
+            if rec.ttft is not None:
+                self._add_ttft(rec)
+            else:
+                self._stuck_ttft.append(age)
+            self._stuck_e2e.append(cut.age if cut is not None else age)
+            if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, t_end):
+                self._judge(None, None, None, None, False, 0)
+        else:
+            self.completed += 1
+            if rec.usage_reported:
+                self.in_tokens += rec.input_tokens - rec.expected_input_tokens
+            self._add_ttft(rec)
+            if cut is None:
+                if rec.e2e is not None:
+                    self.e2e.add(rec.e2e)
+                if rec.tpot is not None:
+                    self.tpot.add(rec.tpot)
+                if self.slo is not None:
+                    f = rec.figures().itl_p99 if self.slo.itl_ms is not None else None
+                    # its whole record is the window's (one token: no TPOT, no gap to miss)
+                    self._judge(rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False, rec.output_tokens)
+            else:
+                self._cut_e2e.append(cut.age)  # its E2E is a bound: it ended under the next load
+                if self.slo is not None and not cut.judged:
+                    self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
+
+    def _add_ttft(self, rec: RequestRecord) -> None:
+        if rec.ttft is None:
+            return
+        self.ttft.add(rec.ttft)
+        if rec.ttfat is not None:
+            self.ttfat.add(rec.ttfat)
+        if rec.turn:
+            d = self.ttft_turn.get(rec.turn)
+            if d is None:
+                d = self.ttft_turn[rec.turn] = Digest()
+            d.add(rec.ttft)
+
+    def censored(self, now: float) -> tuple[list[float], list[float], list[float]]:
+        """(TTFTs observed on own requests still in flight, censored TTFTs, censored E2Es)
+        at `now`: what the step's figures hold beyond its ended requests."""
+        seen, c_ttft, c_e2e = [], list(self._stuck_ttft), self._stuck_e2e + self._cut_e2e
+        for rec in self._own.values():
+            age = now - rec.t_start
+            if rec.t_first is not None and rec.t_first <= now:
+                seen.append(rec.t_first - rec.t_start)
+            else:
+                c_ttft.append(age)
+            c_e2e.append(age)
+        for t in self._held_t:
+            c_ttft.append(now - t)
+            c_e2e.append(now - t)
+        return seen, c_ttft, c_e2e

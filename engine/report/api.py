@@ -1,0 +1,58 @@
+"""The session tools' public surface for the UI: what `redline report`, `export`,
+`preset-from`, the gates and the saturation curves use (engine/api.py has the rest).
+
+Like engine/api.py, every name is loaded on first use and looked up in its home module on
+every access: importing this costs nothing, and `report` does not pay for the HTML page's
+plotly or the export's polars until it writes one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..api import resolve, table
+
+if TYPE_CHECKING:
+    from .gate import GateError, GateSession, evaluate, failure_line, format_outcomes, gate_dict, has_relative, junit_xml, parse_gate, passed
+    from .gate import compare as gate_compare
+    from .preset_from import preset_from_session, steps_text
+    from ..rules.step_text import fmt_ms, format_break_line, format_step_line, format_step_table
+    from ..session import SUMMARY, SessionError, check_session_dir
+    from .export import export_session
+    from .session_text import load_summary, report_session
+    from .compare import KINDS, Row, SessionSummary, align_by_load, any_power, axis_title, joules_per_token, knee_load, knee_step, load_session, load_sessions, session_from_steps, tokens_per_watt
+    from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
+    from ..session.rows import dumps_doc
+    from ..session.writer import write_text_atomic
+
+# home module (relative to this package, redline.engine.report) -> the names it gives;
+# "NAME=ATTR" gives ATTR as NAME
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".gate": (
+        "GateError", "GateSession", "gate_compare=compare", "evaluate", "failure_line", "format_outcomes", "gate_dict",
+        "has_relative", "junit_xml", "parse_gate", "passed",
+    ),
+    ".preset_from": ("preset_from_session", "steps_text"),
+    "..rules.step_text": ("fmt_ms", "format_break_line", "format_step_line", "format_step_table"),
+    "..session": ("SUMMARY", "SessionError", "check_session_dir"),
+    ".export": ("export_session",),
+    ".session_text": ("load_summary", "report_session"),
+    ".compare": (
+        "KINDS", "Row", "SessionSummary", "align_by_load", "any_power", "axis_title", "joules_per_token", "knee_load",
+        "knee_step", "load_session", "load_sessions", "session_from_steps", "tokens_per_watt",
+    ),
+    ".html": ("HTML_EXTRA_HINT", "HtmlUnavailable", "collect", "html_available", "write_html"),
+    "..session.rows": ("dumps_doc",),
+    "..session.writer": ("write_text_atomic",),
+}
+
+_WHERE = table(_EXPORTS)
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    return resolve(_WHERE, __name__, __package__, name)
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

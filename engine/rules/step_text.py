@@ -1,0 +1,163 @@
+"""The text of steps and verdicts: one line per step, the final step table with its break,
+knee and probe lines. The engine's log, the headless runner and `redline report` print
+through here, so they print the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from ..fmt import ms, num, rate, step_ms
+from ..measure.step_result import BreakResult, StepResult
+from .verdicts import Knee, session_knee
+
+
+def as_step(s: StepResult | dict[str, Any]) -> StepResult:
+    return s if isinstance(s, StepResult) else StepResult.from_dict(s)
+
+
+def as_break(b: BreakResult | dict[str, Any] | None) -> BreakResult | None:
+    if b is None or isinstance(b, BreakResult):
+        return b
+    names = {f.name for f in fields(BreakResult)}
+    return BreakResult(**{k: v for k, v in b.items() if k in names})
+
+
+# -- cells ---------------------------------------------------------------------------------
+
+def fmt_ms(v: float | None) -> str:
+    """A latency cell in ms, no unit (engine/fmt.py's ms); kept for tui/report_cmd.py."""
+    return ms(v, unit=False)
+
+
+def _errors(step: StepResult) -> str:
+    s = f"err {step.failed}"
+    if step.failed and step.errors_by_kind:
+        kinds = sorted(step.errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
+        s += " (" + ", ".join(f"{k} {n}" for k, n in kinds if n) + ")"
+    return s
+
+
+def format_step_line(step: StepResult | dict[str, Any]) -> str:
+    """One line per finished step, e.g.
+    C=64    60.0s   1210.4 tok/s  TTFT p50 52.0 ms p99  180 ms  ITL p99 61.3 ms  err 0  steady
+    """
+    s = as_step(step)
+    line = (
+        f"{s.load:<6}{s.duration_s:6.1f}s {s.output_throughput:8.1f} tok/s"
+        f"  TTFT p50 {step_ms(s, 'median_ttft_ms'):>7} p99 {step_ms(s, 'p99_ttft_ms'):>7}"
+        f"  ITL p99 {ms(s.p99_itl_ms):>7}  {_errors(s)}  {_judged(s)}"
+    )
+    if s.mode != "concurrency":  # open loop: how late sends went, how many waited at the cap
+        line += f"  {rate(s.request_throughput)} req/s  lag p99 {ms(s.schedule_lag_p99_ms)}  held {s.dropped_or_delayed or 0}"
+    if s.slo_attainment is not None or s.output_goodput is not None:
+        att = "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"
+        good = "-" if s.output_goodput is None else f"{s.output_goodput:.1f}"
+        line += f"  goodput {good} tok/s (SLO met {att})"
+    if s.client_limited:
+        line += f"  {CLIENT_LIMITED}"
+    return line
+
+
+def _judged(s: StepResult) -> str:
+    """"steady", or why the throughput rules could not judge the step; "short" for a period
+    shorter than a step; "stand-in TTFT" when its warm-up sends stood in for its own."""
+    out = "short" if s.short else "steady" if s.steady else (s.unjudged or "unsteady")
+    return out + ("  (warm-up sends stood in: none of its own went out)" if s.warmup_stand_in else "")
+
+
+CLIENT_LIMITED = "client-limited"
+CLIENT_LIMITED_NOTE = (f"{CLIENT_LIMITED} = measured while redline's own timings were suspect (its CPU, its event loop "
+                       "or the machine busy: the warnings in events.ndjson); its latencies may be too high")
+
+
+_COLUMNS = (  # header, right-aligned
+    ("C", True), ("dur s", True), ("done", True), ("fail", True), ("out tok/s", True),
+    ("req/s", True), ("TTFT p50", True), ("TTFT p99", True), ("ITL p50", True),
+    ("ITL p99", True), ("TPOT", True), ("E2E p50", True), ("E2E p99", True),
+    ("srv run", True), ("steady", False), ("", False),
+)
+
+
+def _row(s: StepResult, note: str) -> list[str]:
+    return [
+        str(s.concurrency), f"{s.duration_s:.1f}", str(s.completed), str(s.failed),
+        f"{s.output_throughput:.1f}", rate(s.request_throughput),
+        *(step_ms(s, name, unit=False) for name in (
+            "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_tpot_ms",
+            "median_e2e_latency_ms", "p99_e2e_latency_ms")),
+        num(s.server_max_running),
+        "yes" if s.steady else "no", note,
+    ]
+
+
+def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
+    b = as_break(break_)
+    if b is None:
+        return "break: none (no stop rule fired)"
+    good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
+    line = f"break: {b.reason} at {b.where}, {good}"
+    return f"{line} ({b.detail})" if b.detail else line
+
+
+def format_step_table(
+    steps: list[StepResult | dict[str, Any]],
+    break_: BreakResult | dict[str, Any] | None = None,
+    probe: StepResult | dict[str, Any] | None = None,
+    knee: Knee | None = None,
+) -> str:
+    """The final summary: an aligned step table (latencies in ms), the break line, the knee
+    (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the probe."""
+    ss = [as_step(s) for s in steps]
+    b = as_break(break_)
+    notes = ["short" if s.short else "" for s in ss]
+    if b is not None:
+        def at(s: StepResult, c: int | None, r: float | None) -> bool:
+            return s.request_rate == r if r is not None else s.concurrency == c
+
+        if b.last_good_concurrency is not None:
+            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate)]
+            if good:
+                best = max(good, key=lambda i: ss[i].output_throughput)
+                notes[best] = "<- last good"
+        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
+        if broke:
+            notes[broke[-1]] = f"<- break: {b.reason}"
+    notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
+    notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss)]
+    rows = [_row(s, n) for s, n in zip(ss, notes)]
+    columns = _COLUMNS
+    if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
+        columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
+        rows = [r[:5] + ["-" if s.output_goodput is None else f"{s.output_goodput:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
+                for r, s in zip(rows, ss)]
+    if any(s.mode != "concurrency" for s in ss):  # open loop: the load, achieved, schedule lag, held
+        columns = (("load", True),) + columns[:6] + (("lag p99", True), ("held", True)) + columns[6:]
+        rows = [[s.load] + r[:6] + [ms(s.schedule_lag_p99_ms, unit=False), "-" if s.dropped_or_delayed is None else str(s.dropped_or_delayed)] + r[6:]
+                for r, s in zip(rows, ss)]
+    header = [h for h, _ in columns]
+    widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            c.rjust(w) if right else c.ljust(w)
+            for c, w, (_, right) in zip(cells, widths, columns)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(header), line(["-" * w if h else "" for w, h in zip(widths, header)])]
+    if rows:
+        out += [line(r) for r in rows]
+    else:
+        out.append("(no steps)")
+    out.append("latencies in ms; srv run = most requests the server reported running")
+    if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
+        out.append(CLIENT_LIMITED_NOTE)
+    out.append(format_break_line(b))
+    out.append((knee if knee is not None else session_knee([s for s in ss if s.phase != "probe"])).describe())
+    if any(not s.steady and not s.short for s in ss):
+        out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
+    if probe is not None:
+        out.append("probe: " + format_step_line(probe))
+    return "\n".join(out)

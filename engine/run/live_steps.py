@@ -1,0 +1,109 @@
+"""Steps as the operator makes them: every change of the load (a key, a command from the
+control API) closes the live step and opens the next, at the new load (README, "Steps").
+
+A preset run (engine/drive/preset_runner.py) manages its own steps: it suspends the rolling and resumes it
+when it ends. With worker processes a step is recorded only once every worker has reported
+what it measured before the step closed (`pending`, awaited at stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from ..constants import CLOSE_CATCH_UP_TURNS
+from ..load.controller import CONCURRENCY, RATE
+from ..measure.step_result import StepResult
+from ..measure.accumulator import StepAccumulator
+
+if TYPE_CHECKING:
+    from .engine_view import EngineView
+
+
+class LiveSteps:
+    def __init__(self, engine: EngineView) -> None:
+        self.e = engine
+        self.pending: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
+
+    def concurrency(self) -> int:
+        """A step's concurrency: C, or an open loop's in-flight cap."""
+        ctl = self.e.controller
+        assert ctl is not None
+        return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
+
+    def sync_shape(self) -> None:
+        """Steps opened from now carry the load's shape (mode, rate, arrival)."""
+        ctl, book = self.e.controller, self.e.book
+        if ctl is None:
+            return
+        if ctl.probing or not ctl.open_loop:
+            book.shape = (CONCURRENCY, None, None)
+        else:
+            book.shape = (ctl.mode, ctl.rate, ctl.arrival.describe() if ctl.mode == RATE else None)
+
+    def roll(self) -> None:
+        """The load changed: close the live step and open one at the new load (unless a
+        driver manages the steps, or the load is paused or stopped)."""
+        self.sync_shape()  # steps opened from now (a preset's too) carry the load's shape
+        e = self.e
+        ctl = e.controller
+        if not e.config.live_steps or ctl is None:
+            return
+        c = self.concurrency()
+        if not ctl.paused and not ctl.stopped and e.book.live_matches(c, ctl.probing):
+            return
+        self.close_live()
+        if not ctl.paused and not ctl.stopped:
+            e.book.open_live(c, ctl.probing)
+
+    def suspend(self) -> None:
+        """A driver manages its own steps: close the live one and stop rolling."""
+        self.close_live()
+        self.e.config.live_steps = False
+
+    def resume(self) -> None:
+        self.e.config.live_steps = True
+        self.e.book.default_phase = "live"
+        self.roll()
+
+    def close_live(self) -> None:
+        """Close the live step now; with worker processes, record it once every worker has
+        reported what it measured before now."""
+        e = self.e
+        now = time.perf_counter()
+        if e.pool is None:
+            e.recorder.harvest_all()
+            e.book.close_live(now)
+            return
+        acc = e.book.detach_live(now)
+        if acc is not None:
+            pool, book = e.pool, e.book
+
+            async def finish() -> None:
+                await pool.sync()
+                book.finish_live(acc, now)
+
+            self.pending.append(asyncio.ensure_future(finish()))
+
+    async def close_step(self, acc: StepAccumulator) -> StepResult:
+        """Close a driver's step now (with workers: once they reported what came before)."""
+        e = self.e
+        if e.pool is None:
+            # first, what the kernel holds: read, delivered and ended on the loop's next turns
+            # (a loop behind its reads would close on requests that had in truth answered);
+            # then the close, with no turn of the loop (no send) between it and its result
+            for _ in range(CLOSE_CATCH_UP_TURNS):
+                await asyncio.sleep(0)
+            now = time.perf_counter()
+            e.recorder.harvest_all()
+            return e.book.close_step(acc, now)
+        now = time.perf_counter()
+        acc.close(now)
+        await e.pool.sync()  # the workers' reports of what came before now (an end after it waits, late)
+        return e.book.close_step(acc, now)
+
+    async def settle(self) -> None:
+        """Every worker report is in: the steps closed before now are recorded."""
+        if self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)

@@ -1,0 +1,197 @@
+"""Where every measurement lands: the load's listener, the harvest of in-flight requests'
+gaps, the workers' replayed reports and the probe lane's own listener.
+
+Each target's Sender reports to its TargetStats (engine/run/target_stats.py), which forwards every
+event here; worker processes' reports are replayed into the same TargetStats (engine/load/worker_pool.py).
+From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
+Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
+
+- A failed request leaves every latency figure (its first token and its gaps are taken back);
+  a cancelled one (the client's abort, the run's end) keeps what the server served it.
+- Start-up's own requests (phase "calibration") are counted, never measured.
+- The probe lane's requests have their own live window and rows, never the load's figures.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ..measure import records as R
+from ..load.probe_lane import LaneStats, is_lane
+from ..measure.live_metrics import LiveMetrics
+from ..measure.records import Clock, RequestRecord
+from ..load.sender import Sender
+from ..measure.step_book import StepBook
+from ..measure.accumulator import new_gaps
+
+if TYPE_CHECKING:
+    from .event_log import EventLog
+    from ..session import SessionWriter
+
+
+class Recorder:
+    """The listener of the load (through each target's TargetStats) and the harvest."""
+
+    def __init__(self, metrics: LiveMetrics, book: StepBook, events: EventLog, clock: Clock) -> None:
+        self.metrics = metrics
+        self.book = book
+        self.events = events
+        self.clock = clock
+        self.lane_stats = LaneStats()
+        self.session: SessionWriter | None = None  # set once the session directory is open
+        self.prom: Any = None  # engine/control/prometheus.py PromMetrics, set with --control
+        self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
+        self.lane_sender: Sender | None = None
+        self.ended = 0  # the load's requests that ended (start-up's own not counted)
+
+    # -- the load's listener ------------------------------------------------------------------
+    def on_send(self, rec: RequestRecord) -> None:
+        self.book.on_send(rec)
+        if rec.t_intended is not None:
+            self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if rec.phase != "calibration":  # start-up's own requests are not the load's
+            self.metrics.on_first(rec)
+        self.book.on_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self.metrics.on_tokens(t, n)
+        self.book.on_tokens(t, n)
+
+    def on_end(self, rec: RequestRecord) -> None:
+        self.harvest(rec)
+        if self.prom is not None:
+            self.prom.on_end(rec)
+        # failed requests stay out of every latency figure; a cancelled one (the client's abort,
+        # the run's end) keeps what the server served it
+        if rec.status == R.FAILED and not is_lane(rec):
+            self.unmeasure_gaps(rec.gaps_from(1))
+            if rec.phase != "calibration":
+                self.metrics.unmeasure_first(rec)
+        self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
+        self.book.on_end(rec)
+        if rec.phase != "calibration":
+            self.ended += 1
+        if self.session is not None:
+            self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
+        if rec.status == R.FAILED:
+            self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
+
+    # -- gaps ---------------------------------------------------------------------------------
+    def unmeasure_gaps(self, gaps: list) -> None:
+        """A failed request's gaps leave the live window and the steps' ITL."""
+        if not gaps:
+            return
+        for t, itls in _itls_by_second(gaps):
+            self.metrics.unmeasure_gaps(t, itls)
+        self.book.remove_gaps(gaps)
+
+    def on_remote_gaps(self, gaps: list) -> None:
+        """Gaps measured in a worker (engine/load/worker_pool.py), by the arrival of their closing chunk."""
+        self._feed_load(gaps)
+        if self.prom is not None:
+            self.prom.on_gaps(gaps)
+
+    def _feed_load(self, gaps: list) -> None:
+        """The load's gaps, from any number of requests, into the live window (one call per
+        second they arrived in) and the open steps (one call)."""
+        for t, itls in _itls_by_second(gaps):
+            self.metrics.on_gaps(t, itls)
+        self.book.on_gaps(gaps)
+
+    def harvest_all(self) -> None:
+        """Feed every in-flight request's gaps that arrived since the last harvest. The load's
+        go in together, one call per histogram rather than one per request: at C=256 a
+        harvest every 0.05 s finds a chunk or two per request, and the per-call cost was most
+        of its time (the loop is held meanwhile)."""
+        load: list = []
+        for sender in (self.load_sender, self.lane_sender):
+            if sender is not None:
+                for rec in list(sender.in_flight.values()):
+                    self._route(rec, self._take(rec, sender), load)
+        if load:
+            self._feed_load(load)
+
+    def harvest(self, rec: RequestRecord, sender: Sender | None = None) -> None:
+        """Feed the gaps of `rec` that arrived since the last harvest (by arrival time)."""
+        sender = sender or self.load_sender
+        assert sender is not None
+        load: list = []
+        self._route(rec, self._take(rec, sender), load)
+        if load:
+            self._feed_load(load)
+
+    def _route(self, rec: RequestRecord, gaps: list, load: list) -> None:
+        """A probe's gaps go to the lane now; the load's join `load`, which the caller feeds
+        (and Prometheus, with its target, now)."""
+        if not gaps:
+            return
+        if is_lane(rec):
+            self._feed_lane(gaps)
+            return
+        load += gaps
+        if self.prom is not None:
+            self.prom.on_itls(rec, [v for _, vs, _ in gaps for v in vs])
+
+    @staticmethod
+    def _take(rec: RequestRecord, sender: Sender) -> list:
+        """`rec`'s gaps since its cursor; the cursor moves past them."""
+        cursor = sender.cursor
+        start = cursor.get(rec.rid, 0)
+        if start == len(rec.chunk_times):
+            return []  # nothing new (most requests, most harvests)
+        nxt, gaps = new_gaps(rec, start)
+        cursor[rec.rid] = nxt
+        return gaps
+
+    def _feed_lane(self, gaps: list) -> None:
+        self.lane_stats.itl.add_many(gaps[-1][0], [v for _, vs, _ in gaps for v in vs])
+        self.book.on_lane_gaps(gaps)
+
+
+class LaneListener:
+    """The probe lane's requests: their own live window and step figures, their own rows,
+    never the load's tokens or latencies."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.r = recorder
+
+    def on_send(self, rec: RequestRecord) -> None:
+        pass
+
+    def on_first(self, rec: RequestRecord) -> None:
+        r = self.r
+        if rec.t_first is not None and rec.ttft is not None:
+            r.lane_stats.ttft.add(rec.t_first, rec.ttft)
+        r.book.on_lane_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        pass  # not the load's throughput
+
+    def on_end(self, rec: RequestRecord) -> None:
+        r = self.r
+        if r.lane_sender is not None:
+            r.harvest(rec, r.lane_sender)
+        if rec.status == R.OK:
+            r.lane_stats.completed += 1
+        elif rec.status == R.FAILED:
+            r.lane_stats.failed += 1
+        if r.session is not None:
+            r.session.add_record(rec, r.clock)
+
+
+def _itls_by_second(gaps: list) -> list[tuple[float, list[float]]]:
+    """(arrival, ITLs, chunk gap) entries as (an arrival time, ITLs) per whole second of
+    arrival, oldest first: the live window keeps values by their second (histogram.py)."""
+    by_s: dict[int, tuple[float, list[float]]] = {}
+    for t, itls, _ in gaps:
+        if itls:
+            sec = math.floor(t)
+            got = by_s.get(sec)
+            if got is None:
+                by_s[sec] = (t, list(itls))
+            else:
+                got[1].extend(itls)
+    return [by_s[k] for k in sorted(by_s)]

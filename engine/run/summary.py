@@ -1,0 +1,84 @@
+"""What a session's meta.json and summary.json say (README, "Session directory"): built here
+from the engine's parts, written by the SessionWriter (session/writer.py) off the loop."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..rules.verdicts import summary_knee
+
+if TYPE_CHECKING:
+    from .config import EngineConfig
+    from .engine_view import EngineView
+    from ..client.target import Target
+
+
+def default_label(tgt: Target) -> str:
+    """A session's label when none is given: the model (or the server's kind), tp and pp."""
+    info = tgt.info
+    parts = [tgt.model or info.kind]
+    if info.tp_size:
+        parts.append(f"tp{info.tp_size}")
+    if info.pp_size and info.pp_size > 1:
+        parts.append(f"pp{info.pp_size}")
+    return " ".join(parts)
+
+
+def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
+    """meta.json: who ran what against what (written once, at the session's start)."""
+    return {
+        "redline_version": __version__,
+        "command_line": list(cfg.command_line),
+        "label": cfg.label or default_label(tgt),
+        "target": tgt.describe(),
+        **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
+        "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
+        "workload": cfg.workload.describe(),
+        "concurrency": cfg.concurrency,
+        "arrival": cfg.arrival,
+        **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
+        "host": _node(),
+    }
+
+
+def summary_doc(e: EngineView) -> dict:
+    """summary.json: the steps, the knee (engine/rules/verdicts.py), the break, the probe, the
+    search, the SLO, the targets and the workers (one process: itself, as worker 0), as they stand now (rewritten at each
+    step and at the end)."""
+    b, cfg, tgt = e.book, e.config, e.target
+    assert tgt is not None
+    return {
+        "target": tgt.describe(),
+        "label": cfg.label or default_label(tgt),
+        "steps": [s.to_dict() for s in b.steps],
+        **summary_knee(b.steps, b.search, b.plateau_gain),
+        "break": b.break_result.to_dict() if b.break_result else None,
+        "probe": b.probe_result.to_dict() if b.probe_result else None,
+        **({"search": b.search} if b.search is not None else {}),
+        **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
+        "targets": [st.stats.summary(time.perf_counter() - e.t0) for st in e.targets],
+        "workers": e.pool.summary() if e.pool is not None else [_this_process(e)],
+    }
+
+
+def _this_process(e: EngineView) -> dict:
+    """The load held in this process, as one worker (the same shape as --workers N)."""
+    d = max(time.perf_counter() - e.t0, 1e-9)
+    lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
+    return {
+        "worker": 0, "node": _node(), "alive": True,
+        "share": e.live.concurrency() if e.controller is not None else 0,
+        "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
+        "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
+        "cpu_pct": round(100.0 * (time.process_time() - e.cpu0) / d, 1),
+    }
+
+
+def _node() -> str:
+    """This machine's network name (platform is imported here, on a session's first write:
+    not at every engine start)."""
+    import platform
+
+    return platform.node()

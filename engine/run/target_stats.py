@@ -1,0 +1,179 @@
+"""Many targets (`--url` given several times): data-parallel replicas, or one server per node.
+
+Each target has its own client (connection pool), Sender, health watch and /metrics poller.
+Requests are split evenly or by weight (smooth weighted round robin, as nginx does: over any
+window the shares are within one request of the weights). A multi-turn session stays on the
+target it started on (its prefix cache). A target that fails (connections refused and its
+/health failing, engine/client/server_watch.py) is marked gone and skipped, its share carried by the
+others; the engine holds the load only when every target is gone.
+
+Per-target figures (`TargetStats`): requests, errors, output tok/s (counted as tokens arrive),
+TTFT and E2E p50/p99 (live window on screen, whole session in summary.json), the server's
+running and queued counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from ..measure import records as R
+from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
+from ..measure.histogram import Digest, RollingDigest
+from ..measure.live_metrics import RateWindow
+from ..measure.records import RequestRecord
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..load.sender import Listener, Sender
+    from ..client.server_watch import ServerWatch
+    from ..client.target import Target
+    from ..telemetry.hub import TelemetryHub
+
+
+class WeightsError(ValueError):
+    """Weights that do not fit the targets (one line naming the value)."""
+
+
+def parse_weights(text: str | Sequence[float] | None, n: int) -> tuple[float, ...]:
+    """`2,1,1` (one positive number per target) -> weights; None -> all 1."""
+    if text is None:
+        return (1.0,) * n
+    items = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        ws = tuple(float(x) for x in items)
+    except (TypeError, ValueError):
+        raise WeightsError(f"--weights {text!r}: expected {n} positive numbers separated by commas, one per --url") from None
+    if len(ws) != n or not all(w > 0 and w < float("inf") for w in ws):
+        raise WeightsError(f"--weights {text!r}: expected {n} positive numbers separated by commas, one per --url")
+    return ws
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000.0, 3)
+
+
+class TargetStats:
+    """One target's figures; also the listener of its Sender (it forwards every event to the
+    engine, so the session-wide figures stay the sum of the targets')."""
+
+    def __init__(self, url: str, engine: Listener) -> None:
+        self.url = url
+        self._engine = engine
+        self.watch: ServerWatch | None = None
+        self.sent = 0
+        self.completed = 0
+        self.failed = 0
+        self.out_tokens_total = 0
+        self.out_tokens = RateWindow(RATE_WINDOW_S)
+        self.errors = RateWindow(RATE_WINDOW_S)
+        self.ttft = RollingDigest(LATENCY_WINDOW_S)
+        self.e2e = RollingDigest(LATENCY_WINDOW_S)
+        self.ttft_all = Digest()
+        self.e2e_all = Digest()
+
+    # -- the Sender's listener ---------------------------------------------------------
+    def on_send(self, rec: RequestRecord) -> None:
+        if rec.phase != "calibration":
+            self.sent += 1
+        self._engine.on_send(rec)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        if rec.phase != "calibration" and rec.ttft is not None and rec.t_first is not None:
+            self.ttft.add(rec.t_first, rec.ttft)
+            self.ttft_all.add(rec.ttft)
+        self._engine.on_first(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self.out_tokens.add(t, n)
+        self.out_tokens_total += n
+        self._engine.on_tokens(t, n)
+
+    def on_end(self, rec: RequestRecord) -> None:
+        watch = self.watch
+        if rec.phase != "calibration":
+            t = rec.t_end if rec.t_end is not None else rec.t_send
+            if rec.status == R.OK:
+                self.completed += 1
+                if rec.e2e is not None:
+                    self.e2e.add(t, rec.e2e)
+                    self.e2e_all.add(rec.e2e)
+            elif rec.status == R.FAILED:
+                self.failed += 1
+                self.errors.add(t, 1)
+        if watch is not None:
+            if rec.status == R.FAILED and rec.error_kind == R.ERR_CONNECT:
+                watch.connect_failed()
+            elif rec.status == R.OK:
+                watch.succeeded()
+        self._engine.on_end(rec)
+
+    # -- reading -----------------------------------------------------------------------
+    def live(self, now: float) -> dict:
+        """The screen's row: live windows."""
+        self.ttft.expire(now)
+        self.e2e.expire(now)
+        (t50, t99), _ = self.ttft.quantiles((0.5, 0.99))
+        (e50, e99), _ = self.e2e.quantiles((0.5, 0.99))
+        return {
+            "url": self.url,
+            "output_tok_s": round(self.out_tokens.rate(now), 1),
+            "errors_s": round(self.errors.rate(now), 3),
+            "ttft_p50_ms": _ms(t50), "ttft_p99_ms": _ms(t99),
+            "e2e_p50_ms": _ms(e50), "e2e_p99_ms": _ms(e99),
+            "gone": bool(self.watch is not None and self.watch.gone),
+        }
+
+    def summary(self, duration_s: float) -> dict:
+        """summary.json's `targets` entry: the whole session."""
+        d = duration_s if duration_s > 0 else 1.0
+        return {
+            "url": self.url,
+            "requests": self.sent,
+            "completed": self.completed,
+            "errors": self.failed,
+            "output_tokens": self.out_tokens_total,
+            "output_tok_s": round(self.out_tokens_total / d, 3),
+            "ttft_p50_ms": _ms(self.ttft_all.quantile(0.5)), "ttft_p99_ms": _ms(self.ttft_all.quantile(0.99)),
+            "e2e_p50_ms": _ms(self.e2e_all.quantile(0.5)), "e2e_p99_ms": _ms(self.e2e_all.quantile(0.99)),
+            "gone": bool(self.watch is not None and self.watch.gone),
+        }
+
+
+@dataclass
+class TargetState:
+    """One target of the session: what to send with, what watches it, what it measured."""
+
+    index: int
+    target: Target
+    client: httpx.AsyncClient
+    sender: Sender
+    stats: TargetStats
+    weight: float = 1.0
+    telemetry: TelemetryHub | None = None
+    current: float = field(default=0.0, repr=False)  # smooth weighted round robin
+
+    @property
+    def gone(self) -> bool:
+        w = self.stats.watch
+        return w is not None and w.gone
+
+
+def pick(states: Sequence[TargetState]) -> TargetState | None:
+    """The next target (smooth weighted round robin over the targets not gone); None when
+    every target is gone."""
+    live = [s for s in states if not s.gone]
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+    total = 0.0
+    best = live[0]
+    for s in live:
+        s.current += s.weight
+        total += s.weight
+        if s.current > best.current:
+            best = s
+    best.current -= total
+    return best
