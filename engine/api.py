@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .run.config import EngineConfig
     from .constants import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TIMELINE_INTERVAL_S, TRANSPORTS
     from .control.address import ControlError, check_control
+    from .control.server import start_engine
     from .load.controller import ConcurrencyError, check_concurrency
     from .run.engine import Engine
     from .drive.estimate import duration_text
@@ -67,6 +68,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
+    ".control.server": ("start_engine",),
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
     ".run.engine": ("Engine",),
     ".drive.estimate": ("duration_text",),

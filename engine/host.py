@@ -77,7 +77,9 @@ class EngineThread:
 
     async def _start(self) -> None:
         try:
-            await self.engine.start()
+            from .control.server import start_engine  # the control API's module, only once an engine starts
+
+            await start_engine(self.engine)
         except BaseException as exc:  # handed to the caller of start()
             await self.engine.stop("start failed")
             self._ready.set_exception(exc)
@@ -183,7 +185,9 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
     engine.on_stop_request = on_stop_request
     # a SIGTERM during the start (a target that never answers, the parent's reap after its start
     # timeout) ends the start: nothing waits for a start to finish before stopping its load
-    starting = asyncio.ensure_future(engine.start())
+    from .control.server import start_engine
+
+    starting = asyncio.ensure_future(start_engine(engine))
     halted = asyncio.ensure_future(stop.wait())
     await asyncio.wait((starting, halted), return_when=asyncio.FIRST_COMPLETED)
     halted.cancel()

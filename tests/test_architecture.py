@@ -155,9 +155,108 @@ def test_the_counter_sees_absolute_relative_type_only_and_lazy_imports(tmp_path,
     }
 
 
+# -- the layers (docs/architecture.md) -------------------------------------------------------
+# engine/'s packages, lowest first: a module imports only from its own package and from
+# packages on lower layers (sim/ apart: it imports nothing of the engine, and only the drive,
+# report and facade layers may import it). The root's leaf helpers are layer 0; its facades and
+# the engine host the top.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("", "constants", "fmt", "loop", "text", "child"),  # leaf helpers ("": engine/__init__, __version__)
+    ("telemetry", "workload"),  # GPUs, server /metrics and what the server says; prompts, datasets, arrivals, traces
+    ("measure",),  # records, percentiles, live metrics, steps, SLO, timeline
+    ("rules", "session"),  # knee, steadiness, stop rules, guard, search, gate conditions; the session writer
+    ("client",),  # transport, SSE, API bodies and decoders, one request, target detection
+    ("load",),  # controller, sender, the one load holder, worker pool, Ray pool (its port: load/port.py)
+    ("preset",),  # preset spec and parsing
+    ("run",),  # the Engine coordinator, commands, config, snapshot, recorder, targets
+    ("drive", "report"),  # preset runner, server operations, estimates; what reads a session
+    ("control",),  # control API, Prometheus
+    ("host",),  # the engine host: the engine in its own process or thread
+    ("api",),  # the facade: what tui/ may import (with the session tools' facade)
+    ("report.api",),  # the session tools' facade (it shares api.py's lazy lookup)
+)
+SIM_USERS = ("drive", "report", "api", "host", "report.api")
+# beyond the order: a reader of sessions never reaches the running engine's parts
+FORBIDDEN = {"report": ("run", "load", "client"), "measure": ("client", "load", "run", "rules")}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer key of an engine module ("measure", "api", "report.api", "" for a root helper
+    or engine/__init__), or None outside the engine."""
+    if module == "redline.engine":
+        return ""
+    if not module.startswith("redline.engine."):
+        return None
+    rest = module[len("redline.engine."):].split(".")
+    if ".".join(rest[:2]) == "report.api":
+        return "report.api"
+    head = rest[0]
+    if (ROOT_ENGINE / head).is_dir():
+        return head
+    return head  # a root module: constants, fmt, api, host, ...
+
+
+ROOT_ENGINE = Path(list(importlib.util.find_spec("redline.engine").submodule_search_locations)[0])
+_RANK = {key: i for i, keys in enumerate(LAYERS) for key in keys}
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for a, targets in graph.items():
+        la = layer_of(a)
+        if la is None:
+            continue
+        for b in targets:
+            lb = layer_of(b)
+            if lb is None or la == lb:
+                continue
+            if lb == "sim" or la == "sim":
+                if la == "sim" or la not in SIM_USERS:
+                    out.append(f"{a} -> {b} (sim/ stands apart: only {', '.join(SIM_USERS)} import it)")
+                continue
+            if la not in _RANK or lb not in _RANK:
+                out.append(f"{a} -> {b} (a package with no layer: add it to LAYERS)")
+                continue
+            if lb in FORBIDDEN.get(la, ()):
+                out.append(f"{a} -> {b} ({la}/ never imports {lb}/)")
+            elif _RANK[lb] >= _RANK[la]:
+                out.append(f"{a} -> {b} ({la} on layer {_RANK[la]} imports {lb} on layer {_RANK[lb]})")
+    return sorted(out)
+
+
+def test_every_import_goes_down_the_layers():
+    bad = layer_violations(import_graph())
+    assert not bad, "imports against the layers (docs/architecture.md):\n  " + "\n  ".join(bad)
+
+
+def test_the_layer_check_fails_on_an_import_up():
+    g = {"redline.engine.measure.records": {"redline.engine.run.engine"}, "redline.engine.load.sender": {"redline.engine.client.http"},
+         "redline.engine.report.compare": {"redline.engine.load.holder"}, "redline.engine.sim.app": {"redline.engine.fmt"}}
+    bad = layer_violations(g)
+    assert len(bad) == 3 and any("measure.records -> redline.engine.run.engine" in b for b in bad)
+    assert any("report/ never imports load/" in b for b in bad) and any("sim/ stands apart" in b for b in bad)
+
+
+def test_the_engine_root_holds_the_facades_the_host_and_leaf_helpers_only():
+    root = sorted(p.stem for p in ROOT_ENGINE.glob("*.py"))
+    assert len(root) <= 10, root
+    assert set(root) <= {"__init__", "api", "host", "constants", "fmt", "loop", "text", "child"}, root
+
+
+def test_the_command_line_never_imports_textual():
+    cli = [n for n in MODULES if n.startswith("redline.tui.cli")]
+    assert cli, "tui/cli/ is the command line"
+    for name in cli:
+        src = MODULES[name].read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(src)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(m == "textual" or m.startswith("textual.") for m in mods), name
+
+
 def test_the_package_has_no_import_circle():
-    """Type-only and lazy imports included: the engine's helpers see it as an EngineView
-    (engine/run/engine_view.py), the sim's operations its service as a Protocol."""
+    """Type-only and lazy imports included: the engine's helpers in run/ take it loosely typed,
+    the load reaches it through its port (engine/load/port.py), the sim's operations see its
+    service as a Protocol."""
     circles = strongly_connected(import_graph())
     assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
 

@@ -22,7 +22,7 @@ import pytest
 
 from redline.engine.measure import records as R
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, Event, GenerateDecoder, OpenAIDecoder, OpenAITextDecoder, build_body, make_decoder
-from redline.engine.workload.conversation import Conversation
+from redline.engine.load.conversation import Conversation
 from redline.engine.client.http import make_client
 from redline.engine.measure.records import RequestRecord
 from redline.engine.client.request import run_request

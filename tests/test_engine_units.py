@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from redline.engine.rules.verdicts import STEP_JUDGE
 from redline.engine.measure import records as R
 from redline.engine.load.controller import Controller
 from redline.engine.measure.live_metrics import LiveMetrics
@@ -296,7 +297,7 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
 
     def setup():
         clock = Clock.now()
-        book = StepBook(clock, lambda res: None)
+        book = StepBook(clock, lambda res: None, judge=STEP_JUDGE)
         rec = Recorder(LiveMetrics(), book, EventLog(), clock)
         step = book.open_step(len(streams), "ramp", 100.0)
         recs = {i: RequestRecord(rid=i, phase="ramp", step=step.index, concurrency=len(streams), t_send=100.0) for i in range(len(streams))}
@@ -345,7 +346,7 @@ def test_a_closing_result_holds_what_ended_by_the_close_by_its_stamps():
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
 
-    book = StepBook(Clock.now(), on_result=lambda r: None)
+    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
     acc = book.open_step(3, "measure", 5.0)
     recs = [RequestRecord(rid=i, phase="measure", step=acc.index, concurrency=3, t_send=6.0) for i in (1, 2, 3)]
     for r in recs:

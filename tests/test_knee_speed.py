@@ -11,6 +11,7 @@ import random
 import httpx
 import polars as pl
 
+from redline.engine.rules.verdicts import STEP_JUDGE
 from redline.engine.run.config import EngineConfig
 from redline.engine.preset import parse_preset
 from redline.engine.measure.records import Clock, RequestRecord
@@ -93,7 +94,7 @@ def test_turnover_counts_the_previous_loads_requests_and_a_point_measured_again_
     """StepBook: a step opened with 3 of another load in flight turns over when those 3 ended
     (its own warm-up requests ending do not count, nor the probe lane's); the next step at the
     same load waits only for what the first had left; a step at a new load counts afresh."""
-    book = StepBook(Clock.now(), on_result=lambda r: None)
+    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
     a = book.open_step(8, "measure", measure=False, in_flight=3)
     assert a.foreign == 3 and not a.turned_over
     book.on_end(_rec(1, a.index, 8, "warmup"))  # its own: no turnover
@@ -172,7 +173,7 @@ def test_a_step_is_steady_only_after_its_plans_whole_seconds_and_never_under_two
 
     from redline.engine.constants import STEADY_MIN_S
 
-    book = StepBook(Clock.now(), on_result=lambda r: None)
+    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
     acc = book.open_step(8, "measure", t=100.0)
     acc.per_second = [500.0] * 3
     assert STEADY_MIN_S == 4 and not acc.steady(103.5)  # 3 whole seconds of 4

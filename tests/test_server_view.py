@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, make_decoder
-from redline.engine.client.server_info import ServerInfo
+from redline.engine.telemetry.server_info import ServerInfo
 from redline.engine.sim.model import BatchModel, PromptTokens, prompt_blocks
 from redline.engine.sim.profiles import apply_overrides, get_profile
 from redline.engine.telemetry.cap import cap_cause

@@ -13,7 +13,8 @@ import pytest
 
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.run.target_stats import TargetState, TargetStats, WeightsError, parse_weights, pick
+from redline.engine.load.holder import pick
+from redline.engine.run.target_stats import TargetState, TargetStats, WeightsError, parse_weights
 from redline.engine.workload.prompts import WorkloadConfig
 
 from helpers import until

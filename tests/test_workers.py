@@ -156,3 +156,30 @@ def test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_eve
     assert abs(two.output_throughput - one.output_throughput) <= 0.15 * one.output_throughput
     assert abs(two.median_ttft_ms - one.median_ttft_ms) <= max(0.25 * one.median_ttft_ms, 10.0)
     assert abs(two.median_itl_ms - one.median_itl_ms) <= max(0.15 * one.median_itl_ms, 5.0)
+
+
+async def test_one_process_and_every_worker_hold_the_load_with_one_class(sim_factory):
+    """The in-process load is the one-worker case of what a worker holds: both launch
+    LoadHolder.one (its targets, its pick, one request's path), and a workload change reaches
+    the holder either way."""
+    from redline.engine.load.holder import LoadHolder
+    from redline.engine.load.worker import Worker
+    from redline.engine.run.engine import Engine
+    from redline.engine.run.load_start import worker_spec
+    from redline.engine.workload.change import WorkloadChange
+
+    sim = sim_factory("healthy")
+    e = Engine(EngineConfig(url=sim.url, concurrency=2, workload=WorkloadConfig(input_len=16, output_len=8), use_nvml=False))
+    await e.start()
+    try:
+        assert type(e.holder) is LoadHolder and e.controller._launch == e.holder.one
+        await e.set_workload(WorkloadChange(output_len=12))
+        assert e.holder.workload.output_len == 12 and e.holder.source is e.source
+        w = Worker(worker_spec(e), None)
+        try:
+            assert type(w.holder) is LoadHolder and w.ctl._launch == w.holder.one
+            assert [t.sender.target.url for t in w.holder.targets] == [sim.url]
+        finally:
+            await w.close()
+    finally:
+        await e.stop("test")

@@ -49,7 +49,7 @@ async def _start_engine(engine, futures: list, caught: list) -> int | None:
     import asyncio
 
     try:
-        futures.append(asyncio.ensure_future(engine.start()))
+        futures.append(asyncio.ensure_future(api.start_engine(engine)))
         await futures[-1]
     except (api.TargetError, api.SessionError, api.TargetUnreachable) as exc:
         if caught:

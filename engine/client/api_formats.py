@@ -83,7 +83,7 @@ def build_body(
     """A streaming request that generates exactly `max_tokens` (ignore_eos).
 
     `messages` (chat only): the whole conversation ({"role", "content"} dicts, see
-    engine/workload/conversation.py), sent instead of the single user message `prompt`; the other
+    engine/load/conversation.py), sent instead of the single user message `prompt`; the other
     APIs ignore it (their `prompt` is the transcript).
     `continuous_usage`: ask for usage on every chunk (chat and completions; /generate always
     reports its count in meta_info). A server that refuses it answers HTTP 400 (see

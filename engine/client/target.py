@@ -11,7 +11,7 @@ import httpx
 from ..measure import records as R
 from .api_formats import APIS, CHAT, GENERATE
 from .request import classify_error, scrub_key
-from .server_info import ServerInfo
+from ..telemetry.server_info import ServerInfo
 
 
 class TargetError(ValueError):

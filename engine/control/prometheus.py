@@ -38,7 +38,7 @@ from ..measure import records as R
 from ..load.probe_lane import is_lane
 
 if TYPE_CHECKING:
-    from ..run.engine_view import EngineView
+    from ..run.engine import Engine
     from ..measure.records import RequestRecord
     from ..run.snapshot import Snapshot
 
@@ -110,7 +110,7 @@ def _le(bound: float) -> str:
 class PromMetrics:
     """The engine's Prometheus figures: fed by the engine's listener path, read by /metrics."""
 
-    def __init__(self, engine: EngineView) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         cfg = engine.config
         several_targets = bool(cfg.more_urls)

@@ -47,7 +47,7 @@ from ..loop import wait_within
 from .prometheus import CONTENT_TYPE, PromMetrics
 
 if TYPE_CHECKING:
-    from ..run.engine_view import EngineView
+    from ..run.engine import Engine
 
 __all__ = [
     "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
@@ -60,7 +60,7 @@ SOURCE = "api"
 
 
 class ControlServer:
-    def __init__(self, engine: EngineView, addr: ControlAddress, token: str | None) -> None:
+    def __init__(self, engine: Engine, addr: ControlAddress, token: str | None) -> None:
         self.engine = engine
         self.addr = addr
         self._token = token
@@ -458,7 +458,7 @@ class ControlServer:
         return resp
 
 
-def request_stop(engine: EngineView, reason: str) -> None:
+def request_stop(engine: Engine, reason: str) -> None:
     """The host's way to end the session (engine.on_stop_request), else stop the engine here."""
     cb = getattr(engine, "on_stop_request", None)
     if cb is not None:
@@ -488,3 +488,24 @@ def preset_change(preset, current: dict):
         dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
     )
     return None if change.empty else change
+
+
+async def start_engine(engine: Engine) -> None:
+    """Start the engine, then, with --control, its control API: every entry point (the engine
+    host, the headless runner) starts an engine through here, and the engine itself knows
+    nothing of the API that steers it. A control API that cannot start (its port taken) stops
+    the engine, as a target that refuses does; a cancel (a signal) is its canceller's to stop."""
+    await engine.start()
+    cfg = engine.config
+    if cfg.control is None:
+        return
+    try:
+        engine.control = ControlServer(engine, cfg.control, cfg.control_token)
+        engine.recorder.prom = engine.control.metrics
+        await engine.control.start()
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        await engine.stop("start failed")
+        raise
+

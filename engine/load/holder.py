@@ -1,109 +1,73 @@
-"""The load: who holds it and what one request of it is.
+"""The one load holder: what holds load, in this process (the engine's) and in each worker
+process or Ray actor (engine/load/worker.py): its targets, the pick of the next one, and one
+request's path (engine/load/one_request.py). The in-process load is the one-worker case of
+the same class: a Controller (engine/load/controller.py) launches `LoadHolder.one` either way.
 
-`make_load` builds what the engine steers (a LoadControl, engine/load/controller.py): in this
-process a Controller whose launch is `LocalLoad.one`; with `--workers N` or `--ray` a
-WorkerPool or RayPool (the same commands; engine/load/worker_pool.py), its workers started. One request of the load is
-a trace row's prompt at its time, the workload's next prompt (on a schedule, or in a slot),
-or a multi-turn session; it goes to the target the target set picks (engine/load/target_set.py).
-
-Start-up's own requests (`prepare`): whether the server streams usage per chunk, and the
-prompt calibration (tokens per word, measured) when the workload needs one.
+- targets: each a Sender and a weight, skipped while gone (`PickTarget`; the engine's
+  TargetState, a worker's own);
+- the pick: smooth weighted round robin over the targets not gone (`pick`);
+- one request: a trace row's prompt at its time, the workload's next prompt (on a schedule,
+  or in a slot), or a multi-turn session.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from ..measure import records as R
-from ..client.api_formats import GENERATE, continuous_usage_refused
-from ..workload.arrivals import parse_arrival
-from .controller import Controller, LoadControl
 from .one_request import one_request
-from ..workload.prompts import PromptSource, calibrate, needs_calibration
 
 if TYPE_CHECKING:
-    from .worker import WorkerSpec  # the worker processes' module: imported only when there are workers
-    from ..run.engine_view import EngineView
+    from ..workload.prompts import Prompt, PromptSource, WorkloadConfig
+    from .sender import Sender
 
 
-class LocalLoad:
-    """The load held in this process: what the Controller launches."""
+class PickTarget(Protocol):
+    """A target as the pick sees it."""
 
-    def __init__(self, engine: EngineView) -> None:
-        self.e = engine
+    sender: Sender
+    weight: float
+    current: float  # smooth weighted round robin's running credit
+
+    @property
+    def gone(self) -> bool: ...
+
+
+def pick(targets: Sequence[PickTarget]) -> PickTarget | None:
+    """The next target (smooth weighted round robin over the targets not gone); None when
+    every target is gone."""
+    live = [t for t in targets if not t.gone]
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+    total = 0.0
+    best = live[0]
+    for t in live:
+        t.current += t.weight
+        total += t.weight
+        if t.current > best.current:
+            best = t
+    best.current -= total
+    return best
+
+
+class LoadHolder:
+    """Holds load: what a Controller launches, one request at a time (see the module
+    docstring). Its owner keeps `source`, `workload` and `row_prompt` current (a live workload
+    change, a trace)."""
+
+    def __init__(self, targets: Sequence[PickTarget], source: PromptSource, workload: WorkloadConfig,
+                 row_prompt: Callable[[object], Prompt] | None = None) -> None:
+        self.targets = targets  # the owner's list: targets added later are picked too
+        self.source = source
+        self.workload = workload
+        self.row_prompt = row_prompt  # a trace row's prompt (a trace replay), else None
+
+    def pick(self) -> Sender:
+        """The Sender of the target the next request (or session) goes to (the first when
+        every one is gone: the load is held meanwhile)."""
+        t = pick(self.targets) if len(self.targets) > 1 else None
+        return (t or self.targets[0]).sender
 
     async def one(self, t_intended: float | None = None, item: object = None) -> None:
-        e = self.e
-        assert e.source is not None
-        row_prompt = e.trace.prompt if e.trace is not None else None
-        await one_request(e.target_set.pick(), e.source, e.config.workload, t_intended, item, row_prompt)
-
-
-async def prepare(e: EngineView) -> None:
-    """Start-up's own requests (phase "calibration": counted, never measured), then the
-    workload's prompts and the trace."""
-    cfg, sender, target = e.config, e.sender, e.target
-    assert sender is not None and target is not None
-    if cfg.calibrate and target.api != GENERATE:
-        # per-chunk usage where the server offers it; a server that refuses the option (an
-        # HTTP 400/422 naming it) gets plain streams, tokens corrected from usage at the end
-        rec = await sender.send("Hi", 1, 0, "calibration")
-        if rec.status == R.FAILED and continuous_usage_refused(rec.http_status, rec.error_text):
-            sender.continuous_usage = False
-            e.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
-    if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
-
-        async def prompt_tokens(prompt: str) -> int | None:
-            """One max_tokens=1 request; the server's prompt_tokens for `prompt`."""
-            rec = await sender.send(prompt, 1, 0, "calibration")
-            return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
-
-        e.calibration = await calibrate(prompt_tokens, cfg.seed)
-        if e.calibration.measured:
-            e.log("notice", f"calibrated prompts: {e.calibration.per_word:.2f} tokens/word + {e.calibration.overhead:.0f}")
-        else:
-            e.log("warning", "server reported no prompt_tokens: input lengths are approximate (1 token per word)")
-    e.source = PromptSource(cfg.workload, e.calibration)
-    e.book.workload = cfg.workload.describe()
-    if cfg.workload.trace is not None:
-        from .trace_replay import TraceReplay
-
-        e.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, e.calibration, cfg.seed)
-
-
-async def make_load(e: EngineView, c0: int) -> LoadControl:
-    """What holds the load at C=c0: here, or in workers (started, ready)."""
-    cfg = e.config
-    kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
-    if cfg.workers <= 1 and cfg.ray is None:
-        return Controller(LocalLoad(e).one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held, **kw)
-    if cfg.ray is not None:
-        from .ray_pool import RayPool  # the optional extra redline[ray]
-
-        pool = RayPool(e, cfg.workers, c0, cfg.max_concurrency, cfg.ray, **kw)
-    else:
-        from .worker_pool import WorkerPool
-
-        pool = WorkerPool(e, cfg.workers, c0, cfg.max_concurrency, **kw)
-    e.pool = pool
-    await pool.launch(worker_spec(e))
-    where = f"Ray actors on {', '.join(sorted({s.node for s in pool.states}))}" if cfg.ray is not None else "worker processes"
-    why = f" ({cfg.workers_why})" if cfg.workers_why else ""
-    e.log("notice", f"{cfg.workers} {where} hold the load, each its share of C and its own connections{why}")
-    return pool
-
-
-def worker_spec(e: EngineView) -> WorkerSpec:
-    """What every worker needs to send its share (its index set by the pool)."""
-    from .worker import WorkerSpec
-
-    cfg, sender = e.config, e.sender
-    assert sender is not None
-    return WorkerSpec(
-        index=0, workers=cfg.workers, targets=tuple(t.target for t in e.targets),
-        weights=tuple(t.weight for t in e.targets), workload=cfg.workload, calibration=e.calibration,
-        transport=cfg.transport, insecure=cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout,
-        continuous_usage=sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
-        first_rid=next(e.target_set.ids) + 1_000_000, wall_offset=e.clock.wall0 - e.clock.perf0,
-    )
+        await one_request(self.pick(), self.source, self.workload, t_intended, item, self.row_prompt)

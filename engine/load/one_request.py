@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ..workload.conversation import run_session
+from .conversation import run_session
 
 if TYPE_CHECKING:
     from .sender import Sender

@@ -32,7 +32,7 @@ from .worker import FLUSH_S, WorkerSpec
 
 if TYPE_CHECKING:
     from .worker_messages import Ask, Feed, Order, Report
-    from ..run.engine_view import EngineView
+    from .port import LoadPort
 
 READY_TIMEOUT_S = 120.0
 HEAD_CHECK_S = 3.0
@@ -95,8 +95,8 @@ def connect(address: str) -> None:
 
 
 class RayPool(WorkerPool):
-    def __init__(self, engine: EngineView, workers: int, concurrency: int, max_concurrency: int, address: str, **kw) -> None:
-        super().__init__(engine, workers, concurrency, max_concurrency, **kw)
+    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, address: str, **kw) -> None:
+        super().__init__(port, workers, concurrency, max_concurrency, **kw)
         self.address = address
         self._actors: list = []
         self._pg = None
@@ -181,7 +181,7 @@ class RayPool(WorkerPool):
         try:
             await wait_within(asyncio.shield(self._take_all("flush")), SYNC_TIMEOUT_S)  # late: still applied
         except TimeoutError:
-            self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
+            self.port.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 
     async def abort(self) -> int:
         self._push_orders()
@@ -196,7 +196,7 @@ class RayPool(WorkerPool):
             try:
                 res = await wait_within(asyncio.shield(calls), timeout)
             except TimeoutError:
-                self.engine.warn(f"workers: {method} took over {timeout:g} s; their last reports may be missing", key="worker sync")
+                self.port.warn(f"workers: {method} took over {timeout:g} s; their last reports may be missing", key="worker sync")
                 return 0
             t = time.perf_counter()
             n = 0

@@ -40,7 +40,7 @@ from ..measure.accumulator import new_gaps
 from ..client.target import Target
 from ..workload.trace import TracePrompts, TraceRow
 from .trace_replay import FedSchedule
-from .one_request import one_request
+from .holder import LoadHolder
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
 
@@ -175,7 +175,7 @@ class _TargetListener:
 
 
 class _Target:
-    """smooth weighted round robin state (engine/run/target_stats.py pick)."""
+    """One of this worker's targets, as the pick sees it (engine/load/holder.py PickTarget)."""
 
     __slots__ = ("sender", "weight", "current", "gone")
 
@@ -203,10 +203,11 @@ class Worker:
             s.continuous_usage = spec.continuous_usage
             self.clients.append(client)
             self.targets.append(_Target(s, w))
-        self.workload = spec.workload
-        self.source = self._source(spec.workload)
+        # the one load holder: the same class as a one-process engine's (its targets, the
+        # pick, one request's path); the worker keeps its workload and prompts current
+        self.holder = LoadHolder(self.targets, self._source(spec.workload), spec.workload, self._row_prompt)
         b = self.batch
-        self.ctl = Controller(self._one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
+        self.ctl = Controller(self.holder.one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
                               on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
         self.ctl.pause()  # until the coordinator gives this worker its share
         self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)
@@ -215,16 +216,6 @@ class Worker:
     def _source(self, wl: WorkloadConfig) -> PromptSource:
         """This worker's prompts: the workload's, from a seed of its own."""
         return PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * self.spec.index, wl.turns, wl.think_s), self.spec.calibration)
-
-    # -- sending (as Engine._one_request, on this worker's targets) ---------------------------
-    def _pick(self) -> Sender:
-        from ..run.target_stats import pick
-
-        t = pick(self.targets)  # type: ignore[arg-type]
-        return (t or self.targets[0]).sender
-
-    async def _one(self, t_intended: float | None = None, item: object = None) -> None:
-        await one_request(self._pick(), self.source, self.workload, t_intended, item, self._row_prompt)
 
     def _row_prompt(self, row: object) -> Prompt:
         """A trace row's prompt from its hash ids, as in one process (suffixes of its own)."""
@@ -245,8 +236,9 @@ class Worker:
             return
         self.stamp = order.stamp
         wl = order.workload
-        if wl is not None and wl != self.workload:  # a live workload change (the engine checked it)
-            self.workload, self.source = wl, self._source(wl)
+        h = self.holder
+        if wl is not None and wl != h.workload:  # a live workload change (the engine checked it)
+            h.workload, h.source = wl, self._source(wl)
         for t, gone in zip(self.targets, order.gone):
             t.gone = gone
         ctl.max_concurrency = max(1, order.cap)

@@ -36,7 +36,7 @@ from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
-    from ..run.engine_view import EngineView
+    from .port import LoadPort
 
 ORDER_POLL_S = 0.02
 READY_TIMEOUT_S = 60.0
@@ -71,9 +71,9 @@ class _WorkerState:
 
 
 class WorkerPool(LoadControl):
-    def __init__(self, engine: EngineView, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
+    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
         super().__init__(concurrency, max_concurrency, **kw)
-        self.engine = engine
+        self.port = port  # the coordinator, as the load sees it (engine/load/port.py)
         self.n = workers
         self.states = [_WorkerState(i) for i in range(workers)]
         self._procs: list = []
@@ -208,7 +208,7 @@ class WorkerPool(LoadControl):
             try:
                 await wait_within(fut, SYNC_TIMEOUT_S)
             except TimeoutError:
-                self.engine.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
+                self.port.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 
     # -- orders ---------------------------------------------------------------------------------
     def _orders(self) -> list[Order]:
@@ -218,8 +218,8 @@ class WorkerPool(LoadControl):
         c = 1 if self.probing else self.target
         cs = dict(zip(alive, split(c, k)))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
-        stamp = self.engine.stamp()
-        gone = tuple(t.gone for t in self.engine.targets)
+        stamp = self.port.stamp()
+        gone = self.port.gone()
         mode = self.mode if self.open_loop and not self.probing else "concurrency"
         trace = (self._gen, self.rate, self._shift) if self._gen else None
         out = []
@@ -228,7 +228,7 @@ class WorkerPool(LoadControl):
                 stamp=stamp, gone=gone, mode=mode, c=cs.get(i, 0),
                 rate=(self.rate or 0.0) / k if mode == "rate" and i in cs else 0.0, trace=trace,
                 cap=caps.get(i, 1), paused=self.paused or self.stopped, hold=self.hold,
-                workload=self.engine.config.workload,  # a live change reaches every worker
+                workload=self.port.workload(),  # a live change reaches every worker
             ))
         return out
 
@@ -365,20 +365,18 @@ class WorkerPool(LoadControl):
         time is placed by its age (engine/load/ray_pool.py)."""
         if shift:
             msg = msg.shifted(shift, BUCKET_S)
-        e = self.engine
-        stats = [t.stats for t in e.targets]
-        urls = [t.target.url for t in e.targets]
+        port = self.port
+        stats, urls = port.listeners(), port.urls()
         live = self._live
         st = self.states[w]
-        book = e.book
         # held at the worker's cap: its step (by intended time) counts it; first, as a held
         # send that went out in this same report is one of these
         for dropped, t in msg.held:
-            e.note_held(dropped, t)
+            port.note_held(dropped, t)
         for ti, rid, phase, step, conc, t_send, t_int, exp, max_tokens, turn in msg.sends:  # Sent
             # the step is the coordinator's at the send (intended) time: never the order's
             # stamp of up to ORDER_POLL_S before
-            step, _, phase = book.stamp(conc, t_int if t_int is not None else t_send)
+            step, _, phase = port.stamp_at(conc, t_int if t_int is not None else t_send)
             rec = RequestRecord(rid=rid, phase=phase, step=step, concurrency=conc, t_send=t_send, expected_input_tokens=exp,
                                 max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
             live[rid] = (ti, rec)
@@ -393,13 +391,13 @@ class WorkerPool(LoadControl):
             stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
             st.tokens += n
         if msg.abandoned:
-            book.abandon_held(msg.abandoned)
+            port.abandon_held(msg.abandoned)
         gaps = unbucket_gaps(msg.gaps)
         if gaps:
-            e.recorder.on_remote_gaps(gaps)
+            port.on_gaps(gaps)
         lags = msg.lags
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
-            e.metrics.lag.merge(lags)
+            port.merge_lags(lags)
             st.lag.merge(lags)
         for x in msg.ends:
             got = live.pop(x.rid, None)
@@ -412,7 +410,7 @@ class WorkerPool(LoadControl):
             rec.remote, rec.cached_tokens = x.figures, x.cached_tokens
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
-                e.recorder.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
+                port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
         st.delayed, st.dropped = msg.delayed, msg.dropped
@@ -442,7 +440,7 @@ class WorkerPool(LoadControl):
                 if not fut.done():
                     fut.set_result(replies)
         left = sum(1 for s in self.states if s.alive)
-        self.engine.warn(f"worker {i} died with {st.in_flight} requests in flight ({len(lost)} unreported); {left} workers carry the load", key=f"worker {i} died")
+        self.port.warn(f"worker {i} died with {st.in_flight} requests in flight ({len(lost)} unreported); {left} workers carry the load", key=f"worker {i} died")
         st.in_flight = st.backlog = st.backing_off = 0
         self._wake.set()  # the others get their new shares
 

@@ -46,14 +46,13 @@ from ..constants import STEADY_MIN_S
 from .histogram import Digest, censored_quantiles
 from .records import Clock, RequestRecord
 from .slo import Slo
-from .own_requests import PROBE, WARMUP, OwnRequests, WindowCut, window_cut
+from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
 from .step_result import StepResult
 from ..telemetry.server_view import ServerStepView
 from ..telemetry.types import ServerSample
-from ..rules.verdicts import steadiness
 
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
-__all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
+__all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "StepJudge", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
 
 
 def _ms(v: float | None) -> float | None:
@@ -94,8 +93,10 @@ class StepAccumulator(OwnRequests):
         rate: float | None = None,
         arrival: str | None = None,
         workload: dict | None = None,
+        judge: StepJudge | None = None,
     ) -> None:
         self.index = index
+        self.judge = judge  # the verdicts (steadiness, one request's SLO): engine/rules/verdicts.py STEP_JUDGE
         self.mode = mode  # concurrency | rate | trace (the load shape it was opened with)
         self.rate = rate  # the target req/s (rate), the speed factor (trace)
         self.arrival = arrival
@@ -357,7 +358,9 @@ class StepAccumulator(OwnRequests):
         whole seconds (STEADY_MIN_S unless its plan says; never under 2; silent ones count),
         else why not (engine/rules/verdicts.py steadiness). Completions play no part: a step whose
         requests all outlive it is judged like any other."""
-        return steadiness(self.seconds(now), self.steady_min_s)
+        if self.judge is None:
+            return "not steady: not judged (no verdicts given)"
+        return self.judge.steadiness(self.seconds(now), self.steady_min_s)
 
     def steady(self, now: float) -> bool:
         return self.steadiness(now) is None

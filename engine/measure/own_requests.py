@@ -10,16 +10,25 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from . import records as R
 from .histogram import Digest
 from .records import RequestRecord, quantile
 from .slo import Slo
-from ..rules.verdicts import judge_request
 
 WARMUP = "warmup"
 PROBE = "probe"
+
+
+class StepJudge(Protocol):
+    """What a step asks of the verdicts: measure/ never imports rules/, the engine hands each
+    step book engine/rules/verdicts.py's (STEP_JUDGE), the one definition of both."""
+
+    def steadiness(self, per_second: Sequence[float], min_s: int) -> str | None: ...
+
+    def request(self, slo: Slo, ttft: float | None, tpot: float | None, itl_p99: float | None,
+                e2e: float | None, e2e_bound: bool = False) -> bool | None: ...
 
 
 @dataclass(slots=True)
@@ -66,6 +75,8 @@ class OwnRequests:
     ttft_turn: dict[int, Digest]
     held: int
     t0: float | None
+
+    judge: StepJudge | None
 
     def _init_own(self, slo: Slo | None, phase: str) -> None:
         self.slo = slo if slo is not None and slo.per_request else None
@@ -132,7 +143,9 @@ class OwnRequests:
 
     def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> None:
         assert self.slo is not None
-        ok = judge_request(self.slo, ttft, tpot, itl_p99, e2e, bound)
+        if self.judge is None:
+            return
+        ok = self.judge.request(self.slo, ttft, tpot, itl_p99, e2e, bound)
         if ok is None:
             return  # nothing inside the window to judge it by
         self.judged += 1

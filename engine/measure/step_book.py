@@ -21,7 +21,7 @@ from .records import Clock, RequestRecord
 from .slo import Slo
 from ..telemetry.types import ServerSample
 from .step_result import BreakResult, StepResult
-from .accumulator import WARMUP, Gaps, StepAccumulator
+from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
 
 LIVE = "live"
 PROBE = "probe"
@@ -33,8 +33,9 @@ def _same_load(a: StepAccumulator, b: StepAccumulator) -> bool:
 
 
 class StepBook:
-    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None) -> None:
+    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None, judge: StepJudge | None = None) -> None:
         self.clock = clock
+        self.judge = judge  # the verdicts each step asks (engine/rules/verdicts.py STEP_JUDGE; None: steps are not judged)
         self._on_result = on_result
         self._on_final = on_final  # a recorded step completed with its late requests' truth
         self.index = 0
@@ -182,7 +183,7 @@ class StepBook:
         acc = StepAccumulator(
             self.index, concurrency, phase, t or time.perf_counter(), self.clock,
             measure=measure, warmup_requests=warmup_requests, slo=self.slo,
-            mode=mode, rate=rate, arrival=arrival, workload=self.workload,
+            mode=mode, rate=rate, arrival=arrival, workload=self.workload, judge=self.judge,
         )
         acc.warmup_on_first = phase == PROBE  # a probe measures once the server answers again
         if prev is not None and phase != PROBE and prev.phase == phase and _same_load(prev, acc):

@@ -72,8 +72,8 @@ def parse_guard(ctx: Ctx, g: Any) -> GuardSpec:
 
 def parse_gate(ctx: Ctx, g: Any) -> tuple[str, ...]:
     """`[gate] conditions = "knee>=64,errors<=1%"` (or a list of them), or `gate = ...` at the
-    top: the conditions of `redline run --headless`'s gate (engine/report/gate.py), checked here."""
-    from ..report.gate import GateError, parse_gate as parse_conditions
+    top: the conditions of `redline run --headless`'s gate (engine/rules/gate_conditions.py), checked here."""
+    from ..rules.gate_conditions import GateError, parse_gate as parse_conditions
 
     key = "gate"
     if isinstance(g, dict):

@@ -487,3 +487,14 @@ def judge_request(slo: Slo, ttft: float | None, tpot: float | None, itl_p99: flo
         if not (k == "e2e_ms" and e2e_bound):  # a bound under the limit proves no E2E
             judged = True
     return True if judged else None
+
+
+class StepVerdicts:
+    """The verdicts a step asks while it measures (engine/measure/own_requests.py StepJudge):
+    the engine hands every step book this one, so measure/ reads them without importing rules/."""
+
+    steadiness = staticmethod(steadiness)
+    request = staticmethod(judge_request)
+
+
+STEP_JUDGE = StepVerdicts()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..constants import HARVEST_INTERVAL_S, HISTORY_S, TIMELINE_INTERVAL_S
 from ..load.controller import CONCURRENCY, LoadControl
@@ -30,14 +30,13 @@ from ..measure.timeline import timeline_row
 from ..load.worker_count import CROWDED_KEY, crowded, crowded_warning, kernel_stamped
 
 if TYPE_CHECKING:
-    from .engine_view import EngineView
     from ..telemetry.types import ClientHealthSample, ServerSample
 
 
 class Ticker:
     """The engine's second: its checks, and the timeline rows (`row`, `history`)."""
 
-    def __init__(self, engine: EngineView) -> None:
+    def __init__(self, engine: Any) -> None:
         self.e = engine
         self.history: deque[dict] = deque(maxlen=HISTORY_S)
         self.row: dict = {}  # the last timeline row

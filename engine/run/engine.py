@@ -20,7 +20,8 @@ Where each other job lives:
 - steps: live_steps.py (as the operator makes them), stepbook.py and steps.py;
 - once a second (checks, the timeline row): ticker.py; the snapshot: publish.py;
 - meta.json and summary.json: session/summary.py; the event log and warnings: eventlog.py.
-Each of them sees the engine as an EngineView (engine_view.py): nothing imports core back.
+Its helpers in run/ take it loosely typed (they are its parts; nothing imports this module back);
+the load reaches it only through its port (engine/load/port.py, engine/run/load_port.py).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ from ..client.http import make_client
 from ..measure.live_metrics import LiveMetrics
 from .publisher import build_snapshot
 from .live_steps import LiveSteps
-from ..load.holder import make_load, prepare
+from .load_start import make_load, prepare
 from .recorder import LaneListener, Recorder
 from ..measure.records import Clock
 from ..load.sender import Sender
 from ..session import SessionWriter
 from ..rules.step_text import format_step_line
+from ..rules.verdicts import STEP_JUDGE
 from .summary import default_label, session_meta, summary_doc
 from ..measure.slo import Slo
 from .snapshot import Snapshot
@@ -58,7 +60,7 @@ from ..measure.step_book import StepBook
 from ..measure.step_result import StepResult
 from ..client.target import Target, TargetUnreachable, detect, validate_url
 from ..measure.accumulator import StepAccumulator
-from ..load.target_set import TargetSet
+from .target_set import TargetSet
 from .target_stats import TargetState, parse_weights
 from ..telemetry.hub import TelemetryHub
 from .each_second import Ticker
@@ -75,7 +77,7 @@ class Engine:
         self.clock = Clock.now()
         self.metrics = LiveMetrics()
         self.events = EventLog()
-        self.book = StepBook(self.clock, self._step_recorded, self._step_final)
+        self.book = StepBook(self.clock, self._step_recorded, self._step_final, judge=STEP_JUDGE)
         self.target: Target | None = None
         self.client: httpx.AsyncClient | None = None
         self.controller: LoadControl | None = None  # the load's state and commands (engine/load/holder.py)
@@ -85,6 +87,7 @@ class Engine:
         self.session: SessionWriter | None = None
         self.telemetry: TelemetryHub | None = None
         self.source: PromptSource | None = None
+        self.holder = None  # the load held in this process (engine/load/holder.py LoadHolder), without workers
         self.trace = None  # engine/load/trace_replay.py TraceReplay, with a trace workload
         self.replay_base_workload = config.workload.describe()  # a replay's [workload], before any change
         self._last_rate: float | None = None  # the open loop's last rate, for the mode key
@@ -109,7 +112,7 @@ class Engine:
         self.lane_stats = self.recorder.lane_stats
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self.t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
-        self.control = None  # --control: the control API (engine/control/server.py)
+        self.control = None  # --control: the control API, started by start_engine (engine/control/server.py)
         # how a command from outside runs: the host sets engine/drive/preset_runner.py execute (StartPreset
         # there, the rest here); the engine itself knows no presets
         self.dispatch: Callable[[Engine, C.Command], object] = lambda engine, cmd: engine.execute(cmd)
@@ -183,12 +186,6 @@ class Engine:
         self._tasks.append(asyncio.create_task(self.ticker.harvest_often(), name="redline-harvest"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
-        if cfg.control is not None:
-            from ..control.server import ControlServer
-
-            self.control = ControlServer(self, cfg.control, cfg.control_token)
-            self.recorder.prom = self.control.metrics
-            await self.control.start()
 
     async def stop(self, reason: str = "quit") -> None:
         """Stop all load first, then complete the log. Idempotent."""
@@ -332,6 +329,8 @@ class Engine:
         new = change.apply(self.config.workload)
         source = await asyncio.to_thread(PromptSource, new, self.calibration)  # a dataset file loads off the loop
         self.config.workload, self.source = new, source
+        if self.holder is not None:  # in this process (workers: the next order carries it)
+            self.holder.workload, self.holder.source = new, source
         self.book.workload = new.describe()
         self.log("workload", f"workload ({kind}): {change.describe()}", detail=self.book.workload)
         self.live.roll()

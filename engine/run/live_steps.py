@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..constants import CLOSE_CATCH_UP_TURNS
 from ..load.controller import CONCURRENCY, RATE
 from ..measure.step_result import StepResult
 from ..measure.accumulator import StepAccumulator
 
-if TYPE_CHECKING:
-    from .engine_view import EngineView
-
 
 class LiveSteps:
-    def __init__(self, engine: EngineView) -> None:
+    def __init__(self, engine: Any) -> None:
         self.e = engine
         self.pending: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
 

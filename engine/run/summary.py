@@ -4,14 +4,13 @@ from the engine's parts, written by the SessionWriter (session/writer.py) off th
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..rules.verdicts import summary_knee
 
 if TYPE_CHECKING:
     from .config import EngineConfig
-    from .engine_view import EngineView
     from ..client.target import Target
 
 
@@ -43,7 +42,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
     }
 
 
-def summary_doc(e: EngineView) -> dict:
+def summary_doc(e: Any) -> dict:
     """summary.json: the steps, the knee (engine/rules/verdicts.py), the break, the probe, the
     search, the SLO, the targets and the workers (one process: itself, as worker 0), as they stand now (rewritten at each
     step and at the end)."""
@@ -63,7 +62,7 @@ def summary_doc(e: EngineView) -> dict:
     }
 
 
-def _this_process(e: EngineView) -> dict:
+def _this_process(e: Any) -> dict:
     """The load held in this process, as one worker (the same shape as --workers N)."""
     d = max(time.perf_counter() - e.t0, 1e-9)
     lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None

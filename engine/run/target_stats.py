@@ -158,22 +158,3 @@ class TargetState:
     def gone(self) -> bool:
         w = self.stats.watch
         return w is not None and w.gone
-
-
-def pick(states: Sequence[TargetState]) -> TargetState | None:
-    """The next target (smooth weighted round robin over the targets not gone); None when
-    every target is gone."""
-    live = [s for s in states if not s.gone]
-    if not live:
-        return None
-    if len(live) == 1:
-        return live[0]
-    total = 0.0
-    best = live[0]
-    for s in live:
-        s.current += s.weight
-        total += s.weight
-        if s.current > best.current:
-            best = s
-    best.current -= total
-    return best

@@ -25,7 +25,7 @@ once per episode and re-arms after the condition has been false for CLEAR_S seco
 from __future__ import annotations
 
 from ..fmt import num
-from ..client.server_info import ServerInfo
+from .server_info import ServerInfo
 from .server_metrics import PREFIX_WINDOW_S
 from .types import ServerSample
 

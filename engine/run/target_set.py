@@ -9,23 +9,20 @@ to the others; when every target is gone the load is held (no new sends) until o
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import httpx
 
 from ..client.http import make_client
-from .sender import Sender
+from ..load.sender import Sender
 from ..client.server_watch import ServerWatch
 from ..client.target import Target, detect, validate_url
-from ..run.target_stats import TargetState, TargetStats, pick
+from .target_stats import TargetState, TargetStats
 from ..telemetry.hub import TelemetryHub
-
-if TYPE_CHECKING:
-    from ..run.engine_view import EngineView
 
 
 class TargetSet:
-    def __init__(self, engine: EngineView, ids: itertools.count, on_overload: Callable[[str], None]) -> None:
+    def __init__(self, engine: Any, ids: itertools.count, on_overload: Callable[[str], None]) -> None:
         self.e = engine
         self.states: list[TargetState] = []  # every target, the first is the engine's `target`
         self.ids = ids  # request ids, unique in the session, in send order (every Sender's)
@@ -67,11 +64,6 @@ class TargetSet:
             st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
             await st.telemetry.start()
         e.log("notice", f"target {len(self.states)}: {base} ({target.info.kind}, model {target.model or '?'}), weight {weight:g}")
-
-    def pick(self) -> Sender:
-        """The Sender of the target the next request (or session) goes to."""
-        st = pick(self.states) if len(self.states) > 1 else None
-        return (st or self.states[0]).sender
 
     @property
     def all_gone(self) -> bool:
