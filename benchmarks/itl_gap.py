@@ -42,7 +42,7 @@ computed it over the whole step (from the engine's start: the warm-up included),
 server's write gaps over the step's own span (t_start .. t_start + duration_s).
 
   tui       `redline --url SERVER --concurrency C --out TMP [--workers W]` as run by
-            tui/commands.py (the engine_config of lag.py), in a real terminal (tmux 80x24, a
+            tui/cli/handlers.py (the engine_config of lag.py), in a real terminal (tmux 80x24, a
             private socket) drawing at its normal rate; stopped by SIGTERM as lag.py stops it;
             the TUI process's CPU (the drawing process, not the engine's) over the window
   headless  the same engine process with no TUI

@@ -10,7 +10,7 @@ exported by the engine, so this benchmark runs the engine child with one additio
 stops, the child writes the histogram's counts since the end of the warm-up to a file. The
 engine itself, its process, its loop (uvloop) and its configuration are redline's own:
 
-  tui       `redline --url SIM --concurrency C --out TMP` as run by tui/commands.py, in a real
+  tui       `redline --url SIM --concurrency C --out TMP` as run by tui/cli/handlers.py, in a real
             terminal (tmux, 80x24) drawing at its normal rate; the screen is captured at the end
             to show it drew ("C=" on screen) and the TUI process's CPU is reported
   headless  the same engine process with no TUI (nothing drawing)
@@ -100,9 +100,9 @@ def make_host(config, result_path: str, warmup_s: float):
 
 
 def engine_config(url: str, c: int, out: str):
-    """Exactly what `redline --url URL --concurrency C --out OUT` builds (tui/commands.py)."""
-    from redline.tui.cli import build_parser
-    from redline.tui.launch import engine_config as cfg_from_args, workload_from_args
+    """Exactly what `redline --url URL --concurrency C --out OUT` builds (tui/cli/handlers.py)."""
+    from redline.tui.cli.parser import build_parser
+    from redline.tui.cli.launch import engine_config as cfg_from_args, workload_from_args
 
     workers = int(os.environ.get(WORKERS_ENV, "1"))  # --workers: the runs' children inherit it
     argv = ["--url", url, "--concurrency", str(c), "--out", out] + (["--workers", str(workers)] if workers > 1 else [])

@@ -47,7 +47,7 @@ DEFAULT_TRANSPORT = "lean"
 # bytes leave a few loop turns later (connect, then write). Started all at once, the 1016 new
 # requests of 8 -> 1024 in one process each ran ~0.7 ms first, so their bytes left a median of
 # 0.3-0.65 s (at most 0.9 s) after their stamps and those TTFTs read that much high; 8 a turn:
-# 55-93 ms median (benchmarks/send_burst.py, README "Benchmarks"), the rise itself slower
+# 55-93 ms median (benchmarks/send_burst.py, docs/benchmarks.md), the rise itself slower
 # (1.5-3 s against 0.6-1 s on 2 cores: reads go on between batches).
 SEND_BATCH = 8
 ABORT_WAIT_S = 2.0  # how long abort() waits for cancelled requests to unwind

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["BOUND", "ms", "num", "rate", "step_ms"]
 
-BOUND = "≥"  # a lower bound (censored requests: README "Requests that outlive their step")
+BOUND = "≥"  # a lower bound (censored requests: docs/numbers.md#requests-that-outlive-their-step-censoring)
 
 
 def ms(v: float | None, unit: bool = True) -> str:

@@ -1,4 +1,4 @@
-"""Truth at the breaking point (README "Requests that outlive their step"): a step's figures
+"""Truth at the breaking point (docs/numbers.md#requests-that-outlive-their-step-censoring): a step's figures
 count every request it sent, the ones still waiting at its close included, checked against
 the sim's own clock (/sim/requests: when each request arrived, answered, ended).
 

@@ -403,7 +403,8 @@ def test_command_line_errors_are_one_line(booby_traps, capsys, argv, needles):
 
 
 def test_every_command_dispatches_to_one_handler():
-    from redline.tui import cli, commands
+    from redline.tui import cli
+    from redline.tui.cli import handlers as commands
 
     parser = cli.build_parser()
     assert parser.get_default("handler") is commands.cmd_tui  # plain `redline`
@@ -446,7 +447,7 @@ def test_deeply_nested_preset_is_one_line_not_a_traceback(tmp_path, booby_traps,
 
 
 def test_python_dash_m_tui_cli_gives_one_line_too():
-    """`python -m redline.tui.cli` runs cli.py as __main__: its UsageError must still be the one caught."""
+    """`python -m redline.tui.cli` runs tui/cli/__main__.py: its UsageError must still be the one caught."""
     r = run_cli(["--url", "ftp://127.0.0.1:1"], command=[sys.executable, "-m", "redline.tui.cli"])
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == BAD and len(r.stderr.splitlines()) == 1

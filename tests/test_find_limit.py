@@ -233,7 +233,7 @@ def test_report_shows_goodput_beside_throughput():
 
 def test_report_compares_goodput_across_sessions():
     from redline.engine.report.compare import session_from_steps
-    from redline.tui.report_cmd import format_comparison
+    from redline.tui.cli.report import format_comparison
 
     def st(c, tok, good=None, att=None):
         return StepResult(concurrency=c, duration_s=10, completed=20, failed=0, output_throughput=tok, input_throughput=0,

@@ -1,4 +1,4 @@
-"""Gates for CI (engine/report/gate.py; README "Comparing configurations", "Gates for CI"): the spec
+"""Gates for CI (engine/report/gate.py; docs/comparing.md, "Gates for CI"): the spec
 parser and its one-line errors, the evaluator on synthetic summary.json files, regression gates
 between two sessions, the JUnit XML, a preset's [gate], and the commands end to end:
 `redline run PRESET --headless --gate ...` (exit 4 / 0 / 2 before any load) and

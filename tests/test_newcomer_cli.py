@@ -111,7 +111,7 @@ def test_a_failed_start_still_closes_the_session(tmp_path):
     one line and meta.json says when and why it ended."""
     out = tmp_path / "s"
     code = ("import sys; sys.modules['ray'] = None\n"
-            "import redline.tui.launch as L; L.ray_installed = lambda: True\n"
+            "import redline.tui.cli.launch as L; L.ray_installed = lambda: True\n"
             "from redline.tui.cli import main\n"
             f"sys.exit(main(['run', 'quick', '--headless', '--ray', 'auto', '--workers', '2', '--out', {str(out)!r}]))")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "CI": "true"},
@@ -142,7 +142,7 @@ def test_unknown_option_is_named_with_the_closest_one(nothing_starts, capsys, ar
 
 
 def test_options_are_not_abbreviated():
-    from redline.tui.cli import build_parser
+    from redline.tui.cli.parser import build_parser
 
     p = build_parser()
     assert p.allow_abbrev is False
@@ -155,14 +155,25 @@ def test_readme_states_the_abbreviation_choice():
     assert "never abbreviated" in readme
 
 
-# -- 13. the README's commands work as written ------------------------------------------------
+# -- 13. the commands of README and docs/ work as written --------------------------------------
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def readme_commands() -> list[str]:
-    """Every `redline ...` example line of the README's code blocks, its comment dropped."""
+    """Every `redline ...` example line of the code blocks of README.md and docs/*.md (an
+    indented block or a ``` fence), its comment dropped."""
     out = []
-    for line in (ROOT / "README.md").read_text().splitlines():
-        s = line.strip()
-        if line.startswith("    redline") and (s == "redline" or s.startswith("redline ")):
-            out.append(s.split("  #")[0].strip())
+    for doc in DOCS:
+        fenced = False
+        for line in doc.read_text().splitlines():
+            if line.strip().startswith("```"):
+                fenced = not fenced
+                continue
+            s = line.strip()
+            if (line.startswith("    redline") or fenced) and (s == "redline" or s.startswith("redline ")):
+                cmd = s.split("  #")[0].strip()
+                if cmd not in out:
+                    out.append(cmd)
     return out
 
 
@@ -170,6 +181,25 @@ def test_readme_has_the_commands_this_test_checks():
     cmds = readme_commands()
     assert "redline --trace example --speed 2" in cmds
     assert any(c.startswith("redline --workers 4 --concurrency 2048") for c in cmds)
+    assert "redline run until-it-breaks --headless --out runs/uib" in cmds
+    assert any(c.startswith("redline ctl ") for c in cmds) and any(c.startswith("redline report ") for c in cmds)
+
+
+@pytest.mark.parametrize("cmd", readme_commands())
+def test_every_documented_command_parses_as_written(cmd):
+    """README's and docs/' every `redline` command line is one the parser takes (its options
+    exist, its values are of the accepted kind): none is out of date."""
+    import shlex
+
+    from redline.tui import cli
+
+    argv = [a for a in shlex.split(cmd)[1:] if a != "..."]
+    if any("|" in a and not a.startswith(("-", "'", '"')) and "=" not in a for a in argv) or any(a.isupper() for a in argv):
+        pytest.skip("a usage line with placeholders")
+    try:
+        cli.build_parser().parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"{cmd}: the parser refused it (exit {exc.code})")
 
 
 @pytest.mark.parametrize("cmd", [c for c in readme_commands()
@@ -181,8 +211,8 @@ def test_readme_command_is_accepted_as_written(cmd, tmp_path, monkeypatch, nothi
 
     from redline.engine.preset import as_search, load_preset, resolve_preset
     from redline.tui import cli
-    from redline.tui.errors import UsageError
-    from redline.tui.launch import checked_config, ray_installed
+    from redline.tui.cli.errors import UsageError
+    from redline.tui.cli.launch import checked_config, ray_installed
 
     argv = shlex.split(cmd)[1:]
     if any(a.startswith(("./", "runs/")) and before != "--out" for before, a in zip(["", *argv], argv)):
@@ -227,11 +257,11 @@ def test_unknown_trace_names_the_bundled_ones(tmp_path, monkeypatch, nothing_sta
 def test_readme_preset_list_and_end_reason_match_the_code():
     from redline.engine.preset import builtin_presets
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join(d.read_text() for d in DOCS)
     names = ", ".join(b.name for b in builtin_presets())
     assert f"not a built-in preset (built-in: {names})" in readme
     assert "`preset finished`" in readme and "preset done" not in readme
-    assert "preset finished" in (ROOT / "tui" / "commands.py").read_text()
+    assert "preset finished" in (ROOT / "tui" / "cli" / "handlers.py").read_text()
 
 
 @pytest.mark.parametrize("argv", [["--rate", "0.05"], ["--rate", "0.099"]])

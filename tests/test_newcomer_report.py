@@ -54,7 +54,7 @@ def test_rate_steps_are_aligned_by_rate_not_by_the_cap(rate_session):
 
 
 def test_report_of_a_rate_session_says_the_knee_in_req_s(rate_session):
-    from redline.tui.report_cmd import report_text
+    from redline.tui.cli.report import report_text
 
     text, _ = report_text([rate_session])
     assert "knee R=16/s (last good)" in text, text
@@ -66,7 +66,7 @@ def test_report_of_a_rate_session_says_the_knee_in_req_s(rate_session):
 
 
 def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
-    from redline.tui.report_cmd import report_text
+    from redline.tui.cli.report import report_text
 
     other = write_session(tmp_path / "other", [rate_step(1, 4.0, 380.0), rate_step(2, 8.0, 700.0)], None, "other")
     text, _ = report_text([rate_session, other])
@@ -77,7 +77,7 @@ def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
 
 
 def test_curves_of_a_rate_session_are_drawn_against_r(rate_session):
-    from redline.tui.curves import render_curves
+    from redline.tui.cli.curves import render_curves
 
     s = load_session(rate_session)
     out = render_curves([s], 100, 24, color=False)
@@ -98,7 +98,7 @@ def test_a_session_mixing_c_and_rate_steps_keeps_them_apart():
 
 def test_png_of_a_rate_session(rate_session, tmp_path):
     pytest.importorskip("matplotlib")
-    from redline.tui.curves import write_png
+    from redline.tui.cli.curves import write_png
 
     out = write_png([load_session(rate_session)], tmp_path / "c.png")
     assert out.stat().st_size > 1000

@@ -167,7 +167,7 @@ def test_the_startup_benchmark_answers_help():
 
 
 def test_each_command_adds_its_options_when_it_is_parsed_or_its_help_printed(capsys):
-    """`redline --help` builds the top level only (tui/cli.py): a command's own options are
+    """`redline --help` builds the top level only (tui/cli/parser.py): a command's own options are
     there when it is used, and an option given to the wrong command is still named."""
     from redline.tui import cli
 
@@ -304,7 +304,7 @@ def test_the_first_frame_imports_only_what_it_draws():
     loaded = set(r.stdout.split())
     later = {
         "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.prompts",
-        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.curves",  # the body, the dialogs
+        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.cli.curves",  # the body, the dialogs
         "textual.widgets._data_table",  # the step table's Textual widget
         "redline.engine.run.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
         "httpx", "aiohttp", "polars", "plotext",

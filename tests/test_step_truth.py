@@ -119,7 +119,7 @@ def test_step_counts_its_own_requests(capped_run):
 
 
 def test_readme_polars_example_reproduces_summary(capped_run):
-    """The README's "Reading a session in Python" recipe gives summary.json's figures."""
+    """The docs/session-format.md#export recipe gives summary.json's figures."""
     _, _, out = capped_run
     d = str(out)
     # -- the README example, verbatim in substance ------------------------------------

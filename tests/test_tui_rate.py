@@ -298,7 +298,7 @@ async def test_workload_form_on_a_fake_host_sends_one_change():
 
 # -- the command line --------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
-    from redline.tui.cli import build_parser
+    from redline.tui.cli.parser import build_parser
 
     a = build_parser().parse_args(argv)
     a.argv = ["redline", *argv]
@@ -306,7 +306,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_rate_trace_and_turns_reach_the_engine_config(tmp_path):
-    from redline.tui.launch import checked_config
+    from redline.tui.cli.launch import checked_config
 
     cfg = checked_config(parse(["--url", "http://127.0.0.1:9", "--rate", "12.5", "--arrival", "Gamma:0.50", "--max-concurrency", "64", "--out", str(tmp_path / "a")]))
     assert (cfg.rate, cfg.arrival, cfg.max_concurrency, cfg.workload.trace) == (12.5, "gamma:0.5", 64, None)

@@ -22,7 +22,7 @@ from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
-from redline.tui.report_cmd import format_targets_table, report_text
+from redline.tui.cli.report import format_targets_table, report_text
 from redline.tui.widgets.help import HelpScreen, target_rows
 from redline.tui.widgets.targets import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
 
@@ -125,7 +125,7 @@ async def test_two_targets_split_3_to_1_on_screen_and_one_gone_leaves_the_other_
 
 # -- the command line --------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
-    from redline.tui.cli import build_parser
+    from redline.tui.cli.parser import build_parser
 
     ns = build_parser().parse_args(argv)
     ns.argv = ["redline", *argv]
@@ -134,7 +134,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def test_urls_and_weights_reach_the_engine_config(tmp_path):
     from redline.engine.preset import load_preset, resolve_preset
-    from redline.tui.launch import checked_config
+    from redline.tui.cli.launch import checked_config
 
     u1, u2, u3 = "http://127.0.0.1:9", "http://127.0.0.1:8/v1", "http://10.0.0.2:30000"
     cfg = checked_config(parse(["--url", u1, "--url", u2, "--url", u3, "--weights", "2,1,1", "--out", str(tmp_path / "a")]))

@@ -21,18 +21,9 @@ from redline.engine.host import EngineThread
 from redline.engine.session import SessionWriter
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
-from redline.tui.report_cmd import format_workers_table, report_text
+from redline.tui.cli.report import format_workers_table, report_text
 from redline.tui.widgets.help import HelpScreen, worker_rows
-from redline.tui.widgets.workers import (
-    DEAD_STYLE,
-    KEEP_NARROW,
-    MAX_ROWS,
-    WorkersPanel,
-    block_lines,
-    rows_text,
-    summary_text,
-    workers_text,
-)
+from redline.tui.widgets.workers import DEAD_STYLE, KEEP_NARROW, MAX_ROWS, WorkersPanel, block_lines, rows_text, summary_text, workers_text
 
 from helpers import FAST_SIM, settle
 from test_screen import FakeHost, make_app, play, screen_lines, targets_story, workers_story

@@ -62,7 +62,7 @@ def _config(argv: list[str], monkeypatch, cores: int = 16):
     on a machine of `cores` cores."""
     from redline.engine.preset import as_search, load_preset, resolve_preset
     from redline.tui import cli
-    from redline.tui.launch import checked_config
+    from redline.tui.cli.launch import checked_config
 
     monkeypatch.setattr(worker_count, "usable_cores", lambda: cores)
     args = cli.build_parser().parse_args(argv)

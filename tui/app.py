@@ -429,7 +429,7 @@ class RedlineApp(App[int]):
 
         await self.open_prompt(ConcurrencyPrompt(self.target, self.max_concurrency), done)
 
-    # -- open-loop rate (README "Load shapes") ------------------------------------------
+    # -- open-loop rate (docs/load-shapes.md) ------------------------------------------
     @property
     def target_rate(self) -> float:
         """The R the operator last asked for, else the engine's (1 req/s before it has one)."""
@@ -652,7 +652,7 @@ class RedlineApp(App[int]):
         self.host.send(C.Log("preset", text))
         self._preset_note = text  # line 2 says what holds now (`[PROBE] C=1 (was C=256, r returns)`)
 
-    # -- finding the limit (README "Finding the limit") ----------------------------------
+    # -- finding the limit (docs/finding-the-limit.md) ----------------------------------
     def action_lane(self) -> None:
         """The probe lane: one request at a time beside the load, kept out of its figures."""
         self.host.send(C.ToggleLane())

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine import api
 
-from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
-from .launch import BUILTIN_SIM, running_target, session_saved
+from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
+from .cli.launch import BUILTIN_SIM, running_target, session_saved
 
 if TYPE_CHECKING:
     from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot

@@ -1,7 +1,7 @@
 """The HTTP client: httpx as the API, over a transport chosen for CPU cost.
 
 httpx's default transport costs ~117 us of CPU per streamed token at C=256; the aiohttp
-transport ~17 us (README, "Benchmarks"). The client's CPU is the ceiling on what redline can measure,
+transport ~17 us (docs/benchmarks.md). The client's CPU is the ceiling on what redline can measure,
 so the default is the cheapest: "lean" (engine/client/transport.py: asyncio.Protocol + httptools on
 the running loop, uvloop under the engine host). "aiohttp" and "httpx" stay selectable
 (`--transport`, hidden) for the benchmark (benchmarks/client_cost.py) and as a fallback.

@@ -45,7 +45,7 @@ class Target:
 
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-._")
 
-# What --url and a preset's [target].url accept (README, "Usage" and "Presets"): one validator.
+# What --url and a preset's [target].url accept (docs/cli.md and "Presets"): one validator.
 URL_FORMS = "http://HOST[:PORT] or https://HOST[:PORT] (optionally ending in /v1)"
 
 

@@ -8,7 +8,7 @@ collector); nothing here writes the text format by hand. Names are `redline_*`, 
                                                      stay out, as in every redline figure), so
                                                      their counts equal the session's `ok` rows
     redline_itl_seconds                              histogram: inter-token latencies as they
-                                                     arrive (README "What the numbers mean")
+                                                     arrive (docs/numbers.md)
     redline_requests_total{outcome}                  counter: ok | failed | cancelled
     redline_errors_total{kind}                       counter: failed requests by error kind
     redline_output_tokens_total, redline_input_tokens_total   counters, at each request's end

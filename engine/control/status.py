@@ -13,7 +13,7 @@ from ..rules.verdicts import summary_knee
 
 def status_of(engine: Any, url: str = "") -> dict:
     """GET /v1/status: the engine's latest Snapshot as JSON; the live figures carry the names
-    of the timeline rows (README "timeline.ndjson")."""
+    of the timeline rows (docs/session-format.md#timelinendjson)."""
     s = engine.snapshot
     live: dict[str, Any] = {
         "output_tok_s": round(s.output_tok_s, 3), "input_tok_s": round(s.input_tok_s, 3),

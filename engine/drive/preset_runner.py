@@ -5,7 +5,7 @@ both drive the same Engine API, so a step means the same thing in either. The ru
 the engine; the engine knows nothing of presets (it only lets a `driver` task steer it, which
 an operator command cancels).
 
-A step (README "Presets"):
+A step (docs/presets.md):
 - opens when its concurrency is set, so warm-up requests carry its index;
 - warms up for `warmup_s`, and at least until the in-flight count has reached C (lowering C
   waits for the previous step's requests to drain; at most SETTLE_MAX_S more);

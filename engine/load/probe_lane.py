@@ -1,4 +1,4 @@
-"""The probe lane: one request at a time beside the load (README "The probe lane").
+"""The probe lane: one request at a time beside the load (docs/finding-the-limit.md#the-probe-lane).
 
 Toggled live (key `l`), it keeps a single stream going next to the load's C streams. Its
 requests are rows of their own (phase `lane`) and stay out of every load figure (tok/s,

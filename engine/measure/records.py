@@ -139,7 +139,7 @@ class RequestRecord:
     step_e2e: float | None = None
     step_tpot: float | None = None
 
-    # -- derived figures (README "What the numbers mean") ----------------------------------
+    # -- derived figures (docs/numbers.md) ----------------------------------
     @property
     def t_start(self) -> float:
         """Where latencies count from: the intended send time in rate mode, else the send."""

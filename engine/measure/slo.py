@@ -1,4 +1,4 @@
-"""Service-level objectives and goodput (README "SLOs and goodput"); whether a step or a
+"""Service-level objectives and goodput (docs/finding-the-limit.md#slos-and-goodput); whether a step or a
 request meets them is a verdict (engine/rules/verdicts.py slo_rule, judge_request).
 
 Two kinds of bound:

@@ -79,7 +79,7 @@ class StepResult:
     dropped_or_delayed: int | None = None  # sends held back at the in-flight cap during the step (open loop)
     ttft_by_turn: list[dict] | None = None  # multi-turn: [{"turn", "requests", "median_ttft_ms", "p99_ttft_ms"}]
     workload: dict | None = None  # the workload the step ran (dataset, input_len, output_len, ...)
-    # censoring (README "Requests that outlive their step"): own requests with no first token
+    # censoring (docs/numbers.md#requests-that-outlive-their-step-censoring): own requests with no first token
     # (no end) when the step closed enter TTFT (E2E) as "at least their age"; a figure whose
     # rank falls among them is a lower bound (its *_bound is true, drawn "≥"). When they
     # finish later the record is completed (final); what stays censored is what the run

@@ -63,7 +63,7 @@ def timeline_row(
     lane: tuple[float | None, float | None] | None = None,
     shape: dict | None = None,
 ) -> dict:
-    """One row of timeline.ndjson (README "timeline.ndjson")."""
+    """One row of timeline.ndjson (docs/session-format.md#timelinendjson)."""
     d = interval_s if interval_s > 0 else TIMELINE_INTERVAL_S
     out = sec["out"] / d
     row: dict = {

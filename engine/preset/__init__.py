@@ -1,4 +1,4 @@
-"""Presets: TOML files that run a ramp of concurrency steps unattended (README, "Presets").
+"""Presets: TOML files that run a ramp of concurrency steps unattended (docs/presets.md).
 
 One module per job; this package re-exports the public names:
 

@@ -1,6 +1,6 @@
 """Reading a preset: TOML text in, a checked `Preset` out, or one line saying what is wrong.
 
-Every key is checked (README, "Presets", lists them all); unknown tables and keys are errors.
+Every key is checked (docs/presets.md, lists them all); unknown tables and keys are errors.
 A bad one raises PresetError naming the file, the key and what is accepted. In short:
 
     name = "until-it-breaks"          # optional; default: the file name without .toml

@@ -3,7 +3,7 @@
 Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
 presets, never the reverse). A Preset comes from parse.py (a TOML file) or replay.py (a
 recorded session); the runner (engine/drive/preset_runner.py) follows `Preset.ramp.steps()`, the breaker
-(engine/rules/verdicts.py) applies `Preset.stop`. Every key is described in the README, "Presets".
+(engine/rules/verdicts.py) applies `Preset.stop`. Every key is described in the docs/presets.md.
 """
 
 from __future__ import annotations

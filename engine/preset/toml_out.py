@@ -27,7 +27,7 @@ def preset_to_toml(preset: Preset, header: str | None = None) -> str:
     lines: list[str] = [f"# redline preset: {one_line(preset.name)}"]
     if header:
         lines += [f"# {h}".rstrip() for h in header.splitlines()]
-    lines.append(f"# Written by redline {__version__}. Every key: README, section Presets.")
+    lines.append(f"# Written by redline {__version__}. Every key: docs/presets.md.")
     top: dict[str, Any] = {"name": preset.name}
     if preset.description:
         top["description"] = preset.description

@@ -15,7 +15,7 @@ from ..session.rows import COLUMNS, GPU_COLUMN, IDLE_STATES, gpu_sort_key
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
 
-# The documented schema of each table as polars dtypes (README, "Session directory").
+# The documented schema of each table as polars dtypes (docs/session-format.md).
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     table: {c: _DTYPES[k] for c, k in cols.items()} for table, cols in COLUMNS.items()
 }

@@ -1,4 +1,4 @@
-"""Pass/fail gates over a session's results, for CI (README "Gates for CI").
+"""Pass/fail gates over a session's results, for CI (docs/comparing.md#gates-for-ci).
 
 A gate is a list of conditions, written `FIGURE[@LOAD] OP VALUE` and separated by commas:
 

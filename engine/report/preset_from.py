@@ -1,7 +1,7 @@
 """A recorded session as a preset that replays it (`redline preset-from`).
 
 The session's concurrency timeline becomes a replay-mode ramp: `[ramp].concurrency` plus
-`durations_s`, no warm-up, no stop rules (README, "Presets", replay mode). A C=1 probe that
+`durations_s`, no warm-up, no stop rules (docs/presets.md, replay mode). A C=1 probe that
 ended the session (a preset's `[after].probe_s`, or `a` as the last thing done) is replayed as
 one, `[after].probe_s`: it aborts what is in flight as the original did, where a C=1 step would
 let the load before it drain into its figures. A probe inside the timeline (`a`, then `r`) is

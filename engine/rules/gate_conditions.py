@@ -1,6 +1,6 @@
 """The gate's conditions (engine/report/gate.py): the figures a gate can name and the parser of
 `FIGURE[@LOAD] OP VALUE`, e.g. `knee>=64`, `tok_s@C=64>=2500`, `ttft_p99<=+10%` (the forms:
-gate.py's docstring, README "Gates for CI"). Pure: text in, Condition values out.
+gate.py's docstring, docs/comparing.md#gates-for-ci). Pure: text in, Condition values out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Guard rails for live servers (README "Guard rails").
+"""Guard rails for live servers (docs/finding-the-limit.md#guard-rails).
 
 When a guard is crossed for GUARD_SUSTAIN_S seconds in a row, the engine drops the load by
 itself to the last good concurrency (the last C held without crossing it, else half the

@@ -27,7 +27,7 @@ def as_break(b: BreakResult | dict[str, Any] | None) -> BreakResult | None:
 # -- cells ---------------------------------------------------------------------------------
 
 def fmt_ms(v: float | None) -> str:
-    """A latency cell in ms, no unit (engine/fmt.py's ms); kept for tui/report_cmd.py."""
+    """A latency cell in ms, no unit (engine/fmt.py's ms); kept for tui/cli/report.py."""
     return ms(v, unit=False)
 
 

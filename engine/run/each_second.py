@@ -217,7 +217,7 @@ class Ticker:
             e.session.add_timeline(row)
 
     def _shape_row(self, ctl: LoadControl | None) -> dict:
-        """The timeline's load-shape columns (README "timeline.ndjson")."""
+        """The timeline's load-shape columns (docs/session-format.md#timelinendjson)."""
         if ctl is None:
             return {"mode": CONCURRENCY, "target_rate": None}
         mode = CONCURRENCY if ctl.probing else ctl.mode

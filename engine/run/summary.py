@@ -1,4 +1,4 @@
-"""What a session's meta.json and summary.json say (README, "Session directory"): built here
+"""What a session's meta.json and summary.json say (docs/session-format.md): built here
 from the engine's parts, written by the SessionWriter (session/writer.py) off the loop."""
 
 from __future__ import annotations

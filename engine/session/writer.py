@@ -51,7 +51,7 @@ def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
 
 
 class SessionWriter:
-    """Writes one session directory (the layout: README, "Session directory").
+    """Writes one session directory (the layout: docs/session-format.md).
 
     Thread-safety: add_* may be called from any thread (deque appends are atomic);
     flush()/close() serialise on a lock. Do not call them from inside a signal handler

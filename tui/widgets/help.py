@@ -1,7 +1,7 @@
 """The help screen (`?`): every key, the settings this session runs with, and what each
 figure on the screen means. Escape, `?` or `q` closes it; the screen below keeps drawing.
 
-The figure lines say in one line what README "What the numbers mean" defines; the settings
+The figure lines say in one line what docs/numbers.md defines; the settings
 come from the latest Snapshot and the engine's configuration, nothing else.
 """
 

@@ -1,7 +1,7 @@
 """The step table: one row per period held at one concurrency (or request rate, or trace
 speed: the C column reads `12.5/s` or `×2 trace` then), in the order they happened.
 
-A step (README "What a step's figures describe") is a row; so is each C=1 probe and each
+A step (docs/numbers.md#what-a-steps-figures-describe) is a row; so is each C=1 probe and each
 paused period, so an operator reads what happened when: 8, 64, probe, paused, 64 is five
 rows in that order. The live row (the step being measured now, or the pause going on) is
 last, marked `*` and highlighted; the table follows it unless the operator scrolled up.

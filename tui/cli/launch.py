@@ -1,6 +1,6 @@
 """From parsed arguments to a checked EngineConfig, then to a running target.
 
-Order is the contract (README, "Faults", bad input): `checked_config` checks every user value
+Order is the contract (docs/sim.md#faults-and-what-redline-does, bad input): `checked_config` checks every user value
 (options, API key, dataset, preset, --out, --compare) and builds the whole EngineConfig
 before anything starts; only then does `running_target` start the built-in sim, when there
 is no URL. A bad value is a one-line UsageError (exit 2) with no connection and no sim.
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
-from ..engine import api as engine_api  # (`api` is the --api option here)
+from ...engine import api as engine_api  # (`api` is the --api option here)
 
 from .errors import UsageError
 
@@ -22,7 +22,7 @@ DEFAULT_PROFILE = "healthy"
 if TYPE_CHECKING:
     from typing import Iterator
 
-    from ..engine.api import EngineConfig, Preset, WorkloadConfig
+    from ...engine.api import EngineConfig, Preset, WorkloadConfig
 
 BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
 
@@ -93,7 +93,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
 def control(args: argparse.Namespace) -> tuple:
     """--control [HOST:]PORT and --control-token-env NAME checked before anything starts: a
     non-loopback host without a token, a port that cannot be listened on: one line, exit 2."""
-    from ..engine.api import ControlError, check_control
+    from ...engine.api import ControlError, check_control
 
     try:
         return check_control(getattr(args, "control", None), getattr(args, "control_token_env", None), os.environ)
@@ -158,7 +158,7 @@ def ray_installed() -> bool:
 
 def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
     """(SLO, guard) from --slo / --guard, else the preset's [slo] / [guard]."""
-    from ..engine.api import SloError, parse_guard, parse_slo
+    from ...engine.api import SloError, parse_guard, parse_slo
 
     try:
         slo = parse_slo(args.slo) if getattr(args, "slo", None) else (preset.slo if preset else None)
@@ -174,7 +174,7 @@ def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[Engi
     if cfg.url != BUILTIN_SIM:
         yield cfg
         return
-    from ..engine.api import spawn_sim_process
+    from ...engine.api import spawn_sim_process
 
     sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
     try:
@@ -218,7 +218,7 @@ def target_weights(args: argparse.Namespace, n: int) -> tuple[float, ...] | None
     if n < 2:
         raise UsageError(f"--weights {text!r}: splits the load over several targets; give --url two or more times, "
                          "one weight per --url")
-    from ..engine.api import WeightsError, parse_weights
+    from ...engine.api import WeightsError, parse_weights
 
     try:
         return parse_weights(text, n)
@@ -236,7 +236,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
     target_weights(args, len(urls))
     if args.profile is not None:
-        from ..engine.api import get_profile
+        from ...engine.api import get_profile
 
         try:
             get_profile(args.profile)
@@ -308,7 +308,7 @@ def check_shape(args: argparse.Namespace) -> None:
     if think is not None and turns < 2:
         raise UsageError(f"--think-s {think:g}: the pause between turns of a session; give --turns N (2 or more) too")
     if trace is not None:
-        from ..engine.api import resolve_trace
+        from ...engine.api import resolve_trace
 
         args.trace = resolve_trace(trace)  # `--trace example`: the bundled trace
         check_trace(args.trace)
@@ -319,13 +319,13 @@ def check_trace(path: str) -> None:
     if not path.strip():
         raise UsageError(f"--trace {path!r}: expected the path of a Mooncake JSONL trace")
     try:
-        from ..engine.api import TraceError, load_trace
+        from ...engine.api import TraceError, load_trace
     except ImportError:  # pragma: no cover - the engine without trace replay
         raise UsageError(f"--trace {path!r}: this redline cannot replay traces") from None
     try:
         rows = load_trace(path)
     except TraceError as exc:
-        from ..engine.api import builtin_traces
+        from ...engine.api import builtin_traces
 
         bundled = ", ".join(builtin_traces())
         hint = f" (or a bundled trace by name: {bundled})" if bundled and not Path(path).expanduser().exists() else ""

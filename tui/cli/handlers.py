@@ -1,4 +1,4 @@
-"""One handler per `redline` command (tui/cli.py parses and dispatches here).
+"""One handler per `redline` command (tui/cli/parser.py parses and dispatches here).
 
 Each takes the parsed arguments and returns the exit status; a bad value raises UsageError
 (one line, exit 2, printed by cli.main). The work itself is the engine's: these only pick
@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
-from ..engine import api
+from ...engine import api
 
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE
 from .launch import checked_config, running_target, session_saved
 
 if TYPE_CHECKING:
-    from ..engine.api import Preset
+    from ...engine.api import Preset
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -64,7 +64,7 @@ async def _held(cfg) -> int:
     it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N)."""
     import asyncio
 
-    from ..engine.api import Engine, execute, format_step_table
+    from ...engine.api import Engine, execute, format_step_table
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -117,11 +117,11 @@ async def _held(cfg) -> int:
 
 
 def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
-    from .run_app import run_tui
+    from ..run_app import run_tui
 
     compare = None
     if getattr(args, "compare", None) is not None:  # checked before the sim starts too
-        from .report_cmd import load_compare_session
+        from .report import load_compare_session
 
         compare = load_compare_session(args.compare)
     return run_tui(cfg, args, preset=preset, compare=compare)  # it starts the target (the built-in sim)
@@ -154,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     """The gate of `redline run`: --gate, else the preset's [gate]; None without one. Checked
     here, before anything starts (UsageError: one line, exit 2)."""
-    from ..engine.report.api import GateError, has_relative, parse_gate
+    from ...engine.report.api import GateError, has_relative, parse_gate
 
     spec = getattr(args, "gate", None)
     junit = getattr(args, "junit", None)
@@ -189,7 +189,7 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
 async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None) -> int:
     import asyncio
 
-    from ..engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
+    from ...engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -247,7 +247,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
-    from ..engine.api import RunOutcome, summary_knee
+    from ...engine.api import RunOutcome, summary_knee
 
     # one record: the table prints each step's final figures (completed by requests that ended
     # after its close), as summary.json, `redline report` and the HTML page read them
@@ -260,7 +260,7 @@ async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path |
     print(format_step_table(out.steps, out.break_result, out.probe,
                             knee_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain))))
     if cfg.more_urls and cfg.out_dir is not None:
-        from .report_cmd import session_targets_table
+        from .report import session_targets_table
 
         table = session_targets_table(cfg.out_dir)
         if table:
@@ -276,7 +276,7 @@ def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
     """The gate at the end of a headless run: judged on summary.json as written (the steps'
     final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
     JUnit file; EXIT_GATE_FAILED when a condition failed."""
-    from ..engine.report.api import SUMMARY, GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed, session_from_steps
+    from ...engine.report.api import SUMMARY, GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed, session_from_steps
 
     summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
     session = None
@@ -311,7 +311,7 @@ def _add_to_summary(path: Path, key: str, value: object) -> None:
     """summary.json with `key` set, rewritten atomically (the session's log is closed by now)."""
     import json
 
-    from ..engine.report.api import dumps_doc, write_text_atomic
+    from ...engine.report.api import dumps_doc, write_text_atomic
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -366,7 +366,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 # -- sessions: export, report, preset-from -------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..engine.report.api import export_session
+    from ...engine.report.api import export_session
 
     try:
         paths = export_session(args.session_dir, args.format, args.output)
@@ -378,7 +378,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report_cmd import report_text
+    from .report import report_text
 
     png: Path | None = args.png
     if png is not None:
@@ -392,7 +392,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     if html is not None:  # before any output too
-        from ..engine.report.api import HtmlUnavailable, collect, write_html
+        from ...engine.report.api import HtmlUnavailable, collect, write_html
 
         try:
             write_html([collect(s.path, s) for s in sessions], html)
@@ -434,7 +434,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def report_gate(args: argparse.Namespace) -> list | None:
     """`redline report ... --gate SPEC`: checked before anything is read (one line, exit 2).
     A change (tok_s>=-5%) compares two sessions, BASELINE CANDIDATE."""
-    from ..engine.report.api import GateError, has_relative, parse_gate
+    from ...engine.report.api import GateError, has_relative, parse_gate
 
     spec, junit = getattr(args, "gate", None), getattr(args, "junit", None)
     if spec is None:
@@ -457,8 +457,8 @@ def report_gate(args: argparse.Namespace) -> list | None:
 def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
     """The gate of `redline report`: changes of the candidate (the second session) against
     the baseline (the first), absolute conditions on the last session."""
-    from ..engine.report.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
-    from ..engine.report.api import gate_compare as compare
+    from ...engine.report.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
+    from ...engine.report.api import gate_compare as compare
 
     try:
         sessions = [GateSession.load(d) for d in args.session_dirs]
@@ -491,7 +491,7 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
 
 
 def _check_html_target(path: Path) -> None:
-    from ..engine.report.api import HTML_EXTRA_HINT, html_available
+    from ...engine.report.api import HTML_EXTRA_HINT, html_available
 
     if not html_available():
         raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
@@ -526,7 +526,7 @@ def _plot_size() -> tuple[int, int]:
 def cmd_preset_from(args: argparse.Namespace) -> int:
     out: Path = args.output
     try:
-        from ..engine.report.api import preset_from_session
+        from ...engine.report.api import preset_from_session
 
         replay = preset_from_session(args.session_dir, out.stem or "replay")
     except api.PresetError as exc:
@@ -535,7 +535,7 @@ def cmd_preset_from(args: argparse.Namespace) -> int:
         out.write_text(replay.toml, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"-o {str(out)!r}: cannot write: {exc.strerror or exc}") from None
-    from ..engine.report.api import steps_text
+    from ...engine.report.api import steps_text
 
     line = f"wrote {out}: {steps_text(replay.steps, replay.seconds - replay.probe_s, replay.probe_s)}"
     if replay.left_out_s >= 0.5:

@@ -1,4 +1,4 @@
-"""`redline ctl`: the control API's command-line client (README "Steering from scripts").
+"""`redline ctl`: the control API's command-line client (docs/steering.md).
 
     redline ctl [--control URL] [--json] status|concurrency N|rate R|probe|restore|pause|resume|
                 preset NAME|search|slo SPEC|workload K=V...|lane [on|off]|profile [S]|export|stop

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ..engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
+from ...engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 

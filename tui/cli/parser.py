@@ -1,4 +1,4 @@
-"""The command line: parse, then hand the arguments to one handler (tui/commands.py).
+"""The command line: parse, then hand the arguments to one handler (tui/cli/handlers.py).
 
     redline [OPTIONS]                    the TUI (on the built-in sim when there is no --url)
     redline COMMAND [ARGS]               run, presets, export, report, preset-from, sim
@@ -24,11 +24,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Callable, NoReturn, Sequence
 
-from ..engine import api
-from ..engine.api import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TRANSPORTS, __version__
+from ...engine import api
+from ...engine.api import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TRANSPORTS, __version__
 
-from . import commands
-from .errors import EXIT_BAD_INPUT, UsageError
+from . import handlers as commands
+from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 
 def _columns() -> int:
@@ -371,6 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `redline presets | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,5 @@
-"""The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/commands.py cmd_report
-prints it, and the curves of tui/curves.py).
+"""The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/cli/handlers.py cmd_report
+prints it, and the curves of tui/cli/curves.py).
 
 One session: its step table, break and probe (engine.session.report_session), the per-target
 and per-worker tables when the session had several targets or workers, the efficiency table
@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..engine.api import SessionError, StepResult, step_ms
-from ..engine.report.api import Row, SessionSummary, align_by_load, any_power, fmt_ms, format_break_line, format_step_line, joules_per_token, knee_load, load_session, load_sessions, report_session, tokens_per_watt
+from ...engine.api import SessionError, StepResult, step_ms
+from ...engine.report.api import Row, SessionSummary, align_by_load, any_power, fmt_ms, format_break_line, format_step_line, joules_per_token, knee_load, load_session, load_sessions, report_session, tokens_per_watt
 
 from .errors import UsageError
 
@@ -231,7 +231,7 @@ def format_targets_table(targets: Sequence[dict]) -> str:
 
 def session_targets_table(session_dir: Path) -> str:
     """The per-target table of one session's summary.json; "" with one target or none recorded."""
-    from ..engine.report.api import load_summary
+    from ...engine.report.api import load_summary
 
     try:
         summary = load_summary(session_dir)
@@ -285,7 +285,7 @@ def format_workers_table(workers: Sequence[dict]) -> str:
 
 def _summary_list(session_dir: Path, key: str) -> list[dict]:
     """summary.json's `key` list (its dict entries), [] when absent or unreadable."""
-    from ..engine.report.api import load_summary
+    from ...engine.report.api import load_summary
 
     try:
         summary = load_summary(session_dir)

@@ -1,0 +1,7 @@
+"""`python -m redline.tui.cli`: the same as the `redline` console script."""
+
+import sys
+
+from .parser import main
+
+sys.exit(main())
