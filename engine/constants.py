@@ -8,7 +8,7 @@ TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 CLOSE_CATCH_UP_TURNS = 6  # a step's close lets the loop turn this often first: a socket read, its delivery, the request's end
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
-# One process's share of streams (engine/load/worker_count.py; benchmarks/itl_gap.py, README
+# One process's share of streams (engine/load/worker_count.py; benchmarks/itl_gap.py, docs/benchmarks.md
 # "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/client/kstamp.py), one process
 # read ITL within 0.3 ms of the server's at C=512 and 1024 (2 cores); above, it may fall behind
 # its reads (C=4096 in one process received 89 % of what the sim sent). Stamped when the loop

@@ -3,6 +3,8 @@ naming the value and what is accepted, exit 2, before anything starts; no traceb
 
 from __future__ import annotations
 
+import re
+
 import asyncio
 import json
 import os
@@ -169,11 +171,13 @@ def readme_commands() -> list[str]:
             if line.strip().startswith("```"):
                 fenced = not fenced
                 continue
-            s = line.strip()
-            if (line.startswith("    redline") or fenced) and (s == "redline" or s.startswith("redline ")):
-                cmd = s.split("  #")[0].strip()
-                if cmd not in out:
-                    out.append(cmd)
+            s = re.split(r"\s+#(?:\s|$)", line.strip())[0]
+            if not (line.startswith("    redline") or fenced):
+                continue
+            for part in re.split(r"\s*(?:&&|;|\|\|)\s*", s):  # `redline ctl probe && sleep 20 && redline ctl restore`
+                if part == "redline" or part.startswith("redline "):
+                    if part not in out:
+                        out.append(part)
     return out
 
 

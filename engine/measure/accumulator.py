@@ -1,5 +1,4 @@
-"""Step accumulation: what one period held at one load measured (README "What the numbers
-mean").
+"""Step accumulation: what one period held at one load measured (docs/numbers.md).
 
 A step is opened when its load is set; requests sent from then on carry its index (open loop:
 requests whose *intended* send time fell in it, held at the in-flight cap or not). Its warm-up

@@ -29,7 +29,7 @@ PER_REQUEST = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 PER_STEP = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL p99", "e2e_ms": "E2E",
           "ttft_p99_ms": "p99 TTFT", "itl_p99_ms": "p99 ITL", "e2e_p99_ms": "p99 E2E"}
-# the flag's names (README): per request ttft/tpot/itl/e2e, per step ttft_p99/itl_p99/e2e_p99
+# the flag's names (docs/finding-the-limit.md): per request ttft/tpot/itl/e2e, per step ttft_p99/itl_p99/e2e_p99
 FLAG_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_ms",
              "ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
 

@@ -250,7 +250,7 @@ class SessionWriter:
 
     def client_limited(self, t_start: float | None, duration_s: float | None) -> bool:
         """Whether a timeline row of [t_start, t_start + duration_s] (epoch seconds, a step's
-        measured window) said redline's own timings were suspect (README, client health)."""
+        measured window) said redline's own timings were suspect (docs/numbers.md, the client's own health)."""
         if t_start is None:
             return False
         t_end = t_start + (duration_s or 0.0)

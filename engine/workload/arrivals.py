@@ -66,7 +66,7 @@ def check_rate(r: object, what: str = "rate", *, lo: float | None = None) -> flo
     """A request rate in requests/s: a finite number > 0 (ArrivalError otherwise).
 
     Text is what a person typed (`--rate`, the TUI's `c` in rate mode): it must also be at
-    least `lo`, MIN_RATE by default (README: never below 0.1 req/s). A number is one redline
+    least `lo`, MIN_RATE by default (docs/load-shapes.md: never below 0.1 req/s). A number is one redline
     computed (the mode key's starting rate: a C=1 step of long answers sends 0.02 req/s) and
     needs only be > 0."""
     try:

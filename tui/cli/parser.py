@@ -65,7 +65,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                  hints: bool = False, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)  # `--headles` is a typo, not --headless (README)
+        kwargs.setdefault("allow_abbrev", False)  # `--headles` is a typo, not --headless (docs/cli.md)
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self._add_arguments = add_arguments
@@ -250,7 +250,7 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     lim = p.add_argument_group("limits")
     lim.add_argument("--slo", default=None, metavar="SPEC", help="SLOs: per request ttft=2s,tpot=50ms,itl=100ms,e2e=60s; per step ttft_p99=,itl_p99=,e2e_p99=; attainment=0.9 (goodput counts the requests meeting them; a preset ramp stops when a step misses them)")
     lim.add_argument("--guard", default=None, metavar="SPEC", help="guard rails: errors=5%%,ttft_p99=10s,gpu_temp=85; crossed for 5 s, the load drops to the last good C by itself")
-    ins = p.add_argument_group("inside the server", "the server's profiler and prefix cache at the load held (README \"Looking inside the server\")")
+    ins = p.add_argument_group("inside the server", "the server's profiler and prefix cache at the load held (docs/inside-the-server.md)")
     ins.add_argument("--profile-s", type=_positive_float("--profile-s"), default=5.0, metavar="S", help="a profiler capture (key P, [ramp] profile) stops after S seconds or at its step's end (default 5)")
     ins.add_argument("--flush-cache", action="store_true", help="before each preset step and the probe: drain the load to zero, then flush the server's prefix cache (SGLang /flush_cache, vLLM /reset_prefix_cache)")
     o = p.add_argument_group("session")
@@ -260,7 +260,7 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
 
 
 def _control_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("control API", "steer the run from scripts: HTTP/JSON under /v1/, Prometheus /metrics (README \"Steering from scripts\")")
+    g = p.add_argument_group("control API", "steer the run from scripts: HTTP/JSON under /v1/, Prometheus /metrics (docs/steering.md)")
     g.add_argument("--control", default=None, metavar="[HOST:]PORT", help="serve the control API on PORT (host 127.0.0.1 unless given; any other host needs --control-token-env)")
     g.add_argument("--control-token-env", default=None, metavar="NAME", help="environment variable holding the control API's bearer token (every request then needs Authorization: Bearer TOKEN); never shown or logged")
 

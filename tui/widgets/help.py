@@ -189,7 +189,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table([(k, v) for _, k, v in KEYS]))
             yield Static(Text("Settings", style="bold underline"), classes="help-title")
             yield Static(_table(settings_rows(self.snap, self.config, self.step, self.max_c, self.rate_step)), id="help-settings")
-            yield Static(Text("What the figures mean (README: What the numbers mean)", style="bold underline"), classes="help-title")
+            yield Static(Text("What the figures mean (docs/numbers.md)", style="bold underline"), classes="help-title")
             yield Static(_table(FIGURES))
 
     def action_close(self) -> None:
