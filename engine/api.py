@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .loop import wait_within
     from .preset import Preset, PresetError, as_search, builtin_dir, builtin_presets, load_preset, resolve_preset
     from .preset.knee import knee_search_preset
+    from .preset.workload_fit import preset_workload_change
     from .drive.preset_runner import RunOutcome, execute, run_preset
     from .session import SessionError, check_session_dir, default_session_dir
     from .rules.step_text import format_step_table
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".loop": ("wait_within",),
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
+    ".preset.workload_fit": ("preset_workload_change",),
     ".drive.preset_runner": ("RunOutcome", "execute", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_step_table",),

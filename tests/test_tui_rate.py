@@ -21,7 +21,8 @@ from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
 from redline.engine.run.snapshot import Snapshot
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
-from redline.tui.app import RATE_FLOOR, RedlineApp
+from redline.tui.app import RedlineApp
+from redline.tui.load_keys import RATE_FLOOR
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.rate import RateLine, rate_line
 from redline.tui.widgets.workload import WorkloadForm, build_change, current_values

@@ -10,7 +10,6 @@ from the Snapshot (see engine/run/snapshot.py for where each is computed).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import signal
 import threading
@@ -30,40 +29,25 @@ from textual.widgets import Footer
 from ..engine import api
 from ..engine.api import Snapshot
 
+from .engine_commands import C
+from .load_keys import OPEN_LOOP, LoadKeys
+from .preset_keys import PresetKeys
 from .widgets.header import StatusHeader
 from .widgets.rate import RateLine
 
 # The first frame imports only what it draws (issue 26): the body's widgets (body.py), the
-# dialogs and the engine's commands are imported where they are first used.
+# dialogs and the engine's commands (engine_commands.py) are imported where they are first used.
 if TYPE_CHECKING:
     from ..engine.api import EngineProcess, EngineThread, Preset
-    from ..engine.api import commands as C
     from ..engine.report.api import SessionSummary
-    from .widgets.prompts import LinePrompt
-    from .widgets.workload import WorkloadForm
-else:
-    class _Commands:
-        """engine/run/commands.py, imported when the first command is sent."""
-
-        def __getattr__(self, name: str):
-            value = getattr(api.commands, name)
-            setattr(self, name, value)
-            return value
-
-    C = _Commands()
 
 REFRESH_S = 0.25
 WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
 EXIT_GRACE_S = 5.0  # the load is stopped and the log complete; never hang on the way out
-WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
-MODE_SWITCH_S = 2.0  # after `m`, the C / R keys wait this long at most for the new mode
-OPEN_LOOP = ("rate", "trace")  # the modes whose keys change R (a trace's: its speed factor)
-RATE_FLOOR = 0.1  # req/s: the lowest R that - and [ reach (c types any R > 0)
-WORKLOAD_REPLY_S = 15.0  # the workload form waits this long for the engine's answer
 BODY_CSS_PATH = Path(__file__).resolve().with_name("body.tcss")  # the body's styles (_read_body_css)
 
 
-class RedlineApp(App[int]):
+class RedlineApp(LoadKeys, PresetKeys, App[int]):
     CSS_PATH = "redline.tcss"
     TITLE = "redline"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
@@ -347,346 +331,6 @@ class RedlineApp(App[int]):
             return False
         return True
 
-    # -- concurrency -------------------------------------------------------------------
-    @property
-    def target(self) -> int:
-        """The C the operator last asked for (the engine confirms it in the next snapshot)."""
-        if self._want is not None and time.monotonic() < self._want_until:
-            return self._want
-        return self.snapshot.target_c if self.snapshot else 1
-
-    @property
-    def max_concurrency(self) -> int:
-        return max(self.snapshot.max_concurrency if self.snapshot else 1, self._raised_max)
-
-    def set_concurrency(self, n: int) -> None:
-        n = max(1, n)
-        if n > self.max_concurrency:
-            from .widgets.prompts import ConfirmScreen
-
-            self.push_screen(
-                ConfirmScreen(f"C={n} is above --max-concurrency {self.max_concurrency}. Send that much load?"),
-                lambda yes: self._send_concurrency(n, raise_max=True) if yes else self.notify(f"kept C={self.target}"),
-            )
-            return
-        self._send_concurrency(n)
-
-    def command(self, cmd: C.Command) -> concurrent.futures.Future:
-        """Send a load command (the engine's reply as a Future); a key that takes over from
-        a preset ends the app's watch on it (the engine logs the cancel) and the header's
-        "preset finished" note."""
-        if isinstance(cmd, C.OPERATOR_TAKES_OVER):
-            self._preset = None
-        self._preset_note = ""
-        return self.host.send(cmd)
-
-    def _send_concurrency(self, n: int, raise_max: bool = False) -> None:
-        if raise_max:
-            self._raised_max = max(self._raised_max, n)
-        self.command(C.SetConcurrency(n, raise_max=raise_max))
-        self._want, self._want_until = n, time.monotonic() + WANT_HOLD_S
-        snap = self.snapshot
-        if snap is not None:  # show the new C at once; the next snapshot confirms it
-            self.query_one(StatusHeader).snapshot = replace(snap, target_c=n, previous_c=None)
-
-    def action_more(self) -> None:
-        if self._mode_settled():
-            self.set_concurrency(self.target + self.step)
-
-    def action_less(self) -> None:
-        if self._mode_settled():
-            self.set_concurrency(self.target - self.step)
-
-    def action_double(self) -> None:
-        if self._mode_settled():
-            self.set_concurrency(self.target * 2)
-
-    def action_halve(self) -> None:
-        if self._mode_settled():
-            self.set_concurrency(self.target // 2)
-
-    async def open_prompt(self, prompt: LinePrompt | WorkloadForm, done: Callable) -> None:
-        """Open a prompt with its Input focused before the next key is read: keys typed
-        right after the one that opened it go into it (nothing else waits here)."""
-        await self.push_screen(prompt, done)
-        if prompt.is_attached and self.screen is prompt:
-            prompt.focus_input()
-
-    async def action_type_concurrency(self) -> None:
-        from .widgets.prompts import ConcurrencyPrompt
-
-        if not self._mode_settled():
-            return
-        def done(text: str | None) -> None:
-            if text is None:
-                return
-            try:
-                n = api.check_concurrency(text, 10**9)
-            except api.ConcurrencyError:
-                self.notify(f"concurrency {text!r}: expected a whole number from 1 to {self.max_concurrency}; nothing changed", severity="error")
-                return
-            self.set_concurrency(n)
-
-        await self.open_prompt(ConcurrencyPrompt(self.target, self.max_concurrency), done)
-
-    # -- open-loop rate (docs/load-shapes.md) ------------------------------------------
-    @property
-    def target_rate(self) -> float:
-        """The R the operator last asked for, else the engine's (1 req/s before it has one)."""
-        if self._want_rate is not None and time.monotonic() < self._want_rate_until:
-            return self._want_rate
-        r = self.snapshot.target_rate if self.snapshot else None
-        return r if r else 1.0
-
-    def set_rate(self, r: float) -> None:
-        from ..engine.api import MAX_RATE
-
-        r = round(min(max(r, RATE_FLOOR), MAX_RATE), 6)  # no 0.30000000000000004
-        if r == self.target_rate:
-            what = f"trace speed ×{r:g}" if self._mode == "trace" else f"R={r:g}/s"
-            self.notify(f"{what} already" + (" (the lowest - and [ go)" if r == RATE_FLOOR else ""), timeout=2)
-            return
-        self._send_rate(r)
-
-    def _send_rate(self, r: float) -> None:
-        self.command(C.SetRate(r))
-        self._want_rate, self._want_rate_until = r, time.monotonic() + WANT_HOLD_S
-        snap = self.snapshot
-        if snap is not None and snap.mode in OPEN_LOOP:  # show the new R at once
-            self.query_one(StatusHeader).snapshot = replace(snap, target_rate=r)
-
-    def action_rate_more(self) -> None:
-        if self._mode_settled():
-            self.set_rate(self.target_rate + self.rate_step)
-
-    def action_rate_less(self) -> None:
-        if self._mode_settled():
-            self.set_rate(self.target_rate - self.rate_step)
-
-    def action_rate_double(self) -> None:
-        if self._mode_settled():
-            self.set_rate(self.target_rate * 2)
-
-    def action_rate_halve(self) -> None:
-        if self._mode_settled():
-            self.set_rate(self.target_rate / 2)
-
-    async def action_type_rate(self) -> None:
-        from ..engine.api import ArrivalError, check_rate
-        from .widgets.prompts import TextPrompt
-
-        if not self._mode_settled():
-            return
-
-        trace = self._mode == "trace"
-
-        def done(text: str | None) -> None:
-            if text is None:
-                return
-            try:
-                r = check_rate(text.strip().removesuffix("/s").lstrip("×x"))
-            except ArrivalError as exc:
-                if trace:
-                    self.notify(f"speed {text!r}: expected a speed factor from 0.1 (2 = twice as fast); nothing changed", severity="error")
-                else:
-                    self.notify(f"{exc}; nothing changed", severity="error")  # names the value and the range
-                return
-            self._send_rate(r)
-
-        now = self.snapshot.target_rate if self.snapshot and self.snapshot.target_rate else None
-        if trace:
-            question = "Trace speed factor" + (f", now ×{now:g}" if now else "")
-            hint = "a number from 0.1: 2 replays twice as fast as recorded — Enter sets, Esc cancels"
-        else:
-            question = "Request rate R in requests/s" + (f", now R={now:g}/s" if now else "")
-            hint = "at least 0.1, e.g. 12.5 — Enter sets, Esc cancels"
-        await self.open_prompt(TextPrompt(question, hint, f"{now:g}" if now else "10"), done)
-
-    def action_mode(self) -> None:
-        """Concurrency <-> open-loop rate mode (the engine picks the other mode's last value;
-        a trace replay switches to concurrency)."""
-        snap = self.snapshot
-        mode = snap.mode if snap else "concurrency"
-        if snap is not None and snap.turns > 1 and mode == "concurrency":
-            self.notify(f"multi-turn sessions ({snap.turns} turns) are closed-loop: C counts sessions; no rate mode", severity="warning")
-            return
-        self._want = self._want_rate = None
-        self._switching_from, self._switch_until = mode, time.monotonic() + MODE_SWITCH_S
-        self.command(C.ToggleMode())
-
-    # -- the workload (`w`) --------------------------------------------------------------
-    async def action_workload(self) -> None:
-        from .widgets.workload import WorkloadForm
-
-        snap = self.snapshot
-        workload = dict(snap.workload) if snap and snap.workload else {}
-        if not workload:  # an engine that does not publish it yet: what it was started with
-            wl = getattr(self.host.config, "workload", None)
-            workload = wl.describe() if wl is not None else {}
-        if workload.get("trace"):
-            self.notify("a trace sets each request's lengths: no workload to change", severity="warning")
-            return
-
-        def done(change) -> None:
-            if change is not None:
-                self.notify(f"workload: {change.describe()}", timeout=3)
-
-        await self.open_prompt(WorkloadForm(workload, self._apply_workload), done)
-
-    async def _apply_workload(self, change) -> str | None:
-        """Send the change; the engine's error as one line, or None once it took it."""
-        fut = self.command(C.SetWorkload(change))
-        try:
-            await api.wait_within(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
-        except asyncio.TimeoutError:
-            self.notify("workload change sent; the engine has not confirmed it yet", severity="warning")
-            return None
-        except Exception as exc:  # noqa: BLE001 - the engine's refusal, shown in the form
-            return _one_line(exc)
-        return None
-
-    def action_probe(self) -> None:
-        self._want = None
-        self.command(C.Probe())
-
-    def action_restore(self) -> None:
-        self._want = None
-        self.command(C.Restore())
-
-    def action_pause(self) -> None:
-        self.command(C.TogglePause())
-
-    # -- presets -----------------------------------------------------------------------
-    def action_preset(self) -> None:
-        from .widgets.prompts import PresetPicker
-
-        paths = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
-        if not paths:
-            self.notify(f"no presets found in {self.presets_dir}", severity="warning")
-            return
-        entries: list[tuple[str, Preset | None, str]] = []  # name, preset (None: unusable), its line
-        for path in paths:
-            try:
-                preset = api.load_preset(path)
-            except api.PresetError as exc:
-                entries.append((path.stem, None, str(exc)))
-                continue
-            entries.append((path.stem, preset, f"{preset.description}; {api.duration_text(preset)}"))
-
-        def chosen(i: int | None) -> None:
-            if i is None:
-                return
-            name, preset, line = entries[i]
-            if preset is None:
-                self.notify(line, severity="error")
-                return
-            self.run_preset(preset)
-
-        self.push_screen(PresetPicker([(name, line, preset is None) for name, preset, line in entries]), chosen)
-
-    def run_preset(self, preset: Preset) -> None:
-        """Run a preset with its own workload, as `redline run NAME` does: what differs from
-        the session's (lengths, dataset) is applied first, as a workload change, and the
-        preset starts once the engine took it. What cannot change live (a trace, turns) is
-        said in one line and nothing starts."""
-        self._want = None
-        try:
-            change = preset_workload_change(preset, self._workload())
-        except api.PresetError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        if change is None:
-            self._start_preset(preset)
-            return
-        self.run_worker(self._start_with_workload(preset, change), group="preset")
-
-    def _workload(self) -> dict:
-        """The session's workload now (WorkloadConfig.describe()): the engine's, else the one
-        it was started with."""
-        snap = self.snapshot
-        if snap is not None and snap.workload:
-            return dict(snap.workload)
-        wl = getattr(self.host.config, "workload", None)
-        return wl.describe() if wl is not None else {}
-
-    async def _start_with_workload(self, preset: Preset, change) -> None:
-        fut = self.command(C.SetWorkload(change))
-        try:
-            await api.wait_within(asyncio.wrap_future(fut), WORKLOAD_REPLY_S)
-        except asyncio.TimeoutError:
-            self.notify(f"preset {preset.name}: the engine has not confirmed its workload ({change.describe()}); not started", severity="error")
-            return
-        except Exception as exc:  # noqa: BLE001 - the engine's refusal (a dataset file it cannot read)
-            self.notify(f"preset {preset.name}: workload {change.describe()}: {_one_line(exc)}; not started", severity="error")
-            return
-        self._start_preset(preset)
-
-    def _start_preset(self, preset: Preset) -> None:
-        snap = self.snapshot
-        self.command(C.StartPreset(preset))
-        self._preset = (preset.name, max((line.seq for line in snap.log), default=0) if snap else 0)
-        self._preset_seen = False
-
-    def _follow_preset(self, snap: Snapshot) -> None:
-        """A preset the app started that ended on its own (not cancelled by a key or a
-        guard) is logged, "preset NAME finished (break: ... | no break)", and the header
-        says so until the operator changes the load (the probe it ends in may hold)."""
-        if self._preset is None:
-            return
-        if snap.preset_running:
-            self._preset_seen = True
-            return
-        if not self._preset_seen:  # not started yet
-            return
-        (name, seq0), self._preset = self._preset, None
-        lines = [line for line in snap.log if line.seq > seq0]
-        if any(line.kind == "preset" and ("cancelled" in line.text or "stopped by" in line.text) for line in lines):
-            return
-        br = snap.break_result if any(line.kind == "break" for line in lines) else None
-        if br is not None:
-            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
-            how = f"break: {br.reason} at {br.where}; {good}"
-        else:
-            how = "no break"
-        text = f"preset {name} finished ({how})"
-        self.host.send(C.Log("preset", text))
-        self._preset_note = text  # line 2 says what holds now (`[PROBE] C=1 (was C=256, r returns)`)
-
-    # -- finding the limit (docs/finding-the-limit.md) ----------------------------------
-    def action_lane(self) -> None:
-        """The probe lane: one request at a time beside the load, kept out of its figures."""
-        self.host.send(C.ToggleLane())
-
-    def action_profile(self) -> None:
-        """The server's profiler at the load held now, for --profile-s or until the step ends."""
-        self.host.send(C.StartProfile())
-
-    def action_search(self) -> None:
-        """An adaptive knee search from the current C up to max C (any C key cancels it)."""
-        self._want = None
-        self.run_preset(search_preset(self.target, self.max_concurrency, getattr(self.host, "config", None)))
-        self.notify(f"knee search from C={self.target} up to {self.max_concurrency}; any concurrency key cancels it")
-
-    async def action_slo(self) -> None:
-        from ..engine.api import SloError, parse_slo
-        from .widgets.prompts import TextPrompt
-
-        def done(text: str | None) -> None:
-            if text is None:
-                return
-            if text.strip().lower() in ("", "off", "none"):
-                self.host.send(C.SetSlo(None))
-                return
-            try:
-                slo = parse_slo(text, flag="SLO")
-            except SloError as exc:
-                self.notify(f"{exc}; nothing changed", severity="error")
-                return
-            self.host.send(C.SetSlo(slo))
-
-        now = self.snapshot.slo if self.snapshot and self.snapshot.slo else "none"
-        await self.open_prompt(TextPrompt(f"SLOs (now: {now})", "e.g. ttft=2s,itl=100ms,e2e=60s — off clears, Esc cancels", "ttft=2s,itl=100ms"), done)
-
     def action_help(self) -> None:
         from .widgets.help import HelpScreen
 
@@ -763,47 +407,6 @@ class RedlineApp(App[int]):
         if self.hard_exit:
             _exit_watchdog(EXIT_GRACE_S)
         self.exit(0)
-
-
-def preset_workload_change(preset: Preset, current: dict):
-    """The WorkloadChange that gives the session `preset`'s [workload] (its lengths and
-    dataset), or None when the session already has it. PresetError (one line) for what a
-    running session cannot change: a trace replay or the number of turns."""
-    from ..engine.api import WorkloadChange
-
-    w = preset.workload
-    trace = getattr(w, "trace", None)
-    if (trace or None) != (current.get("trace") or None):
-        what = f"replays the trace {trace}" if trace else f"has no trace and this session replays {current.get('trace')}"
-        raise api.PresetError(f"preset {preset.name} {what}: start it with `redline run {preset.name}`; nothing started")
-    turns = getattr(w, "turns", 1)
-    if turns != current.get("turns", 1):
-        raise api.PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
-                          f"start it with `redline run {preset.name}`; nothing started")
-    if trace:
-        return None  # a trace sets each request's lengths
-    prefix = w.dataset.startswith("prefix:")  # its lengths are in the spec
-    change = WorkloadChange(
-        input_len=w.input_len if w.input_len != current.get("input_len") and not prefix else None,
-        output_len=w.output_len if w.output_len != current.get("output_len") else None,
-        dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
-    )
-    return None if change.empty else change
-
-
-def search_preset(start: int, max_c: int, config) -> Preset:
-    """The preset `k` runs: a knee search from the current C with this session's workload
-    (built by the engine: engine/preset/knee.py)."""
-    return api.knee_search_preset(start, max_c, getattr(config, "workload", None))
-
-
-def _one_line(exc: BaseException) -> str:
-    """An engine error as the operator reads it: one line, without the exception's class name
-    that a reply from the engine's process carries ("WorkloadError: ...")."""
-    import re
-
-    text = " ".join(str(exc).split()) or exc.__class__.__name__
-    return re.sub(r"^[A-Z]\w*(Error|Exception): ", "", text)
 
 
 def _exit_watchdog(seconds: float) -> None:

@@ -1,0 +1,31 @@
+"""The engine's commands as the app sends them (engine/run/commands.py, imported when the first
+command is sent: the first frame does not wait for it), and an engine error as one line."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from ..engine import api
+
+if TYPE_CHECKING:
+    from ..engine.api import commands as C
+else:
+    class _Commands:
+        """engine/run/commands.py, imported when the first command is sent."""
+
+        def __getattr__(self, name: str):
+            value = getattr(api.commands, name)
+            setattr(self, name, value)
+            return value
+
+    C = _Commands()
+
+__all__ = ["C", "one_line"]
+
+
+def one_line(exc: BaseException) -> str:
+    """An engine error as the operator reads it: one line, without the exception's class name
+    that a reply from the engine's process carries ("WorkloadError: ...")."""
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    return re.sub(r"^[A-Z]\w*(Error|Exception): ", "", text)
