@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def bench(n: int) -> None:
-    from redline.engine.session import SessionWriter
     from redline.engine.report.export import export_session, read_table
+    from redline.engine.session import SessionWriter
     from redline.engine.session.paths import table_path
 
     tmp = Path(tempfile.mkdtemp(prefix="redline-bench-"))

@@ -363,10 +363,10 @@ class ServerProcess:
 
 # == redline's engine child: its own child main, plus its ITL feed written at stop ====================
 def bench_child_main(config, conn, result_path: str) -> None:
-    from redline.engine.run.engine import Engine
     from redline.engine.host import _child_main
     from redline.engine.measure.step_book import StepBook
     from redline.engine.run.each_second import Ticker
+    from redline.engine.run.engine import Engine
 
     times, itls, ticks = array("d"), array("d"), array("d")
     orig_on_gaps, orig_stop, orig_each_second = StepBook.on_gaps, Engine.stop, Ticker.each_second
@@ -475,7 +475,6 @@ def tree_pct(a: dict[int, float], b: dict[int, float], dt: float) -> float | Non
 def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
     import lag
     import psutil
-
     from _bench import box_busy
 
     if shutil.which("tmux") is None:
@@ -514,7 +513,6 @@ def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: i
 
 def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
     import lag
-
     from _bench import box_busy
 
     result = tmp / "engine.json"

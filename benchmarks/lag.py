@@ -43,10 +43,10 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
 # -- the engine child: redline's own child main, plus the lag histogram written at stop ----------
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
-    from redline.engine.run.engine import Engine
-    from redline.engine.measure.histogram import LogHistogram
     from redline.engine.host import _child_main
+    from redline.engine.measure.histogram import LogHistogram
     from redline.engine.run.each_second import Ticker
+    from redline.engine.run.engine import Engine
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}
@@ -101,7 +101,7 @@ def make_host(config, result_path: str, warmup_s: float):
 
 def engine_config(url: str, c: int, out: str):
     """Exactly what `redline --url URL --concurrency C --out OUT` builds (tui/cli/handlers.py)."""
-    from redline.tui.cli.parser import build_parser
+    from redline.tui.cli.arguments import build_parser
     from redline.tui.cli.launch import engine_config as cfg_from_args, workload_from_args
 
     workers = int(os.environ.get(WORKERS_ENV, "1"))  # --workers: the runs' children inherit it

@@ -34,12 +34,11 @@ def main() -> None:
     args = p.parse_args()
 
     import psutil
-
     from _bench import FAST_SIM, machine, sim, table
 
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.host import EngineProcess
     from redline.engine.client.http import DEFAULT_TRANSPORT
+    from redline.engine.host import EngineProcess
+    from redline.engine.run.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     transport = args.transport or DEFAULT_TRANSPORT

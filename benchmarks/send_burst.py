@@ -37,11 +37,11 @@ SIM = ("decode_base_s=0.02", "decode_per_seq_s=0.00002", "max_running_requests=1
 def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
     import httpx
 
-    from redline.engine.load.holder import controller
     from redline.engine.client import kstamp
+    from redline.engine.host import new_event_loop
+    from redline.engine.load.holder import controller
     from redline.engine.run.config import EngineConfig
     from redline.engine.run.engine import Engine
-    from redline.engine.host import new_event_loop
     from redline.engine.workload.prompts import WorkloadConfig
 
     controller.SEND_BATCH = batch

@@ -18,45 +18,54 @@ structure tools that draw the import graph; the test checks that it and _EXPORTS
 from __future__ import annotations
 
 import importlib
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from . import __version__
 
 if TYPE_CHECKING:
-    from .run import commands
-    from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
-    from .run.config import EngineConfig
-    from .constants import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TIMELINE_INTERVAL_S, TRANSPORTS
+    from .client.target import TargetError, TargetUnreachable, validate_url
+    from .constants import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_INPUT_LEN,
+        DEFAULT_MAX_CONCURRENCY,
+        DEFAULT_OUTPUT_LEN,
+        DEFAULT_REQUEST_TIMEOUT_S,
+        DEFAULT_STEP,
+        DEFAULT_TRANSPORT,
+        TIMELINE_INTERVAL_S,
+        TRANSPORTS,
+    )
     from .control.address import ControlError, check_control
-    from .control.server import start_engine
-    from .load.controller import ConcurrencyError, check_concurrency
-    from .run.engine import Engine
+    from .control.http_api import start_engine
     from .drive.estimate import duration_text
+    from .drive.preset_runner import RunOutcome, execute, run_preset
     from .fmt import ms, num, rate, step_ms
-    from .rules.guard import parse_guard
     from .host import EngineError, EngineProcess, EngineThread
+    from .load.controller import ConcurrencyError, check_concurrency
+    from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
     from .loop import wait_within
+    from .measure.slo import SloError, parse_slo
+    from .measure.step_result import StepResult
     from .preset import Preset, PresetError, as_search, builtin_dir, builtin_presets, load_preset, resolve_preset
     from .preset.knee import knee_search_preset
     from .preset.workload_fit import preset_workload_change
-    from .drive.preset_runner import RunOutcome, execute, run_preset
-    from .session import SessionError, check_session_dir, default_session_dir
+    from .rules.guard import parse_guard
     from .rules.step_text import format_step_table
+    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .run import commands
+    from .run.config import EngineConfig
+    from .run.engine import Engine
+    from .run.snapshot import LogLine, Snapshot
+    from .run.target_stats import WeightsError, parse_weights
+    from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
-    from .measure.slo import SloError, parse_slo
-    from .run.snapshot import LogLine, Snapshot
-    from .measure.step_result import StepResult
-    from .client.target import TargetError, TargetUnreachable, validate_url
-    from .run.target_stats import WeightsError, parse_weights
-    from .workload.trace import TraceError, builtin_traces, load_trace, resolve_trace
-    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
+    from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
-    from .workload.change import KEYS as WORKLOAD_KEYS
-    from .workload.change import MAX_LEN as WORKLOAD_MAX_LEN
-    from .workload.change import WorkloadChange
-    from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
+    from .workload.trace import TraceError, builtin_traces, load_trace, resolve_trace
 
 # modules given whole: name -> module (relative to this package)
 _MODULES: dict[str, str] = {"commands": ".run.commands"}
@@ -69,7 +78,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
-    ".control.server": ("start_engine",),
+    ".control.http_api": ("start_engine",),
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
     ".run.engine": ("Engine",),
     ".drive.estimate": ("duration_text",),

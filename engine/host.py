@@ -21,10 +21,10 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from .run import commands as C
-from .run.config import EngineConfig
 from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
+from .run import commands as C
+from .run.config import EngineConfig
 from .run.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
@@ -43,8 +43,8 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from .run.engine import Engine
         from .drive.preset_runner import execute
+        from .run.engine import Engine
 
         self.config = config
         self.engine = Engine(config)
@@ -77,7 +77,7 @@ class EngineThread:
 
     async def _start(self) -> None:
         try:
-            from .control.server import start_engine  # the control API's module, only once an engine starts
+            from .control.http_api import start_engine  # the control API's module, only once an engine starts
 
             await start_engine(self.engine)
         except BaseException as exc:  # handed to the caller of start()
@@ -128,8 +128,8 @@ def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if config is None:  # launched before its target was known: import the engine, then wait for it
-        from .run import engine as core
         from .drive import preset_runner as runner  # noqa: F401
+        from .run import engine as core
 
         try:
             msg = conn.recv()
@@ -163,8 +163,8 @@ def freeze_heap() -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
-    from .run.engine import Engine
     from .drive.preset_runner import execute
+    from .run.engine import Engine
 
     engine = Engine(config)
     engine.dispatch = execute
@@ -185,7 +185,7 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
     engine.on_stop_request = on_stop_request
     # a SIGTERM during the start (a target that never answers, the parent's reap after its start
     # timeout) ends the start: nothing waits for a start to finish before stopping its load
-    from .control.server import start_engine
+    from .control.http_api import start_engine
 
     starting = asyncio.ensure_future(start_engine(engine))
     halted = asyncio.ensure_future(stop.wait())
@@ -296,8 +296,8 @@ class EngineProcess:
             self._proc.join(STOP_TIMEOUT_S)
             if exc.kind == EXITED:  # the code only now: this thread alone reaps the child
                 raise EngineError("EngineError", f"engine process exited (code {self._proc.exitcode})") from None
-            from .session import SessionError
             from .client.target import TargetError, TargetUnreachable
+            from .session import SessionError
 
             kinds = {"TargetError": TargetError, "TargetUnreachable": TargetUnreachable, "RayUnavailable": TargetUnreachable, "SessionError": SessionError}
             cls = kinds.get(exc.kind)

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from hypothesis import settings
-from textual import _wait as textual_wait
-
-from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
-from redline.engine.load.worker_count import usable_cores
 
 # Re-exported for the modules that import them from here.
 from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401
+from hypothesis import settings
+from textual import _wait as textual_wait
+
+from redline.engine.load.worker_count import usable_cores
+from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process
 
 # Fixtures that start a simulated server, an HTTP server or a redline process that starts one:
 # every test that uses one (directly or through another fixture) is marked `server`.

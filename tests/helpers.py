@@ -508,8 +508,8 @@ def run_preset_headless(cfg, preset):
     (the session log complete); returns the RunOutcome."""
     import asyncio
 
-    from redline.engine.run.engine import Engine
     from redline.engine.drive.preset_runner import run_preset
+    from redline.engine.run.engine import Engine
 
     async def go():
         e = Engine(cfg)

@@ -15,13 +15,21 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, Event, GenerateDecoder, OpenAIDecoder, build_body, continuous_usage_refused, make_decoder
-from redline.engine.client.sse import DONE, SSEDecoder
-
 from helpers import examples
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from redline.engine.client.api_formats import (
+    CHAT,
+    COMPLETIONS,
+    GENERATE,
+    Event,
+    GenerateDecoder,
+    OpenAIDecoder,
+    build_body,
+    continuous_usage_refused,
+    make_decoder,
+)
+from redline.engine.client.sse import DONE, SSEDecoder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

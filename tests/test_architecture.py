@@ -231,7 +231,7 @@ def test_every_import_goes_down_the_layers():
 
 def test_the_layer_check_fails_on_an_import_up():
     g = {"redline.engine.measure.records": {"redline.engine.run.engine"}, "redline.engine.load.sender": {"redline.engine.client.http"},
-         "redline.engine.report.compare": {"redline.engine.load.holder"}, "redline.engine.sim.app": {"redline.engine.fmt"}}
+         "redline.engine.report.compare": {"redline.engine.load.holder"}, "redline.engine.sim.http_app": {"redline.engine.fmt"}}
     bad = layer_violations(g)
     assert len(bad) == 3 and any("measure.records -> redline.engine.run.engine" in b for b in bad)
     assert any("report/ never imports load/" in b for b in bad) and any("sim/ stands apart" in b for b in bad)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from redline.engine.rules.verdicts import PRECEDENCE, StopRules, last_good
-from redline.engine.preset import StopSpec, load_preset
 from redline.engine.measure.step_result import BreakResult, StepResult
-
-from pathlib import Path
+from redline.engine.preset import StopSpec, load_preset
+from redline.engine.rules.verdicts import PRECEDENCE, StopRules, last_good
 
 ALL = StopSpec(plateau_gain=0.05, p99_ttft_ms=10000, p99_itl_ms=500, error_rate=0.05, collapse=0.2)
 
@@ -245,8 +245,11 @@ def test_shipped_until_it_breaks_on_the_story():
 # ---------------------------------------------------------------- property
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 STEP = st.builds(
     step,

@@ -18,14 +18,13 @@ import math
 import httpx
 import polars as pl
 import pytest
-
-from redline.engine.run.config import EngineConfig
-from redline.engine.preset import parse_preset
-from redline.engine.sim.truth import window_truth
-from redline.engine.measure.step_result import StepResult
-from redline.engine.workload.prompts import WorkloadConfig
-
 from helpers import finish, run_preset_headless, start_headless, steady_in
+
+from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.run.config import EngineConfig
+from redline.engine.sim.truth import window_truth
+from redline.engine.workload.prompts import WorkloadConfig
 
 # 4 running at a time, one decode step 10 ms whatever the batch, at half time scale (the
 # shape of time, not its length): a 200-token answer takes ~1 s

@@ -12,7 +12,17 @@ import sys
 import threading
 import time
 
-from redline.engine.telemetry.client_health import LAG_OVERLOAD_MS, LOOP_BUSY_PCT, ClientHealth, LagStats, LoopLagMonitor, MachineCpu, OwnCpu, ProcessTreeCpu, RunQueueWait
+from redline.engine.telemetry.client_health import (
+    LAG_OVERLOAD_MS,
+    LOOP_BUSY_PCT,
+    ClientHealth,
+    LagStats,
+    LoopLagMonitor,
+    MachineCpu,
+    OwnCpu,
+    ProcessTreeCpu,
+    RunQueueWait,
+)
 
 
 class Rig:
@@ -285,9 +295,10 @@ def test_one_stall_makes_its_own_second_suspect_not_the_whole_window():
     the warning up for seconds, as a warning may; but the timeline row's client_overloaded
     (which makes a step client-limited) is the second the stall happened in, not the ones
     after it: a step that opens after a start-up stall is not flagged for it."""
-    from redline.engine.measure.timeline import timeline_row
     from collections import Counter
+
     from redline.engine.measure.live_metrics import LiveStats
+    from redline.engine.measure.timeline import timeline_row
 
     now = [1000.0]
     mon = LoopLagMonitor(clock=lambda: now[0])

@@ -11,13 +11,23 @@ import time
 from pathlib import Path
 
 import pytest
-
-from redline.engine.session import SessionError
-from redline.engine.report.compare import SessionSummary, align_by_concurrency, best_index, best_per_row, joules_per_token, knee, load_session, load_sessions, session_from_steps, tokens_per_watt
-from redline.engine.measure.step_result import BreakResult, StepResult
-from redline.tui.cli.parser import main
-
 from helpers import redline_command
+
+from redline.engine.measure.step_result import BreakResult, StepResult
+from redline.engine.report.compare import (
+    SessionSummary,
+    align_by_concurrency,
+    best_index,
+    best_per_row,
+    joules_per_token,
+    knee,
+    load_session,
+    load_sessions,
+    session_from_steps,
+    tokens_per_watt,
+)
+from redline.engine.session import SessionError
+from redline.tui.cli.arguments import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 
@@ -300,7 +310,7 @@ def test_missing_dir_raises_session_error(tmp_path):
 
 
 def test_compare_flag_loads_or_fails_in_one_line(tmp_path):
-    from redline.tui.cli.parser import UsageError
+    from redline.tui.cli.arguments import UsageError
     from redline.tui.cli.report import load_compare_session
 
     assert load_compare_session(None) is None

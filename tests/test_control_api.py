@@ -11,16 +11,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from helpers import examples, sim_running, wait_for
+from hypothesis import HealthCheck, given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from redline.engine.run.config import EngineConfig
 from redline.engine.control.address import ControlAddress, ControlError, check_control, parse_control
 from redline.engine.host import EngineThread
+from redline.engine.run.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import examples, sim_running, wait_for
 
 LONG = WorkloadConfig(input_len=16, output_len=2000)  # requests that stay in flight
 SHORT = WorkloadConfig(input_len=16, output_len=12)  # requests that end at once

@@ -19,16 +19,26 @@ import json
 
 import httpx
 import pytest
-
-from redline.engine.measure import records as R
-from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, Event, GenerateDecoder, OpenAIDecoder, OpenAITextDecoder, build_body, make_decoder
-from redline.engine.load.conversation import Conversation
-from redline.engine.client.http import make_client
-from redline.engine.measure.records import RequestRecord
-from redline.engine.client.request import run_request
-from redline.engine.sim.truth import ANSWER_CHARS, TEXT_KEEP, TruthLog
-
 from helpers import ThreadServer
+
+from redline.engine.client.api_formats import (
+    CHAT,
+    COMPLETIONS,
+    GENERATE,
+    PATHS,
+    Event,
+    GenerateDecoder,
+    OpenAIDecoder,
+    OpenAITextDecoder,
+    build_body,
+    make_decoder,
+)
+from redline.engine.client.http import make_client
+from redline.engine.client.request import run_request
+from redline.engine.load.conversation import Conversation
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
+from redline.engine.sim.truth import ANSWER_CHARS, TEXT_KEEP, TruthLog
 
 MODEL = "redline-sim-70b"
 FAST = ("--set", "decode_base_s=0.002", "--set", "decode_per_seq_s=0")

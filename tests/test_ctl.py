@@ -14,9 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from helpers import ROOT, finish, free_port, main_in_process, redline_command, sim_running, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 TOKEN = "ctl-test-token-0123456789"
 

@@ -9,17 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import sim_state_async as state, until
 
-from redline.engine.measure import records as R
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from redline.engine.client.http import make_client
+from redline.engine.client.request import run_request
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.client.http import make_client
-from redline.engine.measure.records import RequestRecord
-from redline.engine.client.request import run_request
 from redline.engine.workload.prompts import WorkloadConfig
-
-from conftest import sim_state_async as state, until
 
 SHORT = WorkloadConfig(input_len=32, output_len=24)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from helpers import until
+
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
 from redline.engine.telemetry.cap import SUSTAIN_S
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import until
 
 WL = WorkloadConfig(input_len=16, output_len=64)
 

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from redline.engine.rules.verdicts import STEP_JUDGE
-from redline.engine.measure import records as R
+from redline.engine.client.server_watch import ServerWatch
 from redline.engine.load.controller import Controller
+from redline.engine.load.sender import FAST_FAIL_S, Sender
+from redline.engine.measure import records as R
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
-from redline.engine.load.sender import FAST_FAIL_S, Sender
-from redline.engine.client.server_watch import ServerWatch
+from redline.engine.rules.verdicts import STEP_JUDGE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -289,11 +288,11 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     live window holds each ITL in the second it arrived."""
     from types import SimpleNamespace
 
-    from redline.engine.run.event_log import EventLog
     from redline.engine.measure.live_metrics import LiveMetrics
-    from redline.engine.run.recorder import Recorder
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
+    from redline.engine.run.event_log import EventLog
+    from redline.engine.run.recording import Recorder
 
     def setup():
         clock = Clock.now()

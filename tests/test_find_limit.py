@@ -7,17 +7,16 @@ import json
 
 import polars as pl
 import pytest
+from helpers import run_preset_headless, steady_in, until
 
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
-from redline.engine.rules.guard import GuardError, parse_guard
-from redline.engine.preset import parse_preset
-from redline.engine.rules.knee_search import KneeSearch
 from redline.engine.measure.slo import Slo, SloError, parse_slo
 from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.rules.guard import GuardError, parse_guard
+from redline.engine.rules.knee_search import KneeSearch
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import run_preset_headless, steady_in, until
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 

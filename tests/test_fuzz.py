@@ -23,19 +23,17 @@ from unittest import mock
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from helpers import examples
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import redline.engine.client.request
-from redline.engine.measure import records as R
 from redline.engine.client import sse as sse_mod
 from redline.engine.client.api_formats import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
-from redline.engine.preset import PresetError, load_preset
-from redline.engine.measure.records import RequestRecord
 from redline.engine.client.request import run_request
 from redline.engine.client.sse import DONE, SSEDecoder
-
-from helpers import examples
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
+from redline.engine.preset import PresetError, load_preset
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT_CAPTURE = FIXTURES / "vllm_chat_stream.txt"
@@ -356,8 +354,7 @@ def test_preset_nested_too_deeply_is_a_preset_error(tmp_path):
 
 
 # -- the decoder's fast path (no json.loads for plain chunks) equals the full parse -------------
-from hypothesis import given, settings
-from hypothesis import strategies as st_
+from hypothesis import given, settings, strategies as st_
 
 from redline.engine.client.api_formats import OpenAIDecoder
 

@@ -15,13 +15,22 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from redline.engine.report.gate import EXIT_GATE_FAILED, GateError, GateSession, compare, evaluate, format_outcomes, gate_dict, junit_xml, parse_gate, passed
-from redline.engine.preset import PresetError, parse_toml
-from redline.engine.sim.serve import spawn_sim_process
-
 from helpers import FAST_SIM, finish, main_in_process, redline_command, sim_state, start_headless, write_preset
 
+from redline.engine.preset import PresetError, parse_toml
+from redline.engine.report.gate import (
+    EXIT_GATE_FAILED,
+    GateError,
+    GateSession,
+    compare,
+    evaluate,
+    format_outcomes,
+    gate_dict,
+    junit_xml,
+    parse_gate,
+    passed,
+)
+from redline.engine.sim.serve import spawn_sim_process
 
 # -- synthetic sessions --------------------------------------------------------------------
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import httpx
 
+from redline.engine.drive.preset_runner import run_preset
+from redline.engine.preset import parse_preset
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.preset import parse_preset
-from redline.engine.drive.preset_runner import run_preset
 from redline.engine.workload.prompts import WorkloadConfig
+
 
 def preset(concurrency, *, output_len=32, warmup=0.5, hold=4.0, max_hold=8.0, probe=0.0, **stop):
     stop = stop or {"plateau_gain": 0.05}

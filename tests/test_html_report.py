@@ -19,12 +19,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers import FAST_SIM, finish, main_in_process, redline_command, start_headless, write_preset
 
 from redline.engine.report.compare import load_sessions
 from redline.engine.report.html import HtmlUnavailable, collect, plotly_js, render
 from redline.engine.sim.serve import spawn_sim_process
-
-from helpers import FAST_SIM, finish, main_in_process, redline_command, start_headless, write_preset
 
 RUN_TIMEOUT_S = 90
 BROWSER_TIMEOUT_S = 120

@@ -10,17 +10,16 @@ import random
 
 import httpx
 import polars as pl
+from helpers import run_preset_headless
 
-from redline.engine.rules.verdicts import STEP_JUDGE
-from redline.engine.run.config import EngineConfig
-from redline.engine.preset import parse_preset
 from redline.engine.measure.records import Clock, RequestRecord
-from redline.engine.rules.knee_search import KneeSearch
 from redline.engine.measure.step_book import StepBook
 from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.rules.knee_search import KneeSearch
+from redline.engine.rules.verdicts import STEP_JUDGE
+from redline.engine.run.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import run_preset_headless
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 WARMUP_S = 30.0  # far longer than any request lives here: only turnover can end a warm-up

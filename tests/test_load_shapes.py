@@ -24,18 +24,16 @@ import time
 import httpx
 import polars as pl
 import pytest
+from helpers import run_preset_headless, until
 
-from redline.engine.workload.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
-from redline.engine.run.config import EngineConfig
 from redline.engine.load.controller import Controller
-from redline.engine.run.engine import Engine
 from redline.engine.preset import parse_preset, parse_toml
 from redline.engine.report.preset_from import preset_from_session
-from redline.engine.workload.prompts import WorkloadConfig
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
+from redline.engine.workload.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
 from redline.engine.workload.change import WorkloadChange, parse_workload_change
-from redline.engine.workload.prompts import WorkloadError
-
-from helpers import run_preset_headless, until
+from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 
 
 def _truth(url: str, **params: str) -> list[dict]:

@@ -23,14 +23,13 @@ import time
 import httpx
 import polars as pl
 import pytest
+from helpers import run_preset_headless, steady_in, until
 
+from redline.engine.measure.slo import Slo
+from redline.engine.preset import parse_preset
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.preset import parse_preset
-from redline.engine.measure.slo import Slo
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import run_preset_headless, steady_in, until
 
 QUARTER = ("--set", "time_scale=0.25")
 

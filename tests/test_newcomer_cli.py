@@ -3,11 +3,10 @@ naming the value and what is accepted, exit 2, before anything starts; no traceb
 
 from __future__ import annotations
 
-import re
-
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -144,7 +143,7 @@ def test_unknown_option_is_named_with_the_closest_one(nothing_starts, capsys, ar
 
 
 def test_options_are_not_abbreviated():
-    from redline.tui.cli.parser import build_parser
+    from redline.tui.cli.arguments import build_parser
 
     p = build_parser()
     assert p.allow_abbrev is False

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.report.compare import align_by_load, knee, knee_load, load_session, session_from_steps, step_load
 from redline.engine.measure.step_result import BreakResult, StepResult
+from redline.engine.report.compare import align_by_load, knee, knee_load, load_session, session_from_steps, step_load
 
 CAP = 256  # every rate step's in-flight cap: the same for all of them
 RATES = (2.0, 4.0, 8.0, 16.0, 32.0)
@@ -77,7 +77,7 @@ def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
 
 
 def test_curves_of_a_rate_session_are_drawn_against_r(rate_session):
-    from redline.tui.cli.curves import render_curves
+    from redline.tui.cli.plots import render_curves
 
     s = load_session(rate_session)
     out = render_curves([s], 100, 24, color=False)
@@ -98,7 +98,7 @@ def test_a_session_mixing_c_and_rate_steps_keeps_them_apart():
 
 def test_png_of_a_rate_session(rate_session, tmp_path):
     pytest.importorskip("matplotlib")
-    from redline.tui.cli.curves import write_png
+    from redline.tui.cli.plots import write_png
 
     out = write_png([load_session(rate_session)], tmp_path / "c.png")
     assert out.stat().st_size > 1000

@@ -9,14 +9,14 @@ import asyncio
 import json
 import subprocess
 
+from helpers import ROOT, finish, redline_command, start_headless, until
+
+from redline.engine.drive.preset_runner import start_preset
+from redline.engine.preset.knee import knee_search_preset
 from redline.engine.run.commands import SetConcurrency
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.preset.knee import knee_search_preset
-from redline.engine.drive.preset_runner import start_preset
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import ROOT, finish, redline_command, start_headless, until
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001", "--set", "ceiling_tok_s=100000")
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.preset import builtin_presets, resolve_preset
-from redline.engine.preset import PresetError, load_preset
+from redline.engine.preset import PresetError, builtin_presets, load_preset, resolve_preset
 
 if sys.version_info >= (3, 11):
     import tomllib

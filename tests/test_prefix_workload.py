@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import common_prefix_len, main_in_process, run_preset_headless
 
 from redline.engine.preset import PresetError, parse_preset
 from redline.engine.sim.model import BatchModel, PrefixCache, PromptTokens, prompt_blocks
@@ -33,9 +34,18 @@ from redline.engine.sim.wire import parse_request
 from redline.engine.telemetry.prom_text import parse_prometheus
 from redline.engine.telemetry.server_metrics import PrefixRateWindow, ServerMetricsPoller, parse_server_metrics
 from redline.engine.telemetry.types import ServerSample
-from redline.engine.workload.prompts import Calibration, PrefixSpec, PrefixSpecError, PromptSource, WorkloadConfig, WorkloadError, calibrate, load_dataset, needs_calibration, parse_prefix_spec
-
-from helpers import common_prefix_len, main_in_process, run_preset_headless
+from redline.engine.workload.prompts import (
+    Calibration,
+    PrefixSpec,
+    PrefixSpecError,
+    PromptSource,
+    WorkloadConfig,
+    WorkloadError,
+    calibrate,
+    load_dataset,
+    needs_calibration,
+    parse_prefix_spec,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLOCK_TOKENS = 16  # the sim's default prefix_block_tokens
@@ -436,8 +446,8 @@ def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     it, and the timeline has it per second; a random workload's step shows none hit. The step
     closes at 3 s (max_hold_s): the hit rate is the server's counters over the window, no
     steady throughput needed (which held it STEADY_MIN_S = 4 s or more)."""
-    from redline.engine.run.config import EngineConfig
     from redline.engine.preset import parse_preset
+    from redline.engine.run.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))

@@ -7,19 +7,30 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-from redline.engine.preset import MAX_SECONDS, AfterSpec, Preset, PresetError, RampSpec, StopSpec, TargetSpec, WorkloadSpec, load_preset, parse_preset, preset_to_toml
-from redline.engine.report.preset_from import timeline_preset
-from redline.engine.client.target import validate_url
-
 from helpers import examples
+
+from redline.engine.client.target import validate_url
+from redline.engine.preset import (
+    MAX_SECONDS,
+    AfterSpec,
+    Preset,
+    PresetError,
+    RampSpec,
+    StopSpec,
+    TargetSpec,
+    WorkloadSpec,
+    load_preset,
+    parse_preset,
+    preset_to_toml,
+)
+from redline.engine.report.preset_from import timeline_preset
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 SHIPPED = ["until-it-breaks", "quick", "c1-probe", "doubling", "rate-ramp", "trace-replay"]

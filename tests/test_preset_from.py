@@ -9,16 +9,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from helpers import run_preset_headless
 
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
 from redline.engine.preset import PresetError, load_preset, parse_preset
 from redline.engine.report.preset_from import preset_from_session
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.session import SessionWriter
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui import cli
-
-from helpers import run_preset_headless
 
 ROOT = Path(__file__).resolve().parent.parent
 REDLINE = [sys.executable, "-m", "redline.tui"]

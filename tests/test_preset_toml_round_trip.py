@@ -12,17 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-from redline.engine.preset import MAX_SECONDS, PresetError, parse_preset, parse_toml, preset_to_toml
-
 from helpers import examples
+
+from redline.engine.preset import MAX_SECONDS, PresetError, parse_preset, parse_toml, preset_to_toml
 
 SOURCE = "presets/rt.toml"
 SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,12 +16,11 @@ import time
 import httpx
 import polars as pl
 import pytest
+from helpers import free_port
 
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import free_port
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'redline[ray]')")
 

@@ -20,18 +20,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from redline.engine.measure import records as R
-from redline.engine.client.api_formats import CHAT, PATHS, build_body
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import SERVER_GONE, Engine
-from redline.engine.client.http import TRANSPORTS, make_client
-from redline.engine.measure.records import RequestRecord
-from redline.engine.client.request import run_request
-from redline.engine.report.export import read_table
-from redline.engine.sim.serve import LISTENING_PREFIX
-from redline.engine.workload.prompts import WorkloadConfig
-
 from helpers import (
     ROOT,
     MiniServer,
@@ -45,6 +33,17 @@ from helpers import (
     wait_for,
     write_preset,
 )
+
+from redline.engine.client.api_formats import CHAT, PATHS, build_body
+from redline.engine.client.http import TRANSPORTS, make_client
+from redline.engine.client.request import run_request
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
+from redline.engine.report.export import read_table
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import SERVER_GONE, Engine
+from redline.engine.sim.serve import LISTENING_PREFIX
+from redline.engine.workload.prompts import WorkloadConfig
 
 SHORT = WorkloadConfig(input_len=16, output_len=16)
 

@@ -26,17 +26,16 @@ import threading
 import time
 
 import pytest
+from helpers import ThreadHandler, ThreadServer, sim_state_async as sim_state
 
 import redline.engine.client.request as request_mod
 from redline.engine.client import kstamp
-from redline.engine.measure import records as R
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body, continuous_usage_refused
 from redline.engine.client.http import make_client
-from redline.engine.measure.records import RequestRecord
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import Stamped
-
-from helpers import ThreadHandler, ThreadServer, sim_state_async as sim_state
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8

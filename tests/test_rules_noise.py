@@ -1,8 +1,8 @@
 """The throughput rules judge steps against their own noise, and never judge unsteady steps."""
 
-from redline.engine.rules.verdicts import StopRules, noise_margin
-from redline.engine.preset import StopSpec
 from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import StopSpec
+from redline.engine.rules.verdicts import StopRules, noise_margin
 
 
 def step(c, tok, se=None, steady=True):

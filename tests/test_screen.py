@@ -22,17 +22,17 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable
 
+from redline.engine.measure.step_result import StepResult
 from redline.engine.run import commands as C
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.snapshot import LogLine, Snapshot
-from redline.engine.measure.step_result import StepResult
 from redline.engine.telemetry.types import GpuSample, ServerSample
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
+from redline.tui.widgets.dialogs import ConfirmScreen
 from redline.tui.widgets.header import StatusHeader, wrap_words
 from redline.tui.widgets.help import FIGURES, KEYS, HelpScreen
-from redline.tui.widgets.metric import spark_text
-from redline.tui.widgets.prompts import ConfirmScreen
+from redline.tui.widgets.metric_row import spark_text
 from redline.tui.widgets.steps import StepTable
 
 T0 = 1714564800.0  # 2024-05-01 12:00:00 UTC: the scripted session starts here

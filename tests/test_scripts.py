@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,15 +26,15 @@ from pathlib import Path
 import httpx
 import polars as pl
 import pytest
+from helpers import ROOT, MiniServer, main_in_process, redline_command, until, write_preset
 
+from redline.engine.client.http import TRANSPORTS, make_client
+from redline.engine.client.target import TargetUnreachable, detect, validate_url
+from redline.engine.report.export import export_session
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.client.http import TRANSPORTS, make_client
-from redline.engine.report.export import export_session
-from redline.engine.client.target import TargetUnreachable, detect, validate_url
 from redline.engine.workload.prompts import WorkloadConfig
 
-from helpers import ROOT, MiniServer, main_in_process, redline_command, until, write_preset
 KEY = "sk-redline-secret-K1-6f0c2a9e"
 OTHER_KEY = "sk-redline-secret-K2-b51d7e03"
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
-
 from helpers import ThreadedServer, until
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
-from redline.engine.preset import parse_preset
+
 from redline.engine.drive.preset_runner import run_preset
 from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 pytestmark = pytest.mark.server

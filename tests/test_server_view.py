@@ -9,10 +9,10 @@ import asyncio
 import dataclasses
 
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, make_decoder
-from redline.engine.telemetry.server_info import ServerInfo
 from redline.engine.sim.model import BatchModel, PromptTokens, prompt_blocks
 from redline.engine.sim.profiles import apply_overrides, get_profile
 from redline.engine.telemetry.cap import cap_cause
+from redline.engine.telemetry.server_info import ServerInfo
 from redline.engine.telemetry.server_metrics import CounterWindow, ServerMetricsPoller, parse_server_metrics
 from redline.engine.telemetry.server_view import ServerStepView
 from redline.engine.telemetry.types import ServerSample

@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 
 from redline.engine.measure.records import FAILED, Clock, RequestRecord
-from redline.engine.session import SessionError, SessionWriter, default_session_dir
 from redline.engine.report.export import export_session, read_table
+from redline.engine.session import SessionError, SessionWriter, default_session_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

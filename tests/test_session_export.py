@@ -6,7 +6,14 @@ import polars as pl
 import pytest
 
 import redline.engine.report.export as export_mod
-from redline.engine.report.export import EVENTS_SCHEMA, REQUESTS_SCHEMA, TIMELINE_SCHEMA, concurrency_timeline, export_session, read_table
+from redline.engine.report.export import (
+    EVENTS_SCHEMA,
+    REQUESTS_SCHEMA,
+    TIMELINE_SCHEMA,
+    concurrency_timeline,
+    export_session,
+    read_table,
+)
 from redline.engine.session import STATES, SessionError, SessionWriter, gpu_columns
 
 

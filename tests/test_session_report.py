@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from redline.engine.session import SessionError, SessionWriter
+from redline.engine.measure.step_result import BreakResult, StepResult
 from redline.engine.report.session_text import load_summary, report_session
 from redline.engine.rules.step_text import format_step_line, format_step_table
-from redline.engine.measure.step_result import BreakResult, StepResult
+from redline.engine.session import SessionError, SessionWriter
 
 
 def _step(c, tok, **kw):

@@ -11,10 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    ROOT,
+    finish,
+    redline_command,
+    sim_running as running,
+    sim_state,
+    start_headless,
+    wait_for,
+    write_preset,
+)
 
 from redline.engine.report.export import export_session, read_table
-
-from helpers import ROOT, finish, redline_command, sim_running as running, sim_state, start_headless, wait_for, write_preset
 
 SECRET = "sk-redline-test-5ecret-0f-the-day"
 

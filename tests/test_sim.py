@@ -18,13 +18,12 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
+from helpers import until
 
 from redline.engine.sim.model import BatchModel
 from redline.engine.sim.profiles import PROFILES, SimProfile, apply_overrides, get_profile
 from redline.engine.sim.serve import SimProcess, WarmSim, spawn_sim_process, start_sim_thread
 from redline.engine.sim.tokens import count_tokens
-
-from helpers import until
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

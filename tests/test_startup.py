@@ -23,9 +23,9 @@ import pytest
 
 import redline.engine.host
 import redline.tui.run_app as run_app
-from redline.engine.run import commands as C
-from redline.engine.load import worker_count
 from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
+from redline.engine.load import worker_count
+from redline.engine.run import commands as C
 from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
@@ -167,7 +167,7 @@ def test_the_startup_benchmark_answers_help():
 
 
 def test_each_command_adds_its_options_when_it_is_parsed_or_its_help_printed(capsys):
-    """`redline --help` builds the top level only (tui/cli/parser.py): a command's own options are
+    """`redline --help` builds the top level only (tui/cli/arguments.py): a command's own options are
     there when it is used, and an option given to the wrong command is still named."""
     from redline.tui import cli
 
@@ -303,8 +303,8 @@ def test_the_first_frame_imports_only_what_it_draws():
     assert r.returncode == 0, r.stderr
     loaded = set(r.stdout.split())
     later = {
-        "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.prompts",
-        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.cli.curves",  # the body, the dialogs
+        "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.dialogs",
+        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.cli.plots",  # the body, the dialogs
         "textual.widgets._data_table",  # the step table's Textual widget
         "redline.engine.run.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
         "httpx", "aiohttp", "polars", "plotext",
@@ -361,8 +361,8 @@ def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
     is cancelled by it rather than waited for."""
     import socket
 
-    from redline.engine.run.config import EngineConfig
     from redline.engine.host import EngineError, EngineProcess
+    from redline.engine.run.config import EngineConfig
 
     with socket.socket() as silent:  # listens (the kernel completes connections), never reads
         silent.bind(("127.0.0.1", 0))

@@ -15,14 +15,13 @@ import time
 import httpx
 import polars as pl
 import pytest
-
-from redline.engine.run.config import EngineConfig
-from redline.engine.preset import parse_preset
-from redline.engine.sim.truth import window_truth
-from redline.engine.measure.step_result import StepResult
-from redline.engine.workload.prompts import WorkloadConfig
-
 from helpers import run_preset_headless
+
+from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.run.config import EngineConfig
+from redline.engine.sim.truth import window_truth
+from redline.engine.workload.prompts import WorkloadConfig
 
 CAP_SIM = ("--set", "max_running_requests=8", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.025", "--set", "decode_per_seq_s=0.0005")
 OUT_LEN = 60  # ~1.7 s per request at the cap: longer than the hold, so requests outlive steps

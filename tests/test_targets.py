@@ -10,14 +10,13 @@ import json
 import httpx
 import polars as pl
 import pytest
+from helpers import until
 
+from redline.engine.load.holder import pick
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.load.holder import pick
 from redline.engine.run.target_stats import TargetState, TargetStats, WeightsError, parse_weights
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import until
 
 
 def _received(url: str) -> int:

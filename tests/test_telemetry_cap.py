@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from redline.engine.telemetry.server_info import ServerInfo
 from redline.engine.telemetry.cap import CapDetector, cap_cause
 from redline.engine.telemetry.efficiency import total_power_w
+from redline.engine.telemetry.server_info import ServerInfo
 from redline.engine.telemetry.server_metrics import parse_server_metrics
 from redline.engine.telemetry.types import GpuSample, ServerSample
 

@@ -6,14 +6,24 @@ Which cause a warning names is tested in tests/test_client_health_causes.py.
 from __future__ import annotations
 
 import asyncio
-import threading
 import os
+import threading
 import time
 from collections import namedtuple
 
 import pytest
 
-from redline.engine.telemetry.client_health import CPU_OVERLOAD_PCT, LAG_OVERLOAD_MS, ClientHealth, LagStats, LoopLagMonitor, MachineCpu, MachineCpuReader, OwnCpu, ProcessTreeCpu
+from redline.engine.telemetry.client_health import (
+    CPU_OVERLOAD_PCT,
+    LAG_OVERLOAD_MS,
+    ClientHealth,
+    LagStats,
+    LoopLagMonitor,
+    MachineCpu,
+    MachineCpuReader,
+    OwnCpu,
+    ProcessTreeCpu,
+)
 
 IDLE_MACHINE = MachineCpu(busy_pct=5.0, steal_pct=0.0, iowait_pct=0.0, ncpu=4)
 

@@ -11,13 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
+from helpers import FakeNvml, free_port, until
 
 from redline.engine.telemetry.dcgm import DcgmPoller
 from redline.engine.telemetry.hub import TelemetryHub
 from redline.engine.telemetry.nvml import NvmlSource
 from redline.engine.telemetry.server_metrics import ServerMetricsPoller
-
-from helpers import FakeNvml, free_port, until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

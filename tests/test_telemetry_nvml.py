@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from helpers import FakeNvml
 
 from redline.engine.telemetry.nvml import NVML_ABSENT_PREFIX, NvmlSource
-
-from helpers import FakeNvml
 
 
 def test_real_nvml_absent_or_present_never_raises():

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from redline.engine.telemetry.dcgm import DCGM_FP64_BLANK, DCGM_INT32_BLANK, DCGM_INT64_BLANK, dcgm_parser, is_dcgm_blank, parse_dcgm
+from redline.engine.telemetry.dcgm import (
+    DCGM_FP64_BLANK,
+    DCGM_INT32_BLANK,
+    DCGM_INT64_BLANK,
+    dcgm_parser,
+    is_dcgm_blank,
+    parse_dcgm,
+)
 from redline.engine.telemetry.prom_text import PromParser, TelemetryParseError, parse_prometheus
 from redline.engine.telemetry.server_metrics import parse_server_metrics, server_metrics_parser
 

@@ -19,15 +19,15 @@ import asyncio
 import json
 import time
 
-from redline.engine.measure import records as R
+from helpers import ThreadServer
+
 from redline.engine.client import sse as sse_mod
 from redline.engine.client.api_formats import CHAT, PATHS
 from redline.engine.client.http import make_client
-from redline.engine.measure.records import RequestRecord
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import BODY_EXTENSION
-
-from helpers import ThreadServer
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"

@@ -14,12 +14,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import common_prefix_len
 
 from redline.engine.workload import trace as trace_mod
-from redline.engine.workload.trace import MAX_TRACE_ROWS, MOONCAKE_BLOCK_TOKENS, TraceError, TracePrompts, TraceRow, builtin_trace_path, load_trace, trace_duration_s
 from redline.engine.workload.prompts import Calibration, calibrate
-
-from helpers import common_prefix_len
+from redline.engine.workload.trace import (
+    MAX_TRACE_ROWS,
+    MOONCAKE_BLOCK_TOKENS,
+    TraceError,
+    TracePrompts,
+    TraceRow,
+    builtin_trace_path,
+    load_trace,
+    trace_duration_s,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib

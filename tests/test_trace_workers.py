@@ -12,15 +12,14 @@ import time
 
 import httpx
 import polars as pl
+from helpers import run_preset_headless, until
 
+from redline.engine.load.trace_replay import FedSchedule
+from redline.engine.preset import parse_preset
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.preset import parse_preset
-from redline.engine.workload.trace import TraceRow
-from redline.engine.load.trace_replay import FedSchedule
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import run_preset_headless, until
+from redline.engine.workload.trace import TraceRow
 
 
 def _trace(tmp_path, n: int, rate: float, seed: int = 11) -> tuple[str, list[dict]]:

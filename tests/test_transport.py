@@ -15,21 +15,20 @@ from collections import Counter
 
 import httpx
 import pytest
+from helpers import ThreadServer, sim_state_async as sim_state, until
 
 import redline.engine.client.transport as transport_mod
 from redline.engine.client import kstamp
-from redline.engine.measure import records as R
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
 from redline.engine.client.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
-from redline.engine.loop import wait_within
-from redline.engine.measure.records import RequestRecord
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
+from redline.engine.loop import wait_within
+from redline.engine.measure import records as R
+from redline.engine.measure.records import RequestRecord
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import ThreadServer, sim_state_async as sim_state, until
 
 MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8

@@ -7,17 +7,16 @@ import json
 import time
 
 import pytest
+from helpers import sim_running_async as running, sim_state_async
 
-from redline.engine.run.config import EngineConfig
 from redline.engine.constants import MIN_LIVE_STEP_S
 from redline.engine.host import EngineProcess, EngineThread
+from redline.engine.run.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
-from redline.tui.widgets.eventlog import EventLog
 from redline.tui.widgets.header import StatusHeader
+from redline.tui.widgets.log_view import EventLog
 from redline.tui.widgets.steps import StepTable
-
-from helpers import sim_running_async as running, sim_state_async
 
 LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
 SHORT = WorkloadConfig(input_len=16, output_len=8)  # requests that complete at once

@@ -3,17 +3,15 @@ lane, `o` SLOs typed live, `k` a knee search that any concurrency key cancels.""
 
 from __future__ import annotations
 
-
 import pytest
+from helpers import FAST_SIM, settle
 
-from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
+from redline.engine.run.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.panels import LivePanels
-
-from helpers import FAST_SIM, settle
 
 FAST = FAST_SIM
 

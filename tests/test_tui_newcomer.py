@@ -12,23 +12,22 @@ import re
 from dataclasses import replace
 
 import pytest
-from textual import events
-
-from redline.engine.run import commands as C
-from redline.engine.run.config import EngineConfig
-from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.run.snapshot import LogLine
-from redline.engine.measure.step_result import BreakResult
-from redline.engine.workload.prompts import WorkloadConfig
-from redline.tui.app import RedlineApp
-from redline.tui.widgets.eventlog import EventLog
-from redline.tui.widgets.header import StatusHeader
-from redline.tui.widgets.panels import LivePanels
-from redline.tui.widgets.prompts import PresetPicker
-from redline.tui.widgets.steps import StepTable
-
 from helpers import FAST_SIM, settle
 from test_screen import FakeHost, make_app, play, screen_lines
+from textual import events
+
+from redline.engine.host import EngineProcess, EngineThread
+from redline.engine.measure.step_result import BreakResult
+from redline.engine.run import commands as C
+from redline.engine.run.config import EngineConfig
+from redline.engine.run.snapshot import LogLine
+from redline.engine.workload.prompts import WorkloadConfig
+from redline.tui.app import RedlineApp
+from redline.tui.widgets.dialogs import PresetPicker
+from redline.tui.widgets.header import StatusHeader
+from redline.tui.widgets.log_view import EventLog
+from redline.tui.widgets.panels import LivePanels
+from redline.tui.widgets.steps import StepTable
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (tests/conftest.py)
 

@@ -14,11 +14,12 @@ import io
 from dataclasses import replace
 
 import pytest
+from helpers import FAST_SIM, settle
 from rich.console import Console
 
+from redline.engine.host import EngineThread
 from redline.engine.run import commands as C
 from redline.engine.run.config import EngineConfig
-from redline.engine.host import EngineThread
 from redline.engine.run.snapshot import Snapshot
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
@@ -26,8 +27,6 @@ from redline.tui.load_keys import RATE_FLOOR
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.rate import RateLine, rate_line
 from redline.tui.widgets.workload import WorkloadForm, build_change, current_values
-
-from helpers import FAST_SIM, settle
 
 FAST = FAST_SIM
 
@@ -299,7 +298,7 @@ async def test_workload_form_on_a_fake_host_sends_one_change():
 
 # -- the command line --------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
-    from redline.tui.cli.parser import build_parser
+    from redline.tui.cli.arguments import build_parser
 
     a = build_parser().parse_args(argv)
     a.argv = ["redline", *argv]

@@ -7,12 +7,11 @@ tests/test_screen.py on a FakeHost."""
 
 from __future__ import annotations
 
+from test_screen import make_app, play, screen_lines
 from textual.dom import DOMNode
 from textual.widgets import Label
 
-from redline.tui.widgets.metric import MetricRow
-
-from test_screen import make_app, play, screen_lines
+from redline.tui.widgets.metric_row import MetricRow
 
 
 async def test_a_refresh_queries_the_dom_only_for_the_header_and_the_rate_line(monkeypatch):

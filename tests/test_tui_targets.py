@@ -16,17 +16,16 @@ import io
 import json
 
 import pytest
+from helpers import FAST_SIM, settle
 from rich.console import Console
 
-from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
+from redline.engine.run.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.cli.report import format_targets_table, report_text
 from redline.tui.widgets.help import HelpScreen, target_rows
-from redline.tui.widgets.targets import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
-
-from helpers import FAST_SIM, settle
+from redline.tui.widgets.target_rows import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
 
 FAST = FAST_SIM
 
@@ -125,7 +124,7 @@ async def test_two_targets_split_3_to_1_on_screen_and_one_gone_leaves_the_other_
 
 # -- the command line --------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
-    from redline.tui.cli.parser import build_parser
+    from redline.tui.cli.arguments import build_parser
 
     ns = build_parser().parse_args(argv)
     ns.argv = ["redline", *argv]

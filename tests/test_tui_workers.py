@@ -15,18 +15,26 @@ import signal
 from dataclasses import replace
 
 import pytest
+from helpers import FAST_SIM, settle
+from test_screen import FakeHost, make_app, play, screen_lines, targets_story, workers_story
 
-from redline.engine.run.config import EngineConfig
 from redline.engine.host import EngineThread
+from redline.engine.run.config import EngineConfig
 from redline.engine.session import SessionWriter
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.cli.report import format_workers_table, report_text
 from redline.tui.widgets.help import HelpScreen, worker_rows
-from redline.tui.widgets.workers import DEAD_STYLE, KEEP_NARROW, MAX_ROWS, WorkersPanel, block_lines, rows_text, summary_text, workers_text
-
-from helpers import FAST_SIM, settle
-from test_screen import FakeHost, make_app, play, screen_lines, targets_story, workers_story
+from redline.tui.widgets.worker_rows import (
+    DEAD_STYLE,
+    KEEP_NARROW,
+    MAX_ROWS,
+    WorkersPanel,
+    block_lines,
+    rows_text,
+    summary_text,
+    workers_text,
+)
 
 
 def w(i: int, *, node: str = "gpu-a", alive: bool = True, share: int = 16, requests: int = 100, tok: float = 512.25,

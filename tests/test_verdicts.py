@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.rules.verdicts import STEP_JUDGE
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.slo import Slo
 from redline.engine.measure.step_book import StepBook
 from redline.engine.measure.step_result import StepResult
-from redline.engine.rules.verdicts import Knee, judge_request, knee, knee_from_summary, session_knee, steadiness, summary_knee
+from redline.engine.rules.verdicts import (
+    STEP_JUDGE,
+    Knee,
+    judge_request,
+    knee,
+    knee_from_summary,
+    session_knee,
+    steadiness,
+    summary_knee,
+)
 
 
 def step(c, tps, *, se=None, rate=None, short=False, phase="measure") -> StepResult:

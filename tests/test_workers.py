@@ -13,15 +13,14 @@ import signal
 import httpx
 import polars as pl
 import pytest
+from helpers import run_preset_headless, until
 
+from redline.engine.load.worker_pool import split
+from redline.engine.measure.histogram import Digest
+from redline.engine.preset import parse_preset
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
-from redline.engine.measure.histogram import Digest
-from redline.engine.load.worker_pool import split
-from redline.engine.preset import parse_preset
 from redline.engine.workload.prompts import WorkloadConfig
-
-from helpers import run_preset_headless, until
 
 
 def test_split():  # auto: tests/test_worker_count.py

@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli.parser import main
+from .cli.arguments import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,6 @@ from textual.widgets import Footer
 
 from ..engine import api
 from ..engine.api import Snapshot
-
 from .engine_commands import C
 from .load_keys import OPEN_LOOP, LoadKeys
 from .preset_keys import PresetKeys

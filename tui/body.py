@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 from textual.widget import Widget
 
 from .widgets.curve import CurveView
-from .widgets.eventlog import EventLog
-from .widgets.gpus import GpuPanel
+from .widgets.gpu_panel import GpuPanel
+from .widgets.log_view import EventLog
 from .widgets.panels import LivePanels
 from .widgets.steps import StepTable
-from .widgets.targets import TargetsPanel
-from .widgets.workers import WorkersPanel, block_lines
+from .widgets.target_rows import TargetsPanel
+from .widgets.worker_rows import WorkersPanel, block_lines
 
 if TYPE_CHECKING:
     from ..engine.report.api import SessionSummary

@@ -16,7 +16,7 @@ from .engine_commands import C, one_line
 from .widgets.header import StatusHeader
 
 if TYPE_CHECKING:
-    from .widgets.prompts import LinePrompt
+    from .widgets.dialogs import LinePrompt
     from .widgets.workload import WorkloadForm
 
 WANT_HOLD_S = 1.0  # trust the C just asked for this long, until a snapshot confirms it
@@ -45,7 +45,7 @@ class LoadKeys:
     def set_concurrency(self, n: int) -> None:
         n = max(1, n)
         if n > self.max_concurrency:
-            from .widgets.prompts import ConfirmScreen
+            from .widgets.dialogs import ConfirmScreen
 
             self.push_screen(
                 ConfirmScreen(f"C={n} is above --max-concurrency {self.max_concurrency}. Send that much load?"),
@@ -96,7 +96,7 @@ class LoadKeys:
             prompt.focus_input()
 
     async def action_type_concurrency(self) -> None:
-        from .widgets.prompts import ConcurrencyPrompt
+        from .widgets.dialogs import ConcurrencyPrompt
 
         if not self._mode_settled():
             return
@@ -156,7 +156,7 @@ class LoadKeys:
 
     async def action_type_rate(self) -> None:
         from ..engine.api import ArrivalError, check_rate
-        from .widgets.prompts import TextPrompt
+        from .widgets.dialogs import TextPrompt
 
         if not self._mode_settled():
             return

@@ -22,7 +22,7 @@ class PresetKeys:
 
     # -- presets -----------------------------------------------------------------------
     def action_preset(self) -> None:
-        from .widgets.prompts import PresetPicker
+        from .widgets.dialogs import PresetPicker
 
         paths = sorted(self.presets_dir.glob("*.toml")) if self.presets_dir.is_dir() else []
         if not paths:
@@ -133,7 +133,7 @@ class PresetKeys:
 
     async def action_slo(self) -> None:
         from ..engine.api import SloError, parse_slo
-        from .widgets.prompts import TextPrompt
+        from .widgets.dialogs import TextPrompt
 
         def done(text: str | None) -> None:
             if text is None:

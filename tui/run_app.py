@@ -26,7 +26,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine import api
-
 from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 from .cli.launch import BUILTIN_SIM, running_target, session_saved
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import json.scanner
 import math
-from json.decoder import scanstring
 from dataclasses import dataclass
+from json.decoder import scanstring
 from typing import Any, Callable
 
 from ..text import one_line

@@ -25,19 +25,19 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 import ssl
+import sys
 import time
 from typing import Callable
 
 import httpx
 
-from ..measure import records as R
-from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
 from ..constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
+from ..measure import records as R
 from ..measure.records import RequestRecord
-from .sse import DONE, SSEDecoder
 from ..text import one_line
+from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
+from .sse import DONE, SSEDecoder
 from .transport import BODY_EXTENSION
 
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);

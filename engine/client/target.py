@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..measure import records as R
+from ..telemetry.server_info import ServerInfo
 from .api_formats import APIS, CHAT, GENERATE
 from .request import classify_error, scrub_key
-from ..telemetry.server_info import ServerInfo
 
 
 class TargetError(ValueError):

@@ -47,9 +47,9 @@ from typing import Any, Callable
 import httptools
 import httpx
 
+from ..loop import wait_within
 from . import kstamp
 from .lean_tls import dropped as _dropped, ssl_context
-from ..loop import wait_within
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 

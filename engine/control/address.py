@@ -1,7 +1,7 @@
 """The control API's address and token rules (`--control [HOST:]PORT`, `--control-token-env`).
 
 Light on purpose (no aiohttp): the command line checks these before anything starts. The
-server itself is engine/control/server.py, started by the engine in its own process.
+server itself is engine/control/http_api.py, started by the engine in its own process.
 
 - `PORT` alone, or `HOST:PORT` (`[::1]:PORT` for an IPv6 literal); the host defaults to
   127.0.0.1. Port 0 picks a free one (tests).

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from ..measure import records as R
 from ..load.probe_lane import is_lane
+from ..measure import records as R
 
 if TYPE_CHECKING:
-    from ..run.engine import Engine
     from ..measure.records import RequestRecord
+    from ..run.engine import Engine
     from ..run.snapshot import Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

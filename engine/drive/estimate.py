@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..constants import PROBE_MAX_HOLD_S
+from ..measure.step_result import StepResult
 from ..preset import Preset, StepPlan
 from ..rules.knee_search import KneeSearch
-from ..sim.profiles import SimProfile, get_profile
-from ..measure.step_result import StepResult
 from ..rules.verdicts import StopRules
+from ..sim.profiles import SimProfile, get_profile
 
 SLACK = 0.15  # the printed range: the model's figure -5 % ... +15 % (steadiness, the loop, start-up)
 START_S = 2.0  # detection and calibration before the first step

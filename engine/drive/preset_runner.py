@@ -27,16 +27,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..run import commands as C
-from ..rules.verdicts import StopRules
-from ..constants import DEFAULT_PLATEAU_GAIN, MIN_LIVE_STEP_S, PROBE_MAX_HOLD_S, PROBE_MIN_REQUESTS, SETTLE_MAX_S, SNAPSHOT_INTERVAL_S
-from ..run.engine import Engine
+from ..constants import (
+    DEFAULT_PLATEAU_GAIN,
+    MIN_LIVE_STEP_S,
+    PROBE_MAX_HOLD_S,
+    PROBE_MIN_REQUESTS,
+    SETTLE_MAX_S,
+    SNAPSHOT_INTERVAL_S,
+)
+from ..measure.accumulator import StepAccumulator
+from ..measure.step_result import BreakResult, StepResult
 from ..preset import Preset, StepPlan
 from ..rules.knee_search import KneeSearch
-from .server_ops import capture_started, drain_and_flush, start_capture
 from ..rules.step_text import format_step_line
-from ..measure.step_result import BreakResult, StepResult
-from ..measure.accumulator import StepAccumulator
+from ..rules.verdicts import StopRules
+from ..run import commands as C
+from ..run.engine import Engine
+from .server_ops import capture_started, drain_and_flush, start_capture
 
 POLL_S = SNAPSHOT_INTERVAL_S
 STEP_POLL_S = 0.05  # a step's warm-up and hold look this often whether they are done (a step ends within this of its last condition)

@@ -29,8 +29,8 @@ import httpx
 from ..telemetry.server_metrics import parse_server_metrics
 
 if TYPE_CHECKING:
-    from ..run.engine import Engine
     from ..measure.accumulator import StepAccumulator
+    from ..run.engine import Engine
 
 __all__ = [
     "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",

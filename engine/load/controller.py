@@ -25,8 +25,8 @@ import time
 from collections import deque
 from typing import Awaitable, Callable, Protocol
 
-from ..workload.arrivals import POISSON, Arrival, Schedule
 from ..constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
+from ..workload.arrivals import POISSON, Arrival, Schedule
 
 RUNNING = "running"
 PAUSED = "paused"

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Callable
 from .conversation import run_session
 
 if TYPE_CHECKING:
-    from .sender import Sender
     from ..workload.prompts import Prompt, PromptSource, WorkloadConfig
+    from .sender import Sender
 
 
 async def one_request(

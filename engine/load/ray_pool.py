@@ -25,14 +25,14 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from ..loop import wait_within
-from .worker_pool import STOP_TIMEOUT_S, SYNC_TIMEOUT_S, WorkerPool, _with_index
 from ..client.target import TargetUnreachable
+from ..loop import wait_within
 from .worker import FLUSH_S, WorkerSpec
+from .worker_pool import STOP_TIMEOUT_S, SYNC_TIMEOUT_S, WorkerPool, _with_index
 
 if TYPE_CHECKING:
-    from .worker_messages import Ask, Feed, Order, Report
     from .port import LoadPort
+    from .worker_messages import Ask, Feed, Order, Report
 
 READY_TIMEOUT_S = 120.0
 HEAD_CHECK_S = 3.0

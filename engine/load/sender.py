@@ -20,12 +20,12 @@ from typing import Callable, Iterator, Protocol
 
 import httpx
 
-from ..measure import records as R
 from ..client.api_formats import PATHS, build_body
-from ..constants import OVERLOAD_BACKOFF_MAX_S
-from ..measure.records import RequestRecord
 from ..client.request import run_request
 from ..client.target import Target
+from ..constants import OVERLOAD_BACKOFF_MAX_S
+from ..measure import records as R
+from ..measure.records import RequestRecord
 
 FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
 OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503)

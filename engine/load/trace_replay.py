@@ -14,9 +14,9 @@ from collections import deque
 from typing import Sequence
 
 from ..constants import TRACE_LEAD_S
-from .controller import TRACE, LoadControl
-from ..workload.trace import TracePrompts, TraceRow, load_trace, trace_duration_s
 from ..workload.prompts import Calibration, Prompt
+from ..workload.trace import TracePrompts, TraceRow, load_trace, trace_duration_s
+from .controller import TRACE, LoadControl
 
 
 class TraceSchedule:

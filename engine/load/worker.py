@@ -28,21 +28,21 @@ from multiprocessing.connection import Connection
 
 import httpx
 
-from ..workload.arrivals import parse_arrival
-from .controller import CONCURRENCY, RATE, TRACE, Controller
-from ..measure.histogram import LogHistogram
 from ..client.http import make_client
+from ..client.target import Target
 from ..loop import new_event_loop, read_pipe
 from ..measure import records as R
-from ..measure.records import RequestRecord
-from .sender import Sender
 from ..measure.accumulator import new_gaps
-from ..client.target import Target
-from ..workload.trace import TracePrompts, TraceRow
-from .trace_replay import FedSchedule
-from .holder import LoadHolder
-from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
+from ..measure.histogram import LogHistogram
+from ..measure.records import RequestRecord
+from ..workload.arrivals import parse_arrival
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
+from ..workload.trace import TracePrompts, TraceRow
+from .controller import CONCURRENCY, RATE, TRACE, Controller
+from .holder import LoadHolder
+from .sender import Sender
+from .trace_replay import FedSchedule
+from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
 
 FLUSH_S = 0.25  # how often a worker reports
 BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide

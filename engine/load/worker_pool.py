@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 from ..child import reap, spawn_child
 from ..constants import TRACE_FEED_AHEAD_S
-from .controller import TRACE, LoadControl
-from ..measure.histogram import LogHistogram
 from ..loop import read_pipe, wait_within
+from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
+from .controller import TRACE, LoadControl
 from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 

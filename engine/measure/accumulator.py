@@ -40,15 +40,15 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from . import records as R
 from ..constants import STEADY_MIN_S
-from .histogram import Digest, censored_quantiles
-from .records import Clock, RequestRecord
-from .slo import Slo
-from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
-from .step_result import StepResult
 from ..telemetry.server_view import ServerStepView
 from ..telemetry.types import ServerSample
+from . import records as R
+from .histogram import Digest, censored_quantiles
+from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
+from .records import Clock, RequestRecord
+from .slo import Slo
+from .step_result import StepResult
 
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
 __all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "StepJudge", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]

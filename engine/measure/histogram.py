@@ -40,7 +40,19 @@ from collections import deque
 from typing import Iterable, Sequence
 
 from ..constants import BOUND_TOLERANCE, EXACT_LIMIT, HIST_MIN_S
-from .log_bins import HIST_PRECISION, LAST_BIN, LOG_MIN, LOG_RATIO, NBINS, LogHistogram, bin_index, bin_value, binned_quantiles, clamp_q, quantile
+from .log_bins import (
+    HIST_PRECISION,
+    LAST_BIN,
+    LOG_MIN,
+    LOG_RATIO,
+    NBINS,
+    LogHistogram,
+    bin_index,
+    bin_value,
+    binned_quantiles,
+    clamp_q,
+    quantile,
+)
 
 __all__ = [
     "HIST_PRECISION",

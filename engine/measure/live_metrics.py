@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from . import records as R
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
+from . import records as R
 from .histogram import LogHistogram, RollingDigest, quantile
 from .records import RequestRecord
 from .slo import Slo

@@ -17,11 +17,11 @@ import time
 from typing import Callable
 
 from ..constants import MIN_LIVE_STEP_S
+from ..telemetry.types import ServerSample
+from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
 from .records import Clock, RequestRecord
 from .slo import Slo
-from ..telemetry.types import ServerSample
 from .step_result import BreakResult, StepResult
-from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
 
 LIVE = "live"
 PROBE = "probe"

@@ -13,9 +13,9 @@ from collections import Counter
 from typing import Callable
 
 from ..constants import SNAPSHOT_INTERVAL_S, TIMELINE_INTERVAL_S
-from .live_metrics import LiveStats
 from ..telemetry.efficiency import total_power_w
 from ..telemetry.types import ClientHealthSample, GpuSample, ServerSample
+from .live_metrics import LiveStats
 
 EARLY_S = 1e-6  # float slack on deadlines counted in steps of SNAPSHOT_INTERVAL_S
 

@@ -19,7 +19,25 @@ engine's runtime (run/, drive/, host); the preset runner imports presets, never 
 
 from .builtin import BuiltinPreset, builtin_dir, builtin_presets, resolve_preset
 from .parse import load_preset, parse_preset, parse_toml
-from .spec import DEFAULT_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, DEFAULT_MIN_REQUESTS, DEFAULT_WARMUP_S, MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS, AfterSpec, Preset, PresetError, RampSpec, SearchSpec, StepPlan, StopSpec, TargetSpec, WorkloadSpec, as_search
+from .spec import (
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_FACTOR,
+    DEFAULT_MIN_REQUESTS,
+    DEFAULT_WARMUP_S,
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_STEPS,
+    AfterSpec,
+    Preset,
+    PresetError,
+    RampSpec,
+    SearchSpec,
+    StepPlan,
+    StopSpec,
+    TargetSpec,
+    WorkloadSpec,
+    as_search,
+)
 from .toml_out import preset_to_toml
 
 __all__ = [

@@ -55,9 +55,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from .fields import Ctx, has_control, key_name
 from .parse_ramp import parse_ramp
-from .parse_server_ops import SERVER_OPS_KEYS, parse_server_ops
 from .parse_rules import parse_after, parse_gate, parse_guard, parse_slo, parse_stop
 from .parse_search import RATE_SEARCH_LEVELS
+from .parse_server_ops import SERVER_OPS_KEYS, parse_server_ops
 from .parse_workload import MAX_TURNS, check_shape, parse_target, parse_workload
 from .ramp_fields import RATE_WHAT
 from .spec import Preset, PresetError

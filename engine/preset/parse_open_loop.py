@@ -4,7 +4,16 @@ beside concurrency and durations_s) and `speed = [..]` (a trace replayed once pe
 from __future__ import annotations
 
 from .fields import Ctx
-from .ramp_fields import concurrency_list, durations, hold_keys, number_list, open_loop_keys, rate, step_probes, step_workloads
+from .ramp_fields import (
+    concurrency_list,
+    durations,
+    hold_keys,
+    number_list,
+    open_loop_keys,
+    rate,
+    step_probes,
+    step_workloads,
+)
 from .spec import MAX_SECONDS, RampSpec
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..rules.guard import GuardSpec
 from ..measure.slo import Slo
+from ..rules.guard import GuardSpec
 from .fields import Ctx
 from .spec import AfterSpec, StopSpec
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from ..client.api_formats import APIS
-
 from .fields import Ctx
 from .spec import RampSpec, TargetSpec, WorkloadSpec
 

@@ -9,9 +9,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..workload.arrivals import ARRIVAL_FORMS, MAX_RATE, ArrivalError, parse_arrival
-
 from .fields import Ctx, key_name, num, show
-from .spec import DEFAULT_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, DEFAULT_MIN_REQUESTS, DEFAULT_WARMUP_S, MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS
+from .spec import (
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_FACTOR,
+    DEFAULT_MIN_REQUESTS,
+    DEFAULT_WARMUP_S,
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_STEPS,
+)
 
 CONC_WHAT = f"a non-empty list of positive integers (at most {MAX_CONCURRENCY})"
 RATE_WHAT = f"requests per second, a number > 0 (at most {num(MAX_RATE)})"

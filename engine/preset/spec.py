@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..constants import STEADY_MIN_S
-from ..rules.guard import GuardSpec
 from ..measure.slo import Slo
+from ..rules.guard import GuardSpec
 from ..rules.verdicts import StopSpec  # the stop rules own their spec (a preset's [stop])
 
 DEFAULT_WARMUP_S = 10.0

@@ -13,7 +13,6 @@ from typing import Any
 import tomli_w
 
 from .. import __version__
-
 from .spec import Preset, RampSpec, StopSpec, one_line
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment")  # what [slo] reads

@@ -13,17 +13,42 @@ from typing import TYPE_CHECKING, Any
 from ..api import resolve, table
 
 if TYPE_CHECKING:
-    from .gate import GateError, GateSession, evaluate, failure_line, format_outcomes, gate_dict, has_relative, junit_xml, parse_gate, passed
-    from .gate import compare as gate_compare
-    from .preset_from import preset_from_session, steps_text
     from ..rules.step_text import fmt_ms, format_break_line, format_step_line, format_step_table
     from ..session import SUMMARY, SessionError, check_session_dir
-    from .export import export_session
-    from .session_text import load_summary, report_session
-    from .compare import KINDS, Row, SessionSummary, align_by_load, any_power, axis_title, joules_per_token, knee_load, knee_step, load_session, load_sessions, session_from_steps, tokens_per_watt
-    from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
     from ..session.rows import dumps_doc
     from ..session.writer import write_text_atomic
+    from .compare import (
+        KINDS,
+        Row,
+        SessionSummary,
+        align_by_load,
+        any_power,
+        axis_title,
+        joules_per_token,
+        knee_load,
+        knee_step,
+        load_session,
+        load_sessions,
+        session_from_steps,
+        tokens_per_watt,
+    )
+    from .export import export_session
+    from .gate import (
+        GateError,
+        GateSession,
+        compare as gate_compare,
+        evaluate,
+        failure_line,
+        format_outcomes,
+        gate_dict,
+        has_relative,
+        junit_xml,
+        parse_gate,
+        passed,
+    )
+    from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
+    from .preset_from import preset_from_session, steps_text
+    from .session_text import load_summary, report_session
 
 # home module (relative to this package, redline.engine.report) -> the names it gives;
 # "NAME=ATTR" gives ATTR as NAME

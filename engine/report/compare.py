@@ -1,7 +1,7 @@
 """Several sessions side by side: load them, align their steps by load, pick the best
 session per load, find each session's knee, and the efficiency figures.
 
-Pure data: no drawing, no text tables (tui/cli/report.py formats, tui/cli/curves.py draws).
+Pure data: no drawing, no text tables (tui/cli/report.py formats, tui/cli/plots.py draws).
 
 Definitions, so the report, the curves and the tests agree:
 
@@ -34,12 +34,10 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from ..measure.step_result import BreakResult, StepResult
-from ..session.paths import META, SessionError, check_session_dir
 from ..rules.step_text import as_break
+from ..rules.verdicts import KINDS as VERDICT_KINDS, Knee, knee_from_summary, load_key, one_per_load, session_knee
+from ..session.paths import META, SessionError, check_session_dir
 from .session_text import _load_json, load_summary
-from ..rules.verdicts import KINDS as VERDICT_KINDS
-from ..rules.verdicts import Knee, knee_from_summary, load_key, one_per_load, session_knee
-
 
 KINDS = VERDICT_KINDS  # concurrency, request rate (req/s), trace speed factor: the order of rows
 

@@ -35,7 +35,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..rules.gate_conditions import ACCEPTED, FIGURES, OPS, SESSION_FIGURES, Condition, Figure, GateError, has_relative, parse_condition, parse_gate
+from ..rules.gate_conditions import (
+    ACCEPTED,
+    FIGURES,
+    OPS,
+    SESSION_FIGURES,
+    Condition,
+    Figure,
+    GateError,
+    has_relative,
+    parse_condition,
+    parse_gate,
+)
 from .gate_measured import GateSession, Load_label, Measured, fmt_value
 
 __all__ = [

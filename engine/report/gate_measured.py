@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fmt import BOUND
-from ..rules.gate_conditions import Condition, Figure
 from ..measure.slo import Slo
-from ..rules.verdicts import meets_slo
 from ..measure.step_result import StepResult
+from ..rules.gate_conditions import Condition, Figure
+from ..rules.verdicts import meets_slo
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ class GateSession:
     @classmethod
     def load(cls, session_dir) -> "GateSession":
         """A session directory (SessionError, one line, when it is not one)."""
-        from .session_text import load_summary
         from .compare import load_session
+        from .session_text import load_summary
 
         s = load_session(session_dir)
         try:

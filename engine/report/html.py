@@ -33,10 +33,24 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..fmt import BOUND
+from ..session.paths import SessionError
 from .compare import axis_title
 from .html_assets import CSS, PAGE_JS, PROBE_JS
-from .html_data import COLOURS, EVENT_KINDS, LAT, MAX_TIMELINE_POINTS, ReportSession, collect, default_slo, describe_slo, gpu_count, main_kind, meets_slo, session_data, step_data
-from ..session.paths import SessionError
+from .html_data import (
+    COLOURS,
+    EVENT_KINDS,
+    LAT,
+    MAX_TIMELINE_POINTS,
+    ReportSession,
+    collect,
+    default_slo,
+    describe_slo,
+    gpu_count,
+    main_kind,
+    meets_slo,
+    session_data,
+    step_data,
+)
 
 HTML_EXTRA_HINT = "pip install 'redline[html]'"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..measure.slo import Slo
-from ..rules.verdicts import meets_slo
 from ..measure.step_result import StepResult
-from .compare import SessionSummary, load_session, step_load
+from ..rules.verdicts import meets_slo
 from ..session.paths import META, SUMMARY
+from .compare import SessionSummary, load_session, step_load
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 EVENT_KINDS = ("preset", "probe", "key", "warning", "break", "error", "workload")

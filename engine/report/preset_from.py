@@ -17,7 +17,18 @@ from typing import NamedTuple
 
 from ..preset.fields import Ctx
 from ..preset.parse import parse_toml
-from ..preset.spec import MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS, AfterSpec, Preset, PresetError, RampSpec, StopSpec, TargetSpec, WorkloadSpec
+from ..preset.spec import (
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_STEPS,
+    AfterSpec,
+    Preset,
+    PresetError,
+    RampSpec,
+    StopSpec,
+    TargetSpec,
+    WorkloadSpec,
+)
 from ..preset.toml_out import preset_to_toml
 
 REPLAY_HEADER = "Replays a recorded session's concurrency timeline (redline preset-from)."
@@ -138,8 +149,8 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
     workload and its concurrency timeline. Raises PresetError (one line naming the session)."""
     # the session reader (polars on first use) is only needed here
     from ..session import SessionError, check_session_dir
-    from .export import load_segments
     from ..session.paths import META
+    from .export import load_segments
 
     try:
         d = check_session_dir(session_dir)

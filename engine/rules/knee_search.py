@@ -32,9 +32,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .verdicts import knee, noise_margin, slo_rule
 from ..measure.slo import Slo
 from ..measure.step_result import StepResult
+from .verdicts import knee, noise_margin, slo_rule
 
 GUESS_NEAR = 0.1  # an interpolated knee point landed near the crossing: within this share of its bracket's spread
 

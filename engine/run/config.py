@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..constants import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, DEFAULT_REQUEST_TIMEOUT_S
-from ..constants import DEFAULT_TRANSPORT
-from ..rules.guard import GuardSpec
+from ..constants import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT
 from ..measure.slo import Slo
+from ..rules.guard import GuardSpec
 from ..workload.prompts import WorkloadConfig
 
 
@@ -48,7 +47,7 @@ class EngineConfig:
     workers: int = 1  # --workers N: the load in N worker processes (engine/load/worker_pool.py); 1 = this process
     workers_why: str = ""  # --workers auto chose them: why, in words (with the start notice)
     ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/load/ray_pool.py)
-    # --control [HOST:]PORT: the control API in the engine's process (engine/control/server.py),
+    # --control [HOST:]PORT: the control API in the engine's process (engine/control/http_api.py),
     # an engine.control.ControlAddress; its bearer token never printed, logged or written
     control: object | None = None
     control_token: str | None = field(default=None, repr=False)
@@ -57,3 +56,6 @@ class EngineConfig:
     # cache before each preset step and the probe
     profile_s: float = 5.0
     flush_cache: bool = False
+    # written into meta.json as is (a sweep's configuration: its values, label, server command,
+    # startup time; engine/sweep/)
+    meta_extra: dict | None = None

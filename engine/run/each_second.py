@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..constants import HARVEST_INTERVAL_S, HISTORY_S, TIMELINE_INTERVAL_S
 from ..load.controller import CONCURRENCY, LoadControl
+from ..load.worker_count import CROWDED_KEY, crowded, crowded_warning, kernel_stamped
+from ..measure.timeline import timeline_row
 from ..telemetry.cap import CapDetector, cap_warning
 from ..telemetry.client_health import ClientHealth, LoopLagMonitor
 from ..telemetry.efficiency import total_power_w
-from ..measure.timeline import timeline_row
-from ..load.worker_count import CROWDED_KEY, crowded, crowded_warning, kernel_stamped
 
 if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample, ServerSample

@@ -34,39 +34,39 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
-from . import commands as C
-from ..workload.arrivals import check_rate
-from .config import EngineConfig
+from ..client.http import make_client
+from ..client.target import Target, TargetUnreachable, detect, validate_url
 from ..constants import OVERLOAD_BACKOFF_MAX_S
 from ..load.controller import PAUSED, PROBE, RATE, TRACE, LoadControl
-from .event_log import EventLog
-from ..rules.guard import GuardWatch
 from ..load.probe_lane import ProbeLane
-from ..client.http import make_client
-from ..measure.live_metrics import LiveMetrics
-from .publisher import build_snapshot
-from .live_steps import LiveSteps
-from .load_start import make_load, prepare
-from .recorder import LaneListener, Recorder
-from ..measure.records import Clock
 from ..load.sender import Sender
-from ..session import SessionWriter
-from ..rules.step_text import format_step_line
-from ..rules.verdicts import STEP_JUDGE
-from .summary import default_label, session_meta, summary_doc
+from ..measure.accumulator import StepAccumulator
+from ..measure.live_metrics import LiveMetrics
+from ..measure.records import Clock
 from ..measure.slo import Slo
-from .snapshot import Snapshot
 from ..measure.step_book import StepBook
 from ..measure.step_result import StepResult
-from ..client.target import Target, TargetUnreachable, detect, validate_url
-from ..measure.accumulator import StepAccumulator
+from ..measure.timeline import tick
+from ..rules.guard import GuardWatch
+from ..rules.step_text import format_step_line
+from ..rules.verdicts import STEP_JUDGE
+from ..session import SessionWriter
+from ..telemetry.hub import TelemetryHub
+from ..workload.arrivals import check_rate
+from ..workload.change import WorkloadChange
+from ..workload.prompts import DEFAULT_CALIBRATION, PromptSource
+from . import commands as C
+from .config import EngineConfig
+from .each_second import Ticker
+from .event_log import EventLog
+from .live_steps import LiveSteps
+from .load_start import make_load, prepare
+from .publisher import build_snapshot
+from .recording import LaneListener, Recorder
+from .snapshot import Snapshot
+from .summary import default_label, session_meta, summary_doc
 from .target_set import TargetSet
 from .target_stats import TargetState, parse_weights
-from ..telemetry.hub import TelemetryHub
-from .each_second import Ticker
-from ..measure.timeline import tick
-from ..workload.prompts import DEFAULT_CALIBRATION, PromptSource
-from ..workload.change import WorkloadChange
 
 SERVER_GONE = "server gone"
 
@@ -112,7 +112,7 @@ class Engine:
         self.lane_stats = self.recorder.lane_stats
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self.t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
-        self.control = None  # --control: the control API, started by start_engine (engine/control/server.py)
+        self.control = None  # --control: the control API, started by start_engine (engine/control/http_api.py)
         # how a command from outside runs: the host sets engine/drive/preset_runner.py execute (StartPreset
         # there, the rest here); the engine itself knows no presets
         self.dispatch: Callable[[Engine, C.Command], object] = lambda engine, cmd: engine.execute(cmd)

@@ -29,7 +29,7 @@ class EventLog:
         # called as on_warning(key, text) at each new episode of a warning (the headless
         # runner prints each key once)
         self.on_warning: Callable[[str, str], None] | None = None
-        # while a control-API command runs (engine/control/server.py): {"source": "api",
+        # while a control-API command runs (engine/control/http_api.py): {"source": "api",
         # "client": ADDR}, added to the events.ndjson rows of the lines that command logs
         self.source: dict | None = None
         self.scrub: Callable[[str], str] | None = None  # hides a secret (the control token) on screen too

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..constants import CLOSE_CATCH_UP_TURNS
 from ..load.controller import CONCURRENCY, RATE
-from ..measure.step_result import StepResult
 from ..measure.accumulator import StepAccumulator
+from ..measure.step_result import StepResult
 
 
 class LiveSteps:

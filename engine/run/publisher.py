@@ -12,7 +12,6 @@ from typing import Any
 
 from .snapshot import Snapshot
 
-
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
 
 

@@ -10,8 +10,8 @@ from .. import __version__
 from ..rules.verdicts import summary_knee
 
 if TYPE_CHECKING:
-    from .config import EngineConfig
     from ..client.target import Target
+    from .config import EngineConfig
 
 
 def default_label(tgt: Target) -> str:
@@ -39,6 +39,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
         "arrival": cfg.arrival,
         **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
         "host": _node(),
+        **(cfg.meta_extra or {}),
     }
 
 

@@ -14,11 +14,11 @@ from typing import Any, Callable
 import httpx
 
 from ..client.http import make_client
-from ..load.sender import Sender
 from ..client.server_watch import ServerWatch
 from ..client.target import Target, detect, validate_url
-from .target_stats import TargetState, TargetStats
+from ..load.sender import Sender
 from ..telemetry.hub import TelemetryHub
+from .target_stats import TargetState, TargetStats
 
 
 class TargetSet:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from ..measure import records as R
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
+from ..measure import records as R
 from ..measure.histogram import Digest, RollingDigest
 from ..measure.live_metrics import RateWindow
 from ..measure.records import RequestRecord
@@ -26,9 +26,9 @@ from ..measure.records import RequestRecord
 if TYPE_CHECKING:
     import httpx
 
-    from ..load.sender import Listener, Sender
     from ..client.server_watch import ServerWatch
     from ..client.target import Target
+    from ..load.sender import Listener, Sender
     from ..telemetry.hub import TelemetryHub
 
 

@@ -5,8 +5,31 @@ Nothing here imports polars: the reading and export side is engine/report/ (expo
 session_text, compare, html, gates).
 """
 
-from .paths import DEFAULT_BASE, EXPORT_DIR, FORMATS, META, SUMMARY, TABLES, SessionError, check_session_dir, default_session_dir, table_path
-from .rows import COLUMNS, EVENT_KINDS, EVENTS_COLUMNS, GPU_FIELDS, IDLE_STATES, PHASES, REQUESTS_COLUMNS, STATES, TIMELINE_COLUMNS, gpu_columns, request_row
+from .paths import (
+    DEFAULT_BASE,
+    EXPORT_DIR,
+    FORMATS,
+    META,
+    SUMMARY,
+    TABLES,
+    SessionError,
+    check_session_dir,
+    default_session_dir,
+    table_path,
+)
+from .rows import (
+    COLUMNS,
+    EVENT_KINDS,
+    EVENTS_COLUMNS,
+    GPU_FIELDS,
+    IDLE_STATES,
+    PHASES,
+    REQUESTS_COLUMNS,
+    STATES,
+    TIMELINE_COLUMNS,
+    gpu_columns,
+    request_row,
+)
 from .scrub import Scrubber, redact_argv
 from .writer import SessionWriter
 

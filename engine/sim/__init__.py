@@ -10,7 +10,7 @@ Modules:
 - :mod:`engine.sim.stats`: request counters, one outcome per request.
 - :mod:`engine.sim.wire`: request parsing and response shapes of the three APIs.
 - :mod:`engine.sim.metrics`: SGLang ``/metrics`` and dcgm-exporter text.
-- :mod:`engine.sim.app`: the aiohttp application and its handlers.
+- :mod:`engine.sim.http_app`: the aiohttp application and its handlers.
 - :mod:`engine.sim.serve`: ``run_sim``, ``start_sim_thread``, ``spawn_sim_process``, CLI.
 """
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class _Service(Protocol):
-    """What the operations read of the sim's service (engine/sim/app.py SimService)."""
+    """What the operations read of the sim's service (engine/sim/http_app.py SimService)."""
 
     model: BatchModel
     profile: SimProfile

@@ -67,7 +67,7 @@ class SimServer:
         seed: int = 0,
         on_crash: Callable[[str], None] | None = None,
     ) -> None:
-        from .app import SimService
+        from .http_app import SimService
 
         self.profile = profile
         self.service = SimService(profile, seed, on_crash=on_crash)
@@ -519,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # never used, exit at once
         from aiohttp import web  # noqa: F401
 
-        from . import app  # noqa: F401
+        from . import http_app as app  # noqa: F401
 
         line = sys.stdin.readline()
         if not line.strip():

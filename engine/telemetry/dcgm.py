@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import httpx
 
-from .prom_text import PromParser, PromSamples, parse_prometheus
 from .poller import PromPoller
+from .prom_text import PromParser, PromSamples, parse_prometheus
 from .types import GpuSample
 
 __all__ = ["DcgmPoller", "dcgm_parser", "gpu_samples_from_samples", "is_dcgm_blank", "parse_dcgm"]

@@ -36,8 +36,8 @@ from collections.abc import Callable
 
 import httpx
 
-from .prom_text import PromParser, PromSamples, parse_prometheus
 from .poller import PromPoller
+from .prom_text import PromParser, PromSamples, parse_prometheus
 from .types import ServerSample
 
 __all__ = [

@@ -25,7 +25,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .prompts import MAX_PREFIX_PROMPT_TOKENS, _WORDS, Calibration, check_file, Prompt, _random_text, _shown
+from .prompts import _WORDS, MAX_PREFIX_PROMPT_TOKENS, Calibration, Prompt, _random_text, _shown, check_file
 
 #: Tokens of one Mooncake hash block.
 MOONCAKE_BLOCK_TOKENS = 512

@@ -3,6 +3,6 @@ every value before anything starts, the headless runner, `report`, `ctl` and the
 the terminal. It never imports Textual (tests/test_architecture.py): the TUI starts from
 tui/run_app.py, imported only when one opens."""
 
-from .parser import build_parser, main
+from .arguments import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from .parser import main
+from .arguments import main
 
 sys.exit(main())

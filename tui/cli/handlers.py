@@ -1,4 +1,4 @@
-"""One handler per `redline` command (tui/cli/parser.py parses and dispatches here).
+"""One handler per `redline` command (tui/cli/arguments.py parses and dispatches here).
 
 Each takes the parsed arguments and returns the exit status; a bad value raises UsageError
 (one line, exit 2, printed by cli.main). The work itself is the engine's: these only pick
@@ -12,13 +12,12 @@ import os
 import signal
 import sys
 from pathlib import Path
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api
-
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE
-from .launch import checked_config, running_target, session_saved
+from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, running_target, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
@@ -276,7 +275,17 @@ def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
     """The gate at the end of a headless run: judged on summary.json as written (the steps'
     final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
     JUnit file; EXIT_GATE_FAILED when a condition failed."""
-    from ...engine.report.api import SUMMARY, GateSession, evaluate, failure_line, format_outcomes, gate_dict, junit_xml, passed, session_from_steps
+    from ...engine.report.api import (
+        SUMMARY,
+        GateSession,
+        evaluate,
+        failure_line,
+        format_outcomes,
+        gate_dict,
+        junit_xml,
+        passed,
+        session_from_steps,
+    )
 
     summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
     session = None
@@ -401,7 +410,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--html {html}: cannot write: {exc.strerror or exc}") from None
     if png is not None:  # before any output too: an error is the only line printed
-        from .curves import PngUnavailable, write_png
+        from .plots import PngUnavailable, write_png
 
         try:
             write_png(sessions, png)
@@ -412,7 +421,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         print(text)
         if not args.no_plot:
-            from .curves import terminal_curves
+            from .plots import terminal_curves
 
             w, h = _plot_size()
             print()
@@ -457,8 +466,15 @@ def report_gate(args: argparse.Namespace) -> list | None:
 def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
     """The gate of `redline report`: changes of the candidate (the second session) against
     the baseline (the first), absolute conditions on the last session."""
-    from ...engine.report.api import GateSession, evaluate, failure_line, format_outcomes, junit_xml, passed
-    from ...engine.report.api import gate_compare as compare
+    from ...engine.report.api import (
+        GateSession,
+        evaluate,
+        failure_line,
+        format_outcomes,
+        gate_compare as compare,
+        junit_xml,
+        passed,
+    )
 
     try:
         sessions = [GateSession.load(d) for d in args.session_dirs]
@@ -499,7 +515,7 @@ def _check_html_target(path: Path) -> None:
 
 
 def _check_png_target(path: Path) -> None:
-    from .curves import PNG_EXTRA_HINT, png_available
+    from .plots import PNG_EXTRA_HINT, png_available
 
     if not png_available():
         raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")

@@ -12,10 +12,10 @@ import argparse
 import contextlib
 import os
 from pathlib import Path
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api as engine_api  # (`api` is the --api option here)
-
 from .errors import UsageError
 
 DEFAULT_PROFILE = "healthy"

@@ -1,5 +1,5 @@
 """The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/cli/handlers.py cmd_report
-prints it, and the curves of tui/cli/curves.py).
+prints it, and the curves of tui/cli/plots.py).
 
 One session: its step table, break and probe (engine.session.report_session), the per-target
 and per-worker tables when the session had several targets or workers, the efficiency table
@@ -17,8 +17,21 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ...engine.api import SessionError, StepResult, step_ms
-from ...engine.report.api import Row, SessionSummary, align_by_load, any_power, fmt_ms, format_break_line, format_step_line, joules_per_token, knee_load, load_session, load_sessions, report_session, tokens_per_watt
-
+from ...engine.report.api import (
+    Row,
+    SessionSummary,
+    align_by_load,
+    any_power,
+    fmt_ms,
+    format_break_line,
+    format_step_line,
+    joules_per_token,
+    knee_load,
+    load_session,
+    load_sessions,
+    report_session,
+    tokens_per_watt,
+)
 from .errors import UsageError
 
 BEST_MARK = "*"

@@ -1,7 +1,7 @@
 """The live saturation curve (key `g`): output tok/s and p99 TTFT against concurrency for the
 steps finished so far, the knee marked, and an earlier session overlaid (`--compare DIR`).
 
-Drawn with plotext (tui/cli/curves.py) into the widget's size; redrawn only when the finished
+Drawn with plotext (tui/cli/plots.py) into the widget's size; redrawn only when the finished
 steps, the break, or the widget's size change, so a snapshot four times a second costs a
 comparison of a few numbers.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.report.api import SessionSummary, session_from_steps
 from ...engine.api import Snapshot
-
-from ..cli.curves import render_curves
+from ...engine.report.api import SessionSummary, session_from_steps
+from ..cli.plots import render_curves
 
 LIVE_LABEL = "this session"
 WAITING = "no finished step yet: the curve grows a point each time a concurrency is held long enough to be a step"

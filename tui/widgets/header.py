@@ -22,7 +22,6 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-
 from ..format import duration, num
 
 MAX_LINES = 5

@@ -15,9 +15,8 @@ from textual.containers import Vertical
 from textual.widgets import Label
 
 from ...engine.api import TIMELINE_INTERVAL_S, Snapshot
-
 from ..format import ms, num, rate
-from .metric import MetricRow
+from .metric_row import MetricRow
 
 HISTORY_POINTS = 120  # seconds of sparkline
 

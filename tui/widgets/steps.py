@@ -19,7 +19,6 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ...engine.api import LogLine, Snapshot, StepResult
-
 from ..format import ms, rate, step_ms
 from .header import rate_text
 

@@ -18,8 +18,15 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
-from ...engine.api import WorkloadConfig, WorkloadError, is_prefix_spec, parse_prefix_spec
-from ...engine.api import WORKLOAD_KEYS as KEYS, WORKLOAD_MAX_LEN as MAX_LEN, WorkloadChange
+from ...engine.api import (
+    WORKLOAD_KEYS as KEYS,
+    WORKLOAD_MAX_LEN as MAX_LEN,
+    WorkloadChange,
+    WorkloadConfig,
+    WorkloadError,
+    is_prefix_spec,
+    parse_prefix_spec,
+)
 
 # (key, label, placeholder): the form's fields, in order
 FIELDS = (

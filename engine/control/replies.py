@@ -1,4 +1,4 @@
-"""The control API's wire (engine/control/server.py): JSON replies and one-line refusals,
+"""The control API's wire (engine/control/http_api.py): JSON replies and one-line refusals,
 request bodies and their values, the client's address, a command's words for the log, and
 server-sent event framing. No engine here: aiohttp requests in, text and responses out.
 """

@@ -27,7 +27,17 @@ from .profiles import SimProfile
 from .stats import RequestCounters, RequestTracker
 from .tokens import TokenStream
 from .truth import TruthLog, TruthRecord
-from .wire import DONE_EVENT, Api, BadRequest, GenerationRequest, ResponseShape, encode_event, error_body, make_shape, parse_request
+from .wire import (
+    DONE_EVENT,
+    Api,
+    BadRequest,
+    GenerationRequest,
+    ResponseShape,
+    encode_event,
+    error_body,
+    make_shape,
+    parse_request,
+)
 
 __all__ = ["SimService", "SIM_VERSION", "SERVICE_KEY"]
 

@@ -8,9 +8,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-
 from ..format import bar, num
-
 
 COMPACT_CELL = 16  # "7 ████ 326W 47%"
 

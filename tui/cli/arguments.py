@@ -25,8 +25,17 @@ if TYPE_CHECKING:
     from typing import Callable, NoReturn, Sequence
 
 from ...engine import api
-from ...engine.api import DEFAULT_CONCURRENCY, DEFAULT_INPUT_LEN, DEFAULT_MAX_CONCURRENCY, DEFAULT_OUTPUT_LEN, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP, DEFAULT_TRANSPORT, TRANSPORTS, __version__
-
+from ...engine.api import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_INPUT_LEN,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_STEP,
+    DEFAULT_TRANSPORT,
+    TRANSPORTS,
+    __version__,
+)
 from . import handlers as commands
 from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 

@@ -1,4 +1,4 @@
-"""GET /v1/status (engine/control/server.py): the engine's latest Snapshot as JSON.
+"""GET /v1/status (engine/control/http_api.py): the engine's latest Snapshot as JSON.
 
 `engine` is the running Engine; it is read, never changed (typed loosely so that this module
 does not import the engine core back).

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
+from ..loop import wait_within
 from ..run import commands as C
 from .address import MAX_BODY, ControlAddress
-from .status import status_of, step_of
-from .wire import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
-from ..loop import wait_within
 from .prometheus import CONTENT_TYPE, PromMetrics
+from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
+from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
     from ..run.engine import Engine
@@ -426,8 +426,8 @@ class ControlServer:
         return {"line": f"probe lane {'on' if on else 'off'}", "on": on}
 
     async def export(self, request: web.Request, body: dict) -> dict:
-        from ..session import SessionError
         from ..report.export import export_session
+        from ..session import SessionError
 
         e = self.engine
         fmt = body.get("format", "parquet")

@@ -17,17 +17,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..measure import records as R
 from ..load.probe_lane import LaneStats, is_lane
+from ..load.sender import Sender
+from ..measure import records as R
+from ..measure.accumulator import new_gaps
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock, RequestRecord
-from ..load.sender import Sender
 from ..measure.step_book import StepBook
-from ..measure.accumulator import new_gaps
 
 if TYPE_CHECKING:
-    from .event_log import EventLog
     from ..session import SessionWriter
+    from .event_log import EventLog
 
 
 class Recorder:
