@@ -62,6 +62,12 @@ if TYPE_CHECKING:
     from .session.scrub import redact_argv
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
+    from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
+    from .sweep.record import SWEEP_FILE, load_sweep
+    from .sweep.runner import run_sweep
+    from .sweep.server_proc import free_port
+    from .sweep.spec import SweepError, SweepSpec, load_sweep_file, spec_from_args
+    from .sweep.table import format_sweep
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
@@ -103,6 +109,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
     ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
+    ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
+    ".sweep.record": ("SWEEP_FILE", "load_sweep"),
+    ".sweep.runner": ("run_sweep",),
+    ".sweep.server_proc": ("free_port",),
+    ".sweep.spec": ("SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
+    ".sweep.table": ("format_sweep",),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),
 }

@@ -171,6 +171,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),  # the Engine coordinator, commands, config, snapshot, recorder, targets
     ("drive", "report"),  # preset runner, server operations, estimates; what reads a session
     ("control",),  # control API, Prometheus
+    ("sweep",),  # a preset against each server configuration: launch, wait, stop, compare
     ("host",),  # the engine host: the engine in its own process or thread
     ("api",),  # the facade: what tui/ may import (with the session tools' facade)
     ("report.api",),  # the session tools' facade (it shares api.py's lazy lookup)

@@ -409,7 +409,7 @@ def test_every_command_dispatches_to_one_handler():
     parser = cli.build_parser()
     assert parser.get_default("handler") is commands.cmd_tui  # plain `redline`
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"run", "presets", "export", "report", "preset-from", "sim", "ctl"}
+    assert set(sub.choices) == {"run", "presets", "export", "report", "preset-from", "sim", "ctl", "sweep"}
     handlers = {name: p.get_default("handler") for name, p in sub.choices.items()}
     assert handlers["sim"] is commands.cmd_sim and handlers["report"] is commands.cmd_report
     assert all(callable(h) for h in handlers.values()) and len(set(handlers.values())) == len(handlers)

@@ -264,7 +264,7 @@ def test_readme_preset_list_and_end_reason_match_the_code():
     names = ", ".join(b.name for b in builtin_presets())
     assert f"not a built-in preset (built-in: {names})" in readme
     assert "`preset finished`" in readme and "preset done" not in readme
-    assert "preset finished" in (ROOT / "tui" / "cli" / "handlers.py").read_text()
+    assert "preset finished" in (ROOT / "tui" / "cli" / "headless.py").read_text()
 
 
 @pytest.mark.parametrize("argv", [["--rate", "0.05"], ["--rate", "0.099"]])

@@ -57,7 +57,7 @@ def test_report_of_a_rate_session_says_the_knee_in_req_s(rate_session):
     from redline.tui.cli.report import report_text
 
     text, _ = report_text([rate_session])
-    assert "knee R=16/s (last good)" in text, text
+    assert "knee R=16/s (within 5 % of the most output tok/s (1510.0 at R=32/s)); max throughput R=32/s" in text, text
     assert "knee C=256" not in text
     assert "last good R=16/s" in text or "last good 16 req/s" in text
     eff = text[text.index("efficiency"):]
@@ -73,7 +73,7 @@ def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
     table = text.split("break and knee")[0]
     assert "R req/s" in table and "\n  256" not in table
     assert "most tok/s at that rate" in table
-    assert "knee R=16/s (last good)" in text
+    assert "knee R=16/s (within 5 %" in text
 
 
 def test_curves_of_a_rate_session_are_drawn_against_r(rate_session):

@@ -36,7 +36,7 @@ from ...engine.api import (
     TRANSPORTS,
     __version__,
 )
-from . import handlers as commands
+from . import handlers as commands, sweep_cmd as sweeps
 from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 
@@ -284,6 +284,24 @@ def _run_arguments(r: argparse.ArgumentParser) -> None:
     _control_options(r)
 
 
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", type=Path, default=None, metavar="FILE.toml",
+                   help="a TOML file with a [sweep] table (serve, configs or grid, preset, ready_timeout_s, cooldown_s); flags override it")
+    g = p.add_argument_group("sweep")
+    g.add_argument("--serve", default=None, metavar="CMD", help="the server's command line: {port} a free port redline picks, {NAME} a --grid value")
+    g.add_argument("--grid", action="append", default=[], metavar="NAME=V,...",
+                   help="one configuration: tp=8,pp=1 (repeated: one each); mb=8|16|64 one per value, several such keys their product")
+    g.add_argument("--preset", default=None, metavar="NAME|FILE", help=f"the preset each configuration runs (default {sweeps.DEFAULT_PRESET})")
+    g.add_argument("--port", type=int, default=None, metavar="N", help="the port every configuration's server listens on (instead of a free one in {port})")
+    g.add_argument("--url-template", default=None, metavar="URL", help="each server's URL, e.g. http://gpu-host:{port} (default http://127.0.0.1:{port})")
+    g.add_argument("--ready-timeout", type=float, default=None, metavar="S", help="wait this long for a server to answer /health and /v1/models (default 900)")
+    g.add_argument("--cooldown", type=float, default=None, metavar="S", help="pause between configurations (default 0)")
+    g.add_argument("--dry-run", action="store_true", help="print each configuration's label, command and URL, start nothing")
+    g.add_argument("--headless", action="store_true", help="no TUI: print each configuration's progress, its step lines and one comparison")
+    g.add_argument("--gate", default=None, metavar="SPEC", help="conditions on every configuration (knee>=64, errors<=1%%), or best:LABEL (that configuration gives the most tok/s); a failed one exits 4")
+    _target_options(p, url_help="a server already running (repeated): the preset against each in turn, instead of --serve")
+
+
 def _export_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("session_dir", type=Path)
     e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
@@ -339,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .ctl import add_ctl_parser
 
     add_ctl_parser(sub, formatter_class=HelpFormatter)
+
+    sw = sub.add_parser("sweep", help="run a preset against each server configuration of a grid, launching and stopping each server, and compare them",
+                        add_arguments=_sweep_arguments, hints=True)
+    sw.set_defaults(handler=sweeps.cmd_sweep)
 
     ps = sub.add_parser("presets", help="list the built-in presets with their descriptions")
     ps.set_defaults(handler=commands.cmd_presets)

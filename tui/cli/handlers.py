@@ -16,13 +16,14 @@ from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api
-from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, UsageError
 from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, running_target, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from .headless import SIGNALS, _against, _warning_printer, run_headless, start_engine
+from .terminal import _check_html_target, _check_out_file, _check_png_target, _plot_size, _use_color
 
 
 def _err(text: str) -> None:
@@ -38,24 +39,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
         with running_target(cfg, args) as cfg:
             return asyncio.run(_held(cfg))
     return _tui(args, cfg, preset=None)
-
-
-async def _start_engine(engine, futures: list, caught: list) -> int | None:
-    """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
-    exit status when the target or the session refuses, else None. A signal (in `caught`)
-    that cancelled the start is a CancelledError here even where the cancelled connection
-    surfaced as a failure (httpx can turn a cancelled read into a timeout): not "unreachable"."""
-    import asyncio
-
-    try:
-        futures.append(asyncio.ensure_future(api.start_engine(engine)))
-        await futures[-1]
-    except (api.TargetError, api.SessionError, api.TargetUnreachable) as exc:
-        if caught:
-            raise asyncio.CancelledError from None
-        _err(str(exc))
-        return EXIT_UNREACHABLE if isinstance(exc, api.TargetUnreachable) else EXIT_BAD_INPUT
-    return None
 
 
 async def _held(cfg) -> int:
@@ -89,7 +72,7 @@ async def _held(cfg) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            refused = await _start_engine(engine, starting, caught)
+            refused = await start_engine(engine, starting, caught)
             if refused is not None:
                 return refused
         except asyncio.CancelledError:
@@ -147,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     sim_profile = (args.profile or DEFAULT_SIM_PROFILE) if cfg.url == BUILTIN_SIM else None
     with running_target(cfg, args) as cfg:
-        return asyncio.run(_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile))
+        return asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile))
 
 
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
@@ -177,184 +160,6 @@ def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     return conds
 
 
-def _check_out_file(path: Path, flag: str, example: str) -> None:
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory; expected a file name such as {example}")
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
-
-
-async def _headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None) -> int:
-    import asyncio
-
-    from ...engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
-
-    engine = Engine(cfg)
-    engine.dispatch = execute
-    engine.events.on_warning = _warning_printer()
-    loop = asyncio.get_running_loop()
-    caught: list[signal.Signals] = []
-    work: list[asyncio.Future] = []  # what a signal cancels: start-up, then the preset
-    stopped: list[str] = []  # POST /v1/stop (--control)
-    held = asyncio.Event()  # after the API took the wheel from the preset: until stop or a signal
-
-    def on_signal(sig: signal.Signals) -> None:
-        caught.append(sig)
-        held.set()
-        for fut in work:
-            fut.cancel()
-
-    def on_stop_request(reason: str) -> None:
-        stopped.append(reason)
-        held.set()
-        for fut in work:
-            fut.cancel()
-
-    engine.on_stop_request = on_stop_request
-
-    for sig in SIGNALS:  # before start-up: a signal during detection must close the log too
-        loop.add_signal_handler(sig, on_signal, sig)
-    out = None
-    try:
-        refused = await _start_engine(engine, work, caught)
-        if refused is not None:
-            return refused
-        if cfg.insecure:
-            print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
-        print(f"redline: preset {preset.name} against {_against(engine)}; "
-              f"{api.duration_text(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
-        work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
-        if cfg.control is not None:  # an API command that takes the wheel cancels the preset
-            engine.driver = work[-1]
-        try:
-            out = await work[-1]
-        except asyncio.CancelledError:
-            if caught or stopped or not work[-1].cancelled():
-                raise
-            print(f"redline: preset {preset.name} cancelled through the control API; holding {engine.load_text} "
-                  "until POST /v1/stop or a signal", flush=True)
-            await held.wait()
-    except asyncio.CancelledError:
-        if not caught and not stopped:
-            raise
-    finally:
-        reason = f"signal {caught[0].name}" if caught else stopped[0] if stopped else "preset finished"
-        await engine.stop(reason)
-        for sig in SIGNALS:
-            loop.remove_signal_handler(sig)
-    if caught:
-        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
-        return 128 + caught[0].value
-    from ...engine.api import RunOutcome, summary_knee
-
-    # one record: the table prints each step's final figures (completed by requests that ended
-    # after its close), as summary.json, `redline report` and the HTML page read them
-    out = RunOutcome(steps=list(engine.steps), break_result=engine.break_result, probe=engine.probe_result,
-                     search=out.search if out is not None else engine.book.search)
-    if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
-        for st in [*out.steps, *([out.probe] if out.probe is not None else [])]:
-            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s)
-    print()
-    print(format_step_table(out.steps, out.break_result, out.probe,
-                            knee_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain))))
-    if cfg.more_urls and cfg.out_dir is not None:
-        from .report import session_targets_table
-
-        table = session_targets_table(cfg.out_dir)
-        if table:
-            print()
-            print(table)
-    print(f"\nsession: {cfg.out_dir}")
-    if gate is not None:
-        return _run_gate_end(cfg, out, gate, junit)
-    return EXIT_OK
-
-
-def _run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
-    """The gate at the end of a headless run: judged on summary.json as written (the steps'
-    final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
-    JUnit file; EXIT_GATE_FAILED when a condition failed."""
-    from ...engine.report.api import (
-        SUMMARY,
-        GateSession,
-        evaluate,
-        failure_line,
-        format_outcomes,
-        gate_dict,
-        junit_xml,
-        passed,
-        session_from_steps,
-    )
-
-    summary_path = Path(cfg.out_dir) / SUMMARY if cfg.out_dir is not None else None
-    session = None
-    if summary_path is not None and summary_path.is_file():
-        try:
-            session = GateSession.load(cfg.out_dir)
-        except api.SessionError:
-            session = None
-    if session is None:
-        s = session_from_steps(cfg.label or "session", out.steps, out.break_result, out.probe)
-        summ = {"search": out.search, "slo": cfg.slo.to_dict() if cfg.slo is not None else None}
-        session = GateSession(s.label, tuple(s.steps), {k: v for k, v in summ.items() if v is not None}, s)
-    outcomes = evaluate(gate, session)
-    print()
-    print(format_outcomes(outcomes))
-    if summary_path is not None and summary_path.is_file():
-        _add_to_summary(summary_path, "gate", gate_dict(outcomes))
-    rc = EXIT_OK
-    if junit is not None:
-        try:
-            junit.write_text(junit_xml(outcomes, f"redline gate: {session.label}"), encoding="utf-8")
-        except OSError as exc:
-            _err(f"--junit {junit}: cannot write: {exc.strerror or exc}")
-            rc = EXIT_BAD_INPUT
-    if not passed(outcomes):
-        print(f"redline: {failure_line(outcomes)}", file=sys.stderr, flush=True)
-        return EXIT_GATE_FAILED
-    return rc
-
-
-def _add_to_summary(path: Path, key: str, value: object) -> None:
-    """summary.json with `key` set, rewritten atomically (the session's log is closed by now)."""
-    import json
-
-    from ...engine.report.api import dumps_doc, write_text_atomic
-
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(doc, dict):
-            doc[key] = value
-            write_text_atomic(path, dumps_doc(doc) + "\n")
-    except (OSError, ValueError) as exc:
-        _err(f"cannot add the gate to {path}: {exc}")
-
-
-def _warning_printer():
-    """Headless: each warning (server cap, client health, ...) printed once, the first time
-    its key is raised; later episodes of it are in events.ndjson and flag their steps."""
-    seen: set[str] = set()
-
-    def show(key: str, text: str) -> None:
-        if key not in seen:
-            seen.add(key)
-            print(f"redline: warning: {text}", file=sys.stderr, flush=True)
-
-    return show
-
-
-def _against(engine) -> str:
-    """The banner's target: `URL (kind, model)`, or with several, each URL and its weight."""
-    tgt = engine.target
-    states = getattr(engine, "targets", None) or []
-    if len(states) < 2:
-        return f"{tgt.url} ({tgt.info.kind}, {tgt.model or 'model ?'})"
-    urls = ", ".join(f"{st.target.url} (weight {st.weight:g})" for st in states)
-    return f"{len(states)} targets ({tgt.info.kind}, {tgt.model or 'model ?'}): {urls}"
-
-
-# -- redline presets -----------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
     """Every shipped preset: its description and how long it runs on the built-in sim."""
     found = api.builtin_presets()
@@ -388,6 +193,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import report_text
+
+    if len(args.session_dirs) == 1 and api.load_sweep(args.session_dirs[0]) is not None:
+        from .sweep_cmd import sweep_report
+
+        return sweep_report(args, args.session_dirs[0])
 
     png: Path | None = args.png
     if png is not None:
@@ -504,39 +314,6 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
         print(f"redline: {failure_line(outcomes)}", file=sys.stderr, flush=True)
         return EXIT_GATE_FAILED
     return rc
-
-
-def _check_html_target(path: Path) -> None:
-    from ...engine.report.api import HTML_EXTRA_HINT, html_available
-
-    if not html_available():
-        raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
-    _check_out_file(path, "--html", "report.html")
-
-
-def _check_png_target(path: Path) -> None:
-    from .plots import PNG_EXTRA_HINT, png_available
-
-    if not png_available():
-        raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
-    if not parent.is_dir():
-        raise UsageError(f"--png {path}: directory {parent} does not exist")
-
-
-def _use_color() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
-def _plot_size() -> tuple[int, int]:
-    if not sys.stdout.isatty():
-        return 80, 24
-    import shutil
-
-    cols = shutil.get_terminal_size((80, 24)).columns
-    return max(60, min(cols, 160)), 24
 
 
 def cmd_preset_from(args: argparse.Namespace) -> int:

@@ -26,7 +26,6 @@ from ...engine.report.api import (
     format_break_line,
     format_step_line,
     joules_per_token,
-    knee_load,
     load_session,
     load_sessions,
     report_session,
@@ -183,11 +182,10 @@ def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row]
 
 
 def _knee_note(s: SessionSummary) -> str:
-    k = knee_load(s)
-    if k is None:
-        return "knee: none" + (" (no steps)" if not s.steps else "")
-    how = "last good" if s.break_result is not None else "most tok/s, no break"
-    return f"knee {k.label} ({how})"
+    """The session's knee, as summary.json recorded it (engine/rules/verdicts.py)."""
+    if not s.steps:
+        return "no knee (no steps)"
+    return s.knee.describe()
 
 
 def format_comparison(sessions: Sequence[SessionSummary]) -> str:
@@ -343,5 +341,4 @@ def report_text(session_dirs: Sequence[Path]) -> tuple[str, list[SessionSummary]
     eff = format_efficiency_table(sessions)
     if eff:
         text += "\n\n" + eff
-    text += f"\n{_knee_note(sessions[0])}"
     return text, sessions

@@ -1,0 +1,52 @@
+"""The terminal and the output files of `redline report` (and a sweep's): whether to colour,
+how big to draw, and the checks of --html, --png and --junit before any output. Light: the
+command line imports it at start-up."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+
+def _check_out_file(path: Path, flag: str, example: str) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; expected a file name such as {example}")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+
+
+def _check_html_target(path: Path) -> None:
+    from ...engine.report.api import HTML_EXTRA_HINT, html_available
+
+    if not html_available():
+        raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
+    _check_out_file(path, "--html", "report.html")
+
+
+def _check_png_target(path: Path) -> None:
+    from .plots import PNG_EXTRA_HINT, png_available
+
+    if not png_available():
+        raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
+    if not parent.is_dir():
+        raise UsageError(f"--png {path}: directory {parent} does not exist")
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _plot_size() -> tuple[int, int]:
+    if not sys.stdout.isatty():
+        return 80, 24
+    import shutil
+
+    cols = shutil.get_terminal_size((80, 24)).columns
+    return max(60, min(cols, 160)), 24
