@@ -23,6 +23,8 @@ from helpers import FAST_SIM, finish, main_in_process, redline_command, start_he
 
 from redline.engine.report.compare import load_sessions
 from redline.engine.report.html import HtmlUnavailable, collect, plotly_js, render
+
+PAGE_LIMIT = 1_500_000  # bytes: two sessions' page, the vendored basic bundle (1.19 MB) inside
 from redline.engine.sim.serve import spawn_sim_process
 
 RUN_TIMEOUT_S = 90
@@ -180,6 +182,8 @@ def test_report_html_of_two_real_sessions_renders_offline_in_chromium(two_sessio
     expected, count, charts, errors = drawn(dom)
     assert errors == []
     assert count == expected >= 3
+    assert page.stat().st_size < PAGE_LIMIT, page.stat().st_size  # plotly.js's basic bundle, not the 4.8 MB one
+    assert "workload-warning" not in text  # the same preset: comparable
     # saturation, latency, Pareto, SLO attainment, and each session over time
     assert set(charts) == {"chart-saturation", "chart-latency", "chart-pareto", "chart-attainment",
                            "chart-timeline-0", "chart-timeline-1"}
@@ -200,11 +204,11 @@ def _step(c: int, tok_s: float, p99: float, bound: bool = False, **kw) -> dict:
     return d
 
 
-def _session(tmp: Path, name: str, steps: list[dict], **summary) -> Path:
+def _session(tmp: Path, name: str, steps: list[dict], *, meta: dict | None = None, **summary) -> Path:
     d = tmp / name
     d.mkdir()
     (d / "meta.json").write_text(json.dumps({"label": name, "redline_version": "0.1.0", "format_version": 1,
-                                             "server_info": {"tp_size": 4, "pp_size": 2}}))
+                                             "server_info": {"tp_size": 4, "pp_size": 2}, **(meta or {})}))
     (d / "summary.json").write_text(json.dumps({"label": name, "steps": steps, "break": None, "probe": None, **summary}))
     return d
 
@@ -245,20 +249,142 @@ def test_the_slo_selector_judges_the_steps_in_chromium(tmp_path):
     assert "alpha" in " ".join(dom.legend) and "beta" in " ".join(dom.legend)
 
 
-# -- without plotly --------------------------------------------------------------------------
+# -- comparable or said so; labels apart; bounds as bounds ----------------------------------------
 
-def test_html_without_plotly_says_what_to_install_in_one_line(tmp_path, capsys, monkeypatch):
+LONG = {"workload": {"dataset": "random", "input_len": 1024, "output_len": 2048}, "target": {"api": "chat"}}
+SHORT = {"workload": {"dataset": "random", "input_len": 32, "output_len": 128}, "target": {"api": "chat"}}
+WARNING = ("warning: these sessions ran different workloads (long: 1024 in / 2048 out, chat; short: 32 in / 128 out, chat): "
+           "figures at the same C are not comparable")
+
+
+def _page_data(text: str) -> dict:
+    return json.loads(re.search(r'<script id="redline-data" type="application/json">(.*?)</script>', text, re.S).group(1))
+
+
+def _knees_at_16(tmp: Path) -> tuple[Path, Path]:
+    """Two sessions of different workloads whose knee, largest load meeting the SLO and break
+    share their loads (their labels would sit on one another), E2E a lower bound from C=16 on."""
+    slo = {"ttft_p99_ms": 1000.0}
+    marks = {"knee_concurrency": 16, "knee_reason": "within 5 %", "max_throughput_concurrency": 32,
+             "break": {"reason": "plateau", "concurrency": 32, "last_good_concurrency": 16, "detail": "gain 1 %"}}
+    steps = [_step(8, 800, 300), _step(16, 1400, 500, p99_e2e_latency_ms_bound=True),
+             _step(32, 1410, 700, p99_e2e_latency_ms=1400.0, p99_e2e_latency_ms_bound=True)]
+    a = _session(tmp, "long", steps, meta=LONG, slo=slo, **marks)
+    b = _session(tmp, "short", [{**st, "output_throughput": st["output_throughput"] + 5} for st in steps],
+                 meta=SHORT, slo=slo, **marks)
+    return a, b
+
+
+def test_different_workloads_get_one_warning_at_the_top_of_the_page(tmp_path):
+    a, b = _knees_at_16(tmp_path)
+    text = _page(tmp_path, a, b).read_text(encoding="utf-8")
+    data = _page_data(text)
+    assert data["warning"] == WARNING
+    assert [s["workload"] for s in data["sessions"]] == ["1024 in / 2048 out, chat", "32 in / 128 out, chat"]
+    top = text[:text.index('id="slo-selector"')]  # in the header, above every chart
+    assert text.count('id="workload-warning"') == 1 and f'id="workload-warning" role="alert">{WARNING}</p>' in top
+    assert "(1024 in / 2048 out, chat)" in top  # each session's workload beside its name
+    # the same workload: no warning
+    c = _session(tmp_path, "long2", [_step(8, 700, 200)], meta=LONG)
+    (tmp_path / "synthetic.html").unlink()
+    text = _page(tmp_path, a, c).read_text(encoding="utf-8")
+    assert _page_data(text)["warning"] is None and "workload-warning" not in text
+
+
+def test_the_page_embeds_plotly_basic_bundle_and_stays_small(tmp_path):
+    """The vendored bundle (engine/report/assets/README.md: npm plotly.js-basic-dist-min 4.1.1,
+    MIT) is the one in the page, unchanged; two sessions' page stays under 1.5 MB."""
+    import hashlib
+
+    asset = Path(__file__).resolve().parent.parent / "engine" / "report" / "assets" / "plotly-basic.min.js"
+    raw = asset.read_bytes()
+    assert len(raw) == 1_191_749
+    assert hashlib.sha256(raw).hexdigest() == "99784e3abfb07b142a15e521a439e6d9addceadb3f79553fd24c72774f0649ba"
+    js = plotly_js()
+    assert js == raw.decode("utf-8") and js.lstrip("/*\n ").startswith("plotly.js (basic - minified) v4.1.1")
+    assert (asset.parent / "plotly.js-LICENSE").read_text().startswith("MIT License")
+    a, b = _knees_at_16(tmp_path)
+    page = _page(tmp_path, a, b)
+    assert page.stat().st_size < PAGE_LIMIT
+    text = page.read_text(encoding="utf-8")
+    assert '"scattergeo"' not in text and '"scatter3d"' not in text  # no maps, no 3-D: not the full bundle
+
+
+def test_two_long_sessions_stay_under_the_limit(tmp_path):
+    """Two sessions of an hour each (a timeline row a second, GPU power) and 40 steps: the
+    timeline is thinned, the page stays under 1.5 MB."""
+    dirs = []
+    for name in ("one", "two"):
+        d = _session(tmp_path, name, [_step(c, 10.0 * c, 100.0 + c) for c in range(1, 41)])
+        rows = [json.dumps({"elapsed_s": t + 0.123, "target_c": 1 + t // 90, "mode": "concurrency", "output_tok_s": 1234.567 + t,
+                            "ttft_p99_ms": 345.678, "server_running": 37.0, "server_queued": 12.0, "state": "steady",
+                            **{f"gpu{g}_power_w": 612.345 for g in range(8)}}) for t in range(3600)]
+        (d / "timeline.ndjson").write_text("\n".join(rows) + "\n")
+        dirs.append(d)
+    page = _page(tmp_path, *dirs)
+    assert page.stat().st_size < PAGE_LIMIT, page.stat().st_size
+    assert len(_page_data(page.read_text(encoding="utf-8"))["sessions"][0]["timeline"]["cols"]["t"]) <= 1500
+
+
+def test_labels_apart_and_bounds_drawn_as_bounds_in_chromium(tmp_path):
+    """Drawn by the browser: the two sessions' knee (and max SLO, break) labels at the same C
+    do not overlap; a lower bound is an open marker on a dashed segment, never on the line
+    through the measured points; the warning is on the page."""
+    a, b = _knees_at_16(tmp_path)
+    dom = Dom(open_in_browser(_page(tmp_path, a, b), tmp_path))
+    expected, count, charts, errors = drawn(dom)
+    assert errors == [] and count == expected >= 3
+    labels = json.loads(dom.root["data-labels"])
+    assert sorted(lb["text"] for lb in labels) == sorted(["◆ knee C=16", "★ max SLO C=32", "✕ break C=32"] * 2)
+    assert {lb["session"] for lb in labels} == {0, 1}
+    for lb in labels:
+        assert lb["r"] > lb["l"] and lb["b"] > lb["t"], lb  # drawn
+    for i, p in enumerate(labels):
+        for q in labels[i + 1:]:
+            apart = p["r"] <= q["l"] or q["r"] <= p["l"] or p["b"] <= q["t"] or q["b"] <= p["t"]
+            assert apart, f"labels overlap: {p} and {q}"
+    knees = [lb for lb in labels if "knee" in lb["text"]]
+    assert knees[0]["x"] == knees[1]["x"] == 16 and knees[0]["t"] != knees[1]["t"]
+    traces = json.loads(dom.root["data-latency-traces"])
+    for sess in (0, 1):
+        parts = {t["meta"]["part"]: t for t in traces if t["meta"]["session"] == sess and t["meta"]["series"] == "e2e_p99"}
+        assert set(parts) == {"measured", "bound", "bound-segment"}
+        measured, bound, segment = parts["measured"], parts["bound"], parts["bound-segment"]
+        # measured: C=8 alone on the line; the bounds' places are gaps, not points
+        assert measured["x"] == [8, 16, 32] and measured["y"][1:] == [None, None] and measured["y"][0] == 1500.0
+        assert measured["dash"] == "solid" and measured["symbol"] == "circle"
+        assert bound["mode"] == "markers" and bound["symbol"] == "circle-open"
+        assert bound["x"] == [16, 32] and bound["y"] == [1500.0, 1400.0]
+        assert segment["mode"] == "lines" and segment["dash"] == "dash"
+        # each bound's segment starts at the bound and rises (at least this much, maybe more)
+        assert segment["x"] == [16, 16, None, 32, 32, None]
+        assert segment["y"][0] == 1500.0 and segment["y"][1] > 1500.0 and segment["y"][3] == 1400.0 and segment["y"][4] > 1400.0
+    # a series with no bound is one measured trace
+    ttft = [t for t in traces if t["meta"]["series"] == "ttft_p99"]
+    assert [t["meta"]["part"] for t in ttft] == ["measured", "measured"]
+
+
+# -- plotly.js is redline's own (vendored); a damaged install says so --------------------------
+
+def test_html_needs_no_plotly_package_and_a_lost_bundle_is_one_line(tmp_path, capsys, monkeypatch):
     import redline.engine.report.html as html_mod
 
     a = _session(tmp_path, "alpha", [_step(8, 800, 300)])
+    monkeypatch.setitem(sys.modules, "plotly", None)  # the plotly package is not needed
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
+    rc = main_in_process(["report", str(a), "--no-plot", "--html", str(tmp_path / "ok.html")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "" and (tmp_path / "ok.html").stat().st_size > 1_000_000
+    # an install that lost the bundle: one line, exit 2, nothing written
     monkeypatch.setattr(html_mod, "html_available", lambda: False)
     rc = main_in_process(["report", str(a), "--no-plot", "--html", str(tmp_path / "r.html")])
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""
-    assert err.strip() == f"redline: error: --html {tmp_path / 'r.html'}: needs plotly, the html extra: pip install 'redline[html]'"
+    assert err.strip() == f"redline: error: --html {tmp_path / 'r.html'}: {html_mod.HTML_MISSING}"
+    assert "reinstall redline" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r.html").exists()
-    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # plotly_js() itself, without the package
-    with pytest.raises(HtmlUnavailable, match=r"pip install 'redline\[html\]'"):
+    monkeypatch.setattr(html_mod, "PLOTLY_ASSET", "assets/no-such-file.js")  # plotly_js() itself
+    with pytest.raises(HtmlUnavailable, match="reinstall redline"):
         plotly_js()
 
 

@@ -3,7 +3,7 @@
 
 Like engine/api.py, every name is loaded on first use and looked up in its home module on
 every access: importing this costs nothing, and `report` does not pay for the HTML page's
-plotly or the export's polars until it writes one.
+plotly.js or the export's polars until it writes one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..session import SUMMARY, SessionError, check_session_dir
     from ..session.rows import dumps_doc
     from ..session.writer import write_text_atomic
+    from .comparable import same_workload, workload_line, workload_texts, workload_warning
     from .compare import (
         KINDS,
         Row,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
         parse_gate,
         passed,
     )
-    from .html import HTML_EXTRA_HINT, HtmlUnavailable, collect, html_available, write_html
+    from .html import HTML_MISSING, HtmlUnavailable, collect, html_available, write_html
     from .preset_from import preset_from_session, steps_text
     from .session_text import load_summary, report_session
 
@@ -61,12 +62,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "..rules.step_text": ("fmt_ms", "format_break_line", "format_step_line", "format_step_table"),
     "..session": ("SUMMARY", "SessionError", "check_session_dir"),
     ".export": ("export_session",),
+    ".comparable": ("same_workload", "workload_line", "workload_texts", "workload_warning"),
     ".session_text": ("load_summary", "report_session"),
     ".compare": (
         "KINDS", "Row", "SessionSummary", "align_by_load", "any_power", "axis_title", "joules_per_token", "knee_load",
         "knee_step", "load_session", "load_sessions", "session_from_steps", "tokens_per_watt",
     ),
-    ".html": ("HTML_EXTRA_HINT", "HtmlUnavailable", "collect", "html_available", "write_html"),
+    ".html": ("HTML_MISSING", "HtmlUnavailable", "collect", "html_available", "write_html"),
     "..session.rows": ("dumps_doc",),
     "..session.writer": ("write_text_atomic",),
 }

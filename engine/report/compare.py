@@ -16,7 +16,8 @@ Definitions, so the report, the curves and the tests agree:
 - Best session at a load: the highest output tok/s among the sessions with a step there; a
   tie (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
   failed requests, then to the session named first. No session is marked where fewer than
-  two sessions have a step at that load (nothing to compare).
+  two sessions have a step at that load (nothing to compare), nor anywhere when the sessions
+  ran different workloads (engine/report/comparable.py: their figures are not comparable).
 - Knee: engine/rules/verdicts.py's, the one definition: what summary.json recorded
   (knee_concurrency, knee_reason, max_throughput_concurrency; knee_rate over rates), else
   (a session written before it did) the same verdict over its steps, by load.
@@ -37,6 +38,7 @@ from ..measure.step_result import BreakResult, StepResult
 from ..rules.step_text import as_break
 from ..rules.verdicts import KINDS as VERDICT_KINDS, Knee, knee_from_summary, load_key, one_per_load, session_knee
 from ..session.paths import META, SessionError, check_session_dir
+from .comparable import same_workload
 from .session_text import _load_json, load_summary
 
 KINDS = VERDICT_KINDS  # concurrency, request rate (req/s), trace speed factor: the order of rows
@@ -88,6 +90,7 @@ class SessionSummary:
     target: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
     knee_record: Knee | None = None  # the knee summary.json recorded (None: it recorded none)
+    workload: dict[str, Any] = field(default_factory=dict)  # meta.json's (the steps' own come first: comparable.py)
 
     @property
     def knee(self) -> Knee:
@@ -183,6 +186,7 @@ def load_session(session_dir: str | os.PathLike) -> SessionSummary:
     label = meta.get("label") or summ.get("label") or d.resolve().name
     target = summ.get("target") or meta.get("target") or {}
     info = meta.get("server_info") or {}
+    workload = meta.get("workload")
     return SessionSummary(
         label=str(label),
         steps=tuple(steps),
@@ -192,6 +196,7 @@ def load_session(session_dir: str | os.PathLike) -> SessionSummary:
         target=target if isinstance(target, dict) else {},
         server_info=info if isinstance(info, dict) else {},
         knee_record=knee_from_summary(summ),
+        workload=workload if isinstance(workload, dict) else {},
     )
 
 
@@ -256,13 +261,15 @@ def best_index(cells: Sequence[StepResult | None]) -> int | None:
 
 def align_by_load(sessions: Sequence[SessionSummary]) -> list[Row]:
     """One row per load any session measured: concurrencies in increasing C, then rates in
-    increasing R, then trace speeds."""
+    increasing R, then trace speeds. No row has a best session when the sessions ran
+    different workloads (comparable.py same_workload)."""
     per = [s.by_load() for s in sessions]
     loads = sorted({k for p in per for k in p}, key=Load.sort_key)
+    comparable = same_workload(sessions)
     rows = []
     for k in loads:
         cells = tuple(p.get(k) for p in per)
-        rows.append(Row(load=k, cells=cells, best=best_index(cells)))
+        rows.append(Row(load=k, cells=cells, best=best_index(cells) if comparable else None))
     return rows
 
 

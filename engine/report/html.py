@@ -1,23 +1,29 @@
 """`redline report DIR [DIR ...] --html FILE`: one self-contained, interactive HTML page.
 
-Everything is inline (the page's data, its CSS, its JS and plotly.js itself): the file opens
-offline and fetches nothing. Charts (plotly): the saturation curve (output tok/s and goodput
-against C or R; knee, largest load meeting the SLO and the break marked; a colour per
-session), latency against load (TTFT, ITL, TPOT, E2E p50/p99; a lower bound, censored
-requests, is an open marker and "≥" in its hover), the Pareto view (tok/s per user against
+Everything is inline (the page's data, its CSS, its JS and plotly.js itself: the basic bundle,
+vendored in assets/, 1.2 MB of the page): the file opens offline and fetches nothing. Charts
+(plotly): the saturation curve (output tok/s and goodput against C or R; knee, largest load
+meeting the SLO and the break marked, labels that never overlap; a colour per
+session), latency against load (TTFT, ITL, TPOT, E2E p50/p99, lines through measured points;
+a lower bound, censored requests, is an open marker on a dashed segment rising from it, "≥" in
+its hover, joined to nothing), the Pareto view (tok/s per user against
 total tok/s, per GPU when the GPU count is known), each session over time (C or rate, tok/s,
 TTFT p99, server running/queued, GPU power, with the log's events as markers), SLO
 attainment per step. Then the step tables, the settings of each run, and an SLO selector
 that recolours the steps that pass. Printable (a print stylesheet).
 
 `collect(dir)` reads a session (the only I/O here); `render(sessions, plotly_js)` is pure:
-data in, HTML text out. plotly is the `html` extra: `plotly_js()` raises HtmlUnavailable
-(one line naming what to install) without it.
+data in, HTML text out. `plotly_js()` reads the vendored bundle (HtmlUnavailable, one line,
+when an install lost it). Sessions that ran different workloads get one warning line at the
+top (engine/report/comparable.py).
 
 The page records what happened when it was drawn, for tests and for anyone curious, on
 <html>: data-charts-expected, data-charts-drawn (charts plotly drew), data-charts (their
-ids), data-errors (JSON list of window errors, console.error calls, failed loads) and
-data-report-ready="1" when it is done.
+ids), data-errors (JSON list of window errors, console.error calls, failed loads),
+data-labels (the saturation chart's knee / max SLO / break labels and where each was drawn,
+in pixels: they never overlap), data-latency-traces (the latency chart's series: measured
+points, and lower bounds as open markers on dashed segments) and data-report-ready="1" when
+it is done.
 
 Where: html_data.py reads the sessions and builds the page's data, html_assets.py holds the
 inline CSS and JS; this module writes the HTML (tables, the page) and re-exports their names.
@@ -34,6 +40,7 @@ from typing import Any, Sequence
 
 from ..fmt import BOUND
 from ..session.paths import SessionError
+from .comparable import workload_texts, workload_warning
 from .compare import axis_title
 from .html_assets import CSS, PAGE_JS, PROBE_JS
 from .html_data import (
@@ -52,28 +59,36 @@ from .html_data import (
     step_data,
 )
 
-HTML_EXTRA_HINT = "pip install 'redline[html]'"
+# plotly.js's basic bundle (scatter, bar, pie), vendored as package data: assets/README.md
+PLOTLY_ASSET = "assets/plotly-basic.min.js"
+HTML_MISSING = (f"the page's plotly.js ({PLOTLY_ASSET} of redline.engine.report, package data) is missing from "
+                "this install: reinstall redline")
 
 
 class HtmlUnavailable(RuntimeError):
-    """plotly is not installed; str() is one line naming the extra."""
+    """The vendored plotly.js is missing (a damaged install); str() is one line saying so."""
+
+
+def _plotly_asset():
+    from importlib.resources import files
+
+    return files(__package__).joinpath(PLOTLY_ASSET)
 
 
 def plotly_js() -> str:
-    """plotly.js, minified, from the plotly package (the html extra)."""
+    """plotly.js's basic bundle, minified (assets/README.md: the vendored npm package, MIT)."""
     try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        raise HtmlUnavailable(f"--html needs plotly, the html extra: {HTML_EXTRA_HINT}") from None
-    return get_plotlyjs()
+        return _plotly_asset().read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        raise HtmlUnavailable(HTML_MISSING) from None
 
 
 def html_available() -> bool:
-    import importlib.util
-
+    """Whether the page's plotly.js is installed (package data: always, unless the install is
+    damaged)."""
     try:
-        return importlib.util.find_spec("plotly") is not None
-    except (ImportError, ValueError):
+        return _plotly_asset().is_file()
+    except (OSError, ValueError, ModuleNotFoundError):
         return False
 
 
@@ -204,10 +219,14 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
            generated: datetime | None = None) -> str:
     """The whole page. `plotly` is plotly.js's text (plotly_js())."""
     kind = main_kind(sessions)
+    summaries = [rs.session for rs in sessions]
+    warning = workload_warning(summaries)  # comparable, or said so
     data = {
         "kind": kind, "axis": axis_title(kind),
-        "sessions": [session_data(i, rs, kind) for i, rs in enumerate(sessions)],
+        "sessions": [{**session_data(i, rs, kind), "workload": wl}
+                     for i, (rs, wl) in enumerate(zip(sessions, workload_texts(summaries)))],
         "slo": default_slo(sessions),
+        "warning": warning,
     }
     labels = [rs.session.label for rs in sessions]
     title = title or ("redline: " + " vs ".join(labels) if labels else "redline report")
@@ -217,8 +236,10 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
         f'<div class="chart tall" id="chart-timeline-{i}" data-chart="timeline"></div>'
         for i, s in enumerate(data["sessions"]) if s["timeline"]["cols"]["t"])
     legend = " ".join(
-        f'<span class="key"><span class="swatch" style="background:{s["color"]}"></span>{esc(s["label"])}</span>'
+        f'<span class="key"><span class="swatch" style="background:{s["color"]}"></span>{esc(s["label"])} '
+        f'<span class="workload">({esc(s["workload"])})</span></span>'
         for s in data["sessions"])
+    warn = f'<p class="warning" id="workload-warning" role="alert">{esc(warning)}</p>\n' if warning else ""
     att_section = (
         '<div class="chart" id="chart-attainment" data-chart="attainment"></div>' if has_att else
         '<p class="note">No session recorded an SLO (run with --slo or a preset [slo]): the selector below '
@@ -244,7 +265,7 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
 <header>
 <h1>{esc(title)}</h1>
 <p class="sub">{legend} · written {esc(when)} by redline · hover a point for its values; drag to zoom, double-click to reset</p>
-</header>
+{warn}</header>
 <section id="slo-selector" class="card">
 <h2>SLO selector</h2>
 <form id="slo-form" onsubmit="return false">
@@ -263,7 +284,8 @@ waiting when the step closed): above a bound it fails, under it the step is "not
 <p class="note">Output tok/s (solid) and goodput (dashed) against {esc(axis_title(kind))}; ◆ knee, ★ largest load meeting the SLO, ✕ where the break rule fired. Markers follow the SLO selector: filled = passes, ✕ = fails, open = not proven.</p>
 <div class="chart" id="chart-saturation" data-chart="saturation"></div></section>
 <section class="card"><h2>Latency against load</h2>
-<p class="note">p99 solid, p50 dotted (TPOT: mean); an open marker is a lower bound (≥).</p>
+<p class="note">p99 solid, p50 dotted (TPOT: mean), through measured points only; a lower bound (≥: requests still
+waiting when the step closed) is an open marker on a dashed segment rising from it, never joined to the measured line.</p>
 <div class="chart tall" id="chart-latency" data-chart="latency"></div></section>
 <section class="card"><h2>Pareto: per-user speed against throughput</h2>
 <p class="note">tok/s per user (output tok/s ÷ C; a rate step: 1 ÷ TPOT) against {pareto_note}. Up and right is better.</p>
@@ -298,6 +320,6 @@ def write_html(sessions: Sequence[ReportSession], path: str | os.PathLike, plotl
     return p
 
 
-__all__ = ["HTML_EXTRA_HINT", "HtmlUnavailable", "ReportSession", "collect", "gpu_count", "html_available",
+__all__ = ["HTML_MISSING", "PLOTLY_ASSET", "HtmlUnavailable", "ReportSession", "collect", "gpu_count", "html_available",
            "plotly_js", "render", "write_html", "SessionError", "COLOURS", "EVENT_KINDS", "LAT",
            "MAX_TIMELINE_POINTS", "meets_slo", "CSS", "PAGE_JS", "PROBE_JS"]

@@ -1,7 +1,9 @@
 """The HTML report's inline stylesheet and scripts (engine/report/html.py puts them in the
 page): CSS (screen and print), PROBE_JS (first in <head>: records window errors, failed loads
-and console.error on <html>) and PAGE_JS (draws the charts, the tables' SLO verdicts, and
-marks the page ready).
+and console.error on <html>) and PAGE_JS (draws the charts, the tables' SLO verdicts, keeps
+the saturation chart's labels apart, records what it drew on <html> and marks the page ready).
+The page draws `scatter` and `bar` traces only: the vendored plotly.js basic bundle
+(assets/README.md) holds them; a new trace type needs a bundle that has it.
 """
 
 CSS = """
@@ -13,7 +15,8 @@ h1 { font-size: 22px; margin: 8px 0 2px; } h2 { font-size: 17px; margin: 0 0 6px
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; margin: 14px 0; }
 .chart { width: 100%; height: 420px; } .chart.tall { height: 620px; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
-.key { margin-right: 12px; white-space: nowrap; color: var(--fg); }
+.key { margin-right: 12px; white-space: nowrap; color: var(--fg); } .key .workload { color: var(--muted); }
+.warning { background: var(--unknown); color: #7a5a00; border: 1px solid #e8c66a; border-radius: 6px; padding: 6px 10px; margin: 6px 0; font-weight: 600; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 13px; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: right; white-space: nowrap; }
@@ -61,6 +64,7 @@ PAGE_JS = r"""
   var root = document.documentElement;
   var D = JSON.parse(document.getElementById('redline-data').textContent);
   var S = D.sessions, KIND = D.kind, BOUND = '\u2265';
+  var BOUND_RISE = 1.6;  // a lower bound's dashed segment rises to 1.6 x the bound (a log axis: 0.2 decade)
   var drawn = [], expected = document.querySelectorAll('[data-chart]').length;
   root.setAttribute('data-charts-expected', String(expected));
   var CONFIG = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ['lasso2d', 'select2d']};
@@ -92,6 +96,38 @@ PAGE_JS = r"""
     layout = Object.assign({font: FONT, margin: {l: 60, r: 20, t: 30, b: 50}, hovermode: 'closest', legend: {orientation: 'h', y: -0.18}}, layout);
     try { return Plotly.newPlot(el, traces, layout, CONFIG).then(done(id)).catch(function(e){ window.__redlineNote('plot ' + id + ': ' + e); }); }
     catch (e) { window.__redlineNote('plot ' + id + ': ' + e); return Promise.resolve(); }
+  }
+
+  // what was drawn, on <html> for tests and the curious (JSON)
+  function record(name, value){ root.setAttribute(name, JSON.stringify(value)); }
+  function boxOf(gd, i){
+    var g = gd.querySelector('g.annotation[data-index="' + i + '"]');
+    var t = g && (g.querySelector('.annotation-text-g') || g);
+    if (!t) return null;
+    var r = t.getBoundingClientRect();
+    return {l: r.left, r: r.right, t: r.top, b: r.bottom};
+  }
+  // labels that still overlap once drawn (neighbouring loads): each moved up above the one it hits
+  function unclutter(id){
+    var gd = document.getElementById(id), anns = gd && gd.layout && gd.layout.annotations || [];
+    var placed = [], update = {};
+    anns.forEach(function(a, i){
+      var b = boxOf(gd, i);
+      if (!b) return;
+      var dy = 0;
+      for (var guard = 0; guard < 50; guard++) {
+        var hit = placed.filter(function(p){ return b.l < p.r && p.l < b.r && b.t + dy < p.b && p.t < b.b + dy; })[0];
+        if (!hit) break;
+        dy = hit.t - b.b - 3;
+      }
+      if (dy) update['annotations[' + i + '].ay'] = a.ay + dy;
+      placed.push({l: b.l, r: b.r, t: b.t + dy, b: b.b + dy});
+    });
+    return Object.keys(update).length ? Plotly.relayout(gd, update) : Promise.resolve();
+  }
+  function labelBoxes(id, labels){
+    var gd = document.getElementById(id);
+    return labels.map(function(a, i){ return Object.assign({text: a.text, session: a.session, x: a.x}, gd ? boxOf(gd, i) : {}); });
   }
 
   // -- the SLO selector: pass / fail / unknown per step
@@ -152,7 +188,7 @@ PAGE_JS = r"""
   // -- charts
   var jobs = [];
   (function saturation(){
-    var traces = [];
+    var traces = [], labels = [], top = 0;
     S.forEach(function(s, i){
       var xs = s.steps.map(function(p){ return p.x; });
       satIndex[i] = traces.length;
@@ -165,20 +201,32 @@ PAGE_JS = r"""
           mode: 'lines', line: {color: s.color, width: 1.5, dash: 'dash'},
           hovertemplate: '%{x}<br>goodput %{y:.1f} tok/s<extra>' + esc(s.label) + '</extra>'});
       }
-      function mark(m, symbol, text, pos){
+      function mark(m, symbol, text, glyph){
         if (!m || m.x === null || m.x === undefined) return;
         var p = s.steps.filter(function(q){ return q.x === m.x; })[0];
         var y = p ? p.tok_s : 0;
-        traces.push({x: [m.x], y: [y], name: s.label + ' ' + text, legendgroup: 's' + i, mode: 'markers+text', showlegend: false,
+        traces.push({x: [m.x], y: [y], name: s.label + ' ' + text, legendgroup: 's' + i, mode: 'markers', showlegend: false,
           marker: {symbol: symbol, size: 17, color: symbol === 'x-thin-open' ? '#c00' : s.color, line: {color: '#222', width: 1.5}},
-          text: [text + ' ' + loadLabel(m.x)], textposition: pos, textfont: {size: 11, color: s.color},
           hovertemplate: text + ' ' + loadLabel(m.x) + '<br>%{y:.1f} tok/s<br>' + esc(m.how || m.detail || '') + '<extra>' + esc(s.label) + '</extra>'});
+        // the label: an annotation above its point, staggered when another label shares its load
+        // (two sessions' knees at one C); unclutter() moves any that still overlap once drawn
+        var k = labels.filter(function(a){ return a.x === m.x; }).length;
+        labels.push({x: m.x, y: y, text: glyph + ' ' + text + ' ' + loadLabel(m.x), showarrow: true, arrowhead: 0, arrowwidth: 1,
+          arrowcolor: s.color, ax: 0, ay: -(26 + 22 * k), font: {size: 11, color: s.color}, bgcolor: 'rgba(255,255,255,0.85)',
+          bordercolor: s.color, borderwidth: 1, borderpad: 2, session: i});
+        top = Math.max(top, y);
       }
-      mark(s.knee, 'diamond', 'knee', 'top left');
-      mark(s.max_slo, 'star', 'max SLO', 'bottom right');
-      if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', 'top center');
+      mark(s.knee, 'diamond', 'knee', '\u25c6');
+      mark(s.max_slo, 'star', 'max SLO', '\u2605');
+      if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', '\u2715');
     });
-    jobs.push(plot('chart-saturation', traces, {xaxis: xaxis(), yaxis: {title: {text: 'output tok/s'}, rangemode: 'tozero', automargin: true}}));
+    S.forEach(function(s){ s.steps.forEach(function(p){ top = Math.max(top, p.tok_s || 0, p.goodput || 0); }); });
+    var annotations = labels.map(function(a){ var c = Object.assign({}, a); delete c.session; return c; });
+    // headroom above the highest point for the labels
+    var yaxis = {title: {text: 'output tok/s'}, automargin: true, range: [0, (top || 1) * (labels.length ? 1.4 : 1.08)]};
+    jobs.push(plot('chart-saturation', traces, {xaxis: xaxis(), yaxis: yaxis, annotations: annotations})
+      .then(function(){ return unclutter('chart-saturation'); })
+      .then(function(){ record('data-labels', labelBoxes('chart-saturation', labels)); }));
   })();
 
   (function latency(){
@@ -188,7 +236,8 @@ PAGE_JS = r"""
       var ax = k === 0 ? '' : String(k + 1);
       layout['xaxis' + ax] = xaxis({title: {text: k >= 2 ? D.axis : ''}});
       var vals = [];
-      S.forEach(function(s){ s.steps.forEach(function(p){ [pn[0], pn[0] + '_p50', pn[0] + '_p99'].forEach(function(k){ if (p[k] > 0) vals.push(p[k]); }); }); });
+      S.forEach(function(s){ s.steps.forEach(function(p){ [pn[0], pn[0] + '_p50', pn[0] + '_p99'].forEach(function(k){
+        if (p[k] > 0) vals.push(p[k] * (p[k + '_bound'] ? BOUND_RISE : 1)); }); }); });
       var tv = logTicks(vals);
       layout['yaxis' + ax] = {title: {text: pn[1]}, type: 'log', automargin: true, tickvals: tv, ticktext: tv.map(function(v){ return v >= 1000 ? +(v / 1000).toPrecision(3) + ' s' : v + ' ms'; })};
       layout.annotations.push({text: '<b>' + pn[1] + '</b>', xref: (ax ? 'x' + ax : 'x') + ' domain', yref: (ax ? 'y' + ax : 'y') + ' domain', x: 0, y: 1.12, showarrow: false, xanchor: 'left'});
@@ -197,16 +246,38 @@ PAGE_JS = r"""
         series.forEach(function(se){
           var key = se[0], pts = s.steps.filter(function(p){ return p[key] !== null && p[key] !== undefined; });
           if (!pts.length) return;
-          traces.push({x: pts.map(function(p){ return p.x; }), y: pts.map(function(p){ return p[key]; }),
-            xaxis: 'x' + ax, yaxis: 'y' + ax, name: s.label, legendgroup: 's' + i, showlegend: k === 0 && se[1] !== 'p50',
-            mode: 'lines+markers', line: {color: s.color, width: se[2] === 'dot' ? 1.5 : 2, dash: se[2]},
-            marker: {color: s.color, size: 8, symbol: pts.map(function(p){ return p[key + '_bound'] ? 'circle-open' : 'circle'; }), line: {color: s.color, width: 2}},
-            customdata: pts.map(function(p){ return [p.load, ms(p[key], p[key + '_bound']), p[key + '_bound'] ? ' (lower bound: requests still waiting at the close)' : '']; }),
-            hovertemplate: '%{customdata[0]}<br>' + pn[1] + ' ' + se[1] + ' %{customdata[1]}%{customdata[2]}<extra>' + esc(s.label) + '</extra>'});
+          var width = se[2] === 'dot' ? 1.5 : 2, where = {xaxis: 'x' + ax, yaxis: 'y' + ax, legendgroup: 's' + i};
+          var bounds = pts.filter(function(p){ return p[key + '_bound']; });
+          // measured points: one line through them alone, broken (a gap) at a bound
+          if (bounds.length < pts.length) traces.push(Object.assign({x: pts.map(function(p){ return p.x; }),
+            y: pts.map(function(p){ return p[key + '_bound'] ? null : p[key]; }), connectgaps: false,
+            name: s.label, showlegend: k === 0 && se[1] !== 'p50', meta: {session: i, series: key, part: 'measured'},
+            mode: 'lines+markers', line: {color: s.color, width: width, dash: se[2]},
+            marker: {color: s.color, size: 8, symbol: 'circle', line: {color: s.color, width: 2}},
+            customdata: pts.map(function(p){ return [p.load, ms(p[key])]; }),
+            hovertemplate: '%{customdata[0]}<br>' + pn[1] + ' ' + se[1] + ' %{customdata[1]}<extra>' + esc(s.label) + '</extra>'}, where));
+          if (!bounds.length) return;
+          // a lower bound: an open marker, and a dashed segment rising from it (the value is at
+          // least this, maybe more), joined to nothing
+          var seg = {x: [], y: []};
+          bounds.forEach(function(p){ seg.x.push(p.x, p.x, null); seg.y.push(p[key], p[key] * BOUND_RISE, null); });
+          traces.push(Object.assign({x: seg.x, y: seg.y, mode: 'lines', connectgaps: false, hoverinfo: 'skip', showlegend: false,
+            name: s.label + ' ' + se[1] + ' lower bound', meta: {session: i, series: key, part: 'bound-segment'},
+            line: {color: s.color, width: 1.5, dash: 'dash'}}, where));
+          traces.push(Object.assign({x: bounds.map(function(p){ return p.x; }), y: bounds.map(function(p){ return p[key]; }),
+            mode: 'markers', showlegend: false, name: s.label + ' ' + se[1] + ' lower bound', meta: {session: i, series: key, part: 'bound'},
+            marker: {color: s.color, size: 9, symbol: 'circle-open', line: {color: s.color, width: 2}},
+            customdata: bounds.map(function(p){ return [p.load, ms(p[key], true)]; }),
+            hovertemplate: '%{customdata[0]}<br>' + pn[1] + ' ' + se[1] + ' %{customdata[1]} (lower bound: requests still waiting at the close)<extra>' + esc(s.label) + '</extra>'}, where));
         });
       });
     });
-    jobs.push(plot('chart-latency', traces, layout));
+    jobs.push(plot('chart-latency', traces, layout).then(function(){
+      var gd = document.getElementById('chart-latency');
+      record('data-latency-traces', (gd && gd.data || []).filter(function(t){ return t.meta; }).map(function(t){
+        return {meta: t.meta, mode: t.mode, dash: t.line && t.line.dash || 'solid', symbol: t.marker ? t.marker.symbol : null, x: t.x, y: t.y};
+      }));
+    }));
   })();
 
   (function pareto(){

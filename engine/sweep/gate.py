@@ -59,6 +59,9 @@ def check_sweep(gate: SweepGate, doc: dict[str, Any]) -> tuple[list[str], bool]:
             lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {e['label']}: {o.condition.text}  {o.detail}")
             ok = ok and o.passed
     if gate.best is not None:
+        warning = _workload_warning(ran)  # comparable, or said so (engine/report/comparable.py)
+        if warning:
+            lines.append(f"  {warning}")
         labels = [e.get("label") for e in entries]
         if gate.best not in labels:
             lines.append(f"  FAIL  best:{gate.best}: no such configuration (labels: {', '.join(map(str, labels))})")
@@ -67,6 +70,24 @@ def check_sweep(gate: SweepGate, doc: dict[str, Any]) -> tuple[list[str], bool]:
             top = max(ran, key=lambda e: e.get("max_output_throughput") or 0.0, default=None)
             won = top is not None and top.get("label") == gate.best
             what = "none ran" if top is None else f"the most tok/s: {top['label']} ({top.get('max_output_throughput')})"
-            lines.append(f"  {'PASS' if won else 'FAIL'}  best:{gate.best}  {what}")
+            lines.append(f"  {'PASS' if won else 'FAIL'}  best:{gate.best}  {what}"
+                         + (" (not comparable: different workloads, above)" if warning else ""))
             ok = ok and won
     return lines, ok
+
+
+def _workload_warning(ran: list[dict[str, Any]]) -> str | None:
+    """One line when the configurations that ran sent different workloads (their tok/s do not
+    rank servers then), else None; a session that cannot be read is left out."""
+    from ..report.comparable import workload_warning
+    from ..report.compare import load_session
+    from ..session.paths import SessionError
+
+    sessions, names = [], []
+    for e in ran:
+        try:
+            sessions.append(load_session(e["session_dir"]))
+        except SessionError:
+            continue
+        names.append(str(e.get("label")))
+    return workload_warning(sessions, names) if len(sessions) > 1 else None

@@ -29,7 +29,10 @@ from ...engine.report.api import (
     load_session,
     load_sessions,
     report_session,
+    same_workload,
     tokens_per_watt,
+    workload_texts,
+    workload_warning,
 )
 from .errors import UsageError
 
@@ -134,7 +137,9 @@ def format_comparison_table(sessions: Sequence[SessionSummary], rows: Sequence[R
     if not rows:
         lines.append("(no steps in any session)")
     at = "C" if head == "C" else "rate" if head.startswith("R") else "load"
-    lines.append(f"latencies in ms; err = failed requests; {BEST_MARK} = most tok/s at that {at}")
+    best = (f"{BEST_MARK} = most tok/s at that {at}" if same_workload(sessions)
+            else f"no {BEST_MARK}: the sessions ran different workloads")
+    lines.append(f"latencies in ms; err = failed requests; {best}")
     return "\n".join(lines)
 
 
@@ -191,11 +196,14 @@ def _knee_note(s: SessionSummary) -> str:
 def format_comparison(sessions: Sequence[SessionSummary]) -> str:
     """The whole multi-session report text (no curves)."""
     out = ["sessions"]
-    for i, s in enumerate(sessions):
+    for i, (s, wl) in enumerate(zip(sessions, workload_texts(sessions))):
         where = str(s.path) if s.path is not None else "(live)"
         tparts = [str(s.target[k]) for k in ("url", "model") if s.target.get(k)]
-        out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else ""))
+        out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else "") + f"  workload: {wl}")
     rows = align_by_load(sessions)
+    warning = workload_warning(sessions, [_letter(i) for i in range(len(sessions))])
+    if warning:  # comparable, or said so (engine/report/comparable.py)
+        out.append(warning)
     out += ["", format_comparison_table(sessions, rows)]
     for extra in (format_goodput_table(sessions, rows), format_efficiency_table(sessions, rows)):
         if extra:

@@ -20,10 +20,10 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
 
 
 def _check_html_target(path: Path) -> None:
-    from ...engine.report.api import HTML_EXTRA_HINT, html_available
+    from ...engine.report.api import HTML_MISSING, html_available
 
     if not html_available():
-        raise UsageError(f"--html {path}: needs plotly, the html extra: {HTML_EXTRA_HINT}")
+        raise UsageError(f"--html {path}: {HTML_MISSING}")
     _check_out_file(path, "--html", "report.html")
 
 
