@@ -263,11 +263,12 @@ def _page_data(text: str) -> dict:
 
 def _knees_at_16(tmp: Path) -> tuple[Path, Path]:
     """Two sessions of different workloads whose knee, largest load meeting the SLO and break
-    share their loads (their labels would sit on one another), E2E a lower bound from C=16 on."""
+    share their loads (their labels would sit on one another), E2E a lower bound from C=16 on;
+    C=4..32: a log2 axis (where plotly places an annotation at the log of its x)."""
     slo = {"ttft_p99_ms": 1000.0}
     marks = {"knee_concurrency": 16, "knee_reason": "within 5 %", "max_throughput_concurrency": 32,
              "break": {"reason": "plateau", "concurrency": 32, "last_good_concurrency": 16, "detail": "gain 1 %"}}
-    steps = [_step(8, 800, 300), _step(16, 1400, 500, p99_e2e_latency_ms_bound=True),
+    steps = [_step(4, 450, 250), _step(8, 800, 300), _step(16, 1400, 500, p99_e2e_latency_ms_bound=True),
              _step(32, 1410, 700, p99_e2e_latency_ms=1400.0, p99_e2e_latency_ms_bound=True)]
     a = _session(tmp, "long", steps, meta=LONG, slo=slo, **marks)
     b = _session(tmp, "short", [{**st, "output_throughput": st["output_throughput"] + 5} for st in steps],
@@ -339,6 +340,7 @@ def test_labels_apart_and_bounds_drawn_as_bounds_in_chromium(tmp_path):
     assert {lb["session"] for lb in labels} == {0, 1}
     for lb in labels:
         assert lb["r"] > lb["l"] and lb["b"] > lb["t"], lb  # drawn
+        assert abs((lb["l"] + lb["r"]) / 2 - lb["at_px"]) < 3, lb  # right above the point it names
     for i, p in enumerate(labels):
         for q in labels[i + 1:]:
             apart = p["r"] <= q["l"] or q["r"] <= p["l"] or p["b"] <= q["t"] or q["b"] <= p["t"]
@@ -350,8 +352,8 @@ def test_labels_apart_and_bounds_drawn_as_bounds_in_chromium(tmp_path):
         parts = {t["meta"]["part"]: t for t in traces if t["meta"]["session"] == sess and t["meta"]["series"] == "e2e_p99"}
         assert set(parts) == {"measured", "bound", "bound-segment"}
         measured, bound, segment = parts["measured"], parts["bound"], parts["bound-segment"]
-        # measured: C=8 alone on the line; the bounds' places are gaps, not points
-        assert measured["x"] == [8, 16, 32] and measured["y"][1:] == [None, None] and measured["y"][0] == 1500.0
+        # measured: C=4 and 8 on the line; the bounds' places are gaps, not points
+        assert measured["x"] == [4, 8, 16, 32] and measured["y"] == [1500.0, 1500.0, None, None]
         assert measured["dash"] == "solid" and measured["symbol"] == "circle"
         assert bound["mode"] == "markers" and bound["symbol"] == "circle-open"
         assert bound["x"] == [16, 32] and bound["y"] == [1500.0, 1400.0]

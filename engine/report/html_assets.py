@@ -64,7 +64,7 @@ PAGE_JS = r"""
   var root = document.documentElement;
   var D = JSON.parse(document.getElementById('redline-data').textContent);
   var S = D.sessions, KIND = D.kind, BOUND = '\u2265';
-  var BOUND_RISE = 1.6;  // a lower bound's dashed segment rises to 1.6 x the bound (a log axis: 0.2 decade)
+  var BOUND_RISE = 2;  // a lower bound's dashed segment rises to twice the bound (a log axis: 0.3 decade)
   var drawn = [], expected = document.querySelectorAll('[data-chart]').length;
   root.setAttribute('data-charts-expected', String(expected));
   var CONFIG = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ['lasso2d', 'select2d']};
@@ -125,9 +125,12 @@ PAGE_JS = r"""
     });
     return Object.keys(update).length ? Plotly.relayout(gd, update) : Promise.resolve();
   }
-  function labelBoxes(id, labels){
-    var gd = document.getElementById(id);
-    return labels.map(function(a, i){ return Object.assign({text: a.text, session: a.session, x: a.x}, gd ? boxOf(gd, i) : {}); });
+  function labelBoxes(id, labels){  // each label's box, and the pixel x of the point it names
+    var gd = document.getElementById(id), fl = gd && gd._fullLayout;
+    return labels.map(function(a, i){
+      var at = fl && fl.xaxis ? gd.getBoundingClientRect().left + fl._size.l + fl.xaxis.d2p(a.x) : null;
+      return Object.assign({text: a.text, session: a.session, x: a.x, at_px: at}, gd ? boxOf(gd, i) : {});
+    });
   }
 
   // -- the SLO selector: pass / fail / unknown per step
@@ -221,10 +224,12 @@ PAGE_JS = r"""
       if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', '\u2715');
     });
     S.forEach(function(s){ s.steps.forEach(function(p){ top = Math.max(top, p.tok_s || 0, p.goodput || 0); }); });
-    var annotations = labels.map(function(a){ var c = Object.assign({}, a); delete c.session; return c; });
+    var xa = xaxis();
+    // an annotation's x on a log axis is the log10 of the value (plotly's rule)
+    var annotations = labels.map(function(a){ var c = Object.assign({}, a, {x: xa.type === 'log' ? Math.log10(a.x) : a.x}); delete c.session; return c; });
     // headroom above the highest point for the labels
     var yaxis = {title: {text: 'output tok/s'}, automargin: true, range: [0, (top || 1) * (labels.length ? 1.4 : 1.08)]};
-    jobs.push(plot('chart-saturation', traces, {xaxis: xaxis(), yaxis: yaxis, annotations: annotations})
+    jobs.push(plot('chart-saturation', traces, {xaxis: xa, yaxis: yaxis, annotations: annotations})
       .then(function(){ return unclutter('chart-saturation'); })
       .then(function(){ record('data-labels', labelBoxes('chart-saturation', labels)); }));
   })();
@@ -263,7 +268,7 @@ PAGE_JS = r"""
           bounds.forEach(function(p){ seg.x.push(p.x, p.x, null); seg.y.push(p[key], p[key] * BOUND_RISE, null); });
           traces.push(Object.assign({x: seg.x, y: seg.y, mode: 'lines', connectgaps: false, hoverinfo: 'skip', showlegend: false,
             name: s.label + ' ' + se[1] + ' lower bound', meta: {session: i, series: key, part: 'bound-segment'},
-            line: {color: s.color, width: 1.5, dash: 'dash'}}, where));
+            line: {color: s.color, width: 2, dash: 'dash'}}, where));
           traces.push(Object.assign({x: bounds.map(function(p){ return p.x; }), y: bounds.map(function(p){ return p[key]; }),
             mode: 'markers', showlegend: false, name: s.label + ' ' + se[1] + ' lower bound', meta: {session: i, series: key, part: 'bound'},
             marker: {color: s.color, size: 9, symbol: 'circle-open', line: {color: s.color, width: 2}},
