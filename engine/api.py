@@ -71,6 +71,14 @@ if TYPE_CHECKING:
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
+    from .workload.request_shape import (
+        RequestShapeError,
+        check_headers,
+        check_range_ratio,
+        extra_body_text,
+        parse_extra_body,
+        parse_header,
+    )
     from .workload.trace import TraceError, builtin_traces, load_trace, resolve_trace
 
 # modules given whole: name -> module (relative to this package)
@@ -109,6 +117,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
     ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
+    ".workload.request_shape": (
+        "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",
+    ),
     ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
     ".sweep.record": ("SWEEP_FILE", "load_sweep"),
     ".sweep.runner": ("run_sweep",),

@@ -243,7 +243,8 @@ def test_durations_replay_mode():
         ({"ramp": RAMP, "workload": {"dataset": "sharegpt:"}}, ["[workload].dataset", "got 'sharegpt:'"]),
         ({"ramp": RAMP, "workload": {"dataset": 3}}, ["[workload].dataset", "got 3"]),
         ({"ramp": RAMP, "workload": {"input": 3}},
-         ["unknown key [workload].input (accepted: api, dataset, input_len, output_len, model, turns, think_s, trace)"]),
+         ["unknown key [workload].input (accepted: api, dataset, input_len, output_len, model, turns, think_s, trace, "
+          "headers, extra_body, ignore_eos, random_range_ratio, seed)"]),
         # tables and top level
         ({"ramp": RAMP, "stopp": {"x": 1}}, ["unknown table [stopp] (accepted: target, workload, ramp, stop, after, slo, guard, gate)"]),
         ({"ramp": RAMP, "hold_s": 3}, ["unknown key hold_s (accepted: name, description, and tables [target]"]),

@@ -253,3 +253,25 @@ def test_probes_profile_and_flush_cache(ramp):
     text = preset_to_toml(p)
     assert parse_toml(text, SOURCE) == p
     assert preset_to_toml(parse_toml(text, SOURCE)) == text
+
+
+# ------------------------------------------------------------------------------ request shaping
+
+HEADER_NAME = st.text(alphabet="!#$%&'*+-.^_`|~abcXYZ019", min_size=1, max_size=12).filter(
+    lambda n: n.lower() not in ("host", "te", "expect", "upgrade", "trailer", "connection", "keep-alive"))
+HEADER_VALUE = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=20)
+JSON_LEAF = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), ONE_LINE)
+JSON_VALUE = st.recursive(JSON_LEAF, lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(ONE_LINE, kids, max_size=3)),
+                          max_leaves=8)
+
+
+@SETTINGS
+@given(headers=st.dictionaries(HEADER_NAME, HEADER_VALUE, max_size=4), extra=st.dictionaries(ONE_LINE, JSON_VALUE, max_size=4),
+       ignore_eos=st.booleans(), ratio=st.floats(min_value=0.0, max_value=1.0, exclude_max=True), seed=st.integers(0, 2**63 - 1))
+def test_request_shaping_keys(headers, extra, ignore_eos, ratio, seed):
+    """[workload] headers, extra_body (any JSON a TOML table can hold), ignore_eos,
+    random_range_ratio and seed are written back to what reads as the same preset."""
+    assume(len({n.lower() for n in headers}) == len(headers))
+    round_trip({"workload": {"headers": headers, "extra_body": extra, "ignore_eos": ignore_eos,
+                             "random_range_ratio": ratio, "seed": seed},
+                "ramp": {"concurrency": [1]}})

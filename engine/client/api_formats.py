@@ -79,8 +79,15 @@ def build_body(
     max_tokens: int,
     continuous_usage: bool = True,
     messages: list[dict[str, str]] | None = None,
+    extra: dict[str, Any] | None = None,
+    ignore_eos: bool = True,
 ) -> dict[str, Any]:
     """A streaming request that generates exactly `max_tokens` (ignore_eos).
+
+    `extra` (--extra-body, checked by engine/workload/request_shape.py check_extra_body: none
+    of the keys written here): merged into the body; for /generate its `sampling_params`
+    merges into the request's own. `ignore_eos=False` (--no-ignore-eos): the server may stop
+    at EOS (chat, completions: the key left out; /generate: sampling_params.ignore_eos false).
 
     `messages` (chat only): the whole conversation ({"role", "content"} dicts, see
     engine/load/conversation.py), sent instead of the single user message `prompt`; the other
@@ -95,20 +102,25 @@ def build_body(
             body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
+        body["max_tokens"] = max_tokens
+        if ignore_eos:
+            body["ignore_eos"] = True
         body.update(
-            max_tokens=max_tokens,
-            ignore_eos=True,
             temperature=0.0,
             stream=True,
             stream_options=dict(STREAM_OPTIONS_CONTINUOUS if continuous_usage else STREAM_OPTIONS),
         )
+        if extra:
+            body.update(extra)
         return body
     if api == GENERATE:
-        return {
-            "text": prompt,
-            "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0},
-            "stream": True,
-        }
+        sp = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos, "temperature": 0.0}
+        body = {"text": prompt, "sampling_params": sp, "stream": True}
+        if extra:
+            body.update(extra)
+            more = extra.get("sampling_params")
+            body["sampling_params"] = {**sp, **more} if isinstance(more, dict) else sp
+        return body
     raise ValueError(f"unknown api {api!r} (expected one of: {', '.join(APIS)})")
 
 

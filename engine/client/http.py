@@ -14,19 +14,27 @@ import ssl
 import httpx
 
 from ..constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT, TRANSPORTS
+from ..workload.request_shape import Headers, secret_values
 
 
 class TargetBearer(httpx.Auth):
-    """The API key as a bearer token, sent to the target's origin only (never to a
-    --gpu-metrics or --server-metrics host elsewhere). `.token` lets errors be scrubbed."""
+    """The API key as a bearer token and the --header headers, sent to the target's origin
+    only (never to a --gpu-metrics or --server-metrics host elsewhere); an Authorization
+    header given with --header wins over the key. `.token` and `.secrets` let errors be
+    scrubbed."""
 
-    def __init__(self, token: str, origin: str) -> None:
+    def __init__(self, token: str | None, origin: str, headers: Headers = ()) -> None:
         self.token = token
+        self.headers = tuple(headers)
+        self.secrets = tuple(s for s in (token, *secret_values(self.headers)) if s)
         self._origin = _origin(httpx.URL(origin))
 
     def auth_flow(self, request: httpx.Request):
         if _origin(request.url) == self._origin:
-            request.headers["Authorization"] = f"Bearer {self.token}"
+            if self.token:
+                request.headers["Authorization"] = f"Bearer {self.token}"
+            for name, value in self.headers:
+                request.headers[name] = value
         yield request
 
 
@@ -42,27 +50,36 @@ def make_client(
     api_key: str | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
     origin: str | None = None,
+    headers: Headers = (),
 ) -> httpx.AsyncClient:
     """One client for the whole session: unlimited pool, read timeout = stall timeout.
 
-    With `origin` (the target's base URL) the key goes to that origin only; without it, to
-    every request (tests and benchmarks that talk to one server).
+    With `origin` (the target's base URL) the key and `headers` (--header, checked by
+    engine/workload/request_shape.py) go to that origin only; without it, to every request
+    (tests and benchmarks that talk to one server).
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key and origin is None else {}
-    auth = TargetBearer(api_key, origin) if api_key and origin is not None else None
+    auth: TargetBearer | None = None
+    client_headers: dict[str, str] = {}
+    if origin is not None:
+        auth = TargetBearer(api_key, origin, headers) if api_key or headers else None
+    else:
+        if api_key and not any(n.lower() == "authorization" for n, _ in headers):
+            client_headers["Authorization"] = f"Bearer {api_key}"
+        client_headers.update(headers)
     timeout = httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=request_timeout, write=CONNECT_TIMEOUT_S, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     if transport == "httpx":
-        return httpx.AsyncClient(headers=headers, auth=auth, timeout=timeout, limits=limits, verify=verify)
+        return httpx.AsyncClient(headers=client_headers, auth=auth, timeout=timeout, limits=limits, verify=verify)
     if transport == "lean":
         from .transport import LeanTransport
 
         # run_request reads raw bytes (aiter_raw): ask for an uncompressed stream, so a server
         # or proxy that would gzip text/event-stream sends it as it is.
-        headers["Accept-Encoding"] = "identity"
-        return httpx.AsyncClient(headers=headers, auth=auth, timeout=timeout, transport=LeanTransport(verify=verify))
+        client_headers["Accept-Encoding"] = "identity"
+        lean = LeanTransport(verify=verify)
+        return httpx.AsyncClient(headers=client_headers, auth=auth, timeout=timeout, transport=lean)
 
     import aiohttp
     from httpx_aiohttp import AiohttpTransport
@@ -75,5 +92,5 @@ def make_client(
         return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
 
     return httpx.AsyncClient(
-        headers=headers, auth=auth, timeout=timeout, transport=AiohttpTransport(client=session)
+        headers=client_headers, auth=auth, timeout=timeout, transport=AiohttpTransport(client=session)
     )

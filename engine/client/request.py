@@ -56,24 +56,25 @@ def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | 
 
 
 def scrub_key(text: str, client: httpx.AsyncClient | None) -> str:
-    """The client's bearer token masked out of `text` (a server may echo it in an error).
+    """The client's bearer token and secret --header values masked out of `text` (a server
+    may echo them in an error).
 
     Error texts reach the screen and the in-memory log before any file writer scrubs them.
     """
     if client is None or not text:
         return text
-    key = getattr(client.auth, "token", None)  # an httpx.Auth that holds the key (per-origin auth)
-    if not isinstance(key, str):
+    secrets = getattr(client.auth, "secrets", None)  # an httpx.Auth that holds them (per-origin auth)
+    if not isinstance(secrets, tuple):
         auth = client.headers.get("authorization")
         if not auth:
             return text
-        key = auth[7:] if auth[:7].lower() == "bearer " else auth
-    key = key.strip()
-    if len(key) < 4:
+        secrets = (auth[7:] if auth[:7].lower() == "bearer " else auth,)
+    keys = [k.strip() for k in secrets if isinstance(k, str) and len(k.strip()) >= 4]
+    if not keys:
         return text
     from ..session.scrub import Scrubber  # only on a failure that has a key to hide
 
-    return Scrubber([key]).text(text)
+    return Scrubber(keys).text(text)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
@@ -26,6 +27,7 @@ from ..client.target import Target
 from ..constants import OVERLOAD_BACKOFF_MAX_S
 from ..measure import records as R
 from ..measure.records import RequestRecord
+from ..workload.prompts import WorkloadConfig
 
 FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
 OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503)
@@ -58,6 +60,7 @@ class Sender:
         wall_offset: float,
         on_overload: Callable[[str], None] = lambda kind: None,
         ids: Iterator[int] | None = None,
+        workload: WorkloadConfig | None = None,
     ) -> None:
         self.client = client
         self.target = target
@@ -72,6 +75,16 @@ class Sender:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
         self.continuous_usage = True
+        # request shaping every body carries (--extra-body, --no-ignore-eos; engine/workload/request_shape.py)
+        self.extra_body: dict | None = None
+        self.ignore_eos = True
+        if workload is not None:
+            self.shape(workload)
+
+    def shape(self, wl: WorkloadConfig) -> None:
+        """Every body from now on carries `wl`'s extra body and ignore_eos."""
+        self.extra_body = json.loads(wl.extra_body) if wl.extra_body else None
+        self.ignore_eos = wl.ignore_eos
 
     async def send(
         self,
@@ -102,8 +115,8 @@ class Sender:
             target=self.target.url,
         )
         tgt = self.target
-        extra = {"messages": messages} if messages is not None else {}
-        body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage, **extra)
+        body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage,
+                          messages=messages, extra=self.extra_body, ignore_eos=self.ignore_eos)
         self.in_flight[rec.rid] = rec
         lis = self.listener
         lis.on_send(rec)

@@ -19,6 +19,7 @@ coordinator compares them with its own without any offset.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import signal
 import time
@@ -51,7 +52,8 @@ WARM_TIMEOUT_S = 5.0  # the warm-up GET of a worker's targets
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What a worker needs to send its share: the targets, the workload, the client's settings."""
+    """What a worker needs to send its share: the targets, the workload (its request shaping
+    too: headers, extra body, ignore_eos, range ratio, seed), the client's settings."""
 
     index: int
     workers: int
@@ -197,8 +199,9 @@ class Worker:
         ids = itertools.count(spec.first_rid + spec.index, spec.workers)
         for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
-                                 request_timeout=spec.request_timeout, origin=tgt.url)
-            s = Sender(client, tgt, self.batch.listener(ti), lambda t=None: self.stamp, self.batch.on_lag, spec.wall_offset, ids=ids)
+                                 request_timeout=spec.request_timeout, origin=tgt.url, headers=spec.workload.headers)
+            s = Sender(client, tgt, self.batch.listener(ti), lambda t=None: self.stamp, self.batch.on_lag, spec.wall_offset,
+                       ids=ids, workload=spec.workload)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
             self.clients.append(client)
@@ -215,7 +218,7 @@ class Worker:
 
     def _source(self, wl: WorkloadConfig) -> PromptSource:
         """This worker's prompts: the workload's, from a seed of its own."""
-        return PromptSource(WorkloadConfig(wl.dataset, wl.input_len, wl.output_len, wl.seed + 7919 * self.spec.index, wl.turns, wl.think_s), self.spec.calibration)
+        return PromptSource(dataclasses.replace(wl, seed=wl.seed + 7919 * self.spec.index), self.spec.calibration)
 
     def _row_prompt(self, row: object) -> Prompt:
         """A trace row's prompt from its hash ids, as in one process (suffixes of its own)."""

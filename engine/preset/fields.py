@@ -73,6 +73,11 @@ class Ctx:
             raise self.bad(key, what, value)
         return value
 
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.bad(key, "true or false", value)
+        return value
+
     def number(
         self,
         key: str,

@@ -78,7 +78,8 @@ TOP_KEYS = ("name", "description")
 TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard", "gate")
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "target": ("url", "api"),
-    "workload": ("api", "dataset", "input_len", "output_len", "model", "turns", "think_s", "trace"),
+    "workload": ("api", "dataset", "input_len", "output_len", "model", "turns", "think_s", "trace",
+                 "headers", "extra_body", "ignore_eos", "random_range_ratio", "seed"),
     "ramp": (
         "concurrency",
         "start",

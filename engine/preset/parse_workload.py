@@ -11,6 +11,7 @@ from .fields import Ctx
 from .spec import RampSpec, TargetSpec, WorkloadSpec
 
 MAX_TURNS = 1000
+MAX_SEED = 2**63 - 1
 
 
 def parse_target(ctx: Ctx, t: dict) -> tuple[TargetSpec, str | None]:
@@ -55,7 +56,45 @@ def parse_workload(ctx: Ctx, w: dict, alias_api: str | None, base: Path) -> Work
     turns = ctx.integer("[workload].turns", w["turns"], maximum=MAX_TURNS) if "turns" in w else 1
     think_s = ctx.seconds("[workload].think_s", w["think_s"], zero_ok=True) if "think_s" in w else 0.0
     trace = _trace(ctx, w["trace"], base) if "trace" in w else None
-    return WorkloadSpec(api, dataset, input_len, output_len, model, turns, think_s, trace)
+    shaping = _shaping(ctx, w)
+    return WorkloadSpec(api, dataset, input_len, output_len, model, turns, think_s, trace, **shaping)
+
+
+def _shaping(ctx: Ctx, w: dict) -> dict[str, Any]:
+    """[workload]'s request shaping: headers (a table of strings), extra_body (a table),
+    ignore_eos, random_range_ratio, seed; each checked by engine/workload/request_shape.py."""
+    from ..workload.request_shape import (
+        RequestShapeError,
+        check_extra_body,
+        check_headers,
+        check_range_ratio,
+        extra_body_text,
+    )
+
+    out: dict[str, Any] = {}
+    try:
+        if "headers" in w:
+            if not isinstance(w["headers"], dict):
+                raise ctx.bad("[workload].headers", 'a table of NAME = "VALUE", e.g. {"X-Tenant" = "a"}', w["headers"])
+            out["headers"] = check_headers(w["headers"], f"{ctx.source}: [workload].headers")
+        if "extra_body" in w:
+            if not isinstance(w["extra_body"], dict):
+                what = "a table merged into every request body, e.g. {temperature = 0.5}"
+                raise ctx.bad("[workload].extra_body", what, w["extra_body"])
+            body = check_extra_body(w["extra_body"], f"{ctx.source}: [workload].extra_body")
+            out["extra_body"] = extra_body_text(body)
+        if "random_range_ratio" in w:
+            if not isinstance(w["random_range_ratio"], (int, float)) or isinstance(w["random_range_ratio"], bool):
+                raise ctx.bad("[workload].random_range_ratio", "a number from 0 to below 1", w["random_range_ratio"])
+            where = f"{ctx.source}: [workload].random_range_ratio"
+            out["random_range_ratio"] = check_range_ratio(w["random_range_ratio"], where)
+    except RequestShapeError as exc:
+        raise ctx.err("", str(exc).removeprefix(f"{ctx.source}: ")) from None
+    if "ignore_eos" in w:
+        out["ignore_eos"] = ctx.boolean("[workload].ignore_eos", w["ignore_eos"])
+    if "seed" in w:
+        out["seed"] = ctx.integer("[workload].seed", w["seed"], minimum=0, maximum=MAX_SEED)
+    return out
 
 
 def _trace(ctx: Ctx, value: Any, base: Path) -> str:
@@ -84,3 +123,6 @@ def check_shape(ctx: Ctx, w: WorkloadSpec, r: RampSpec) -> None:
         raise ctx.err("[workload].turns", "multi-turn sessions run in concurrency mode (C counts sessions), not with rate or speed")
     if w.think_s > 0 and w.turns == 1:
         raise ctx.err("[workload].think_s", "only used with turns > 1 (the pause between a session's turns)")
+    if w.random_range_ratio and (w.trace is not None or w.dataset != "random"):
+        raise ctx.err("[workload].random_range_ratio", "spreads the random dataset's lengths: not with a trace or "
+                      f"dataset {w.trace or w.dataset!r} (their lengths are their own)")

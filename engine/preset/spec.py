@@ -8,7 +8,7 @@ recorded session); the runner (engine/drive/preset_runner.py) follows `Preset.ra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..constants import STEADY_MIN_S
@@ -54,6 +54,14 @@ class WorkloadSpec:
     turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
     think_s: float = 0.0  # multi-turn: pause between an answer and the next turn
     trace: str | None = None  # a Mooncake JSONL trace (absolute path), replayed per [ramp].speed
+    # request shaping (engine/workload/request_shape.py; the CLI's flags win): headers sent on
+    # every request, a JSON object's text merged into every body, ignore_eos, the random
+    # lengths' range ratio, the workload's seed (None: --seed, else 0)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    extra_body: str = ""
+    ignore_eos: bool = True
+    random_range_ratio: float = 0.0
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

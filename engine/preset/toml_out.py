@@ -7,13 +7,14 @@ none).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import tomli_w
 
 from .. import __version__
-from .spec import Preset, RampSpec, StopSpec, one_line
+from .spec import Preset, RampSpec, StopSpec, WorkloadSpec, one_line
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment")  # what [slo] reads
 GUARD_KEYS = ("error_rate", "ttft_p99_ms", "gpu_temp_c")
@@ -57,6 +58,7 @@ def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
     if w.trace is not None:
         workload["trace"] = w.trace
         comments.append("trace: Mooncake JSONL, replayed once per [ramp].speed factor")
+    comments += _shaping(w, workload)
     out.append((comments, "workload", workload))
 
     comments, ramp = _ramp(preset.ramp)
@@ -77,6 +79,27 @@ def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
         out.append((["the conditions of a headless run (engine/report/gate.py); --gate replaces them"],
                     "gate", {"conditions": list(preset.gate)}))
     return out
+
+
+def _shaping(w: WorkloadSpec, workload: dict[str, Any]) -> list[str]:
+    """[workload]'s request shaping keys that are not their defaults, into `workload`; their
+    comment lines."""
+    comments = []
+    if w.random_range_ratio:
+        workload["random_range_ratio"] = float(w.random_range_ratio)
+        comments.append("random_range_ratio: lengths drawn per request from [L*(1-R), L*(1+R)]")
+    if not w.ignore_eos:
+        workload["ignore_eos"] = False
+        comments.append("ignore_eos = false: the server may stop at EOS (output lengths from its usage)")
+    if w.seed is not None:
+        workload["seed"] = w.seed
+    if w.extra_body:
+        workload["extra_body"] = json.loads(w.extra_body)
+        comments.append("extra_body: merged into every request body")
+    if w.headers:
+        workload["headers"] = dict(w.headers)
+        comments.append("headers: sent on every request")
+    return comments
 
 
 def _ramp(r: RampSpec) -> tuple[list[str], dict[str, Any]]:

@@ -26,6 +26,10 @@ def preset_workload_change(preset: Preset, current: dict) -> WorkloadChange | No
     if turns != current.get("turns", 1):
         raise PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
                           f"start it with `redline run {preset.name}`; nothing started")
+    shaped = _shaping_differs(w, current)
+    if shaped:
+        raise PresetError(f"preset {preset.name} sets [workload].{shaped} unlike this session (request shaping is set "
+                          f"when a session starts): start it with `redline run {preset.name}`; nothing started")
     if trace:
         return None  # a trace sets each request's lengths
     prefix = w.dataset.startswith("prefix:")  # its lengths are in the spec
@@ -35,3 +39,22 @@ def preset_workload_change(preset: Preset, current: dict) -> WorkloadChange | No
         dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
     )
     return None if change.empty else change
+
+
+def _shaping_differs(w: object, current: dict) -> str | None:
+    """The first request-shaping key (headers, extra_body, ignore_eos, random_range_ratio) in
+    which the preset's [workload] differs from the session's (WorkloadConfig.describe()), or
+    None."""
+    import json
+
+    from ..workload.request_shape import shown_headers
+
+    mine = {
+        "headers": shown_headers(getattr(w, "headers", ())),
+        "extra_body": json.loads(getattr(w, "extra_body", "") or "{}"),
+        "ignore_eos": getattr(w, "ignore_eos", True),
+        "random_range_ratio": getattr(w, "random_range_ratio", 0.0),
+    }
+    now = {"headers": {}, "extra_body": {}, "ignore_eos": True, "random_range_ratio": 0.0}
+    now.update({k: current[k] for k in now if k in current})
+    return next((k for k in mine if mine[k] != now[k]), None)

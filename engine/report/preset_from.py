@@ -53,6 +53,7 @@ def timeline_preset(
     description: str | None = None,
     arrival: str = "poisson",
     probe_s: float = 0.0,
+    note: str = "",
 ) -> str:
     """A preset (TOML text) that replays a recorded session's concurrency timeline.
 
@@ -62,7 +63,8 @@ def timeline_preset(
     timeline naturally ends with (t_end, 0)). Periods at C <= 0 (paused) are left out,
     consecutive equal C merge. The result has [ramp].concurrency + durations_s, no stop
     rules, and a probe only when `probe_s` > 0 (`[after].probe_s`: after the steps, an abort
-    and C=1). Raises PresetError for a timeline with nothing to replay or a bad URL.
+    and C=1). Raises PresetError for a timeline with nothing to replay or a bad URL. `note`:
+    more comment lines at the top (what the replay could not carry).
 
     A point may carry more entries, (t_s, C, rate, workload, probe): a rate (req/s) makes that
     period an open-loop step at that rate (C its in-flight cap), a workload dict (the live
@@ -117,7 +119,7 @@ def timeline_preset(
         if description is not None
         else f"replay of a recorded session: {steps_text(len(segs), total, probe_s)}",
     )
-    text = preset_to_toml(preset, header=REPLAY_HEADER)
+    text = preset_to_toml(preset, header=REPLAY_HEADER + (f"\n{note}" if note else ""))
     # Prove it reads back; raises PresetError (e.g. a dataset file that is gone).
     parse_toml(text, f"<timeline {name}>")
     return text
@@ -141,6 +143,52 @@ _REPLAYED_KEYS = ("dataset", "input_len", "output_len")
 def _wl(p: tuple) -> dict | None:
     w = p[3] if len(p) > 3 else None
     return {k: w[k] for k in _REPLAYED_KEYS if k in w} or None if isinstance(w, dict) else None
+
+
+def _shaping(wl: dict) -> tuple[dict, str]:
+    """meta.json's request shaping as WorkloadSpec keys, checked as a preset's are, and a note
+    of what a replay cannot carry: a credential header's value (meta.json holds *** for it) and
+    an extra body's nulls (TOML has none: a null key is left out, the server's default)."""
+    from ..workload.request_shape import (
+        MASK,
+        check_extra_body,
+        check_headers,
+        check_range_ratio,
+        extra_body_text,
+        secret_header,
+    )
+
+    out: dict = {}
+    notes = []
+    headers = wl.get("headers") or {}
+    if isinstance(headers, dict) and headers:
+        kept = {n: v for n, v in headers.items() if not (secret_header(n) and v == MASK)}
+        left = [n for n in headers if n not in kept]
+        if left:
+            notes.append(f"Left out: header {', '.join(left)} (a credential, never recorded); "
+                         "add it with -H or [workload].headers.")
+        out["headers"] = check_headers(kept, "meta.json workload.headers")
+    extra = wl.get("extra_body") or {}
+    if isinstance(extra, dict) and extra:
+        kept_body = _no_nulls(extra)
+        if kept_body != extra:
+            notes.append("Left out: extra_body keys set to null (TOML has no null; the server's default applies).")
+        out["extra_body"] = extra_body_text(check_extra_body(kept_body, "meta.json workload.extra_body"))
+    if wl.get("ignore_eos") is False:
+        out["ignore_eos"] = False
+    if wl.get("random_range_ratio"):
+        out["random_range_ratio"] = check_range_ratio(wl["random_range_ratio"], "meta.json workload.random_range_ratio")
+    if isinstance(wl.get("seed"), int) and not isinstance(wl.get("seed"), bool) and wl["seed"] >= 0:
+        out["seed"] = wl["seed"]
+    return out, "\n".join(notes)
+
+
+def _no_nulls(o: object) -> object:
+    if isinstance(o, dict):
+        return {k: _no_nulls(v) for k, v in o.items() if v is not None}
+    if isinstance(o, list):
+        return [_no_nulls(v) for v in o if v is not None]
+    return o
 
 
 def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionReplay:
@@ -174,14 +222,17 @@ def preset_from_session(session_dir: str | os.PathLike, name: str) -> SessionRep
     wl = meta.get("workload") or {}
     tgt = meta.get("target") or {}
     try:
+        shaping, note = _shaping(wl)
         spec = WorkloadSpec(
             api=tgt.get("api") or "chat",
             dataset=wl.get("dataset") or "random",
             input_len=int(wl.get("input_len") or 32),
             output_len=int(wl.get("output_len") or 128),
+            **shaping,
         )
         url = None if "redline_sim" in (meta.get("server_info") or {}) else tgt.get("url")
-        text = timeline_preset(name, url, spec, points, end_s=t, arrival=str(meta.get("arrival") or "poisson"), probe_s=probe_s)
+        text = timeline_preset(name, url, spec, points, end_s=t, arrival=str(meta.get("arrival") or "poisson"),
+                               probe_s=probe_s, note=note)
         preset = parse_toml(text, f"<replay {name}>")
     except (PresetError, AttributeError, TypeError, ValueError) as exc:
         raise PresetError(f"{d}: {exc}") from None

@@ -128,7 +128,7 @@ class Engine:
             verify=not cfg.insecure,
             api_key=cfg.api_key,
             request_timeout=cfg.request_timeout,
-            origin=base,
+            origin=base, headers=cfg.workload.headers,
         )
         try:
             await self._start(base)
@@ -142,7 +142,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or ""])
+            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", *cfg.workload.secret_values()])
             self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:
@@ -156,7 +156,7 @@ class Engine:
             self.stamp,
             lambda lag: None,
             self.clock.wall0 - self.clock.perf0,
-            ids=self._ids,
+            ids=self._ids, workload=cfg.workload,
         )
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.recorder.lane_sender = lane_sender

@@ -34,7 +34,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
         "target": tgt.describe(),
         **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
         "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
-        "workload": cfg.workload.describe(),
+        "workload": cfg.workload.describe(full=True),  # request shaping and seed included, secret header values masked
         "concurrency": cfg.concurrency,
         "arrival": cfg.arrival,
         **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),

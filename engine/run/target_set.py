@@ -34,7 +34,7 @@ class TargetSet:
         e = self.e
         s = Sender(
             client, target, TargetStats(target.url, e.recorder), e.stamp, e.metrics.on_lag, e.clock.wall0 - e.clock.perf0,
-            on_overload=self.on_overload, ids=self.ids,
+            on_overload=self.on_overload, ids=self.ids, workload=e.config.workload,
         )
         if self.states:
             first = self.states[0].sender
@@ -53,7 +53,8 @@ class TargetSet:
         e = self.e
         cfg = e.config
         base = validate_url(url)
-        client = make_client(transport=cfg.transport, verify=not cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout, origin=base)
+        client = make_client(transport=cfg.transport, verify=not cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout, origin=base,
+                             headers=cfg.workload.headers)
         try:
             target = await detect(client, base, cfg.api or (e.target.api if e.target else None), cfg.model)
         except BaseException:

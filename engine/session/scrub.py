@@ -13,6 +13,8 @@ import re
 import urllib.parse
 from typing import Any, Iterable
 
+from ..workload.request_shape import secret_header
+
 MASK = "***"
 
 # Command-line options whose value is a credential: --api-key X, --api-key=X, --token X, ...
@@ -75,14 +77,30 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     """The command line with credential option values replaced by "***".
 
     Catches `--api-key X`, `--api-key=X`, `--token X`, `-H "Authorization: Bearer X"` and
-    `http://user:pass@host` even when the caller did not name the secret.
+    `http://user:pass@host` even when the caller did not name the secret; a `-H`/`--header`
+    whose name looks like a credential (engine/workload/request_shape.py secret_header) keeps
+    its name, its value masked.
     """
     out: list[str] = []
-    mask_next = False
+    mask_next = header_next = False
     for a in (str(x) for x in argv):
         if mask_next:
             out.append(MASK)
             mask_next = False
+            continue
+        if header_next:
+            out.append(_header_arg(a))
+            header_next = False
+            continue
+        if a in ("-H", "--header"):
+            out.append(a)
+            header_next = True
+            continue
+        if a.startswith("--header="):
+            out.append("--header=" + _header_arg(a[9:]))
+            continue
+        if a.startswith("-H") and not a.startswith("--"):
+            out.append("-H" + _header_arg(a[2:]))
             continue
         if a.startswith("-") and "=" in a:
             opt, _, _val = a.partition("=")
@@ -97,6 +115,17 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
         a = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", a)
         out.append(a)
     return out
+
+
+def _header_arg(text: str) -> str:
+    """`NAME: VALUE` with the value masked when NAME looks like a credential (or when the
+    text has no name to judge and holds a credential word)."""
+    name, colon, _ = text.partition(":")
+    if colon and secret_header(name):
+        return f"{name}: {MASK}"
+    if not colon and secret_header(text):
+        return MASK
+    return text
 
 
 def redact_url(url: str) -> str:

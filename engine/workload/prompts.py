@@ -17,11 +17,21 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..constants import CALIBRATION_WORDS, DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
+from .request_shape import (
+    Headers,
+    RequestShapeError,
+    check_extra_body,
+    check_headers,
+    check_range_ratio,
+    length_range,
+    secret_values,
+    shown_headers,
+)
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student "
@@ -81,13 +91,51 @@ class WorkloadConfig:
     turns: int = 1  # multi-turn: each session sends this many turns, each with the answers so far
     think_s: float = 0.0  # multi-turn: pause between a turn's answer and the next turn
     trace: str | None = None  # a Mooncake JSONL trace replayed open-loop (engine/workload/trace.py)
+    # request shaping (engine/workload/request_shape.py): the random dataset's lengths drawn per
+    # request from [L*(1-R), L*(1+R)]; whether requests ask the server to ignore EOS; a JSON
+    # object's text merged into every body; headers sent on every request (a credential's value
+    # never shown: describe() masks it)
+    random_range_ratio: float = 0.0
+    ignore_eos: bool = True
+    extra_body: str = ""
+    headers: Headers = field(default=(), repr=False)
 
-    def describe(self) -> dict:
+    def __post_init__(self) -> None:
+        """The engine's own check of the request shaping (the CLI and presets check first,
+        naming their flag or key): WorkloadError, one line."""
+        try:
+            if self.random_range_ratio:
+                check_range_ratio(self.random_range_ratio, "random_range_ratio")
+            if self.extra_body:
+                check_extra_body(json.loads(self.extra_body), "extra_body")
+            if self.headers:
+                check_headers(self.headers, "headers")
+        except (RequestShapeError, ValueError) as exc:
+            raise WorkloadError(str(exc)) from None
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The values of credential-like headers (4 characters or more), for the session
+        writer to scrub from everything it writes."""
+        return tuple(v for v in secret_values(self.headers) if len(v) >= 4)
+
+    def describe(self, full: bool = False) -> dict:
+        """The workload as steps, the screen and meta.json carry it: request shaping only
+        where it is not the default, unless `full` (meta.json: every key, seed included)."""
         d: dict = {"dataset": self.dataset, "input_len": self.input_len, "output_len": self.output_len}
         if self.turns > 1:
             d.update(turns=self.turns, think_s=self.think_s)
         if self.trace is not None:
             d["trace"] = self.trace
+        if full or self.random_range_ratio:
+            d["random_range_ratio"] = self.random_range_ratio
+        if full or not self.ignore_eos:
+            d["ignore_eos"] = self.ignore_eos
+        if full or self.extra_body:
+            d["extra_body"] = json.loads(self.extra_body) if self.extra_body else {}
+        if full or self.headers:
+            d["headers"] = shown_headers(self.headers)
+        if full:
+            d["seed"] = self.seed
         return d
 
 
@@ -242,6 +290,10 @@ class PromptSource:
         self._items: list[Prompt] = []
         self._prefix: PrefixPrompts | None = None
         self._i = 0
+        # --random-range-ratio: each random prompt's input and output lengths drawn around the
+        # means, from an RNG of their own (the prompts' text stays what the seed gives)
+        spread = config.random_range_ratio > 0 and config.dataset == "random"
+        self._lengths = random.Random(f"redline-lengths:{config.seed}") if spread else None
         if is_prefix_spec(config.dataset):
             self._prefix = PrefixPrompts(parse_prefix_spec(config.dataset), calibration, config.seed, config.output_len)
         elif config.dataset != "random":
@@ -254,11 +306,15 @@ class PromptSource:
             p = self._items[self._i % len(self._items)]
             self._i += 1
             return p
-        n = self.config.input_len
+        n, out = self.config.input_len, self.config.output_len
+        if self._lengths is not None:
+            r = self.config.random_range_ratio
+            n = self._lengths.randint(*length_range(n, r))
+            out = self._lengths.randint(*length_range(out, r))
         words = self.calibration.words_for(n)
         return Prompt(
             _random_text(self._rng, words),
-            self.config.output_len,
+            out,
             n if self.calibration.measured else 0,
         )
 

@@ -239,6 +239,37 @@ def _workers(s: str) -> int | str:
     return v
 
 
+def _header(s: str) -> tuple[str, str]:
+    try:
+        return api.parse_header(s, "--header")
+    except api.RequestShapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _extra_body(s: str) -> str:
+    try:
+        return api.extra_body_text(api.parse_extra_body(s, "--extra-body"))
+    except api.RequestShapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _range_ratio(s: str) -> float:
+    try:
+        return api.check_range_ratio(s, "--random-range-ratio")
+    except api.RequestShapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seed(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"--seed {s!r}: expected a whole number from 0 to 2**63-1")
+    return v
+
+
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--url", action="append", default=None, metavar="URL", help=url_help)
@@ -265,7 +296,19 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     o = p.add_argument_group("session")
     o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
     o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")
-    o.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    o.add_argument("--seed", type=_seed, default=None, metavar="N", help="the workload's randomness: prompts, random lengths, arrivals, the built-in sim (default: the preset's [workload].seed, else 0)")
+    _request_options(p)
+
+
+def _request_options(p: argparse.ArgumentParser) -> None:
+    """Request shaping (docs/load-shapes.md#request-shaping): what every request carries beside
+    its prompt, as vllm bench serve and SGLang's bench_serving shape theirs. Each wins over the
+    preset's [workload] key of the same name."""
+    g = p.add_argument_group("request shaping", "what every request carries beside its prompt (docs/load-shapes.md#request-shaping); each wins over the preset's [workload] key")
+    g.add_argument("-H", "--header", action="append", type=_header, default=None, dest="headers", metavar="'NAME: VALUE'", help="a header sent on every request of the load and the probe lane (repeated); a credential's value (Authorization, X-Api-Key, Cookie, names with token, secret, key, auth, password) is never shown or logged")
+    g.add_argument("--extra-body", type=_extra_body, default=None, metavar="JSON", help='a JSON object merged into every request body, e.g. \'{"temperature": 0.5, "top_p": 0.9}\' (not the keys redline writes: messages, prompt, model, max_tokens, stream, ...; /generate: its sampling_params merge into redline\'s)')
+    g.add_argument("--no-ignore-eos", action="store_const", const=False, default=None, dest="ignore_eos", help="do not ask the server to ignore EOS: outputs end where the model stops (their lengths from the server's usage), at most max_tokens")
+    g.add_argument("--random-range-ratio", type=_range_ratio, default=None, metavar="R", help="0 <= R < 1: each random prompt's input and output lengths drawn from [L*(1-R), L*(1+R)] (vllm bench serve's definition; default 0: fixed lengths)")
 
 
 def _control_options(p: argparse.ArgumentParser) -> None:

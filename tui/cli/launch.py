@@ -39,6 +39,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     """Every user value checked, and the EngineConfig built from them, before any connection
     or sim process. Its url is BUILTIN_SIM when the built-in sim is to be started."""
     check_args(args)
+    args.seed = seed_of(args, preset)  # --seed, else the preset's [workload].seed, else 0 (the sim's too)
     urls = target_urls(args)
     url = urls[0] if urls else None
     rate, arrival = None, getattr(args, "arrival", None) or "poisson"
@@ -51,7 +52,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
         # open loop: the rate, or in trace mode the speed factor (EngineConfig.rate is both)
         rate = (args.speed or 1.0) if workload.trace is not None else args.rate
     else:
-        workload = workload_from_preset(preset, args.seed)
+        workload = workload_from_preset(preset, args.seed, request_shaping(args, preset))
         ramp = preset.ramp
         # a rate ramp ([ramp] rate = [...]) or a trace's speeds: the runner sets each step's;
         # the engine starts on the first (duck-typed: older presets have concurrency only)
@@ -176,7 +177,7 @@ def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[Engi
         return
     from ...engine.api import spawn_sim_process
 
-    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=args.seed)
+    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=seed_of(args))
     try:
         import dataclasses
 
@@ -336,18 +337,59 @@ def check_trace(path: str) -> None:
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
     turns = getattr(args, "turns", None) or 1
-    wl = engine_api.WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=args.seed,
-                        turns=turns, think_s=getattr(args, "think_s", None) or 0.0, trace=getattr(args, "trace", None))
+    wl = engine_api.WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=seed_of(args),
+                        turns=turns, think_s=getattr(args, "think_s", None) or 0.0, trace=getattr(args, "trace", None),
+                        **request_shaping(args))
     check_workload(wl)
     return wl
 
 
-def workload_from_preset(preset: Preset, seed: int = 0) -> WorkloadConfig:
+def workload_from_preset(preset: Preset, seed: int = 0, shaping: dict | None = None) -> WorkloadConfig:
     w = preset.workload
     wl = engine_api.WorkloadConfig(dataset=w.dataset, input_len=w.input_len, output_len=w.output_len, seed=seed,
-                        turns=getattr(w, "turns", 1), think_s=getattr(w, "think_s", 0.0), trace=getattr(w, "trace", None))
+                        turns=getattr(w, "turns", 1), think_s=getattr(w, "think_s", 0.0), trace=getattr(w, "trace", None),
+                        **(shaping or {}))
     check_workload(wl)
     return wl
+
+
+def seed_of(args: argparse.Namespace, preset: Preset | None = None) -> int:
+    """The workload's seed: --seed, else the preset's [workload].seed, else 0."""
+    seed = getattr(args, "seed", None)
+    if seed is None and preset is not None:
+        seed = getattr(preset.workload, "seed", None)
+    return seed if seed is not None else 0
+
+
+def request_shaping(args: argparse.Namespace, preset: Preset | None = None) -> dict:
+    """The WorkloadConfig's request shaping (docs/load-shapes.md#request-shaping): -H,
+    --extra-body, --no-ignore-eos and --random-range-ratio over the preset's [workload] keys
+    (a header by its name, the extra body key by key). Each flag was checked as it was parsed;
+    here what only the whole says: a header given twice, a range ratio beside a dataset whose
+    lengths are its own. One line naming the flag."""
+    import json
+
+    w = preset.workload if preset is not None else None
+    try:
+        given = engine_api.check_headers(tuple(getattr(args, "headers", None) or ()), "--header")
+    except engine_api.RequestShapeError as exc:
+        raise UsageError(str(exc)) from None
+    headers = {n.lower(): (n, v) for n, v in getattr(w, "headers", ())}
+    headers.update((n.lower(), (n, v)) for n, v in given)
+    extra = {**json.loads(getattr(w, "extra_body", "") or "{}"), **json.loads(getattr(args, "extra_body", None) or "{}")}
+    ignore_eos = getattr(args, "ignore_eos", None)
+    ratio = getattr(args, "random_range_ratio", None)
+    ratio = ratio if ratio is not None else getattr(w, "random_range_ratio", 0.0)
+    dataset, trace = (w.dataset, getattr(w, "trace", None)) if w is not None else (getattr(args, "dataset", "random"), getattr(args, "trace", None))
+    if ratio and (trace is not None or dataset != "random"):
+        raise UsageError(f"--random-range-ratio {ratio:g}: spreads the random dataset's input and output lengths; "
+                         f"not with {'a trace' if trace is not None else f'dataset {dataset!r}'} (its lengths are its own)")
+    return {
+        "headers": tuple(headers.values()),
+        "extra_body": engine_api.extra_body_text(extra),
+        "ignore_eos": ignore_eos if ignore_eos is not None else getattr(w, "ignore_eos", True),
+        "random_range_ratio": ratio,
+    }
 
 
 def check_workload(wl: WorkloadConfig) -> None:
@@ -388,7 +430,7 @@ def engine_config(
         use_nvml=not args.no_nvml,
         live_steps=live_steps,
         command_line=engine_api.redact_argv(args.argv),
-        seed=args.seed,
+        seed=seed_of(args),
         profile_s=getattr(args, "profile_s", 5.0),
         flush_cache=getattr(args, "flush_cache", False),
     )
