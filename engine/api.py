@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .preset.knee import knee_search_preset
     from .preset.workload_fit import preset_workload_change
     from .rules.guard import parse_guard
-    from .rules.step_text import format_step_table
+    from .rules.step_text import format_run_summary, format_step_table
     from .rules.verdicts import Knee, knee_from_summary, summary_knee
     from .run import commands
     from .run.config import EngineConfig
@@ -105,7 +105,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset.workload_fit": ("preset_workload_change",),
     ".drive.preset_runner": ("RunOutcome", "execute", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
-    ".rules.step_text": ("format_step_table",),
+    ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),

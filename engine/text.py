@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["one_line"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["closest", "did_you_mean", "one_line"]
 
 
 def one_line(text: object, limit: int | None = None, *, ellipsis: bool = False) -> str:
@@ -16,3 +20,21 @@ def one_line(text: object, limit: int | None = None, *, ellipsis: bool = False) 
     if limit is None or len(s) <= limit:
         return s
     return s[: limit - 1] + "…" if ellipsis and limit > 0 else s[: max(limit, 0)]
+
+
+def closest(word: object, choices: Iterable[str], cutoff: float = 0.7) -> str | None:
+    """The choice nearest ``word`` as difflib measures it (a typo, a letter missing or
+    doubled), or None when none is near enough."""
+    if not isinstance(word, str) or not word:
+        return None
+    import difflib  # only on a refusal
+
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return near[0] if near else None
+
+
+def did_you_mean(word: object, choices: Iterable[str], shown: str = "{}") -> str:
+    """`; did you mean X?` for the choice nearest ``word`` (``shown`` formats it, e.g. "[{}]"
+    for a TOML table), else "": the tail of a one-line refusal."""
+    near = closest(word, choices)
+    return f"; did you mean {shown.format(near)}?" if near is not None else ""

@@ -94,12 +94,12 @@ CASES: dict[str, Case] = {
     "url-space": Case(["--url", "http://gpu host:30000"], BAD, ("spaces",)),
     "url-credentials": Case(["--url", "http://user:pw@127.0.0.1:1"], BAD, ("credentials", "OPENAI_API_KEY")),
     "url-query": Case(["--url", "http://127.0.0.1:1/?x=1"], BAD, ("query",)),
-    "url-with-profile": Case(["--url", "{URL}", "--profile", "fragile"], BAD, ("--profile", "--url")),
+    "url-with-profile": Case(["--url", "{URL}", "--sim-profile", "fragile"], BAD, ("--sim-profile", "--url")),
     # many targets (issue 17): --url repeated, --weights
     "url-twice": Case(["--url", "{URL}", "--url", "{URL}/v1"], BAD, ("/v1'", "given twice", "same target as")),
     "url-one-bad-of-three": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--url", "http://127.0.0.1:7/foo"], BAD,
                                  ("'http://127.0.0.1:7/foo'", "path '/foo'")),
-    "urls-with-profile": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--profile", "fragile"], BAD, ("--profile", "--url")),
+    "urls-with-profile": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--sim-profile", "fragile"], BAD, ("--sim-profile", "--url")),
     "weights-count": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "3,1,1"], BAD,
                           ("--weights '3,1,1'", "2 positive numbers", "one per --url")),
     "weights-bad": Case(["--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "3,nan"], BAD, ("--weights '3,nan'", "positive")),
@@ -109,7 +109,7 @@ CASES: dict[str, Case] = {
     "workers-abc": Case(["--url", "{URL}", "--workers", "many"], BAD, ("--workers 'many'", "or auto")),
     "weights-on-run": Case(["run", QUICK, "--headless", "--url", "{URL}", "--url", "http://127.0.0.1:8", "--weights", "1,0"], BAD,
                            ("--weights '1,0'", "positive")),
-    "profile-unknown": Case(["--profile", "nope"], BAD, ("'nope'", "healthy")),
+    "profile-unknown": Case(["--sim-profile", "nope"], BAD, ("--sim-profile", "'nope'", "healthy")),
     "metrics-url": Case(["--url", "{URL}", "--server-metrics", "localhost:9400"], BAD, ("--server-metrics", "http(s)://")),
     "api-unknown": Case(["--url", "{URL}", "--api", "grpc"], BAD, ("'grpc'", "chat")),
     "api-key-env-not-a-name": Case(["--url", "{URL}", "--api-key-env", "A B"], BAD, ("--api-key-env", "environment variable")),
@@ -340,8 +340,8 @@ NO_URL_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "preset-bad-tui": (["run", "{D}/c0.toml"], {}),
     "preset-bad-dataset": (["run", "{D}/ds.toml", "--headless"], {}),
     "preset-unknown-name": (["run", "nosuch"], {}),
-    "profile-unknown": (["--profile", "nope"], {}),
-    "profile-unknown-run": (["run", "quick", "--headless", "--profile", "nope"], {}),
+    "profile-unknown": (["--sim-profile", "nope"], {}),
+    "profile-unknown-run": (["run", "quick", "--headless", "--sim-profile", "nope"], {}),
     "url-bad": (["--url", "ftp://127.0.0.1:1"], {}),
     "url-bad-in-preset": (["run", "{D}/ftp.toml", "--headless"], {}),
     "compare-bad": (["--compare", "{D}/no-session"], {}),
@@ -430,7 +430,7 @@ def test_sim_command_takes_the_sims_own_arguments(monkeypatch):
 
     seen = []
     monkeypatch.setattr(redline.engine.sim.serve, "run_from_args", lambda a: seen.append(a) or 0)
-    assert main_in_process(["sim", "--port", "30123", "--profile", "fragile", "--seed", "7", "--set", "error_429_rate=0.1"]) == 0
+    assert main_in_process(["sim", "--port", "30123", "--sim-profile", "fragile", "--seed", "7", "--set", "error_429_rate=0.1"]) == 0
     (a,) = seen
     assert (a.host, a.port, a.profile, a.seed, a.overrides) == ("127.0.0.1", 30123, "fragile", 7, [("error_429_rate", "0.1")])
 

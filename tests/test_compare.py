@@ -54,7 +54,7 @@ RUN_TIMEOUT_S = 60
 
 @pytest.fixture(scope="module")
 def compare_runs(tmp_path_factory) -> dict[str, tuple[Path, str, float]]:
-    """Both sessions through the CLI (`redline run PRESET --headless --profile P`), at the same
+    """Both sessions through the CLI (`redline run PRESET --headless --sim-profile P`), at the same
     time, each against its own built-in sim: {profile: (session dir, stdout, seconds)}."""
     base = tmp_path_factory.mktemp("compare")
     preset = base / "compare.toml"
@@ -64,7 +64,7 @@ def compare_runs(tmp_path_factory) -> dict[str, tuple[Path, str, float]]:
     for profile in ("healthy", "pp-capped"):
         dirs[profile] = base / profile
         procs[profile] = subprocess.Popen(
-            [*redline_command(), "run", str(preset), "--headless", "--out", str(dirs[profile]), "--profile", profile],
+            [*redline_command(), "run", str(preset), "--headless", "--out", str(dirs[profile]), "--sim-profile", profile],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "CI": "true"}, cwd=base,
         )

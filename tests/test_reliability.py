@@ -74,7 +74,7 @@ def attempts(e: Engine) -> int:
 def spawn_sim_on(port: int, profile: str = "healthy", *extra: str) -> subprocess.Popen:
     """`python -m redline.engine.sim --port P` (a restart on the same port); waits for it to listen."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "redline.engine.sim", "--port", str(port), "--profile", profile, *extra],
+        [sys.executable, "-m", "redline.engine.sim", "--port", str(port), "--sim-profile", profile, *extra],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     line = p.stdout.readline().decode()  # the sim prints it once bound, or exits

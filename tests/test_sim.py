@@ -143,7 +143,7 @@ def test_time_scale_scales_every_step_and_defaults_to_real_time() -> None:
 
 
 def test_cli_unknown_profile_exits_2_with_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "redline.engine.sim", "--profile", "nope"],
+    proc = subprocess.run([sys.executable, "-m", "redline.engine.sim", "--sim-profile", "nope"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -20,7 +20,7 @@ from redline.engine.sweep.spec import SweepError, SweepSpec, label_of, load_swee
 PRESET = ('name = "sweep-short"\n[workload]\ninput_len = 16\noutput_len = 32\n'
           "[ramp]\nconcurrency = [8, 64, 128]\nwarmup_s = 0.5\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 6\n"
           "[stop]\nplateau_gain = 0.05\n[after]\nprobe_s = 0\n")
-SERVE = "redline sim --port {port} --profile pp-capped --set pp_max_micro_batch_size={mb} --set time_scale=0.25"
+SERVE = "redline sim --port {port} --sim-profile pp-capped --set pp_max_micro_batch_size={mb} --set time_scale=0.25"
 
 
 # -- the configurations ---------------------------------------------------------------------

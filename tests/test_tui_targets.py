@@ -193,7 +193,7 @@ U1, U2 = "http://127.0.0.1:9", "http://127.0.0.1:8"
     (["--url", U1, "--url", U1 + "/v1/"], (f"--url '{U1}/v1/'", "given twice", f"same target as '{U1}'")),
     (["--url", U1, "--url", "ftp://127.0.0.1:21", "--url", U2], ("'ftp://127.0.0.1:21'", "scheme 'ftp'")),
     (["--url", U1, "--url", "http://127.0.0.1:99999"], ("99999", "bad port")),
-    (["--url", U1, "--url", U2, "--profile", "fragile"], ("--profile", "--url")),
+    (["--url", U1, "--url", U2, "--sim-profile", "fragile"], ("--sim-profile", "--url")),
     (["run", "quick", "--headless", "--url", U1, "--url", U2, "--weights", "1"], ("--weights '1'", "2 positive numbers")),
     (["run", "quick", "--url", U1, "--url", "garbage"], ("'garbage'", "http://HOST[:PORT]")),
     (["run", "quick", "--headless", "--weights", "1,1"], ("--weights '1,1'", "--url")),

@@ -217,6 +217,8 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         snap = self.snapshot = self.host.snapshot
         if snap is not None and snap.done and not self._quitting:  # ended elsewhere (POST /v1/stop)
             self.run_worker(self.action_quit_redline("engine stopped"), exclusive=True, group="quit")
+        elif snap is not None and snap.finished and not self._quitting:  # --num-requests / --duration: closes as `q` does
+            self.run_worker(self.action_quit_redline(f"fixed-size run done: {snap.finished}"), exclusive=True, group="quit")
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or self._quitting or not self.screen_stack:

@@ -260,8 +260,9 @@ class ControlServer:
         limit = 10**9 if raise_max else ctl.max_concurrency
         try:
             n = check_concurrency(v, limit)
-        except ValueError as exc:
-            hint = "" if raise_max else ' (above --max-concurrency: add "raise_max": true)'
+        except ValueError as exc:  # the way past --max-concurrency only for a whole number above it
+            above = isinstance(v, int) and not isinstance(v, bool) and v > limit
+            hint = ' (above --max-concurrency: add "raise_max": true)' if above and not raise_max else ""
             raise Refused(400, f"{exc}{hint}") from None
         c = await self._run(request, C.SetConcurrency(n, raise_max=raise_max and n > ctl.max_concurrency))
         return {"line": f"C={c}", "concurrency": c}

@@ -120,7 +120,8 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
             return False
         return acc.completed >= min_requests or not completions_can_come(acc, now, min_requests, max_hold_s)
 
-    return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}/{plan.hold_s:.0f}s, {acc.completed}/{min_requests} own done")
+    held = "" if plan.num_requests is not None else f"/{plan.hold_s:.0f}"
+    return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}{held}s, {acc.completed}/{min_requests} own done")
 
 
 def completions_can_come(acc: StepAccumulator, now: float, need: int, max_hold_s: float) -> bool:
@@ -188,6 +189,7 @@ async def _step(engine: Engine, plan: StepPlan, label: str, preset: Preset | Non
         return await _warm_and_measure(engine, acc, plan, label, preset)
     except asyncio.CancelledError:  # cancelled mid-step: the period keeps its row (marked short when it was one)
         if not acc.closed:
+            acc.partial = True
             res = book.close_step(acc)
             res.short = acc.short = res.duration_s < MIN_LIVE_STEP_S
             if res.requests_sent or res.completed or res.failed or res.output_throughput > 0:
@@ -207,7 +209,9 @@ async def _warm_and_measure(engine: Engine, acc: StepAccumulator, plan: StepPlan
     if plan.speed is not None:
         res, gone = await _measure_trace(engine, acc, plan, label)
     else:
-        res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s, need_steady=not replay)
+        # a step that counts requests ([ramp] num_requests) ends at its count, steady or not
+        res, gone = await _measure(engine, acc, plan, label, plan.min_requests, plan.max_hold_s,
+                                   need_steady=not replay and plan.num_requests is None)
     if capture is not None:
         await asyncio.shield(capture)  # stopped at the step's end (or before, after --profile-s)
         res.profiles = list(acc.profiles) or None

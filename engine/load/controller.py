@@ -250,6 +250,13 @@ class Controller(LoadControl):
         super().__init__(concurrency, max_concurrency, **kw)
         self._launch = launch
         self._tasks: set[asyncio.Task] = set()
+        # a fixed-size run (`--num-requests N`): launches left (None: no limit); `drained` is
+        # set once they are all launched and every one of them has ended
+        self.budget: int | None = None
+        self.drained = asyncio.Event()
+
+    def _may_start(self) -> bool:
+        return self.budget is None or self.budget > 0
 
     @property
     def in_flight(self) -> int:
@@ -274,7 +281,7 @@ class Controller(LoadControl):
                 await self._open_step()
                 continue
             started = 0
-            while not self.paused and not self.hold and len(self._tasks) < self.target and not self.stopped:
+            while not self.paused and not self.hold and len(self._tasks) < self.target and not self.stopped and self._may_start():
                 self._start(None, None)
                 started += 1
                 if started % SEND_BATCH == 0:
@@ -286,6 +293,8 @@ class Controller(LoadControl):
             await self._wake.wait()
 
     def _start(self, t_intended: float | None, item: object) -> None:
+        if self.budget is not None:
+            self.budget -= 1
         task = asyncio.create_task(self._launch(t_intended, item))
         self._tasks.add(task)
         task.add_done_callback(self._done)
@@ -294,7 +303,7 @@ class Controller(LoadControl):
         """One turn of the open loop: send what is due (oldest first), else wait for the next
         intended time or a change. Intended times are never moved to when a send happens."""
         sched = self.schedule
-        if self.paused or self.hold or sched is None or (sched.t_next is None and not self.backlog):
+        if self.paused or self.hold or sched is None or (sched.t_next is None and not self.backlog) or not self._may_start():
             self._idle = self._idle or self.paused or self.hold
             self._wake.clear()
             await self._wake.wait()
@@ -304,9 +313,11 @@ class Controller(LoadControl):
             self._idle = False
             self._abandon()  # a pause abandons what was waiting
             sched.rebase(now)
-        while self.backlog and len(self._tasks) < self.max_concurrency:
+        while self.backlog and len(self._tasks) < self.max_concurrency and self._may_start():
             t, item = self.backlog.popleft()
             self._start(t, item)
+        if not self._may_start():
+            return
         t_next = sched.t_next
         if t_next is not None and t_next <= now:
             t, item = sched.pop()
@@ -331,6 +342,8 @@ class Controller(LoadControl):
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._mark_settled()
+        if self.budget == 0 and not self._tasks:
+            self.drained.set()
         if not task.cancelled():
             task.exception()  # retrieve, so asyncio does not log it (run_request never raises)
         if not self.open_loop or self.backlog:  # an open loop wakes for its schedule, not for ends

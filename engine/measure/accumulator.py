@@ -48,7 +48,7 @@ from .histogram import Digest, censored_quantiles
 from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
 from .records import Clock, RequestRecord
 from .slo import Slo
-from .step_result import StepResult
+from .step_result import DEFAULT_PERCENTILES, StepResult, percentile_key
 
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
 __all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "StepJudge", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
@@ -96,6 +96,7 @@ class StepAccumulator(OwnRequests):
     ) -> None:
         self.index = index
         self.judge = judge  # the verdicts (steadiness, one request's SLO): engine/rules/verdicts.py STEP_JUDGE
+        self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES  # what the result carries (`--percentiles`)
         self.mode = mode  # concurrency | rate | trace (the load shape it was opened with)
         self.rate = rate  # the target req/s (rate), the speed factor (trace)
         self.arrival = arrival
@@ -130,6 +131,7 @@ class StepAccumulator(OwnRequests):
         self.level_index = index  # the first step of this run of steps at one load
         self.steady_min_s = STEADY_MIN_S  # steady needs this many whole measured seconds (the runner's plan)
         self.short = False  # a period shorter than a step, kept as its own row (StepResult.short)
+        self.partial = False  # cut short by a signal or a key (StepResult.partial)
         # its window
         self.out_tokens = 0
         self.per_second: list[float] = []  # output tokens in each second of the window
@@ -372,6 +374,7 @@ class StepAccumulator(OwnRequests):
         seen, c_ttft, c_e2e = self.censored(at)
         (ttft_mean, ttft_mean_b), (ttft_p50, ttft_p50_b), (ttft_p99, ttft_p99_b) = censored_quantiles(self.ttft, seen, c_ttft, (None, 0.5, 0.99))
         (e2e_p50, e2e_p50_b), (e2e_p99, e2e_p99_b) = censored_quantiles(self.e2e, (), c_e2e, (0.5, 0.99))
+        extra = self._percentiles(seen, c_ttft, c_e2e)
         mean_power = self._power_sum / self._power_n if self._power_n else None
         out_tps = self.out_tokens / dd if d > 0 else 0.0
         tpj = out_tps / mean_power if mean_power else None
@@ -397,6 +400,8 @@ class StepAccumulator(OwnRequests):
             unjudged=unjudged,
             warmup_stand_in=self.warmup_stand_in,
             short=self.short,
+            partial=self.partial,
+            percentiles=extra or None,
             server_max_running=self.server_max_running,
             index=self.index,
             phase=self.phase,
@@ -432,6 +437,26 @@ class StepAccumulator(OwnRequests):
             ended_after_close=self.ended_after_close,
             final=self.closed and not self.outstanding,
         )
+
+    def _percentiles(self, seen: list[float], c_ttft: list[float], c_e2e: list[float]) -> dict:
+        """The asked-for percentiles beyond the fixed p50/p99 fields, as bench_serving names
+        them (TPOT: every one asked, it has no fixed p50/p99); TTFT and E2E censored as the
+        fixed ones are (their `_bound` beside)."""
+        qs = [q for q in self.percentiles if q not in (50.0, 99.0)]
+        out: dict = {}
+        if qs:
+            fr = [q / 100.0 for q in qs]
+            for (what, vals) in (("ttft", censored_quantiles(self.ttft, seen, c_ttft, fr)),
+                                 ("e2e_latency", censored_quantiles(self.e2e, (), c_e2e, fr))):
+                for q, (v, b) in zip(qs, vals):
+                    out[percentile_key(q, what)] = _ms(v)
+                    if b:
+                        out[percentile_key(q, what) + "_bound"] = True
+            for q, v in zip(qs, self.itl.quantiles(fr) if self.itl.count else [None] * len(qs)):
+                out[percentile_key(q, "itl")] = _ms(v)
+        for q, v in zip(self.percentiles, self.tpot.quantiles([q / 100.0 for q in self.percentiles]) if self.tpot.count else [None] * len(self.percentiles)):
+            out[percentile_key(q, "tpot")] = _ms(v)
+        return out
 
     def _shape(self) -> dict:
         """The load shape's own figures: open loop (rate, trace) and multi-turn."""

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from ..text import did_you_mean
+
 if TYPE_CHECKING:
     from .records import RequestRecord
 
@@ -131,12 +133,13 @@ def parse_duration_ms(text: str, what: str) -> float:
         if t.endswith(suffix):
             t, scale = t[: -len(suffix)], mult
             break
+    shown = f"{what}{text!r}" if what.endswith("=") else f"{what} {text!r}"  # --slo ttft='fast'
     try:
         v = float(t) * scale
     except ValueError:
-        raise SloError(f"{what} {text!r}: expected a duration such as 2s or 100ms") from None
+        raise SloError(f"{shown}: expected a duration such as 2s or 100ms") from None
     if not math.isfinite(v) or v <= 0:
-        raise SloError(f"{what} {text!r}: expected a duration > 0 such as 2s or 100ms")
+        raise SloError(f"{shown}: expected a duration > 0 such as 2s or 100ms")
     return v
 
 
@@ -159,7 +162,7 @@ def parse_slo(text: str, flag: str = "--slo") -> Slo:
             continue
         key = FLAG_KEYS.get(name)
         if key is None:
-            raise SloError(f"{flag}: unknown SLO {name!r} (accepted: {accepted})")
+            raise SloError(f"{flag}: unknown SLO {name!r}{did_you_mean(name, [*FLAG_KEYS, 'attainment']) or f' (accepted: {accepted})'}")
         vals[key] = parse_duration_ms(value, f"{flag} {name}=")
     if not vals or all(k == "attainment" for k in vals):
         raise SloError(f"{flag} {text!r}: expected at least one bound such as ttft=2s (names: {accepted})")

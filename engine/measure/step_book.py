@@ -21,7 +21,7 @@ from ..telemetry.types import ServerSample
 from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
 from .records import Clock, RequestRecord
 from .slo import Slo
-from .step_result import BreakResult, StepResult
+from .step_result import DEFAULT_PERCENTILES, BreakResult, StepResult
 
 LIVE = "live"
 PROBE = "probe"
@@ -36,6 +36,7 @@ class StepBook:
     def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None, judge: StepJudge | None = None) -> None:
         self.clock = clock
         self.judge = judge  # the verdicts each step asks (engine/rules/verdicts.py STEP_JUDGE; None: steps are not judged)
+        self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES  # what each step's result carries (`--percentiles`)
         self._on_result = on_result
         self._on_final = on_final  # a recorded step completed with its late requests' truth
         self.index = 0
@@ -185,6 +186,7 @@ class StepBook:
             measure=measure, warmup_requests=warmup_requests, slo=self.slo,
             mode=mode, rate=rate, arrival=arrival, workload=self.workload, judge=self.judge,
         )
+        acc.percentiles = self.percentiles
         acc.warmup_on_first = phase == PROBE  # a probe measures once the server answers again
         if prev is not None and phase != PROBE and prev.phase == phase and _same_load(prev, acc):
             acc.level_index, acc.foreign = prev.level_index, max(0, prev.foreign - prev.foreign_ended)

@@ -5,6 +5,7 @@ Field names follow SGLang's bench_serving where it has them, so its users' scrip
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -104,6 +105,9 @@ class StepResult:
     # no request of its own went out in its window (outputs that outlive it): the requests it
     # sent at its load during warm-up stood in for them (TTFT, E2E, TPOT, SLO)
     warmup_stand_in: bool = False
+    # cut short by a signal or an operator's key (a preset's step, a search's point): its
+    # figures are what it measured until then
+    partial: bool = False
 
     @property
     def load(self) -> str:
@@ -123,13 +127,44 @@ class StepResult:
         """Is figure `name` (p99_ttft_ms, ...) a lower bound (censored requests)?"""
         return bool(getattr(self, name + "_bound", False))
 
+    # the percentiles asked for beyond the fixed fields (`--percentiles`, default 50,90,95,99:
+    # p50 is median_*, p99 the fixed p99_*): {"p90_ttft_ms": v, "p90_ttft_ms_bound": b,
+    # "p95_itl_ms": v, "p90_tpot_ms": v, "p90_e2e_latency_ms": v, ...}, flattened into
+    # summary.json's step as bench_serving names them
+    percentiles: dict[str, Any] | None = None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        extra = d.pop("percentiles") or {}
+        d.update(extra)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StepResult":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        extra = {k: v for k, v in d.items() if k not in names and PERCENTILE_KEY.match(k)}
+        kw = {k: v for k, v in d.items() if k in names and k != "percentiles"}
+        return cls(**kw, percentiles=extra or None)
+
+    def percentile(self, q: float, what: str) -> float | None:
+        """The step's q-th percentile of `what` (ttft, itl, tpot, e2e_latency) in ms, where it
+        has it: p50 and p99 in the fixed fields, the others in `percentiles`."""
+        key = percentile_key(q, what)
+        fixed = {"p50_ttft_ms": "median_ttft_ms", "p99_ttft_ms": "p99_ttft_ms", "p50_itl_ms": "median_itl_ms",
+                 "p99_itl_ms": "p99_itl_ms", "p50_e2e_latency_ms": "median_e2e_latency_ms",
+                 "p99_e2e_latency_ms": "p99_e2e_latency_ms"}.get(key)
+        if fixed is not None:
+            return getattr(self, fixed)
+        return (self.percentiles or {}).get(key)
+
+
+PERCENTILE_KEY = re.compile(r"^p\d+(\.\d+)?_(ttft|itl|tpot|e2e_latency)_ms(_bound)?$")
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+
+
+def percentile_key(q: float, what: str) -> str:
+    """bench_serving's name: p90_ttft_ms, p99.9_itl_ms, p95_e2e_latency_ms."""
+    return f"p{q:g}_{what}_ms"
 
 
 @dataclass

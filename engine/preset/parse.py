@@ -53,6 +53,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from ..text import closest, did_you_mean
 from .fields import Ctx, has_control, key_name
 from .parse_ramp import parse_ramp
 from .parse_rules import parse_after, parse_gate, parse_guard, parse_slo, parse_stop
@@ -89,6 +90,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "warmup_s",
         "hold_s",
         "min_requests",
+        "num_requests",
         "max_hold_s",
         "durations_s",
         "mode",
@@ -158,18 +160,17 @@ def parse_preset(data: dict, source: str) -> Preset:
             allowed = TABLE_KEYS[key]
             for sub in value:
                 if sub not in allowed:
-                    raise ctx.err(
-                        "",
-                        f"unknown key [{key}].{key_name(sub)} (accepted: {', '.join(allowed)})",
-                    )
+                    # `; did you mean p99_ttft_ms?` when one is close, else every accepted key
+                    hint = did_you_mean(sub, allowed) or f" (accepted: {', '.join(allowed)})"
+                    raise ctx.err("", f"unknown key [{key}].{key_name(sub)}{hint}")
             continue
         if isinstance(value, dict):
-            raise ctx.err("", f"unknown table [{key_name(key)}] (accepted: {', '.join(TABLES)})")
-        raise ctx.err(
-            "",
-            f"unknown key {key_name(key)} (accepted: {', '.join(TOP_KEYS)}, "
-            f"and tables {', '.join('[' + t + ']' for t in TABLES)})",
-        )
+            hint = did_you_mean(key, TABLES, "[{}]") or f" (accepted: {', '.join(TABLES)})"
+            raise ctx.err("", f"unknown table [{key_name(key)}]{hint}")
+        near = closest(key, (*TOP_KEYS, *TABLES))
+        hint = (f"; did you mean {near if near in TOP_KEYS else '[' + str(near) + ']'}?" if near is not None else
+                f" (accepted: {', '.join(TOP_KEYS)}, and tables {', '.join('[' + t + ']' for t in TABLES)})")
+        raise ctx.err("", f"unknown key {key_name(key)}{hint}")
 
     try:
         base = Path(str(source)).expanduser().resolve().parent

@@ -11,6 +11,7 @@ from .ramp_fields import (
     number_list,
     open_loop_keys,
     rate,
+    step_count,
     step_probes,
     step_workloads,
 )
@@ -39,13 +40,13 @@ def parse_rate_ramp(ctx: Ctx, r: dict) -> RampSpec:
             raise ctx.err(f"[ramp].{k}", "only used with durations_s (a replay of a recorded session)")
     rates = number_list(ctx, "[ramp].rate", r["rate"], lambda k, v: rate(ctx, k, v))
     warmup, hold, min_req, max_hold = hold_keys(ctx, r)
-    return RampSpec((), warmup, hold, min_req, max_hold, rate=rates, arrival=arrival, max_concurrency=cap)
+    return RampSpec((), warmup, hold, min_req, max_hold, rate=rates, arrival=arrival, max_concurrency=cap, num_requests=step_count(ctx, r))
 
 
 def parse_speed_ramp(ctx: Ctx, r: dict) -> RampSpec:
     """`speed = [X, ...]`: the trace replayed once per factor (x2 = twice as fast); a step
     lasts until every row was sent and answered (hold_s: at least; max_hold_s: at most)."""
-    for k in ("concurrency", "rate", "start", "factor", "step", "max", "durations_s", "min_requests", "workloads", "probes"):
+    for k in ("concurrency", "rate", "start", "factor", "step", "max", "durations_s", "min_requests", "num_requests", "workloads", "probes"):
         if k in r:
             raise ctx.err(f"[ramp].{k}", "not used with speed = [..] (a trace replay: one step per speed factor)")
     speeds = number_list(ctx, "[ramp].speed", r["speed"], lambda k, v: ctx.number(k, v, lo=0.0, hi=1e6, lo_open=True, what="a speed factor > 0 (2 = twice as fast)"))

@@ -16,7 +16,7 @@ from typing import Any
 from .fields import Ctx
 from .parse_open_loop import parse_rate_ramp, parse_speed_ramp
 from .parse_search import parse_search
-from .ramp_fields import concurrency_list, durations, hold_keys, step_probes, step_workloads
+from .ramp_fields import concurrency_list, durations, hold_keys, step_count, step_probes, step_workloads
 from .spec import DEFAULT_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, DEFAULT_MIN_REQUESTS, MAX_CONCURRENCY, MAX_STEPS, RampSpec
 
 
@@ -70,7 +70,7 @@ def _concurrency_ramp(ctx: Ctx, r: dict) -> RampSpec:
     if durs is not None:
         return _replay_ramp(ctx, r, conc, durs)
     warmup, hold, min_req, max_hold = hold_keys(ctx, r)
-    return RampSpec(conc, warmup, hold, min_req, max_hold, None)
+    return RampSpec(conc, warmup, hold, min_req, max_hold, None, num_requests=step_count(ctx, r))
 
 
 def _replay_ramp(ctx: Ctx, r: dict, conc: tuple[int, ...], durs: tuple[float, ...]) -> RampSpec:
@@ -80,7 +80,7 @@ def _replay_ramp(ctx: Ctx, r: dict, conc: tuple[int, ...], durs: tuple[float, ..
             "[ramp].durations_s",
             f"expected one duration per step ({len(conc)}), got {len(durs)}",
         )
-    for k in ("hold_s", "min_requests", "max_hold_s"):
+    for k in ("hold_s", "min_requests", "num_requests", "max_hold_s"):
         if k in r:
             raise ctx.err(
                 f"[ramp].{k}",

@@ -12,7 +12,7 @@ RATE_SEARCH_LEVELS = 1000  # a rate search bisects on max/1000 req/s
 
 def parse_search(ctx: Ctx, r: dict) -> RampSpec:
     """A search ramp: its first step is `start`; the driver picks the others as it goes."""
-    for k in ("concurrency", "step", "durations_s", "rate", "speed", "workloads"):
+    for k in ("concurrency", "step", "durations_s", "rate", "speed", "workloads", "num_requests"):
         if k in r:
             raise ctx.err(f"[ramp].{k}", 'not used with mode = "search" (it takes start, max, resolution, factor and over)')
     if "start" not in r or "max" not in r:

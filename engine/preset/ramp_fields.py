@@ -8,9 +8,11 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from ..text import did_you_mean
 from ..workload.arrivals import ARRIVAL_FORMS, MAX_RATE, ArrivalError, parse_arrival
 from .fields import Ctx, key_name, num, show
 from .spec import (
+    COUNT_MAX_HOLD_S,
     DEFAULT_HOLD_S,
     DEFAULT_MAX_HOLD_FACTOR,
     DEFAULT_MIN_REQUESTS,
@@ -72,8 +74,17 @@ def durations(ctx: Ctx, value: Any) -> tuple[float, ...]:
 
 
 def hold_keys(ctx: Ctx, r: dict) -> tuple[float, float, int, float]:
-    """warmup_s, hold_s, min_requests and max_hold_s (default 3 x hold_s), checked."""
+    """warmup_s, hold_s, min_requests and max_hold_s (default 3 x hold_s), checked. With
+    num_requests = N (a step ends once N of its own requests completed) instead of a hold:
+    hold_s 0, min_requests N, max_hold_s default COUNT_MAX_HOLD_S."""
     warmup = ctx.seconds("[ramp].warmup_s", r["warmup_s"], zero_ok=True) if "warmup_s" in r else DEFAULT_WARMUP_S
+    count = step_count(ctx, r)
+    if count is not None:
+        for k in ("hold_s", "min_requests"):
+            if k in r:
+                raise ctx.err(f"[ramp].{k}", "not used with num_requests (a step ends once num_requests of its own requests completed); remove one of them")
+        max_hold = ctx.seconds("[ramp].max_hold_s", r["max_hold_s"], zero_ok=False) if "max_hold_s" in r else COUNT_MAX_HOLD_S
+        return warmup, 0.0, count, max_hold
     hold = ctx.seconds("[ramp].hold_s", r["hold_s"], zero_ok=False) if "hold_s" in r else DEFAULT_HOLD_S
     min_req = ctx.integer("[ramp].min_requests", r["min_requests"], maximum=10_000_000) if "min_requests" in r else DEFAULT_MIN_REQUESTS
     if "max_hold_s" in r:
@@ -83,6 +94,11 @@ def hold_keys(ctx: Ctx, r: dict) -> tuple[float, float, int, float]:
     else:
         max_hold = min(hold * DEFAULT_MAX_HOLD_FACTOR, MAX_SECONDS)  # >= hold
     return warmup, hold, min_req, max_hold
+
+
+def step_count(ctx: Ctx, r: dict) -> int | None:
+    """[ramp].num_requests (a step that counts its own completed requests instead of a hold), checked."""
+    return ctx.integer("[ramp].num_requests", r["num_requests"], maximum=10_000_000) if "num_requests" in r else None
 
 
 def rate(ctx: Ctx, key: str, value: Any, *, zero_ok: bool = False) -> float:
@@ -141,7 +157,7 @@ def step_workloads(ctx: Ctx, r: dict, n: int) -> tuple[dict | None, ...] | None:
         key = f"[ramp].workloads (position {i + 1})"
         bad = [k for k in w if k not in ("dataset", "input_len", "output_len")]
         if bad:
-            raise ctx.err(key, f"unknown key {key_name(bad[0])} (accepted: dataset, input_len, output_len)")
+            raise ctx.err(key, f"unknown key {key_name(bad[0])}{did_you_mean(bad[0], ('dataset', 'input_len', 'output_len')) or ' (accepted: dataset, input_len, output_len)'}")
         d: dict = {}
         if "dataset" in w:
             d["dataset"] = ctx.dataset(key + ".dataset", w["dataset"], Path.cwd())

@@ -20,6 +20,7 @@ DEFAULT_WARMUP_S = 10.0
 DEFAULT_HOLD_S = 30.0
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_MAX_HOLD_FACTOR = 3.0  # max_hold_s defaults to 3 x hold_s
+COUNT_MAX_HOLD_S = 600.0  # a step that counts requests ([ramp] num_requests) measures at most this long by default
 MAX_CONCURRENCY = 100_000  # a sanity bound on one step's concurrency
 MAX_STEPS = 10_000  # a sanity bound on the number of steps in a ramp
 MAX_SECONDS = 7 * 24 * 3600.0  # a sanity bound on any time value (one week)
@@ -86,6 +87,9 @@ class StepPlan:
     # load began, sent at another load, has ended) or after warmup_s, whichever comes first
     turnover: bool = False
     steady_min_s: int = STEADY_MIN_S  # whole measured seconds before the step can be called steady
+    # [ramp] num_requests: the step measures until this many of its own requests completed
+    # (no minimum time, no wait for steadiness), at most max_hold_s; None: a hold
+    num_requests: int | None = None
 
     @property
     def label(self) -> str:
@@ -144,6 +148,9 @@ class RampSpec:
     # not a preset key; a program may shorten it (a test on a sim whose decode steps are 10-25
     # ms, where 2 s hold a hundred or more of them: tests/helpers.py steady_in)
     steady_min_s: int = STEADY_MIN_S
+    # [ramp] num_requests = N: each step ends once N of its own requests completed, instead of a
+    # hold (hold_s is then 0 and min_requests N; max_hold_s still caps it)
+    num_requests: int | None = None
 
     def steps(self) -> list[StepPlan]:
         """The per-step plan the runner follows, in order."""
@@ -157,9 +164,11 @@ class RampSpec:
                 for c, d, r, p in zip(self.concurrency, self.durations_s, rates, probes)
             ]
         if self.rate is not None:
-            return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r, steady_min_s=self.steady_min_s) for r in self.rate]
+            return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r, steady_min_s=self.steady_min_s,
+                             num_requests=self.num_requests) for r in self.rate]
         return [
-            StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, steady_min_s=self.steady_min_s)
+            StepPlan(c, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, steady_min_s=self.steady_min_s,
+                     num_requests=self.num_requests)
             for c in self.concurrency
         ]
 

@@ -151,6 +151,10 @@ def _ramp(r: RampSpec) -> tuple[list[str], dict[str, Any]]:
     elif r.speed is not None:
         comments.append("warmup_s per replay, not measured; hold_s at least, max_hold_s at most")
         ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), max_hold_s=float(r.max_hold_s))
+    elif r.num_requests is not None:
+        comments.append("per step: warmup_s not measured, then measured until num_requests of its own")
+        comments.append("requests completed, but no longer than max_hold_s")
+        ramp.update(warmup_s=float(r.warmup_s), num_requests=r.num_requests, max_hold_s=float(r.max_hold_s))
     else:
         comments.append("per step: warmup_s not measured, then hold_s measured (at least) until")
         comments.append("min_requests completed, but no longer than max_hold_s")

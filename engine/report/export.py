@@ -187,7 +187,9 @@ def _write(df: pl.DataFrame, fmt: str, path: Path) -> None:
 def export_session(
     session_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None
 ) -> list[Path]:
-    """Write OUT/<table>.<fmt> for requests, timeline and events; return the paths.
+    """Write OUT/<table>.<fmt> for requests, timeline and events, and steps.<fmt> (one row
+    per step as summary.json has it, the percentiles asked for included) once a step was
+    recorded; return the paths.
 
     `out` is a directory, created if needed; default <session_dir>/export/. Each file is
     written to a temporary name and renamed, so a reader never sees half an export, and a
@@ -213,7 +215,29 @@ def export_session(
         except OSError as e:
             raise SessionError(f"cannot write {p}: {e.strerror}") from None
         paths.append(p)
+    steps = steps_frame(d)
+    if steps is not None:
+        p = out_dir / f"steps.{f}"
+        try:
+            _write(steps, f, p)
+        except OSError as e:
+            raise SessionError(f"cannot write {p}: {e.strerror}") from None
+        paths.append(p)
     return paths
+
+
+def steps_frame(session_dir: Path) -> pl.DataFrame | None:
+    """summary.json's steps as a table: every figure a column (p90_ttft_ms, ... as
+    `--percentiles` asked), nested fields (profiles, per-target rows) left out; None before
+    the first step."""
+    try:
+        steps = json.loads((session_dir / "summary.json").read_text()).get("steps") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    rows = [{k: v for k, v in s.items() if not isinstance(v, (list, dict))} for s in steps if isinstance(s, dict)]
+    if not rows:
+        return None
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
 def concurrency_timeline(session_dir: str | os.PathLike) -> list[tuple[float, int]]:

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, fields
 
 from ..measure.slo import SloError, parse_duration_ms
+from ..text import did_you_mean
 
 GUARD_SUSTAIN_S = 5  # seconds a guard must stay crossed before it drops the load
 FLAG_KEYS = {"errors": "error_rate", "ttft_p99": "ttft_p99_ms", "gpu_temp": "gpu_temp_c"}
@@ -68,7 +69,7 @@ def parse_guard(text: str, flag: str = "--guard") -> GuardSpec:
         name, value = (x.strip() for x in part.split("=", 1))
         key = FLAG_KEYS.get(name)
         if key is None:
-            raise GuardError(f"{flag}: unknown guard {name!r} (accepted: {accepted})")
+            raise GuardError(f"{flag}: unknown guard {name!r}{did_you_mean(name, FLAG_KEYS) or f' (accepted: {accepted})'}")
         if key == "ttft_p99_ms":
             vals[key] = parse_duration_ms(value, f"{flag} {name}=")
             continue

@@ -6,7 +6,7 @@ through here, so they print the same.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import Any, Sequence
 
 from ..fmt import ms, num, rate, step_ms
 from ..measure.step_result import BreakResult, StepResult
@@ -111,7 +111,7 @@ def format_step_table(
     (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
-    notes = ["short" if s.short else "" for s in ss]
+    notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
     if b is not None:
         def at(s: StepResult, c: int | None, r: float | None) -> bool:
             return s.request_rate == r if r is not None else s.concurrency == c
@@ -161,3 +161,73 @@ def format_step_table(
     if probe is not None:
         out.append("probe: " + format_step_line(probe))
     return "\n".join(out)
+
+
+def format_run_summary(s: dict[str, Any], percentiles: Sequence[float] = (50.0, 90.0, 95.0, 99.0), title: str = "Serving Benchmark Result") -> str:
+    """The whole run in the layout of SGLang's bench_serving and `vllm bench serve`
+    (engine/measure/run_totals.py RunTotals.summary gives the figures)."""
+    width = 50
+
+    def rule(text: str = "", ch: str = "-") -> str:
+        return f"{text:{ch}^{width}}" if text else ch * width
+
+    def row(label: str, v: Any, fmt: str = "{:.2f}") -> str:
+        cell = "-" if v is None else (str(v) if isinstance(v, int) else fmt.format(v))
+        return f"{label:<40}{cell:>10}"
+
+    out = [rule(f" {title} ", "=")]
+    out.append(row("Successful requests:", s.get("completed")))
+    out.append(row("Failed requests:", s.get("failed")))
+    if s.get("cancelled"):
+        out.append(row("Cancelled at the end (not counted):", s.get("cancelled")))
+    out.append(row("Benchmark duration (s):", s.get("duration")))
+    out.append(row("Total input tokens:", s.get("total_input_tokens")))
+    out.append(row("Total generated tokens:", s.get("total_output_tokens")))
+    out.append(row("Request throughput (req/s):", s.get("request_throughput")))
+    out.append(row("Output token throughput (tok/s):", s.get("output_throughput")))
+    out.append(row("Total token throughput (tok/s):", s.get("total_token_throughput")))
+    for name, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
+                      ("Inter-token Latency", "itl"), ("End-to-end Latency", "e2e_latency")):
+        short = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e_latency": "E2E Latency"}[key]
+        out.append(rule(name))
+        out.append(row(f"Mean {short} (ms):", s.get(f"mean_{key}_ms")))
+        out.append(row(f"Median {short} (ms):", s.get(f"median_{key}_ms")))
+        for q in percentiles:
+            if q != 50.0:
+                out.append(row(f"P{q:g} {short} (ms):", s.get(f"p{q:g}_{key}_ms")))
+    out.append(rule(ch="="))
+    return "\n".join(out)
+
+
+def session_percentiles(meta: dict[str, Any]) -> tuple[float, ...]:
+    """The percentiles a session was run with (meta.json `percentiles`; before there was a
+    choice, p50 and p99)."""
+    qs = meta.get("percentiles")
+    return tuple(float(q) for q in qs) if isinstance(qs, list) and qs else (50.0, 99.0)
+
+
+def format_percentile_table(steps: list[StepResult | dict[str, Any]], percentiles: Sequence[float]) -> str:
+    """Each step's TTFT, ITL, TPOT and E2E at every percentile asked for (`--percentiles`), in
+    ms, a row per figure (narrow enough for 80 columns); a lower bound (censored requests) is
+    marked >=. Empty when only p50/p99 were asked for (the step table has those)."""
+    qs = list(percentiles)
+    if not [q for q in qs if q not in (50.0, 99.0)]:
+        return ""
+    fixed = {"p50_ttft_ms": "median_ttft_ms", "p50_itl_ms": "median_itl_ms", "p50_e2e_latency_ms": "median_e2e_latency_ms"}
+    heads = ["load", "", *(f"p{q:g}" for q in qs)]
+    rows = []
+    for s in (as_step(x) for x in steps):
+        for i, (name, what) in enumerate((("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2E", "e2e_latency"))):
+            row = [s.load if i == 0 else "", name]
+            for q in qs:
+                key = f"p{q:g}_{what}_ms"
+                v = s.percentile(q, what)
+                bound = s.bound(fixed.get(key, key)) or bool((s.percentiles or {}).get(key + "_bound"))
+                row.append("-" if v is None else ("≥" if bound else "") + ms(v, unit=False))
+            rows.append(row)
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join(["percentiles (ms)", line(heads), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -59,3 +59,9 @@ class EngineConfig:
     # written into meta.json as is (a sweep's configuration: its values, label, server command,
     # startup time; engine/sweep/)
     meta_extra: dict | None = None
+    # a fixed-size run: the load stops after this many requests were sent and ended, or after
+    # this many seconds (`--num-requests`, `--duration`); None: until stopped
+    num_requests: int | None = None
+    duration_s: float | None = None
+    # the percentiles a step, summary.json and the end summary carry (`--percentiles`)
+    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)

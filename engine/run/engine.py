@@ -43,6 +43,7 @@ from ..load.sender import Sender
 from ..measure.accumulator import StepAccumulator
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock
+from ..measure.run_totals import RunTotals
 from ..measure.slo import Slo
 from ..measure.step_book import StepBook
 from ..measure.step_result import StepResult
@@ -60,7 +61,7 @@ from .config import EngineConfig
 from .each_second import Ticker
 from .event_log import EventLog
 from .live_steps import LiveSteps
-from .load_start import make_load, prepare
+from .load_start import fixed_size, make_load, prepare, start_telemetry
 from .publisher import build_snapshot
 from .recording import LaneListener, Recorder
 from .snapshot import Snapshot
@@ -78,6 +79,7 @@ class Engine:
         self.metrics = LiveMetrics()
         self.events = EventLog()
         self.book = StepBook(self.clock, self._step_recorded, self._step_final, judge=STEP_JUDGE)
+        self.book.percentiles = config.percentiles
         self.target: Target | None = None
         self.client: httpx.AsyncClient | None = None
         self.controller: LoadControl | None = None  # the load's state and commands (engine/load/holder.py)
@@ -109,6 +111,12 @@ class Engine:
         self.targets: list[TargetState] = self.target_set.states  # every target, the first is `target`
         self.lane: ProbeLane | None = None
         self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)
+        self.totals = RunTotals()  # the whole run, for the end summary (engine/measure/run_totals.py)
+        self.recorder.totals = self.totals
+        # a fixed-size run (--num-requests, --duration): why it ended ("100 requests sent and
+        # ended", "20 s"), set when it did; `run_done` is set then too
+        self.finished = ""
+        self.run_done = asyncio.Event()
         self.lane_stats = self.recorder.lane_stats
         self.guard = GuardWatch(config.guard) if config.guard is not None and config.guard.any else None
         self.snapshot = Snapshot(t=self.t0, elapsed_s=0.0, state="starting", target_c=config.concurrency, previous_c=None, in_flight=0)
@@ -166,10 +174,12 @@ class Engine:
             await self.target_set.start_more(url, w)
         await prepare(self)
         if cfg.telemetry:
-            await self._start_telemetry(base)
+            await start_telemetry(self, base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         self.controller = await make_load(self, c0)
+        if cfg.num_requests is not None:
+            self.controller.budget = cfg.num_requests  # type: ignore[attr-defined]  (in this process: checked before the start)
         if self.trace is not None and cfg.live_steps:
             self.trace.start(self.controller, cfg.rate or 1.0)
         elif cfg.rate is not None and self.trace is None:
@@ -184,6 +194,8 @@ class Engine:
             self.book.open_live(self.live.concurrency(), False)
         self._tasks.append(asyncio.create_task(tick(self.t0, self.ticker.each_second, self._publish), name="redline-ticker"))
         self._tasks.append(asyncio.create_task(self.ticker.harvest_often(), name="redline-harvest"))
+        if cfg.num_requests is not None or cfg.duration_s is not None:
+            self._tasks.append(asyncio.create_task(fixed_size(self), name="redline-fixed-size"))
         self.log("notice", f"target {base} ({self.target.info.kind}, api {self.target.api}, model {self.target.model or '?'}) {self.load_text}")
         self._publish(time.perf_counter())
 
@@ -223,24 +235,6 @@ class Engine:
             await self.client.aclose()
         await self.target_set.close_clients()
         self._publish(now, done=True)
-
-    async def _start_telemetry(self, base: str) -> None:
-        assert self.client is not None and self.target is not None
-        cfg = self.config
-        gpu_url = cfg.gpu_metrics_url
-        if gpu_url is None and "redline_sim" in self.target.info.raw:
-            gpu_url = base + "/dcgm/metrics"  # the sim's simulated GPUs, found with no flags
-        self.telemetry = TelemetryHub(
-            self.client,
-            server_metrics_url=cfg.server_metrics_url or base + "/metrics",
-            gpu_metrics_url=gpu_url,
-            use_nvml=cfg.use_nvml and gpu_url is None,
-            on_notice=lambda text: self.log("notice", text),
-        )
-        await self.telemetry.start()
-        if self.targets:
-            self.targets[0].telemetry = self.telemetry
-        self.ticker.start_watching(self._tasks)
 
     # -- commands (call on the engine's loop) -------------------------------------------
     def execute(self, cmd: C.Command) -> object:

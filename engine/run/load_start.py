@@ -1,5 +1,5 @@
 """The load's start, on the engine (engine/run/engine.py): start-up's own requests, the
-prompts, and what holds the load.
+prompts, what holds the load, its telemetry, and a fixed-size run's end.
 
 Start-up's own requests (`prepare`): whether the server streams usage per chunk, and the
 prompt calibration (tokens per word, measured) when the workload needs one; then the
@@ -15,6 +15,7 @@ reaching the engine through the load's port (engine/run/load_port.py).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..client.api_formats import GENERATE, continuous_usage_refused
@@ -23,6 +24,7 @@ from ..load.holder import LoadHolder
 from ..measure import records as R
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import PromptSource, calibrate, needs_calibration
+from ..telemetry.hub import TelemetryHub
 from .load_port import EnginePort
 
 if TYPE_CHECKING:
@@ -98,3 +100,49 @@ def worker_spec(e: Any) -> WorkerSpec:
         continuous_usage=sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
         first_rid=next(e.target_set.ids) + 1_000_000, wall_offset=e.clock.wall0 - e.clock.perf0,
     )
+
+
+async def fixed_size(e: Any) -> None:
+    """A fixed-size run: after N requests were sent and ended, or S seconds, no more load;
+    `finished` says why and `run_done` is set (the TUI and the headless runner then close
+    the session as `q` does)."""
+    cfg, ctl = e.config, e.controller
+    assert ctl is not None
+    waits = []
+    if cfg.num_requests is not None:
+        waits.append(asyncio.ensure_future(ctl.drained.wait()))
+    if cfg.duration_s is not None:
+        waits.append(asyncio.ensure_future(asyncio.sleep(cfg.duration_s)))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if cfg.num_requests is not None and ctl.drained.is_set():
+        e.finished = f"{cfg.num_requests} requests sent and ended"
+    else:
+        e.finished = f"{cfg.duration_s:g} s"
+    ctl.pause()  # no more load; what is in flight ends with the session
+    e.log("notice", f"fixed-size run done: {e.finished}")
+    e.run_done.set()
+    e._publish(time.perf_counter())
+
+
+async def start_telemetry(e: Any, base: str) -> None:
+    """The server's /metrics and the GPUs (NVML, dcgm-exporter, or the sim's own), watched once a second."""
+    assert e.client is not None and e.target is not None
+    cfg = e.config
+    gpu_url = cfg.gpu_metrics_url
+    if gpu_url is None and "redline_sim" in e.target.info.raw:
+        gpu_url = base + "/dcgm/metrics"  # the sim's simulated GPUs, found with no flags
+    e.telemetry = TelemetryHub(
+        e.client,
+        server_metrics_url=cfg.server_metrics_url or base + "/metrics",
+        gpu_metrics_url=gpu_url,
+        use_nvml=cfg.use_nvml and gpu_url is None,
+        on_notice=lambda text: e.log("notice", text),
+    )
+    await e.telemetry.start()
+    if e.targets:
+        e.targets[0].telemetry = e.telemetry
+    e.ticker.start_watching(e._tasks)

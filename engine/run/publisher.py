@@ -99,4 +99,5 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         session_dir=str(cfg.out_dir or ""),
         session_error=engine.session.error if engine.session else None,
         done=done,
+        finished=engine.finished,
     )

@@ -44,6 +44,7 @@ class Recorder:
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
+        self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
 
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
@@ -72,6 +73,8 @@ class Recorder:
                 self.metrics.unmeasure_first(rec)
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
         self.book.on_end(rec)
+        if self.totals is not None:
+            self.totals.on_end(rec)
         if rec.phase != "calibration":
             self.ended += 1
         if self.session is not None:

@@ -104,3 +104,4 @@ class Snapshot:
     session_dir: str = ""
     session_error: str | None = None  # the session log's first write error (disk full, ...)
     done: bool = False  # the engine stopped (preset finished or stop())
+    finished: str = ""  # a fixed-size run ended: why ("100 requests sent and ended", "20 s")

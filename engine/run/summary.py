@@ -35,6 +35,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
         **({"more_targets": list(cfg.more_urls), "weights": list(cfg.weights or ())} if cfg.more_urls else {}),
         "server_info": tgt.info.raw or {"kind": tgt.info.kind, "model": tgt.info.model},
         "workload": cfg.workload.describe(full=True),  # request shaping and seed included, secret header values masked
+        "percentiles": list(cfg.percentiles),  # what steps and the run summary carry (--percentiles)
         "concurrency": cfg.concurrency,
         "arrival": cfg.arrival,
         **({"rate": cfg.rate} if cfg.rate is not None and cfg.workload.trace is None else {}),
@@ -60,6 +61,8 @@ def summary_doc(e: Any) -> dict:
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
         "targets": [st.stats.summary(time.perf_counter() - e.t0) for st in e.targets],
         "workers": e.pool.summary() if e.pool is not None else [_this_process(e)],
+        # the whole run at once, as bench_serving reports it (engine/measure/run_totals.py)
+        "run": e.totals.summary(cfg.percentiles),
     }
 
 

@@ -224,9 +224,11 @@ def get_profile(name: str) -> SimProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown profile {name!r} (expected one of: {', '.join(PROFILES)})"
-        ) from None
+        import difflib  # only on a refusal
+
+        near = difflib.get_close_matches(str(name), list(PROFILES), n=1, cutoff=0.7)
+        hint = f"; did you mean {near[0]}?" if near else f" (expected one of: {', '.join(PROFILES)})"
+        raise ValueError(f"unknown profile {name!r}{hint}") from None
 
 
 def _coerce(name: str, hint: Any, raw: str) -> Any:

@@ -406,7 +406,7 @@ def _discard(proc: subprocess.Popen[bytes], stderr_path: Path) -> str:
 
 
 def _sim_argv(profile: str, seed: int, extra_args: Sequence[str]) -> list[str]:
-    return ["--port", "0", "--profile", profile, "--seed", str(seed), "--parent-pid", str(os.getpid()),
+    return ["--port", "0", "--sim-profile", profile, "--seed", str(seed), "--parent-pid", str(os.getpid()),
             *extra_args]
 
 
@@ -456,27 +456,42 @@ def _port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bad port {text!r} (expected 0..65535)") from None
+        raise argparse.ArgumentTypeError(f"--port {text!r}: expected a port number from 0 to 65535") from None
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"bad port {text!r} (expected 0..65535)")
+        raise argparse.ArgumentTypeError(f"--port {text!r}: expected a port number from 0 to 65535")
     return value
 
 
 def _override(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"bad --set {text!r} (expected FIELD=VALUE)")
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected FIELD=VALUE")
     return key.strip(), value.strip()
 
 
+class _Renamed(argparse.Action):
+    """The old ``--profile``: any use refused with one line naming its new name."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        raise argparse.ArgumentError(None, PROFILE_RENAMED)
+
+
+PROFILE_RENAMED = "--profile is now --sim-profile (the sim's profile; --profile-s is the server's profiler)"
+
+
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--host --port --profile --seed --set`` to ``parser``."""
+    """Add ``--host --port --sim-profile --seed --set`` to ``parser`` (the old ``--profile``:
+    refused with one line naming ``--sim-profile``)."""
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=0,
                         help="port to listen on; 0 picks a free one (default 0)")
-    parser.add_argument("--profile", default="healthy",
-                        help=f"server profile: {', '.join(profile_names())} (default healthy)")
+    parser.add_argument("--sim-profile", dest="profile", default="healthy", metavar="NAME",
+                        help=f"the sim's profile: {', '.join(profile_names())} (default healthy)")
+    parser.add_argument("--profile", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of token texts and fault draws (default 0)")
     parser.add_argument("--set", dest="overrides", action="append", type=_override,

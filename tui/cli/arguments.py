@@ -16,6 +16,7 @@ command's own arguments are added when that command is parsed or its help printe
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ from ...engine.api import (
     TRANSPORTS,
     __version__,
 )
-from . import handlers as commands, sweep_cmd as sweeps
+from . import handlers as commands, refusals, sweep_cmd as sweeps
 from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 
@@ -56,10 +57,15 @@ def _columns() -> int:
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's, its width read without shutil (_columns)."""
+    """argparse's, its width read without shutil (_columns); a command that may be left out
+    shows so in the usage line: `[COMMAND ...]` (plain `redline` is the TUI)."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        text = super()._format_args(action, default_metavar)
+        return f"[{text}]" if action.nargs == argparse.PARSER and not action.required else text
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -98,6 +104,17 @@ class OneLineParser(argparse.ArgumentParser):
     def format_usage(self) -> str:
         self._complete()
         return super().format_usage()
+
+    def _get_value(self, action: argparse.Action, arg_string: str):
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:  # the option named once: `--concurrency '0': expected ...`
+            raise argparse.ArgumentError(None, refusals.type_refusal(action, arg_string, exc.message)) from None
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is not None and value not in action.choices:  # `unknown command 'reprot'; did you mean report?`
+            raise argparse.ArgumentError(None, refusals.choice_refusal(action, value))
+        super()._check_value(action, value)
 
     def error(self, message: str) -> NoReturn:
         prog = self.prog
@@ -210,6 +227,37 @@ def _speed(s: str) -> float:
     return v
 
 
+def _duration(name: str):
+    def parse(s: str) -> float:
+        t = s.strip().lower()
+        mult = 60.0 if t.endswith("m") and not t.endswith("ms") else 1.0
+        t = t[:-1] if t.endswith(("s", "m")) and not t.endswith("ms") else t
+        try:
+            v = float(t) * mult
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"{name} {s!r}: expected seconds > 0, such as 20, 30s or 5m")
+        return v
+
+    return parse
+
+
+def _percentiles(s: str) -> tuple[float, ...]:
+    out = []
+    for part in [p.strip() for p in s.split(",") if p.strip()]:
+        try:
+            v = float(part.lstrip("pP"))
+        except ValueError:
+            v = math.nan
+        if not 0 < v < 100:
+            raise argparse.ArgumentTypeError(f"--percentiles {s!r}: expected percentiles between 0 and 100 separated by commas, such as 50,90,95,99")
+        out.append(v)
+    if not out:
+        raise argparse.ArgumentTypeError(f"--percentiles {s!r}: expected at least one, such as 50,90,95,99")
+    return tuple(sorted(set(out)))
+
+
 def _arrival(s: str) -> str:
     try:
         return api.parse_arrival(s).describe()
@@ -276,7 +324,8 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g.add_argument("--workers", type=_workers, default="auto", metavar="N|auto", help="hold the load in N worker processes, each its share of C and its own connections (default auto: this engine process up to 1024 in flight, 256 on https://; above, one worker per as many of the most the run is set to reach, up to the cores)")
     g.add_argument("--ray", default=None, metavar="auto|ADDRESS", help="place the --workers as Ray actors on this Ray cluster (auto: the one this host is in; ADDRESS: its head, host:6379), spread over its nodes; needs redline[ray] on every node")
     g.add_argument("--weights", default=None, metavar="W1,W2,...", help="with --url given several times: split the load by these weights, one positive number per --url in order (default: evenly)")
-    g.add_argument("--profile", default=None, help="built-in sim profile when no --url (healthy, pp-capped, fragile, flaky)")
+    g.add_argument("--sim-profile", dest="profile", default=None, metavar="NAME", help="built-in sim profile when no --url (healthy, pp-capped, fragile, flaky)")
+    refusals.add_renamed_profile(g)  # the old --profile: one line naming --sim-profile
     g.add_argument("--api", choices=("chat", "completions", "generate"), default=None, help="API to load (default: chat when /v1/models answers, else SGLang /generate)")
     g.add_argument("--model", default=None, help="model name to send (default: the first of /v1/models)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME", help="environment variable holding the API key, sent as a bearer token (default OPENAI_API_KEY); never shown or logged")
@@ -296,6 +345,8 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     o = p.add_argument_group("session")
     o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
     o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")
+    o.add_argument("--percentiles", type=_percentiles, default=None, metavar="P,...", help="the percentiles summary.json, the report, exports and the end summary carry for TTFT, ITL, TPOT and E2E (default 50,90,95,99)")
+    o.add_argument("--progress-s", type=_positive_float("--progress-s"), default=None, metavar="S", help="headless without a terminal: a progress line every S seconds (default 10; on a terminal one live line)")
     o.add_argument("--seed", type=_seed, default=None, metavar="N", help="the workload's randomness: prompts, random lengths, arrivals, the built-in sim (default: the preset's [workload].seed, else 0)")
     _request_options(p)
 
@@ -389,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--trace", default=None, metavar="PATH|NAME", help="replay a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids) open-loop at its recorded times; a file, or a bundled trace by name (example)")
     shape.add_argument("--speed", type=_speed, default=None, metavar="X", help="with --trace: replay X times as fast as recorded (default 1)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
+    fixed = p.add_argument_group("fixed-size run", "stop the load by itself, close the session as q does; headless: a summary in bench_serving's layout")
+    fixed.add_argument("--num-requests", "-n", type=_positive_int("--num-requests"), default=None, metavar="N", help="stop after N requests were sent and ended")
+    fixed.add_argument("--duration", type=_duration("--duration"), default=None, metavar="S", help="stop after S seconds (20, 30s, 5m)")
     p.add_argument("--headless", action="store_true", help="no TUI: hold the starting load until the control API (--control) changes or stops it, or a signal ends it")
     _control_options(p)
     p.set_defaults(handler=commands.cmd_tui)

@@ -23,6 +23,7 @@ EXIT_REFUSED = 1
 ENV_URL = "REDLINE_CONTROL"
 ENV_TOKEN = "REDLINE_CONTROL_TOKEN"
 TIMEOUT_S = 30.0
+API_RAISE_MAX = 'add "raise_max": true'  # engine/control/http_api.py: above --max-concurrency
 
 
 def add_ctl_parser(sub, formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> None:
@@ -177,6 +178,8 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         print(status_line(reply) if args.action == "status" else reply.get("line", "ok"))
     if not ok:
         err = reply.get("error") if isinstance(reply, dict) else None
+        if isinstance(err, str):  # the API's words for its JSON body, in this command line's
+            err = err.replace(API_RAISE_MAX, "add --raise-max")
         print(f"redline ctl: {args.action} refused (HTTP {r.status_code}): {err or r.reason_phrase}", file=sys.stderr)
         return EXIT_REFUSED
     return EXIT_OK

@@ -37,16 +37,20 @@ def cmd_tui(args: argparse.Namespace) -> int:
         import asyncio  # here, not at the top: `redline --help` and the TUI's first frame do not wait for it
 
         with running_target(cfg, args) as cfg:
-            return asyncio.run(_held(cfg))
+            return asyncio.run(_held(cfg, getattr(args, "progress_s", None)))
     return _tui(args, cfg, preset=None)
 
 
-async def _held(cfg) -> int:
+async def _held(cfg, progress_s: float | None = None) -> int:
     """`redline --headless [--control PORT]`: hold the starting load until an API call changes
-    it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N)."""
+    it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N). A fixed-size run
+    (--num-requests, --duration) ends by itself (exit 0). The end prints the whole run in
+    bench_serving's layout (what finished, when a signal stopped it), then the step table."""
     import asyncio
 
     from ...engine.api import Engine, execute, format_step_table
+    from .headless import print_run_summary
+    from .progress import Progress
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -70,6 +74,7 @@ async def _held(cfg) -> int:
     engine.on_stop_request = on_stop_request
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    ticking = None
     try:
         try:
             refused = await start_engine(engine, starting, caught)
@@ -81,13 +86,24 @@ async def _held(cfg) -> int:
         starting.clear()
         if not caught:
             ctl = f"control {engine.control.url}" if engine.control is not None else "no --control: a signal ends it"
-            print(f"redline: holding {engine.load_text} against {_against(engine)}; {ctl}; session {cfg.out_dir}", flush=True)
-            await done.wait()
+            size = ("; " + " or ".join(x for x in (f"{cfg.num_requests} requests" if cfg.num_requests else "",
+                                                   f"{cfg.duration_s:g} s" if cfg.duration_s else "") if x)) if (cfg.num_requests or cfg.duration_s) else ""
+            print(f"redline: holding {engine.load_text} against {_against(engine)}{size}; {ctl}; session {cfg.out_dir}", flush=True)
+            ticking = asyncio.ensure_future(Progress(engine, progress_s).run())
+            ended = asyncio.ensure_future(engine.run_done.wait())
+            waiting = asyncio.ensure_future(done.wait())
+            await asyncio.wait((ended, waiting), return_when=asyncio.FIRST_COMPLETED)
+            ended.cancel()
+            waiting.cancel()
     finally:
-        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else "quit")
+        if ticking is not None:
+            ticking.cancel()
+            await asyncio.gather(ticking, return_exceptions=True)
+        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else (f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
         await engine.stop(reason)
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
+    print_run_summary(engine, so_far=bool(caught))
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
@@ -130,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     sim_profile = (args.profile or DEFAULT_SIM_PROFILE) if cfg.url == BUILTIN_SIM else None
     with running_target(cfg, args) as cfg:
-        return asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile))
+        return asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile, getattr(args, "progress_s", None)))
 
 
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
@@ -284,6 +300,7 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
         gate_compare as compare,
         junit_xml,
         passed,
+        workload_line,
     )
 
     try:
@@ -297,10 +314,14 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
             base.label, cand.label = f"{base.label} ({args.session_dirs[0]})", f"{cand.label} ({args.session_dirs[1]})"
         outcomes = compare(gate, base, cand)
         title = f"gate: {cand.label} against baseline {base.label}"
+        # comparable, or said so: both workloads named, one warning line when they differ
+        ahead = workload_line([base.session, cand.session], [f"baseline {base.label}", f"candidate {cand.label}"])
     else:
         outcomes = evaluate(gate, cand)
-        title = f"gate: {cand.label}"
+        title, ahead = f"gate: {cand.label}", None
     print()
+    if ahead:
+        print(ahead)
     print(format_outcomes(outcomes, title))
     rc = EXIT_OK
     junit: Path | None = getattr(args, "junit", None)

@@ -42,10 +42,23 @@ async def start_engine(engine, futures: list, caught: list) -> int | None:
     return None
 
 
-async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None) -> int:
+def print_run_summary(engine, so_far: bool = False) -> None:
+    """The whole run's figures as `vllm bench serve` and bench_serving print them (the
+    percentiles asked for), once any load request ended; `so_far`: a signal cut it short."""
+    from ...engine.api import format_run_summary
+
+    t, qs = engine.totals, engine.config.percentiles
+    if t.completed or t.failed:
+        print()
+        print(format_run_summary(t.summary(qs), qs, title="Serving Benchmark Result" + (" (so far)" if so_far else "")), flush=True)
+
+
+async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None,
+                       progress_s: float | None = None) -> int:
     import asyncio
 
     from ...engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
+    from .progress import Progress
 
     engine = Engine(cfg)
     engine.dispatch = execute
@@ -81,7 +94,9 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
         print(f"redline: preset {preset.name} against {_against(engine)}; "
               f"{api.duration_text(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
-        work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=lambda s: print(s, flush=True))))
+        progress = Progress(engine, progress_s)
+        ticking = asyncio.ensure_future(progress.run())
+        work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=progress.say)))
         if cfg.control is not None:  # an API command that takes the wheel cancels the preset
             engine.driver = work[-1]
         try:
@@ -97,10 +112,17 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
             raise
     finally:
         reason = f"signal {caught[0].name}" if caught else stopped[0] if stopped else "preset finished"
+        if "ticking" in locals():
+            ticking.cancel()
+            await asyncio.gather(ticking, return_exceptions=True)
         await engine.stop(reason)
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
     if caught:
+        print_run_summary(engine, so_far=True)  # what finished, in bench_serving's layout
+        if engine.steps or engine.probe_result is not None:  # the steps so far, the cut one marked partial
+            print()
+            print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result), flush=True)
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
     from ...engine.api import RunOutcome, summary_knee

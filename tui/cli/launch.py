@@ -73,7 +73,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
                              "([ramp].max_concurrency); give a --max-concurrency at least that high")
         if not urls and preset.target.url is not None:
             if args.profile is not None:
-                raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
+                raise UsageError(f"--sim-profile {args.profile!r} picks a built-in sim profile; preset {preset.name} has "
                                  f"[target].url {preset.target.url} (give --url to override it)")
             url = preset.target.url
     cfg = engine_config(args, url or BUILTIN_SIM, workload, concurrency=concurrency, api=api, model=model,
@@ -88,7 +88,28 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     cfg.control, cfg.control_token = control(args)
+    fixed_size(args, cfg, preset)
     return cfg
+
+
+def fixed_size(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None) -> None:
+    """--num-requests N, --duration S and --percentiles, checked: a fixed-size run is a plain
+    run's (a preset sizes its own steps), held in this process, of single requests."""
+    n, d = getattr(args, "num_requests", None), getattr(args, "duration", None)
+    if getattr(args, "percentiles", None):
+        cfg.percentiles = args.percentiles
+    if n is None and d is None:
+        return
+    flag = "--num-requests" if n is not None else "--duration"
+    if preset is not None:
+        raise UsageError(f"{flag}: a preset sizes its own steps ([ramp] hold_s, num_requests); give it to a plain run")
+    if n is not None and cfg.workload.turns > 1:
+        raise UsageError(f"--num-requests {n}: counts requests, and --turns {cfg.workload.turns} sends sessions; give --duration instead")
+    if n is not None and cfg.workload.trace is not None:
+        raise UsageError(f"--num-requests {n}: a trace replay sends its own rows; give --duration instead")
+    if n is not None and (cfg.workers > 1 or cfg.ray is not None):
+        raise UsageError(f"--num-requests {n}: counted in one process; give --workers 1 (or --duration)")
+    cfg.num_requests, cfg.duration_s = n, d
 
 
 def control(args: argparse.Namespace) -> tuple:
@@ -234,7 +255,7 @@ def check_args(args: argparse.Namespace) -> None:
     if urls:
         check_urls(urls)
         if args.profile is not None:
-            raise UsageError(f"--profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
+            raise UsageError(f"--sim-profile {args.profile!r} picks a built-in sim profile; it cannot be used with --url")
     target_weights(args, len(urls))
     if args.profile is not None:
         from ...engine.api import get_profile
@@ -242,7 +263,7 @@ def check_args(args: argparse.Namespace) -> None:
         try:
             get_profile(args.profile)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"--sim-profile: {exc}") from None
     for opt in ("server_metrics", "gpu_metrics"):
         v = getattr(args, opt)
         if v is not None and not v.startswith(("http://", "https://")):

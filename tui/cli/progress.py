@@ -1,0 +1,75 @@
+"""A headless run's progress: on a terminal one live status line, rewritten each second (the
+load, in flight, tok/s, TTFT p50/p99, done/failed, what the preset's step is doing and how
+long it has left); without one (a log, CI) a plain line every `--progress-s` seconds (10).
+Step lines and warnings print above it: `say` clears it first."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, TextIO
+
+from ...engine.api import ms, rate
+
+DEFAULT_EVERY_S = 10.0
+CLEAR = "\r\x1b[2K"
+
+
+class Progress:
+    def __init__(self, engine: Any, every_s: float | None = None, stream: TextIO | None = None) -> None:
+        self.e = engine
+        self.stream = stream or sys.stdout
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every_s = 1.0 if self.tty else (every_s or DEFAULT_EVERY_S)
+        self._shown = False
+
+    def line(self) -> str:
+        e = self.e
+        s = e.snapshot
+        ttft = s.ttft_ms or {}
+        parts = [f"{e.load_text}", f"in flight {s.in_flight}", f"{rate(s.output_tok_s)} tok/s",
+                 f"TTFT p50 {ms(ttft.get('p50'))} p99 {ms(ttft.get('p99'))}"]
+        t = e.totals  # the load's requests only (start-up's and the probe lane's apart), as the end summary counts
+        parts += [f"done {t.completed}", f"failed {t.failed}"]
+        n = e.config.num_requests
+        if n is not None:
+            parts.append(f"{t.completed + t.failed}/{n} requests")
+        if e.preset_line:
+            parts.append(e.preset_line)
+        return "redline: " + " · ".join(parts)
+
+    def say(self, text: str) -> None:
+        """A line of the run (a step, the break), above the status line."""
+        self.clear()
+        print(text, file=self.stream, flush=True)
+
+    def clear(self) -> None:
+        if self.tty and self._shown:
+            self.stream.write(CLEAR)
+            self.stream.flush()
+            self._shown = False
+
+    def show(self) -> None:
+        text = self.line()
+        if self.tty:
+            width = _columns()
+            self.stream.write(CLEAR + text[: max(20, width - 1)])
+            self._shown = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        try:
+            while True:
+                await asyncio.sleep(self.every_s)
+                self.show()
+        finally:
+            self.clear()
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
