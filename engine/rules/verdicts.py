@@ -399,7 +399,10 @@ def knee(points: Iterable[StepResult], plateau_gain: float | None = None,
     if gains_over(top, below, gain):
         return Knee(kind, None, f"still rising at max {name(top)}", pos(best))
     first = next(s for s in pts if within_gain(s, best, gain))
-    return Knee(kind, pos(first), f"within {gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {name(best)})", pos(best))
+    # a knee that is within the gain only once the noise of the two is counted says so
+    noisy = "" if first.output_throughput >= (1 - gain) * best.output_throughput else \
+        f", counting the noise of both (±{noise_margin(first, best):.1f} tok/s)"
+    return Knee(kind, pos(first), f"within {gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {name(best)}){noisy}", pos(best))
 
 
 def session_knee(steps: Iterable[StepResult], plateau_gain: float | None = None) -> Knee:
