@@ -1,7 +1,7 @@
 """Measurement lag: the sim's send time (sim_t) to the engine's receive time, per chunk.
 
     python benchmarks/lag.py [--concurrency 1,64,256] [--seconds 15] [--warmup 3]
-                             [--modes tui,headless] [--profile healthy] [--transport NAME]
+                             [--modes tui,headless] [--sim-profile healthy] [--transport NAME]
 
 Every chunk the sim sends carries sim_t = time.time() just before its write; the engine stamps
 the socket read that brought it (perf_counter, put on the wall clock once per run) and adds
@@ -225,7 +225,7 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring (default 3)")
     p.add_argument("--workers", default="1", help="comma-separated --workers values (default 1: the engine's own process)")
     p.add_argument("--modes", default="tui,headless", help="tui, headless or both (default tui,headless)")
-    p.add_argument("--profile", default="healthy", help="sim profile (default healthy)")
+    p.add_argument("--sim-profile", dest="profile", default="healthy", help="sim profile (default healthy)")
     p.add_argument("--sim-set", action="append", default=[], metavar="FIELD=VALUE", help="sim profile override")
     p.add_argument("--transport", default=None, help="engine transport (default: redline's default)")
     p.add_argument("--tui-nice", type=int, default=0, metavar="N",

@@ -1,7 +1,7 @@
 """Time to the knee: the adaptive search against a fine fixed staircase, on the built-in sim.
 
     python benchmarks/search_vs_staircase.py                 # healthy profile (knee near 128)
-    python benchmarks/search_vs_staircase.py --profile pp-capped --start 4 --max 64
+    python benchmarks/search_vs_staircase.py --sim-profile pp-capped --start 4 --max 64
 
 Both runs use the same workload and the same warm-up and hold per step, headless, against a
 simulated server this script starts on 127.0.0.1 (one per run). The staircase steps through
@@ -79,7 +79,7 @@ def staircase_knee(steps: list[dict], gain: float = 0.05) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="healthy")
+    ap.add_argument("--sim-profile", dest="profile", default="healthy")
     ap.add_argument("--start", type=int, default=8)
     ap.add_argument("--max", type=int, default=512)
     ap.add_argument("--fine", type=int, default=16, help="the staircase's step")

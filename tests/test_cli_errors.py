@@ -386,7 +386,7 @@ def test_unknown_command_is_one_line_exit_2_through_the_cli(tmp_path):
     (["--no-nvml", "sim"], ("'--no-nvml'", "'sim'", "after")),
     (["--url", "http://127.0.0.1:9", "run", "quick"], ("'--url'", "'run'", "after")),
     (["-c", "4", "presets"], ("'-c'", "'presets'")),
-    (["quick"], ("'quick'", "invalid choice")),
+    (["quick"], ("unknown command 'quick'", "redline run quick")),
     (["sim", "--port", "99999"], ("99999", "port")),
     (["sim", "--no-nvml"], ("--no-nvml",)),
     (["presets", "extra"], ("extra",)),

@@ -196,7 +196,10 @@ def test_each_command_is_logged_with_its_source(held, tmp_path):
     h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
     rows = events(tmp_path / "session")
     api = [r for r in rows if r["kind"] == "api"]
-    assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64 (above --max-concurrency: add \"raise_max\": true)"]
+    assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64"]
+    # the way past --max-concurrency is named only for a value above it (issue 38)
+    assert c.post("/v1/concurrency", json={"value": 65}).json()["error"].endswith('(above --max-concurrency: add "raise_max": true)')
+    assert "raise_max" not in c.post("/v1/concurrency", json={"value": -3}).json()["error"]
     assert all(r["source"] == "api" and r["client"].startswith("127.0.0.1:") for r in api)
     key = next(r for r in rows if r["kind"] == "key" and r["text"] == "C=6")
     assert key["source"] == "api" and key["client"] == api[0]["client"]

@@ -219,7 +219,9 @@ def test_durations_replay_mode():
         ({"ramp": {"concurrency": [1], "durations_s": [3], "warmup_s": 2}}, ["[ramp].warmup_s: expected 0 (or absent) with durations_s", "got 2"]),
         # stop rules
         ({"ramp": RAMP, "stop": {"p99_tft_ms": 5}},
-         ["unknown key [stop].p99_tft_ms (accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse)"]),
+         ["unknown key [stop].p99_tft_ms; did you mean p99_ttft_ms?"]),  # a typo: the closest key (issue 38)
+        ({"ramp": RAMP, "stop": {"ttft": 5}},
+         ["unknown key [stop].ttft (accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse)"]),
         ({"ramp": RAMP, "stop": {"plateau_gain": 1.5}}, ["[stop].plateau_gain: expected a fraction 0..1", "got 1.5"]),
         ({"ramp": RAMP, "stop": {"plateau_gain": -0.1}}, ["[stop].plateau_gain", "got -0.1"]),
         ({"ramp": RAMP, "stop": {"error_rate": 1}}, ["[stop].error_rate: expected a fraction 0 <= x < 1", "got 1"]),
@@ -242,11 +244,13 @@ def test_durations_replay_mode():
          ["[workload].dataset: expected random, sharegpt:PATH or jsonl:PATH, got 'csv:foo'"]),
         ({"ramp": RAMP, "workload": {"dataset": "sharegpt:"}}, ["[workload].dataset", "got 'sharegpt:'"]),
         ({"ramp": RAMP, "workload": {"dataset": 3}}, ["[workload].dataset", "got 3"]),
-        ({"ramp": RAMP, "workload": {"input": 3}},
-         ["unknown key [workload].input (accepted: api, dataset, input_len, output_len, model, turns, think_s, trace, "
+        ({"ramp": RAMP, "workload": {"input": 3}}, ["unknown key [workload].input; did you mean input_len?"]),
+        ({"ramp": RAMP, "workload": {"colour": 3}},
+         ["unknown key [workload].colour (accepted: api, dataset, input_len, output_len, model, turns, think_s, trace, "
           "headers, extra_body, ignore_eos, random_range_ratio, seed)"]),
         # tables and top level
-        ({"ramp": RAMP, "stopp": {"x": 1}}, ["unknown table [stopp] (accepted: target, workload, ramp, stop, after, slo, guard, gate)"]),
+        ({"ramp": RAMP, "stopp": {"x": 1}}, ["unknown table [stopp]; did you mean [stop]?"]),
+        ({"ramp": RAMP, "limits": {"x": 1}}, ["unknown table [limits] (accepted: target, workload, ramp, stop, after, slo, guard, gate)"]),
         ({"ramp": RAMP, "hold_s": 3}, ["unknown key hold_s (accepted: name, description, and tables [target]"]),
         ({"ramp": RAMP, "name": 3}, ["name: expected a non-empty one-line string, got 3"]),
         ({"ramp": RAMP, "description": ["a"]}, ["description: expected a one-line string"]),

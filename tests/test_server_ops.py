@@ -232,7 +232,7 @@ def test_profile_at_c8_starts_during_the_c8_step_and_stops_after_it(tmp_path):
     assert calls[0]["running"] >= 6  # the server held the C=8 load when the capture began
     assert abs(p["t_start"] - start) < 1 and abs(p["t_end"] - stop) < 1
     log = [e["text"] for e in _events(tmp_path / "s") if e["text"].startswith("profiler")]
-    assert any("profiler stopped: C=8" in t and "trace:" in t for t in log), log
+    assert any("profiler stopped: C=8" in t and "trace on the server: " in t for t in log), log
 
 
 def test_profile_s_ends_the_capture_before_the_step_and_the_sim_names_the_trace(sim_factory, tmp_path):
@@ -375,7 +375,7 @@ async def test_pressing_P_in_the_tui_starts_the_profiler_within_a_second(sim_fac
     (p,) = httpx.get(sim.url + "/sim/state").json()["profiles"]
     assert 0.8 <= p["t_stop"] - p["t_start"] < 3.0  # --profile-s 1
     lines = [e["text"] for e in _events(tmp_path / "s") if e["text"].startswith("profiler")]
-    assert any("profiler stopped: C=4" in t and p["trace"] in t for t in lines), lines
+    assert any("profiler stopped: C=4" in t and f"trace on the server: {p['trace']}" in t for t in lines), lines
 
 
 async def _state_async(url: str) -> dict:

@@ -92,6 +92,12 @@ def _msg(exc: BaseException) -> str:
     return one_line(str(exc)) or exc.__class__.__name__
 
 
+# A server whose answer is no HTTP response, as each transport says so: lean (httptools),
+# aiohttp, httpx (h11)
+NOT_HTTP_SIGNS = ("malformed HTTP response", "Bad status line", "illegal status line")
+NOT_HTTP = "does not speak HTTP (its answer is not an HTTP response)"
+
+
 def classify_error(exc: BaseException, responded: bool) -> tuple[str, str]:
     """(error kind, one-line text) for an exception raised while sending or streaming.
 
@@ -129,6 +135,8 @@ def classify_error(exc: BaseException, responded: bool) -> tuple[str, str]:
         return (R.ERR_DISCONNECT if responded else R.ERR_CONNECT), f"TLS error: {getattr(e, 'reason', None) or _msg(e)}"
     if (aio is not None and (e := find(aio.ClientConnectorError)) is not None) or (e := find(httpx.ConnectError)) is not None:
         return R.ERR_CONNECT, f"cannot connect: {_msg(e)}"
+    if not responded and any(sign in _msg(e) for e in evidence for sign in NOT_HTTP_SIGNS):
+        return R.ERR_CONNECT, NOT_HTTP  # an SSH port, a database: its first bytes are no status line
     closed_types: tuple[type, ...] = (ConnectionError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.NetworkError)
     if aio is not None:
         closed_types += (aio.ServerDisconnectedError, aio.ClientOSError, aio.ClientPayloadError)

@@ -11,7 +11,7 @@ import httpx
 from ..measure import records as R
 from ..telemetry.server_info import ServerInfo
 from .api_formats import APIS, CHAT, GENERATE
-from .request import classify_error, scrub_key
+from .request import NOT_HTTP, classify_error, scrub_key
 
 
 class TargetError(ValueError):
@@ -148,8 +148,8 @@ async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = Non
         if sg is None:
             sg = await probe.get_json(base_url + "/server_info")
         models = await probe.get_json(base_url + "/v1/models")
-    except TargetUnreachable as exc:
-        raise TargetUnreachable(f"cannot reach {base_url}: {exc}") from None
+    except TargetUnreachable as exc:  # `http://HOST:PORT: does not speak HTTP (...)`: reached, but not a server of ours
+        raise TargetUnreachable(f"{base_url}: {exc}" if str(exc) == NOT_HTTP else f"cannot reach {base_url}: {exc}") from None
     if sg is None and models is None and probe.failure is not None:
         raise TargetUnreachable(f"cannot reach {base_url}: {probe.failure}")
     name = model or ""

@@ -131,9 +131,9 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes, t: float = 0.0) -> None:
         if not t:  # not the kernel's receive time (engine/client/kstamp.py): now, before any parsing
             t = perf_counter()
-        if not self.active:  # bytes on an idle connection: not HTTP we asked for
-            self._close()
-            return
+        if not self.active:  # bytes on an idle connection, or before the request (an SSH port speaks first): not HTTP
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {len(data)} bytes before the request"))
+            return self._close()
         self.got_bytes = True
         self.last_read = t
         pieces = self.pieces
@@ -315,7 +315,7 @@ class _Conn(asyncio.Protocol):
 
     async def write(self, data: bytes, timeout: float | None) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
-            raise httpx.WriteError("connection closed before the request was sent")
+            raise self.exc or httpx.WriteError("connection closed before the request was sent")
         self.transport.write(data)
         if not self.sent:
             # The socket transport sends at once; when that send fails (the server reset

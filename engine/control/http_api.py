@@ -261,7 +261,10 @@ class ControlServer:
         try:
             n = check_concurrency(v, limit)
         except ValueError as exc:  # the way past --max-concurrency only for a whole number above it
-            above = isinstance(v, int) and not isinstance(v, bool) and v > limit
+            try:
+                above = not isinstance(v, bool) and int(str(v).strip()) > limit
+            except ValueError:
+                above = False
             hint = ' (above --max-concurrency: add "raise_max": true)' if above and not raise_max else ""
             raise Refused(400, f"{exc}{hint}") from None
         c = await self._run(request, C.SetConcurrency(n, raise_max=raise_max and n > ctl.max_concurrency))

@@ -5,8 +5,9 @@
   "activities"}`, which vLLM ignores), then `POST /stop_profile` after `profile_s` seconds
   (`--profile-s`, default 5) or at the end of the step it started in, whichever comes first.
   The capture names the load it covered and its window, and the trace's place as the server
-  said it (its answer's text) or as redline asked (`output_dir`); it is logged and lands in
-  the step's `profiles` in summary.json.
+  said it (its answer's text) or as redline asked (`output_dir`): a path on the server's host,
+  not this one (`trace on the server: PATH`); it is logged and lands in the step's `profiles`
+  in summary.json.
 - **Cache flush** (`[ramp] flush_cache = true`, `--flush-cache`): the load drains to zero,
   then the prefix cache is flushed, by what the server said it is: SGLang `/flush_cache`, vLLM
   `/reset_prefix_cache`. SGLang refuses a flush while requests run, so it is never called
@@ -270,7 +271,7 @@ async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccu
             acc.profiles.append(cap.to_dict())
         window = f"{time.strftime('%H:%M:%S', time.localtime(cap.t_start))}–{time.strftime('%H:%M:%S', time.localtime(cap.t_end))}"
         if ok:
-            engine.log("notice", f"profiler stopped: {load}, {window} ({cap.t_end - cap.t_start:.1f} s, {stopped_by}); trace: {cap.trace}")
+            engine.log("notice", f"profiler stopped: {load}, {window} ({cap.t_end - cap.t_start:.1f} s, {stopped_by}); trace on the server: {cap.trace}")
         else:
             engine.warn(f"profiler: /stop_profile failed at {load} ({cap.server_said or 'no answer'})", key="profiler stop")
     return cap

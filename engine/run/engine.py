@@ -495,7 +495,8 @@ class Engine:
         """A step's late requests all ended: its record now holds their true figures."""
         if res.ended_after_close:
             stuck = f", {res.censored_ttft} never answered (the run ended or aborted them)" if res.censored_ttft else ""
-            self.log("step", f"{res.load} final ({res.ended_after_close} requests ended after the step{stuck}): " + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
+            n = res.ended_after_close  # `1 request ended`, `8 requests ended`
+            self.log("step", f"{res.load} final ({n} request{'s' if n != 1 else ''} ended after the step{stuck}): " + " ".join(format_step_line(res).split()), concurrency=res.concurrency)
         self.write_summary()
 
     def suspend_live_steps(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...engine.text import closest
+from ...engine import api
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def choice_refusal(action: argparse.Action, value: object) -> str:
     A subcommand (`redline reprot`, `redline ctl concurency`) is an unknown command or action;
     a built-in preset's name given as a command (`redline quick`) says how to run it."""
     choices = [str(c) for c in (action.choices or ())]
-    near = closest(value, choices)
+    near = api.closest(value, choices)
     hint = f"; did you mean {near}?" if near is not None else ""
     if isinstance(action, argparse._SubParsersAction):
         what = "command" if action.dest in ("command", argparse.SUPPRESS, None) else action.dest
@@ -70,8 +70,6 @@ def choice_refusal(action: argparse.Action, value: object) -> str:
 
 def _preset_names() -> list[str]:
     """The built-in presets' names (only read on a refusal)."""
-    from ...engine import api
-
     try:
         return [p.stem for p in api.builtin_dir().glob("*.toml")]
     except OSError:  # pragma: no cover - the package's own folder
