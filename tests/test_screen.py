@@ -686,7 +686,7 @@ async def test_help_lists_keys_figures_settings_and_closes_three_ways():
 
 def test_help_covers_every_key_binding():
     actions = {b.action for b in RedlineApp.BINDINGS}
-    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve"}  # PgUp/PgDn, + -, ] [ share a line
+    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt"}  # PgUp/PgDn, + -, ] [, q Ctrl-C share a line
     assert actions <= listed, actions - listed
 
 
@@ -700,7 +700,7 @@ async def test_state_is_text_without_colour(monkeypatch):
             assert screen_lines(app)[1].strip().startswith(state)
 
 
-async def test_export_notice_is_one_line_at_the_top(tmp_path, monkeypatch):
+async def test_export_notice_is_one_line_at_the_bottom(tmp_path, monkeypatch):
     import redline.engine.report.export as export_mod
 
     out = tmp_path / "session"
@@ -714,7 +714,7 @@ async def test_export_notice_is_one_line_at_the_top(tmp_path, monkeypatch):
         await pilot.pause(0.3)
         lines = screen_lines(app)
     hit = [i for i, line in enumerate(lines) if "exported 3 tables" in line]
-    assert hit and hit[0] <= 1, lines  # over the target line, not over the step table
+    assert hit == [len(lines) - 2], lines  # above the footer: not over the header nor the step table
     assert any(isinstance(c, C.Log) and "exported parquet to" in c.text for c in host.sent)
 
 

@@ -119,9 +119,10 @@ def test_api_key_leaves_no_trace(healthy_sim, tmp_path):
             assert SECRET.encode() not in p.read_bytes(), p
 
 
-@pytest.mark.parametrize("how", ["close", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("how", ["close", "SIGTERM", "SIGINT", "Ctrl-C"])
 def test_tui_stops_load_and_completes_log(healthy_sim, tmp_path, how):
-    """The SSH link drops (the terminal goes away: SIGHUP), or a signal: load stops, log completes."""
+    """The SSH link drops (the terminal goes away: SIGHUP), a signal, or Ctrl-C typed (a key
+    in the terminal's raw mode, read as SIGINT): load stops, log completes, exit 128+N."""
     out = tmp_path / "s"
     pid, fd = pty.fork()
     if pid == 0:  # child: redline's TUI on a pseudo-terminal
@@ -140,6 +141,8 @@ def test_tui_stops_load_and_completes_log(healthy_sim, tmp_path, how):
         assert running(healthy_sim.url) == 6
         if how == "close":
             os.close(fd)  # the terminal goes away
+        elif how == "Ctrl-C":
+            os.write(fd, b"\x03")  # typed: the key, no signal (raw mode)
         else:
             os.kill(pid, getattr(signal, how))
         assert wait_for(lambda: running(healthy_sim.url) == 0, 3.0), f"load kept running after {how}"
@@ -162,4 +165,6 @@ def test_tui_stops_load_and_completes_log(healthy_sim, tmp_path, how):
             pass
     meta = json.loads((out / "meta.json").read_text())
     assert meta["ended_at"] is not None, meta
-    assert meta["end_reason"] == ("signal SIGHUP" if how == "close" else f"signal {how}")
+    sig = {"close": signal.SIGHUP, "Ctrl-C": signal.SIGINT}.get(how) or getattr(signal, how)
+    assert meta["end_reason"] == f"signal {sig.name}"
+    assert os.waitstatus_to_exitcode(status) == 128 + sig.value  # 129 / 143 / 130 (docs/cli.md)

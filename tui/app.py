@@ -91,10 +91,11 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         Binding("w", "workload", "workload", show=False, priority=True),
         Binding("pageup", "steps_up", "scroll steps", show=False, priority=True),
         Binding("pagedown", "steps_down", "scroll steps", show=False, priority=True),
-        Binding("ctrl+c", "quit_redline", "quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),  # as SIGINT: exit 130 (docs/cli.md)
     ]
     # the main screen's keys: off while a dialog (prompt, picker, help) has the keys
-    SCREEN_ACTIONS = frozenset(b.action for b in BINDINGS if b.action != "quit_redline")
+    NOTIFICATION_TIMEOUT = 4.0  # a notice (an error too) is gone in 4 s; the log keeps what matters (redline.tcss)
+    SCREEN_ACTIONS = frozenset(b.action for b in BINDINGS if b.action not in ("quit_redline", "interrupt"))
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
@@ -390,8 +391,8 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             self.notify(str(exc), severity="error")
             return
         where = paths[0].parent if paths else d
-        # one short line at the top right (the path is in the log): the table stays in view
-        self.notify(f"exported {len(paths)} tables to …/{where.parent.name}/{where.name}", timeout=4)
+        # one short line at the bottom right (the path is in the log): the table stays in view
+        self.notify(f"exported {len(paths)} tables to …/{where.parent.name}/{where.name}")
         self.host.send(C.Log("notice", f"exported parquet to {where}"))
 
     async def action_quit_redline(self, reason: str = "quit") -> None:
@@ -407,7 +408,22 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             os._exit(128 + signal.SIGHUP)
         if self.hard_exit:
             _exit_watchdog(EXIT_GRACE_S)
-        self.exit(0)
+        self.exit(return_code=exit_status(reason))
+
+    async def action_interrupt(self) -> None:
+        """Ctrl-C, read as a key (the terminal is in raw mode): what SIGINT does, exit 130."""
+        await self.action_quit_redline("signal SIGINT")
+
+
+def exit_status(reason: str) -> int:
+    """`q` and an engine that stopped: 0; a signal (Ctrl-C is SIGINT): 128 + its number, as
+    docs/cli.md says (130 / 143 / 129)."""
+    if reason.startswith("signal "):
+        try:
+            return 128 + signal.Signals[reason.split(" ", 1)[1]].value
+        except KeyError:
+            return 1
+    return 0
 
 
 def _exit_watchdog(seconds: float) -> None:

@@ -78,7 +78,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     if caught:  # a signal before the app was up: the app stopped the load for it, exit as for a signal
         return 128 + caught[0].value
     print(f"redline: {session_saved(host.config.out_dir)}")
-    return EXIT_OK
+    return app.return_code or EXIT_OK  # Ctrl-C and the signals: 128 + N (app.py exit_status)
 
 
 def collect_again() -> None:
@@ -130,7 +130,7 @@ def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset, compar
     finally:
         host.stop(app.exit_reason)
     print(f"redline: {session_saved(cfg.out_dir)}")
-    return EXIT_OK
+    return app.return_code or EXIT_OK
 
 
 class StartingHost:

@@ -26,6 +26,9 @@ from ..format import duration, num
 
 MAX_LINES = 5
 WARNING_LINES = 2  # a warning wraps to at most this many lines
+# line 1's right end as wide as it may grow in a session (0:00:00  done 00000 fail 000): the
+# target is cut at a place that stays as the clock and the counts move
+RIGHT_RESERVE = len("0:00:00  done 00000 fail 000 ")
 
 STATE_STYLE = {
     "running": "bold green",
@@ -86,6 +89,7 @@ def _fit(t: Text, width: int) -> Text:
 
 class StatusHeader(Static):
     snapshot: reactive[Snapshot | None] = reactive(None, layout=True)  # warnings add lines
+    _right_width = RIGHT_RESERVE  # the widest line 1's right end was: the cut never moves back
 
     def render(self) -> Text:
         s = self.snapshot
@@ -115,8 +119,7 @@ class StatusHeader(Static):
             extra += block
         return Text("\n").join(lines + extra)
 
-    @staticmethod
-    def _target_line(s: Snapshot, width: int) -> Text:
+    def _target_line(self, s: Snapshot, width: int) -> Text:
         right = Text()
         right.append(duration(s.elapsed_s))
         right.append(f"  done {s.completed} ", style="dim")
@@ -134,7 +137,8 @@ class StatusHeader(Static):
             left.append(f"  {s.server_kind}/{s.api}", style="dim")
         if s.caps:
             left.append(f"  {s.caps}", style="yellow")
-        room = width - right.cell_len - 2
+        self._right_width = max(self._right_width, right.cell_len)
+        room = width - self._right_width - 2  # the cut stays put while the clock and counts grow
         _fit(left, room)
         left.append(" " * (width - left.cell_len - right.cell_len))
         left.append_text(right)

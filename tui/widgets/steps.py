@@ -5,6 +5,8 @@ A step (docs/numbers.md#what-a-steps-figures-describe) is a row; so is each C=1 
 paused period, so an operator reads what happened when: 8, 64, probe, paused, 64 is five
 rows in that order. The live row (the step being measured now, or the pause going on) is
 last, marked `*` and highlighted; the table follows it unless the operator scrolled up.
+Rows out of view are said in words at the right end of the header (`↑ more`, `↓ more`,
+`↑↓ more`), not by a scrollbar, whose eighth-block thumb reads like a sparkline.
 
 Every figure is the step's own (StepResult): "srv run" is the most requests the server
 reported running while that step was measured, never the latest sample.
@@ -15,7 +17,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 from textual.widgets import DataTable
 
 from ...engine.api import LogLine, Snapshot, StepResult
@@ -135,6 +140,10 @@ class StepTable(DataTable):
 
     # -- drawing -----------------------------------------------------------------------
     def show(self, snap: Snapshot) -> None:
+        if self.following and self.scroll_y < self.max_scroll_y:
+            # the table was made shorter (the probe lane's line, a warning) and nothing moved
+            # it back: the live row stays in view whether or not a figure changed
+            self.call_after_refresh(self._to_live)
         rows = self.step_rows(snap)
         keys = [k for k, _, _ in rows]
         styled = {k: self._styled(cells, is_live, k) for k, cells, is_live in rows}
@@ -189,6 +198,29 @@ class StepTable(DataTable):
     def _at_end(self) -> None:
         if self.scroll_y >= self.max_scroll_y:
             self.following = True
+
+    # -- rows out of view: said in words ------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        if y != 0 or not self.show_header:
+            return strip
+        mark = self.scroll_mark()
+        width = strip.cell_length
+        for text in (f" {mark}", " " + mark.split()[0]) if mark else ():  # the words, else the arrows alone
+            n = len(text)
+            tail = strip.crop(width - n, width)
+            if width > n and not tail.text.strip():  # over the header's blank end only, never a label
+                base = next((seg.style for seg in tail if seg.style is not None), None) or Style()
+                return Strip.join([strip.crop(0, width - n), Strip([Segment(text, base + Style(dim=True, bold=False))])])
+        return strip
+
+    def scroll_mark(self) -> str | None:
+        """What the header's right end says of rows out of view: `↑ more` (scrolled back from
+        the top), `↓ more` (newer rows below: the table is not following), `↑↓ more`, or None."""
+        above, below = self.scroll_y > 0, self.scroll_y < self.max_scroll_y
+        if not (above or below):
+            return None
+        return f"{'↑' if above else ''}{'↓' if below else ''} more"
 
     @staticmethod
     def _styled(cells: tuple[str, ...], live: bool, key: str) -> tuple[Text, ...]:
