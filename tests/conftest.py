@@ -293,3 +293,32 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+# -- the command line refuses before anything starts ---------------------------------------------
+@pytest.fixture
+def nothing_starts(monkeypatch) -> list[str]:
+    """Starting the built-in sim, any HTTP request or the TUI is recorded and fails."""
+    import httpx
+
+    import redline.engine.sim.serve
+    import redline.tui.run_app
+
+    touched: list[str] = []
+
+    def no(what):
+        def f(*a, **k):
+            touched.append(what)
+            raise AssertionError(f"{what} started before the arguments were checked")
+
+        return f
+
+    async def no_send(self, *a, **k):
+        touched.append("http")
+        raise AssertionError("a connection was made before the arguments were checked")
+
+    monkeypatch.setattr(redline.engine.sim.serve, "spawn_sim_process", no("sim"))
+    monkeypatch.setattr(redline.engine.sim.serve, "start_sim_thread", no("sim"))
+    monkeypatch.setattr(httpx.AsyncClient, "send", no_send)
+    monkeypatch.setattr(redline.tui.run_app, "run_tui", no("tui"))
+    return touched

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from helpers import ROOT, finish, main_in_process, redline_command, start_headless, wait_for, write_preset
+
 from redline.engine.api import EngineConfig, Snapshot, format_run_summary
 from redline.engine.load.controller import Controller
 from redline.engine.measure import records as R
@@ -159,8 +159,9 @@ def test_bad_fixed_size_and_percentile_values_are_one_line_errors(capsys):
 
 
 def test_the_tui_closes_when_a_fixed_size_run_is_done():
-    from redline.tui.app import RedlineApp
     from test_startup import SnapHost, running_snapshot
+
+    from redline.tui.app import RedlineApp
 
     async def go() -> tuple[str, list[str]]:
         host = SnapHost(running_snapshot(), EngineConfig(url="http://127.0.0.1:1"))

@@ -152,32 +152,6 @@ def test_urls_and_weights_reach_the_engine_config(tmp_path):
     assert (cfg.url, cfg.more_urls) == ("http://127.0.0.1:7", ())
 
 
-@pytest.fixture
-def nothing_starts(monkeypatch) -> list[str]:
-    import httpx
-
-    import redline.engine.sim.serve
-    import redline.tui.run_app
-
-    started: list[str] = []
-
-    def trap(what):
-        def f(*a, **k):
-            started.append(what)
-            raise AssertionError(f"{what} started before the arguments were checked")
-        return f
-
-    async def no_send(self, *a, **k):
-        started.append("http")
-        raise AssertionError("a connection before the arguments were checked")
-
-    monkeypatch.setattr(redline.engine.sim.serve, "spawn_sim_process", trap("sim"))
-    monkeypatch.setattr(redline.engine.sim.serve, "start_sim_thread", trap("sim"))
-    monkeypatch.setattr(redline.tui.run_app, "run_tui", trap("tui"))
-    monkeypatch.setattr(httpx.AsyncClient, "send", no_send)
-    return started
-
-
 U1, U2 = "http://127.0.0.1:9", "http://127.0.0.1:8"
 
 

@@ -11,7 +11,8 @@ A worker process's request carries its figures, not its chunk times: its gaps ar
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import records as R
 from .histogram import Digest

@@ -206,20 +206,15 @@ def export_session(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SessionError(f"cannot create export directory {out_dir}: {e.strerror}") from None
+    frames = [(table, read_table(d, table)) for table in TABLES]
+    steps = steps_frame(d)
+    if steps is not None:
+        frames.append(("steps", steps))
     paths = []
-    for table in TABLES:
-        df = read_table(d, table)
+    for table, df in frames:
         p = out_dir / f"{table}.{f}"
         try:
             _write(df, f, p)
-        except OSError as e:
-            raise SessionError(f"cannot write {p}: {e.strerror}") from None
-        paths.append(p)
-    steps = steps_frame(d)
-    if steps is not None:
-        p = out_dir / f"steps.{f}"
-        try:
-            _write(steps, f, p)
         except OSError as e:
             raise SessionError(f"cannot write {p}: {e.strerror}") from None
         paths.append(p)

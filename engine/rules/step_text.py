@@ -5,8 +5,9 @@ through here, so they print the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, Sequence
+from typing import Any
 
 from ..fmt import ms, num, rate, step_ms
 from ..measure.step_result import BreakResult, StepResult
