@@ -10,6 +10,7 @@ from the Snapshot (see engine/run/snapshot.py for where each is computed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -31,6 +32,7 @@ from ..engine.api import Snapshot
 from .engine_commands import C
 from .load_keys import OPEN_LOOP, LoadKeys
 from .preset_keys import PresetKeys
+from .sweep_status import NEXT_REASON
 from .widgets.header import StatusHeader
 from .widgets.rate import RateLine
 
@@ -39,6 +41,7 @@ from .widgets.rate import RateLine
 if TYPE_CHECKING:
     from ..engine.api import EngineProcess, EngineThread, Preset
     from ..engine.report.api import SessionSummary
+    from .sweep_status import SweepStatus
 
 REFRESH_S = 0.25
 WIDE_COLUMNS = 150  # from here panels and tables sit side by side (the tables need 74 columns)
@@ -92,6 +95,7 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         Binding("pageup", "steps_up", "scroll steps", show=False, priority=True),
         Binding("pagedown", "steps_down", "scroll steps", show=False, priority=True),
         Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),  # as SIGINT: exit 130 (docs/cli.md)
+        Binding("n", "next_config", "next", priority=True),  # a sweep's only (check_action)
     ]
     # the main screen's keys: off while a dialog (prompt, picker, help) has the keys
     NOTIFICATION_TIMEOUT = 4.0  # a notice (an error too) is gone in 4 s; the log keeps what matters (redline.tcss)
@@ -110,8 +114,12 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         compare: SessionSummary | None = None,
         early_signals: list[signal.Signals] | None = None,
         body_after_first_frame: bool = False,
+        sweep: SweepStatus | None = None,
     ) -> None:
         super().__init__()
+        self.sweep = sweep  # `redline sweep` on a terminal: the line above the header (tui/sweep_view.py)
+        self.on_hard_exit: list[Callable[[], None]] = []  # called before SIGHUP's os._exit
+        self._watchdog: threading.Timer | None = None
         # `redline` draws the header and the footer first, the rest a frame later (body.py)
         self.body_after_first_frame = body_after_first_frame
         self.body_up = False  # the body's widgets are mounted
@@ -152,6 +160,10 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        if self.sweep is not None:
+            from .widgets.sweep_line import SweepLine
+
+            yield SweepLine(self.sweep, id="sweep-line")
         yield StatusHeader(id="header")
         yield RateLine(id="rate-line")  # rate and trace mode: schedule lag, held, dropped
         left, right, after = ([], [], []) if self.body_after_first_frame else self._body_widgets()
@@ -220,6 +232,20 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             self.run_worker(self.action_quit_redline("engine stopped"), exclusive=True, group="quit")
         elif snap is not None and snap.finished and not self._quitting:  # --num-requests / --duration: closes as `q` does
             self.run_worker(self.action_quit_redline(f"fixed-size run done: {snap.finished}"), exclusive=True, group="quit")
+        if self.sweep is not None:
+            self._sweep_follow(snap)
+
+    def _sweep_follow(self, snap: Snapshot | None) -> None:
+        """A sweep's line follows; its configuration ends when its preset ended on its own."""
+        if self._preset_note and not self._quitting:  # "preset NAME finished (...)": the next one
+            self.run_worker(self.action_quit_redline("preset finished"), exclusive=True, group="quit")
+        if snap is None or not snap.preset_running and (self._preset is not None or snap.state == "starting"):
+            preset = "waiting"  # the server or the engine starting, the preset not begun
+        else:
+            preset = "running" if snap.preset_running else "over"
+        if self.screen_stack:
+            with contextlib.suppress(NoMatches):
+                self.screen_stack[0].query_one("#sweep-line").update(self.sweep.text(preset))
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or self._quitting or not self.screen_stack:
@@ -302,6 +328,8 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         speed factor."""
         if action == "restore":
             return self._probing
+        if action == "next_config":
+            return self.sweep is not None
         if action == "probe":
             return not self._probing
         if action in self.RATE_ACTIONS:
@@ -405,10 +433,21 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         if reason == "signal SIGHUP" and self.hard_exit:
             # The terminal is gone: the log is complete and the load stopped; restoring a
             # terminal that no longer exists can block forever inside the driver.
+            for callback in self.on_hard_exit:
+                callback()
             os._exit(128 + signal.SIGHUP)
         if self.hard_exit:
-            _exit_watchdog(EXIT_GRACE_S)
+            self._watchdog = _exit_watchdog(EXIT_GRACE_S)
         self.exit(return_code=exit_status(reason))
+
+    def cancel_exit_watchdog(self) -> None:
+        """The terminal was restored: a sweep's next configuration runs in this process."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    async def action_next_config(self) -> None:
+        """`n` in a sweep: this configuration ends (its session saved), the next one opens."""
+        await self.action_quit_redline(NEXT_REASON)
 
     async def action_interrupt(self) -> None:
         """Ctrl-C, read as a key (the terminal is in raw mode): what SIGINT does, exit 130."""
@@ -426,8 +465,9 @@ def exit_status(reason: str) -> int:
     return 0
 
 
-def _exit_watchdog(seconds: float) -> None:
+def _exit_watchdog(seconds: float) -> threading.Timer:
     """Exit anyway if the terminal cannot be restored (e.g. it went away mid-shutdown)."""
     t = threading.Timer(seconds, lambda: os._exit(1))
     t.daemon = True
     t.start()
+    return t

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import api
 from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 from .cli.launch import BUILTIN_SIM, running_target, session_saved
+from .sweep_status import StartAbandoned
 
 if TYPE_CHECKING:
     from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot
@@ -41,7 +42,11 @@ FRAME_WAIT_S = 1.0
 CORES_TO_START_AT_ONCE = 4
 
 
-def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None) -> int:
+def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None, *,
+            target=None, sweep=None, on_hard_exit=None) -> int:
+    """The app on `cfg` until it quits; the exit status. A sweep (tui/sweep_view.py) hands
+    `target` (its configuration's server, started on the start thread), `sweep` (the line
+    above the header; the app's exit reason is written back to it) and `on_hard_exit`."""
     # A signal before the app is up must still stop the load and close the log with its own
     # reason: remember it; the app acts on it once mounted.
     caught: list[signal.Signals] = []
@@ -55,15 +60,17 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         with running_target(cfg, args) as cfg:
             return _start_then_draw(cfg, args, preset, compare, caught)
     drawn = threading.Event()
-    host = StartingHost(cfg, args, drawn=drawn)
+    host = StartingHost(cfg, args, drawn=drawn, target=target)
     host.begin()
     collecting = gc.isenabled()
     gc.disable()  # until the screen is up (collect_again)
     from .app import RedlineApp
 
     app = RedlineApp(host, step=args.step, rate_step=getattr(args, "rate_step", 1.0), preset=preset, compare=compare,
-                     early_signals=caught, body_after_first_frame=True)
+                     early_signals=caught, body_after_first_frame=True, sweep=sweep)
     app.hard_exit = True
+    if on_hard_exit is not None:
+        app.on_hard_exit.append(on_hard_exit)
     app.call_after_refresh(drawn.set)
     if collecting:
         app.on_body_up.append(collect_again)
@@ -73,6 +80,16 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         if collecting:
             gc.enable()
         host.stop(app.exit_reason)
+        app.cancel_exit_watchdog()  # a sweep goes on to its next configuration
+    if sweep is not None:
+        sweep.ended_by = app.exit_reason
+        if caught:
+            return 128 + caught[0].value
+        if host.error is not None and not isinstance(host.error, StartAbandoned):
+            return start_failed(host.error)
+        if host.error is None:
+            print(f"redline: {sweep.label}: {session_saved(host.config.out_dir)}", flush=True)
+        return app.return_code or EXIT_OK
     if host.error is not None:
         return start_failed(host.error)
     if caught:  # a signal before the app was up: the app stopped the load for it, exit as for a signal
@@ -142,8 +159,13 @@ class StartingHost:
     fails, `error` holds why and the snapshot says done (the app then quits by itself, and
     run_tui prints the one line)."""
 
-    def __init__(self, cfg: EngineConfig, args: argparse.Namespace, drawn: threading.Event | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, args: argparse.Namespace, drawn: threading.Event | None = None,
+                 target=None) -> None:
         self.config = cfg
+        # target(cfg, cancel) -> a context manager yielding the config to load (a sweep's server);
+        # None: running_target (the --url as given, or the built-in sim)
+        self._target_of = target
+        self.cancel = threading.Event()  # set by stop(): a target still starting gives up
         self._drawn = drawn  # set once the app's first frame is drawn: the engine process waits for it
         self.error: BaseException | None = None
         self._args = args
@@ -171,7 +193,10 @@ class StartingHost:
             if self.config.url == BUILTIN_SIM:  # the sim takes a while: the engine's process starts meanwhile
                 early = concurrent.futures.Future()
                 threading.Thread(target=self._launch, args=(early,), name="redline-launch", daemon=True).start()
-            cfg = self._target.enter_context(running_target(self.config, self._args))
+            if self._target_of is not None:
+                cfg = self._target.enter_context(self._target_of(self.config, self.cancel))
+            else:
+                cfg = self._target.enter_context(running_target(self.config, self._args))
             if early is None:
                 self._wait_drawn()
                 self._host = api.EngineProcess(cfg)
@@ -246,6 +271,7 @@ class StartingHost:
     def stop(self, reason: str = "quit") -> None:
         """Stop all load and complete the log (after the start has finished either way), then
         the built-in sim. Safe to call twice."""
+        self.cancel.set()
         self._thread.join(START_TIMEOUT_S)
         try:
             if self._host is not None and self.error is None:

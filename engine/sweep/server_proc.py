@@ -66,7 +66,8 @@ def port_free(port: int) -> bool:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
-    """The server's leader gets SIGKILL when redline dies (Linux)."""
+    """The server's leader gets SIGKILL when redline dies (Linux). Strictly, when the thread
+    that launched it ends: launch from the main thread, never from a passing one."""
     try:
         import ctypes
 
@@ -146,7 +147,7 @@ class ServerProcess:
                     return Started(True, time.perf_counter() - self.t_launch)
                 if time.perf_counter() >= deadline:
                     return Started(False, el, f"not ready within {timeout_s:g} s ({waiting})", self.tail())
-                on_wait(f"waiting for {url}: {waiting} ({el:.0f} s)")
+                on_wait(f"{el:.0f} s, {waiting}")
                 await asyncio.sleep(POLL_S)
 
     def stop(self) -> None:

@@ -62,15 +62,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for i, c in enumerate(configs, 1):
             print(f"  {i}. {c.label}: {c.describe()}" + (f"  ->  {c.url}" if c.command else ""))
         return EXIT_OK
-    if not args.headless:
-        raise UsageError("redline sweep: the live view of a sweep is not built yet; add --headless (each configuration's "
-                         "progress, step lines and the comparison are printed)")
+    if not args.headless and not _on_a_terminal():
+        raise UsageError("redline sweep: no terminal to draw on (stdin and stderr must be one); add --headless "
+                         "(each configuration's progress, step lines and the comparison are printed)")
     out = args.out if args.out is not None else Path("redline-sessions") / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: not empty; a sweep writes each configuration's session under it (give a new directory)")
     for c in configs:  # every configuration's checks, before any server starts
         _config(args, c, out / c.label, preset, None)
+    if not args.headless:
+        from ..sweep_view import run_sweep_tui
+
+        rc = run_sweep_tui(args, spec, configs, preset, out, lambda c, session, startup_s: _config(args, c, session, preset, startup_s))
+        return rc if rc or gate is None else _check_gate(gate, _load(out))
     return asyncio.run(_sweep(args, spec, configs, preset, out, gate))
+
+
+def _on_a_terminal() -> bool:
+    from ..run_app import on_a_terminal
+
+    return on_a_terminal()
+
+
+def _check_gate(gate, doc: dict) -> int:
+    lines, ok = api.check_sweep(gate, doc)
+    print()
+    print("\n".join(lines))
+    return EXIT_OK if ok else EXIT_GATE_FAILED
 
 
 def _gate(text: str | None):
@@ -142,11 +160,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         print(f"redline: sweep stopped; every finished configuration is in {out / 'sweep.json'}", file=sys.stderr)
         return outcome.status
     if gate is not None:
-        lines, ok = api.check_sweep(gate, doc)
-        print()
-        print("\n".join(lines))
-        if not ok:
-            return EXIT_GATE_FAILED
+        return _check_gate(gate, doc)
     return EXIT_OK
 
 
@@ -186,11 +200,7 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     if html is not None:
         print(f"\nwrote {html}")
     if gate is not None:
-        lines, ok = api.check_sweep(gate, doc)
-        print()
-        print("\n".join(lines))
-        if not ok:
-            return EXIT_GATE_FAILED
+        return _check_gate(gate, doc)
     return EXIT_OK
 
 

@@ -42,6 +42,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("steps_up", "PgUp  PgDn", "scroll the step table (the mouse wheel too)"),
     ("help", "?", "this help (Esc, ? or q closes it)"),
     ("quit_redline", "q  Ctrl-C", "stop all load, complete the session log, exit"),
+    ("next_config", "n  (sweep)", "end this configuration (saved), start the next"),
 )
 
 FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 characters)
