@@ -206,3 +206,29 @@ def test_n_then_q_or_ctrl_c_while_the_next_server_starts(tmp_path, how):
         assert code == 130 and _doc(tmp_path)["sweep"]["end_reason"] == "stopped by SIGINT"
     ps = os.popen("ps -ww -eo args").read()
     assert f"--seed {tag}" not in ps and f"sleep {wait}" not in ps, ps
+
+
+@pytest.mark.server
+def test_the_terminal_going_away_ends_the_sweep_and_its_server(tmp_path):
+    """The SSH link drops (SIGHUP) during the first configuration: its session is complete,
+    sweep.json says it stopped and why, the second never ran, and neither redline nor any sim
+    is left."""
+    tag = _tag(tmp_path)
+    t = _sweep_on_a_terminal(tmp_path, f"{SERVE} --seed {tag}", "mb=8|64")
+    try:
+        assert t.pump(lambda: "[PRESET]" in t.text, 60), t.text[-2000:]
+        os.close(t.fd)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and t.status is None:
+            t._reap()
+            time.sleep(0.05)
+        assert t.status == 129, t.status
+    finally:
+        t.fd = os.open(os.devnull, os.O_RDONLY)  # kill() closes it
+        t.kill()
+    doc = _doc(tmp_path)
+    first, second = doc["configurations"]
+    assert (first["status"], first["why"], second["status"]) == ("stopped", "SIGHUP", "not_run")
+    assert doc["sweep"]["end_reason"] == "stopped by SIGHUP"
+    assert json.loads((tmp_path / "out" / "mb8" / "meta.json").read_text())["end_reason"] == "signal SIGHUP"
+    assert _sims(tmp_path) == []

@@ -434,7 +434,8 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             # The terminal is gone: the log is complete and the load stopped; restoring a
             # terminal that no longer exists can block forever inside the driver.
             for callback in self.on_hard_exit:
-                callback()
+                with contextlib.suppress(Exception):  # nothing may keep redline from leaving
+                    callback()
             os._exit(128 + signal.SIGHUP)
         if self.hard_exit:
             self._watchdog = _exit_watchdog(EXIT_GRACE_S)

@@ -50,10 +50,10 @@ def run_sweep_tui(args: argparse.Namespace, spec, configs: list, preset, out: Pa
         cfg = make_config(c, out / c.label, None)
         cs.launch()  # here, on the main thread (ConfigServer.launch); the app's start thread waits for it
 
-        def on_hard_exit(cs=cs, i=i) -> None:  # SIGHUP: the app leaves with os._exit
+        def on_hard_exit(cs=cs, i=i) -> None:
+            """SIGHUP: the app leaves with os._exit once its host stopped (the server with it)."""
             sf.set(i, cs.stopped_entry("SIGHUP"))
             sf.end("stopped by SIGHUP")
-            _stop_server(cs)
 
         rc = run_tui(cfg, args, preset, target=_server_target(cs, status), sweep=status, on_hard_exit=on_hard_exit)
         with _signals_caught(caught):
@@ -140,6 +140,8 @@ def _server_target(cs, status: SweepStatus):
 
 
 def _stop_server(cs) -> None:
+    """From a thread without an event loop (the main one between apps, the app's host stopping
+    on a worker thread)."""
     asyncio.run(cs.stop())
 
 
