@@ -59,8 +59,8 @@ async def shoot(profile: str, size: tuple[int, int], script: list[tuple[float, t
 
 async def shoot_all(out_dir: Path, only: list[str]) -> None:
     if "80x24" in only:
-        # 80x24: the PP micro-batch cap story (C=8, then C=32 held; the server runs 8)
-        await shoot("pp-capped", (80, 24), [(20, ("right_square_bracket", "right_square_bracket")), (28, ())],
+        # 80x24: the PP micro-batch cap story (C=8, then C=32 typed and held; the server runs 8)
+        await shoot("pp-capped", (80, 24), [(20, ("c", "3", "2", "enter")), (28, ())],
                     out_dir / "screen-80x24.svg")
     if "160x44" in only:
         # wide: a healthy server ramped 8 → 16 → 32 → 64, a probe, back to 64
