@@ -197,3 +197,33 @@ def test_the_knee_needs_a_flattening_curve():
     assert knee(session_from_steps("rising", [s(8, 100.0), s(16, 190.0), s(32, 300.0)])) is None  # +58 %: still rising
     assert knee(session_from_steps("flat", [s(8, 100.0), s(16, 190.0), s(32, 195.0)])) == 16  # within 5 % of 195
     assert knee(session_from_steps("fell", [s(8, 100.0), s(16, 190.0), s(32, 150.0)])) == 16
+
+
+async def test_the_overlay_says_when_the_earlier_session_ran_another_workload(sessions):
+    """`--compare DIR` of a session that ran 16 in / 24 out under a live one running
+    1024 / 2048: the curve says in words that the two are not comparable at the same C (as
+    `redline report A B` does), above the plot; the same workload says nothing."""
+    from dataclasses import replace
+
+    from textual.app import App, ComposeResult
+
+    from redline.tui.widgets.curve import CurveView
+
+    class CurveApp(App):
+        def compose(self) -> ComposeResult:
+            yield CurveView(sessions[1])
+
+    def live(workload: dict) -> list[StepResult]:
+        return [replace(_step(c, 90.0 * c, 80.0, i), workload=workload) for i, c in enumerate((4, 8, 16))]
+
+    app = CurveApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = app.query_one(CurveView)
+        view.show(_snap(live({"dataset": "random", "input_len": 1024, "output_len": 2048})))
+        await pilot.pause()
+        lines = view.content.plain.split("\n")
+        assert lines[0].startswith("⚠ not comparable at the same C: different workloads (this session: 1024 in"), lines[:3]
+        assert "16 in / 24 out" in lines[1] and len(lines) <= 24 and max(map(len, lines)) <= 80
+        view.show(_snap(live({"dataset": "random", "input_len": 16, "output_len": 24})))
+        await pilot.pause()
+        assert "not comparable" not in view.content.plain

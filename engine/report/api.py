@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..session import SUMMARY, SessionError, check_session_dir
     from ..session.rows import dumps_doc
     from ..session.writer import write_text_atomic
-    from .comparable import same_workload, workload_line, workload_texts, workload_warning
+    from .comparable import same_workload, workload_line, workload_texts, workload_warning, workload_warning_first
     from .compare import (
         KINDS,
         Row,
@@ -62,7 +62,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "..rules.step_text": ("fmt_ms", "format_break_line", "format_step_line", "format_step_table"),
     "..session": ("SUMMARY", "SessionError", "check_session_dir"),
     ".export": ("export_session",),
-    ".comparable": ("same_workload", "workload_line", "workload_texts", "workload_warning"),
+    ".comparable": ("same_workload", "workload_line", "workload_texts", "workload_warning", "workload_warning_first"),
     ".session_text": ("load_summary", "report_session"),
     ".compare": (
         "KINDS", "Row", "SessionSummary", "align_by_load", "any_power", "axis_title", "joules_per_token", "knee_load",

@@ -147,9 +147,21 @@ def workload_warning(sessions: Sequence[SessionSummary], names: Sequence[str] | 
     if len(sessions) < 2 or same_workload(sessions):
         return None
     at = load_word(sessions) if at is None else at
+    return f"warning: these sessions ran different workloads ({_each(sessions, names)}): figures at the same {at} are not comparable"
+
+
+def workload_warning_first(sessions: Sequence[SessionSummary]) -> str | None:
+    """The same warning with its verdict first, for a place that may cut it (the TUI's curve
+    over `--compare`): `not comparable at the same C: different workloads (this session: 1024
+    in / 2048 out; b: 32 in / 128 out, chat)`."""
+    if len(sessions) < 2 or same_workload(sessions):
+        return None
+    return f"not comparable at the same {load_word(sessions)}: different workloads ({_each(sessions, None)})"
+
+
+def _each(sessions: Sequence[SessionSummary], names: Sequence[str] | None) -> str:
     names = [s.label for s in sessions] if names is None else list(names)
-    each = "; ".join(f"{n}: {t}" for n, t in zip(names, workload_texts(sessions)))
-    return f"warning: these sessions ran different workloads ({each}): figures at the same {at} are not comparable"
+    return "; ".join(f"{n}: {t}" for n, t in zip(names, workload_texts(sessions)))
 
 
 def workload_line(sessions: Sequence[SessionSummary], names: Sequence[str] | None = None) -> str:

@@ -8,11 +8,13 @@ comparison of a few numbers.
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ...engine.report.api import SessionSummary, session_from_steps
+from ...engine.report.api import SessionSummary, session_from_steps, workload_warning_first
 from ..cli.plots import render_curves
 
 LIVE_LABEL = "this session"
@@ -50,7 +52,7 @@ class CurveView(Static):
         if snap is None:
             return ()
         steps = tuple(
-            (s.index, s.concurrency, s.phase, s.output_throughput, s.p99_ttft_ms) for s in snap.steps
+            (s.index, s.concurrency, s.phase, s.output_throughput, s.p99_ttft_ms, repr(s.workload)) for s in snap.steps
         )
         b = snap.break_result
         brk = None if b is None else (b.reason, b.concurrency, b.last_good_concurrency)
@@ -85,8 +87,26 @@ class CurveView(Static):
         self.renders += 1
 
     def render_text(self, width: int, height: int) -> Text:
-        """The curve for the current snapshot at width x height, as rich Text."""
+        """The curve for the current snapshot at width x height, as rich Text; over it, when
+        the earlier session ran another workload than this one, the warning that says so
+        (engine/report/comparable.py, as `redline report A B` prints it), WARNING_LINES at most."""
         sessions = self._sessions()
         if not any(s.steps for s in sessions):
             return Text(WAITING, style="dim")
-        return Text.from_ansi(render_curves(sessions, width, height, color=True), no_wrap=True, overflow="crop")
+        warning = workload_warning_first(sessions) if sessions[0].steps and len(sessions) > 1 else None
+        lines = _wrapped(f"⚠ {warning}", width) if warning else []
+        out = Text("\n".join(lines) + "\n", style="bold yellow", no_wrap=True, overflow="crop") if lines else Text()
+        out.append_text(Text.from_ansi(render_curves(sessions, width, height - len(lines), color=True), no_wrap=True, overflow="crop"))
+        return out
+
+
+WARNING_LINES = 2  # the not-comparable warning's most lines over the curve
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """`text` in at most WARNING_LINES lines of `width`, the last ending in … when cut."""
+    lines = textwrap.wrap(text, max(width, 20))
+    if len(lines) > WARNING_LINES:
+        lines = lines[:WARNING_LINES]
+        lines[-1] = lines[-1][: max(width, 20) - 1] + "…"
+    return lines
