@@ -287,7 +287,11 @@ def test_report_gate_exit_codes_and_junit(tmp_path, capsys):
     assert rc == EXIT_GATE_FAILED == 4
     assert "FAIL  tok_s>=-5%" in out and "C=8 tok_s: baseline 800.0 tok/s, candidate 400.0 tok/s, change -50.0 %" in out
     assert err.strip().startswith("redline: gate failed: tok_s>=-5%") and "C=8" in err
-    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "1"
+    # the workload line the terminal printed above the results, where a CI page shows it
+    (ahead,) = [ln for ln in out.splitlines() if ln.startswith("workload: ")]
+    assert suite.find("properties/property[@name='workload']").get("value") == ahead == suite.find("system-out").text
     assert main_in_process(["report", str(c), str(b), "--no-plot", "--gate", "tok_s>=-5%"]) == 0
     assert main_in_process(["report", str(b), "--no-plot", "--gate", "tok_s@C=8>=500"]) == 0
     assert main_in_process(["report", str(c), "--no-plot", "--gate", "tok_s@C=8>=500"]) == 4

@@ -269,14 +269,19 @@ def gate_dict(outcomes: Sequence[Outcome], baseline: str | None = None) -> dict[
     return d
 
 
-def junit_xml(outcomes: Sequence[Outcome], suite: str = "redline gate") -> str:
-    """A JUnit XML report: one test case per condition, a failure naming what was measured."""
+def junit_xml(outcomes: Sequence[Outcome], suite: str = "redline gate", workload: str | None = None) -> str:
+    """A JUnit XML report: one test case per condition, a failure naming what was measured.
+    `workload`: the line a comparison prints above its results (the workload both ran, or the
+    warning that they differ), kept in the suite as a property and its system-out, where CI
+    pages show it."""
     import xml.etree.ElementTree as ET
 
     failures = sum(1 for o in outcomes if not o.passed)
     root = ET.Element("testsuites", name="redline", tests=str(len(outcomes)), failures=str(failures), errors="0")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(outcomes)), failures=str(failures),
                        errors="0", skipped="0", time="0")
+    if workload:
+        ET.SubElement(ET.SubElement(ts, "properties"), "property", name="workload", value=workload)
     for o in outcomes:
         tc = ET.SubElement(ts, "testcase", classname="redline.gate", name=o.condition.text, time="0")
         if not o.passed:
@@ -284,5 +289,7 @@ def junit_xml(outcomes: Sequence[Outcome], suite: str = "redline gate") -> str:
             f.text = "\n".join(o.lines())
         else:
             ET.SubElement(tc, "system-out").text = o.lines()[0]
+    if workload:
+        ET.SubElement(ts, "system-out").text = workload
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -327,7 +327,7 @@ def _report_gate_end(args: argparse.Namespace, gate: list) -> int:
     junit: Path | None = getattr(args, "junit", None)
     if junit is not None:
         try:
-            junit.write_text(junit_xml(outcomes, title), encoding="utf-8")
+            junit.write_text(junit_xml(outcomes, title, workload=ahead), encoding="utf-8")
         except OSError as exc:
             _err(f"--junit {junit}: cannot write: {exc.strerror or exc}")
             rc = EXIT_BAD_INPUT
