@@ -163,3 +163,29 @@ def test_a_signal_during_the_second_configuration(tmp_path, how):
         assert second["status"] == "stopped" and doc["sweep"]["end_reason"].startswith("stopped")
     else:
         assert rc == -signal.SIGKILL
+
+
+@pytest.mark.server
+def test_a_server_that_dies_mid_run_is_that_runs_break_and_the_sweep_goes_on(tmp_path):
+    """mb=8's server is killed once its run has begun: its entry is completed with the break
+    server_gone at the C it was holding; mb=64 then runs as usual (knee 64)."""
+    p = _sweep(tmp_path, "mb=8|64")
+    meta = tmp_path / "out" / "mb8" / "meta.json"
+    try:
+        assert wait_for(meta.exists, 60), p.stderr and p.stdout
+        time.sleep(1.0)  # the run is under way
+        (pid,) = [pid for pid in _sims(tmp_path) if "pp_max_micro_batch_size=8 " in _args(pid)]
+        os.kill(pid, signal.SIGKILL)
+        rc, out, err = finish(p, timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0, (out, err)
+    first, second = json.loads((tmp_path / "out" / "sweep.json").read_text())["configurations"]
+    assert first["status"] == "completed" and first["break_reason"] == "server_gone" and first["break_concurrency"] in (8, 64), first
+    assert second["status"] == "completed" and second["knee_concurrency"] == 64, second
+    assert _sims(tmp_path) == []
+
+
+def _args(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
