@@ -70,7 +70,9 @@ async def test_step_table_keeps_following_after_the_lane_key():
         # (the same snapshot again): it goes back to the live row by itself
         table.scroll_to(y=0, animate=False, immediate=True)
         await pilot.pause()
-        assert table.following and table.scroll_y < table.max_scroll_y
+        # still following (the app's own refresh, 4 a second, may already have taken it back
+        # during the pause on a slow machine: the short scroll is this test's set-up, not a claim)
+        assert table.following
         await play(pilot, host, lane[:1])
         assert table.scroll_y == table.max_scroll_y
         assert table_lines(app)[-1].split()[0] == "72*"
