@@ -168,7 +168,7 @@ def test_a_signal_during_the_second_configuration(tmp_path, how):
 @pytest.mark.server
 def test_a_server_that_dies_mid_run_is_that_runs_break_and_the_sweep_goes_on(tmp_path):
     """mb=8's server is killed once its run has begun: its entry is completed with the break
-    server_gone at the C it was holding; mb=64 then runs as usual (knee 64)."""
+    server_gone at the C it was holding; mb=64 then runs its preset as usual."""
     p = _sweep(tmp_path, "mb=8|64")
     meta = tmp_path / "out" / "mb8" / "meta.json"
     try:
@@ -183,7 +183,10 @@ def test_a_server_that_dies_mid_run_is_that_runs_break_and_the_sweep_goes_on(tmp
     assert rc == 0, (out, err)
     first, second = json.loads((tmp_path / "out" / "sweep.json").read_text())["configurations"]
     assert first["status"] == "completed" and first["break_reason"] == "server_gone" and first["break_concurrency"] in (8, 64), first
-    assert second["status"] == "completed" and second["knee_concurrency"] == 64, second
+    # the next one ran its preset through (its knee is the other tests' business: here it runs
+    # beside the first one's ending, on a machine that may be busy)
+    assert second["status"] == "completed" and second["break_reason"] != "server_gone" and second["max_output_throughput"] > 0, second
+    assert json.loads((tmp_path / "out" / "mb64" / "summary.json").read_text())["steps"], second
     assert _sims(tmp_path) == []
 
 
