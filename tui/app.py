@@ -245,7 +245,7 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             preset = "running" if snap.preset_running else "over"
         if self.screen_stack:
             with contextlib.suppress(NoMatches):
-                self.screen_stack[0].query_one("#sweep-line").update(self.sweep.text(preset))
+                self.screen_stack[0].query_one("#sweep-line").show(self.sweep.text(preset))
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or self._quitting or not self.screen_stack:

@@ -180,23 +180,32 @@ class OwnRequests:
                 self._stuck_e2e.append(now - t)
                 self.cancelled += 1
                 if self.slo is not None and self.slo.missed_wait(now - t):
-                    self._judge(None, None, None, None, False, 0)
+                    self._miss()
 
     def abandon_outstanding(self, now: float) -> None:
         """The run ended with own requests still out (a worker lost with them): each keeps
         what it had, its age now as a censored value for the rest."""
         for rec in self._own.values():
-            age = now - rec.t_start
-            cut = self._cut.get(rec.rid)
-            if rec.ttft is not None:
-                self._add_ttft(rec)
-            else:
-                self._stuck_ttft.append(age)
-            self._stuck_e2e.append(cut.age if cut is not None else age)
-            if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
-                self._judge(None, None, None, None, False, 0)
+            self._censor(rec, self._cut.get(rec.rid), now)
         self._own.clear()
         self.abandon_held(list(self._held_t), now)
+
+    def _censor(self, rec: RequestRecord, cut: WindowCut | None, now: float) -> None:
+        """An own request the run cut off (cancelled, or lost with a worker): its TTFT when it
+        had one, else its age now as a censored TTFT; its E2E censored at its age now (at the
+        close, when it outlived the step); an SLO miss when it was already past a bound."""
+        age = now - rec.t_start
+        if rec.ttft is not None:
+            self._add_ttft(rec)
+        else:
+            self._stuck_ttft.append(age)
+        self._stuck_e2e.append(cut.age if cut is not None else age)
+        if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
+            self._miss()
+
+    def _miss(self) -> None:
+        """One own request judged: it missed every bound (failed, or censored past one)."""
+        self._judge(None, None, None, None, False, 0)
 
     def _end_own(self, rec: RequestRecord, t_end: float) -> None:
         """One of its own requests ended: inside the window its whole record is the step's;
@@ -220,17 +229,10 @@ class OwnRequests:
             self.failed += 1
             self.errors[rec.error_kind] += 1
             if self.slo is not None and not (cut is not None and cut.judged):
-                self._judge(None, None, None, None, False, 0)  # a failed request misses every bound
+                self._miss()  # a failed request misses every bound
         elif rec.status == R.CANCELLED:
             self.cancelled += 1
-            age = t_end - rec.t_start
-            if rec.ttft is not None:
-                self._add_ttft(rec)
-            else:
-                self._stuck_ttft.append(age)
-            self._stuck_e2e.append(cut.age if cut is not None else age)
-            if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, t_end):
-                self._judge(None, None, None, None, False, 0)
+            self._censor(rec, cut, t_end)
         else:
             self.completed += 1
             if rec.usage_reported:

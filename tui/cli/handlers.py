@@ -22,8 +22,8 @@ from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, runn
 if TYPE_CHECKING:
     from ...engine.api import Preset
 
-from .headless import SIGNALS, _against, _warning_printer, run_headless, start_engine
-from .terminal import _check_html_target, _check_out_file, _check_png_target, _plot_size, _use_color
+from .headless import SIGNALS, _against, run_headless, start_engine
+from .terminal import _check_html_target, _check_out_file, _check_png_target, print_curves, write_html_page
 
 
 def _err(text: str) -> None:
@@ -48,13 +48,11 @@ async def _held(cfg, progress_s: float | None = None) -> int:
     bench_serving's layout (what finished, when a signal stopped it), then the step table."""
     import asyncio
 
-    from ...engine.api import Engine, execute, format_step_table
-    from .headless import print_run_summary
+    from ...engine.api import format_step_table
+    from .headless import headless_engine, print_run_summary
     from .progress import Progress
 
-    engine = Engine(cfg)
-    engine.dispatch = execute
-    engine.events.on_warning = _warning_printer()
+    engine = headless_engine(cfg)
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
     stopped: list[str] = []
@@ -227,14 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except api.SessionError as exc:
         raise UsageError(str(exc)) from None
     if html is not None:  # before any output too
-        from ...engine.report.api import HtmlUnavailable, collect, write_html
-
-        try:
-            write_html([collect(s.path, s) for s in sessions], html)
-        except HtmlUnavailable as exc:
-            raise UsageError(f"--html {html}: {exc}") from None
-        except OSError as exc:
-            raise UsageError(f"--html {html}: cannot write: {exc.strerror or exc}") from None
+        write_html_page(sessions, html)
     if png is not None:  # before any output too: an error is the only line printed
         from .plots import PngUnavailable, write_png
 
@@ -247,11 +238,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         print(text)
         if not args.no_plot:
-            from .plots import terminal_curves
-
-            w, h = _plot_size()
-            print()
-            print(terminal_curves(sessions, w, h, color=_use_color()))
+            print_curves(sessions)
         if png is not None:
             print(f"\nwrote {png}")
         if html is not None:

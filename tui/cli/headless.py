@@ -24,6 +24,17 @@ def _err(text: str) -> None:
     print(f"redline: error: {text}", file=sys.stderr)
 
 
+def headless_engine(cfg):
+    """The engine as a headless run drives it (a preset's or a held load): commands run in
+    this process, warnings printed as they come."""
+    from ...engine.api import Engine, execute
+
+    engine = Engine(cfg)
+    engine.dispatch = execute
+    engine.events.on_warning = _warning_printer()
+    return engine
+
+
 async def start_engine(engine, futures: list, caught: list) -> int | None:
     """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
     exit status when the target or the session refuses, else None. A signal (in `caught`)
@@ -57,12 +68,10 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
                        progress_s: float | None = None) -> int:
     import asyncio
 
-    from ...engine.api import Engine, execute, format_step_table, knee_from_summary, run_preset
+    from ...engine.api import format_step_table, knee_from_summary, run_preset
     from .progress import Progress
 
-    engine = Engine(cfg)
-    engine.dispatch = execute
-    engine.events.on_warning = _warning_printer()
+    engine = headless_engine(cfg)
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
     work: list[asyncio.Future] = []  # what a signal cancels: start-up, then the preset

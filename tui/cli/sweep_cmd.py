@@ -169,7 +169,7 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     ran side by side (the comparison, the overlaid curves, `--html` one page), `--gate` on it."""
     from ...engine.report import api as reports
     from .report import format_comparison
-    from .terminal import _check_html_target, _plot_size, _use_color
+    from .terminal import _check_html_target, print_curves, write_html_page
 
     doc = _load(out)
     gate = _gate(args.gate)
@@ -183,20 +183,13 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     except reports.SessionError as exc:
         raise UsageError(str(exc)) from None
     if html is not None and sessions:
-        try:
-            reports.write_html([reports.collect(sess.path, sess) for sess in sessions], html)
-        except reports.HtmlUnavailable as exc:
-            raise UsageError(f"--html {html}: {exc}") from None
+        write_html_page(sessions, html)
     print(api.format_sweep(doc))
     if sessions:
         print()
         print(format_comparison(sessions))
         if not args.no_plot:
-            from .plots import terminal_curves
-
-            w, h = _plot_size()
-            print()
-            print(terminal_curves(sessions, w, h, color=_use_color()))
+            print_curves(sessions)
     if html is not None:
         print(f"\nwrote {html}")
     if gate is not None:

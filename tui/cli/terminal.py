@@ -32,11 +32,28 @@ def _check_png_target(path: Path) -> None:
 
     if not png_available():
         raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"--png {path}: is a directory; expected a file name such as curves.png")
-    if not parent.is_dir():
-        raise UsageError(f"--png {path}: directory {parent} does not exist")
+    _check_out_file(path, "--png", "curves.png")
+
+
+def write_html_page(sessions: list, path: Path) -> None:
+    """--html: one page of the sessions; one line (UsageError) when it cannot be written."""
+    from ...engine.report.api import HtmlUnavailable, collect, write_html
+
+    try:
+        write_html([collect(s.path, s) for s in sessions], path)
+    except HtmlUnavailable as exc:
+        raise UsageError(f"--html {path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def print_curves(sessions: list) -> None:
+    """The sessions' overlaid curves in the terminal, sized and coloured for it."""
+    from .plots import terminal_curves
+
+    w, h = _plot_size()
+    print()
+    print(terminal_curves(sessions, w, h, color=_use_color()))
 
 
 def _use_color() -> bool:

@@ -11,5 +11,12 @@ from ..sweep_status import SweepStatus
 
 class SweepLine(Static):
     def __init__(self, status: SweepStatus, **kw) -> None:
-        super().__init__(status.text("waiting"), markup=False, **kw)
+        self._text = status.text("waiting")
+        super().__init__(self._text, markup=False, **kw)
         self.status = status
+
+    def show(self, text: str) -> None:
+        """Redrawn only when its words change (the app asks four times a second)."""
+        if text != self._text:
+            self._text = text
+            self.update(text)
