@@ -127,6 +127,14 @@ def test_a_capped_and_an_uncapped_server_and_a_bad_flag(tmp_path):
     assert report.returncode == 4, report.stdout  # the failed configuration fails the gate
     assert "PASS  best:mb64" in report.stdout and "FAIL  mbOops: failed_to_start" in report.stdout.replace("mboops", "mbOops")
     assert "knee C=8 (within 5 %" in report.stdout and "knee C=64 (within 5 %" in report.stdout
+    # --png draws the configurations' curves; --junit has nothing to write for a sweep: one line, exit 2
+    png = tmp_path / "curves.png"
+    drawn = subprocess.run([*redline_command(), "report", str(tmp_path / "out"), "--no-plot", "--png", str(png)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert drawn.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in drawn.stdout
+    junit = subprocess.run([*redline_command(), "report", str(tmp_path / "out"), "--gate", "knee>=8", "--junit", str(tmp_path / "j.xml")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert junit.returncode == 2 and junit.stdout == "" and junit.stderr.count("\n") == 1 and "--junit" in junit.stderr
 
 
 @pytest.mark.server

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ...engine.api import Preset
 
 from .headless import SIGNALS, _against, run_headless, start_engine
-from .terminal import _check_html_target, _check_out_file, _check_png_target, print_curves, write_html_page
+from .terminal import _check_html_target, _check_out_file, _check_png_target, print_curves, write_html_page, write_png_file
 
 
 def _err(text: str) -> None:
@@ -227,14 +227,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if html is not None:  # before any output too
         write_html_page(sessions, html)
     if png is not None:  # before any output too: an error is the only line printed
-        from .plots import PngUnavailable, write_png
-
-        try:
-            write_png(sessions, png)
-        except PngUnavailable as exc:
-            raise UsageError(str(exc)) from None
-        except OSError as exc:
-            raise UsageError(f"--png {png}: cannot write: {exc.strerror or exc}") from None
+        write_png_file(sessions, png)
     try:
         print(text)
         if not args.no_plot:

@@ -169,13 +169,18 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     ran side by side (the comparison, the overlaid curves, `--html` one page), `--gate` on it."""
     from ...engine.report import api as reports
     from .report import format_comparison
-    from .terminal import _check_html_target, print_curves, write_html_page
+    from .terminal import _check_html_target, _check_png_target, print_curves, write_html_page, write_png_file
 
     doc = _load(out)
     gate = _gate(args.gate)
-    html = getattr(args, "html", None)
+    if getattr(args, "junit", None) is not None:
+        raise UsageError(f"--junit {args.junit}: a sweep's gate has no JUnit report; its PASS/FAIL lines and exit "
+                         "status 4 say the verdict (or gate each configuration's session: redline report OUT/LABEL --gate ... --junit FILE)")
+    html, png = getattr(args, "html", None), getattr(args, "png", None)
     if html is not None:
         _check_html_target(html)
+    if png is not None:
+        _check_png_target(png)
     dirs = [Path(e["session_dir"]) for e in doc["configurations"]
             if isinstance(e, dict) and e.get("session_dir") and (Path(e["session_dir"]) / reports.SUMMARY).is_file()]
     try:
@@ -184,14 +189,17 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
         raise UsageError(str(exc)) from None
     if html is not None and sessions:
         write_html_page(sessions, html)
+    if png is not None and sessions:
+        write_png_file(sessions, png)
     print(api.format_sweep(doc))
     if sessions:
         print()
         print(format_comparison(sessions))
         if not args.no_plot:
             print_curves(sessions)
-    if html is not None:
-        print(f"\nwrote {html}")
+    for path in (png, html):
+        if path is not None and sessions:
+            print(f"\nwrote {path}")
     if gate is not None:
         return _check_gate(gate, doc)
     return EXIT_OK

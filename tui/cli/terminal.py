@@ -47,6 +47,18 @@ def write_html_page(sessions: list, path: Path) -> None:
         raise UsageError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
 
 
+def write_png_file(sessions: list, path: Path) -> None:
+    """--png: the saturation curves as a picture; one line (UsageError) when it cannot be written."""
+    from .plots import PngUnavailable, write_png
+
+    try:
+        write_png(sessions, path)
+    except PngUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--png {path}: cannot write: {exc.strerror or exc}") from None
+
+
 def print_curves(sessions: list) -> None:
     """The sessions' overlaid curves in the terminal, sized and coloured for it."""
     from .plots import terminal_curves
