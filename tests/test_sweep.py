@@ -45,6 +45,7 @@ def test_grids_expand_to_configurations_with_labels_and_free_ports():
 
 @pytest.mark.parametrize("kw,needle", [
     (dict(grids=["mb=8"], serve="srv --port {port} --tp {tp} --mb {mb}"), "{tp} is set by no --grid"),
+    (dict(grids=["mb=8", "tp=1"], serve="srv --port {port} --mb {mb}"), "{mb} is not set in the configuration 'tp=1'"),
     (dict(grids=["mb=8,tp=2"], serve="srv --port {port} --mb {mb}"), "tp= is set but --serve has no {tp}"),
     (dict(grids=["mb=8"], serve="srv --mb {mb}"), "no {port} in the command"),
     (dict(grids=["mb"], serve="srv --port {port} --mb {mb}"), "'mb' is not NAME=VALUE"),

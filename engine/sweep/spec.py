@@ -100,9 +100,13 @@ class SweepSpec:
             if n == "port":
                 continue
             missing = [s for s in sets if n not in s]
-            if missing:
+            if len(missing) == len(sets):
                 raise SweepError(f"--serve: {{{n}}} is set by no --grid (grids set: {', '.join(sorted(given)) or 'none'}); "
                                  f"add {n}=VALUE to each --grid")
+            if missing:  # some configurations set it, this one not
+                one = ",".join(f"{k}={v}" for k, v in missing[0].items())
+                raise SweepError(f"--serve: {{{n}}} is not set in the configuration {one!r} (each --grid is one "
+                                 f"configuration: add {n}=VALUE to it)")
         unused = sorted(given - set(names))
         if unused:
             raise SweepError(f"--grid: {unused[0]}= is set but --serve has no {{{unused[0]}}} "
