@@ -377,13 +377,19 @@ def _count_offered(monkeypatch) -> dict:
     return n
 
 
-def test_a_headless_run_whose_log_write_fails_exits_5_with_the_exact_count(healthy_sim, tmp_path, monkeypatch, capsys):
-    """End to end: a preset run in which the disk cuts a requests.ndjson write short (ENOSPC
-    half-way through its second row) ends "session saved, N rows lost: REASON", exit 5, N
-    exactly the rows redline produced that are not on disk."""
+@pytest.mark.parametrize("how", ["run", "held"])
+def test_a_headless_run_whose_log_write_fails_exits_5_with_the_exact_count(healthy_sim, tmp_path, monkeypatch, capsys, how):
+    """End to end: a run (`redline run PRESET --headless`; `redline --headless --num-requests`)
+    in which the disk cuts a requests.ndjson write short (ENOSPC half-way through its second
+    row) ends "session saved, N rows lost: REASON", exit 5, N exactly the rows redline
+    produced that are not on disk."""
     monkeypatch.setenv("CI", "true")
-    preset = write_preset(tmp_path, "short", concurrency=[3], input_len=8, output_len=4, hold_s=2.5, exact=True)
     out = tmp_path / "s"
+    if how == "run":
+        preset = write_preset(tmp_path, "short", concurrency=[3], input_len=8, output_len=4, hold_s=2.5, exact=True)
+        argv = ["run", str(preset), "--headless"]
+    else:
+        argv = ["--headless", "-c", "3", "--num-requests", "60", "--input-len", "8", "--output-len", "4"]
     offered = _count_offered(monkeypatch)
 
     def cut_first_big_write(real, fd, data, seen=[]):  # noqa: B006 - the policy's own state
@@ -396,7 +402,7 @@ def test_a_headless_run_whose_log_write_fails_exits_5_with_the_exact_count(healt
         return real(fd, data)
 
     fault_writes(monkeypatch, "requests.ndjson", cut_first_big_write)
-    rc = main_in_process(["run", str(preset), "--headless", "--url", healthy_sim.url, "--out", str(out), "--no-nvml"])
+    rc = main_in_process([*argv, "--url", healthy_sim.url, "--out", str(out), "--no-nvml"])
     monkeypatch.undo()
     err = capsys.readouterr().err
     on_disk = sum(read_table(out, t).height for t in ("requests", "timeline", "events"))

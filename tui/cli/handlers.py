@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 
 from ...engine import api
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, UsageError
-from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended, engine_loss, running_target, session_saved
+from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended_status, engine_loss, running_target, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
@@ -110,7 +110,7 @@ async def _held(cfg, progress_s: float | None = None) -> int:
         print()
         print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result))
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
-    return ended(engine_loss(engine), EXIT_OK)
+    return ended_status(engine_loss(engine), EXIT_OK)
 
 
 def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...engine import api
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from .launch import ended, engine_loss, session_saved
+from .launch import ended_status, engine_loss, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
@@ -156,7 +156,7 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
             print(table)
     print(f"\nsession: {cfg.out_dir}")
     rc = run_gate_end(cfg, out, gate, junit) if gate is not None else EXIT_OK
-    return ended(engine_loss(engine), rc)
+    return ended_status(engine_loss(engine), rc)
 
 
 def run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:

@@ -48,7 +48,7 @@ def engine_loss(engine) -> str | None:
     return session_loss(s.error, s.lost_rows) if s is not None else None
 
 
-def ended(loss: str | None, rc: int) -> int:
+def ended_status(loss: str | None, rc: int) -> int:
     """The exit status of a run that ended by itself with status `rc`: EXIT_ROWS_LOST when the
     log lost rows and nothing weightier (a failed gate, a signal) is to be said; the loss
     line printed on stderr either way."""
