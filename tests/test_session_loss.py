@@ -162,6 +162,28 @@ def test_the_first_error_is_kept_and_every_loss_counted(tmp_path, monkeypatch):
     assert w.lost_rows == 4
 
 
+def test_the_reason_given_is_the_error_that_lost_rows(tmp_path, monkeypatch):
+    """Seen on a full tmpfs: summary.json was refused first (no row lost), then the tables:
+    the line said "128 rows lost: cannot write .../summary.json"; it names the table."""
+    d = tmp_path / "s"
+    w = SessionWriter(d, {}, fsync=False)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, ENOSPC)
+
+    monkeypatch.setattr(durable, "write_all", full)
+    w.write_summary({"steps": []})
+    assert w.loss == f"0 rows lost: cannot write {d / 'summary.json'}: {ENOSPC}"
+    fault_writes(monkeypatch, "requests.ndjson", lambda real, fd, data: full())
+    w.add_request(_row(1))
+    w.flush()
+    assert w.loss == f"1 rows lost: cannot write {d / 'requests.ndjson'}: {ENOSPC}"
+    fault_writes(monkeypatch, "events.ndjson", lambda real, fd, data: full())
+    w.add_event("notice", "x")
+    w.flush()
+    assert w.loss == f"2 rows lost: cannot write {d / 'requests.ndjson'}: {ENOSPC}"  # the first stays
+
+
 def test_an_fsync_error_is_kept_and_counts_the_rows_it_did_not_confirm(tmp_path, monkeypatch):
     """fsync errors were swallowed and the run ended "session saved": the rows written since
     that file's last good fsync are lost (the disk did not confirm them), said as the write error."""

@@ -7,10 +7,10 @@ flush() hands whole lines to the OS with one write() per table, so a SIGKILL of 
 loses nothing already flushed; fsync (durability against a host crash) runs on a
 background thread so a slow disk never stalls the caller's event loop.
 
-Loss is never silent: a write or fsync error is kept (`error`, the first one) and the rows it
-cost are counted exactly (`lost_rows`: a write cut short loses only the rows it did not get
-out whole); the run ends "session saved, N rows lost: REASON" (`loss`), and meta.json records
-both at the close. Files written whole go through durable.py (docs/session-format.md, "When a
+Loss is never silent: a write or fsync error is kept (`error`, the first that lost rows) and
+the rows it cost are counted exactly (`lost_rows`: a write cut short loses only the rows it did
+not get out whole); the run ends "session saved, N rows lost: REASON" (`loss`), and meta.json
+records both at the close. Files written whole go through durable.py (docs/session-format.md, "When a
 write fails").
 """
 
@@ -82,7 +82,10 @@ class SessionWriter:
         self._scrub = Scrubber(secrets)
         self._fsync = fsync
         self.max_buffer = max(1, int(max_buffer))
-        self.error: str | None = None  # first write or fsync error, one line; None while all is well
+        # the first write or fsync error that lost rows (else the first at all), one line;
+        # None while all is well
+        self.error: str | None = None
+        self._error_lost_rows = False
         # rows not known to be on disk: a write that failed (disk full, ...; a line it cut
         # short included), an fsync that failed (the rows written since that file's last
         # good fsync), a row that came after close
@@ -351,13 +354,18 @@ class SessionWriter:
             self._fsync_wanted.set()
 
     def _lose(self, n: int, reason: str) -> None:
+        """`n` rows lost for `reason`. The error kept is the first one that lost rows (a
+        summary.json the full disk refused first is not why rows are missing), else the first."""
         with self._lock:
             self.lost_rows += n
-            self._note_error(reason)
+            if n and not self._error_lost_rows:
+                self.error, self._error_lost_rows = reason, True
+            else:
+                self._note_error(reason)
 
     @property
     def loss(self) -> str | None:
-        """"N rows lost: REASON" once a write or fsync failed (REASON: the first error), else None."""
+        """"N rows lost: REASON" once a write or fsync failed (REASON: `error`), else None."""
         if self.error is None:
             return None
         return loss_line(self.lost_rows, self.error)
