@@ -73,16 +73,6 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _write_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        write_all(fd, data)
-        if fsync:
-            fsync_fd(fd)
-    finally:
-        os.close(fd)
-
-
 def _create_in_place(path: Path, data: bytes, *, fsync: bool) -> None:
     """O_EXCL (FileExistsError when taken), written, fsynced; removed again when the write fails."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -110,7 +100,7 @@ def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     path = Path(path)
     tmp = _tmp_name(path)
     try:
-        _write_file(tmp, text.encode("utf-8"), fsync=fsync)
+        _create_in_place(tmp, text.encode("utf-8"), fsync=fsync)
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)
@@ -130,7 +120,7 @@ def create_exclusive(path: Path, text: str, *, fsync: bool = True) -> None:
     data = text.encode("utf-8")
     tmp = _tmp_name(path)
     try:
-        _write_file(tmp, data, fsync=fsync)
+        _create_in_place(tmp, data, fsync=fsync)
         try:
             os.link(tmp, path)
         except OSError as e:
