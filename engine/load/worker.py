@@ -10,7 +10,8 @@ every FLUSH_S, or at once when the coordinator asks (a step closing):
 - inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
   that closes them (the values themselves: merged percentiles equal one process's),
 - the chunks' lags behind the server's send stamps (the sim's), as a histogram delta,
-- one summary per ended request (its figures and outcome; never its chunk timestamps).
+- one summary per ended request (its figures and outcome; never its chunk timestamps; a
+  failed one's gaps and tokens in their buckets, to leave the windows that counted them).
 
 Times are perf_counter seconds: CLOCK_MONOTONIC, shared by every process on the host, so the
 coordinator compares them with its own without any offset.
@@ -80,6 +81,21 @@ def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]
         slot[0].extend(itls)
         slot[1].append(raw)
     return sorted(out.items())
+
+
+def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
+    """A failed request's tokens as they travel: (10 ms bucket of their arrival, tokens), the
+    buckets its tokens were counted in (`_TargetListener.on_tokens`)."""
+    out: dict[int, int] = {}
+    for t, n in credits:
+        b = int(t / BUCKET_S)
+        out[b] = out.get(b, 0) + n
+    return sorted(out.items())
+
+
+def unbucket_tokens(buckets) -> list[tuple[float, int]]:
+    """The coordinator's side: (arrival, tokens) at each bucket's middle, where it counted them."""
+    return [((b + 0.5) * BUCKET_S, n) for b, n in buckets]
 
 
 def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
@@ -168,11 +184,12 @@ class _TargetListener:
         b.harvest(rec)
         b.in_flight.pop(rec.rid, None)
         b.cursor.pop(rec.rid, None)
+        failed = rec.status == R.FAILED
         b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            rec.figures(), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
-            rec.cached_tokens,
+            rec.figures(), bucket_gaps(rec.gaps_from(1)) if failed else None,
+            rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None,
         ))
 
 

@@ -87,6 +87,7 @@ class Ended(NamedTuple):
     figures: RequestFigures
     failed_gaps: list | None  # a failed request's gaps, bucketed: they leave the windows
     cached_tokens: int | None
+    failed_tokens: list | None = None  # ... and its tokens, [(10 ms bucket, tokens)]: no throughput
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,8 @@ class Report:
             held=[(dropped, t + d) for dropped, t in self.held],
             abandoned=[t + d for t in self.abandoned],
             ends=[x._replace(t_send=x.t_send + d, t_first=_opt(x.t_first, d), t_first_answer=_opt(x.t_first_answer, d),
-                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps])
+                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps],
+                             failed_tokens=None if x.failed_tokens is None else [(b + db, n) for b, n in x.failed_tokens])
                   for x in self.ends],
         )
 

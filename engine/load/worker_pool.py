@@ -32,7 +32,7 @@ from ..loop import read_pipe, wait_within
 from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
 from .controller import TRACE, LoadControl
-from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
+from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, unbucket_tokens, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
@@ -411,6 +411,9 @@ class WorkerPool(LoadControl):
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
+            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's recorder takes them out)
+                rec.remote_credits = unbucket_tokens(x.failed_tokens)
+                st.tokens -= sum(n for _, n in x.failed_tokens)
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
         st.delayed, st.dropped = msg.delayed, msg.dropped

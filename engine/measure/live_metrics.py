@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -44,6 +45,32 @@ class RateWindow:
             self._idx, self._val = idx, 0.0
         self._val += v
         self.total += v
+
+    def remove_many(self, items: list[tuple[float, float]]) -> None:
+        """Take back values added before, (time, value) each (a failed request's tokens): from
+        their buckets while those are still held (never below zero), from `total` always.
+        Buckets may come out of time order (workers' reports interleave): one pass over them."""
+        by_idx: dict[int, float] = {}
+        for t, v in items:
+            self.total -= v
+            idx = int(t / BUCKET_S)
+            by_idx[idx] = by_idx.get(idx, 0.0) + v
+        left = by_idx.pop(self._idx, 0.0)
+        if left:
+            take = min(left, self._val)
+            self._val -= take
+            if left > take:
+                by_idx[self._idx] = left - take
+        if not by_idx:
+            return
+        b = self._buckets
+        for i in range(len(b) - 1, -1, -1):
+            j, val = b[i]
+            want = by_idx.get(j)
+            if want:
+                take = min(want, val)
+                b[i] = (j, val - take)
+                by_idx[j] = want - take
 
     def rate(self, now: float) -> float:
         """Per-second rate over the buckets newer than now - window_s."""
@@ -117,18 +144,34 @@ class LiveMetrics:
         self.failed = 0
         self.cancelled = 0
         self.errors_by_kind: Counter[str] = Counter()
-        self.output_tokens_total = 0
+        self.output_tokens_total = 0  # of requests that have not failed (as they arrived)
+        self.failed_output_tokens_total = 0  # ... of requests that failed since
         self.input_tokens_total = 0
         self.lag = LogHistogram()  # receive time - server's send stamp (sim only)
         self.percentiles = LiveStats()  # recomputed once a second
-        # per-second exact counts for the timeline (reset by take_second)
+        # per-second exact counts for the timeline (reset by take_second, at `_sec_t0`)
         self._sec = Counter()
+        self._sec_t0 = -math.inf
 
     # -- feeding ---------------------------------------------------------------------
     def on_tokens(self, t: float, n: int) -> None:
         self.out_tokens.add(t, n)
         self.output_tokens_total += n
         self._sec["out"] += n
+
+    def unmeasure_tokens(self, credits: list[tuple[float, int]]) -> None:
+        """A request failed: its tokens (RequestRecord.credits) leave the live output tok/s
+        (the buckets still in its window), the totals, and the timeline's second still open."""
+        if not credits:
+            return
+        self.out_tokens.remove_many(credits)
+        n = sum(k for _, k in credits)
+        self.output_tokens_total -= n
+        self.failed_output_tokens_total += n
+        now_n = sum(k for t, k in credits if t >= self._sec_t0)
+        if now_n:
+            self._sec["out"] = max(0, self._sec["out"] - now_n)
+            self._sec["failed_out"] += now_n
 
     def on_lag(self, lag: float) -> None:
         self.lag.add(lag if lag > 0 else 0.0)
@@ -180,7 +223,7 @@ class LiveMetrics:
         self._sec["in"] += rec.input_tokens
         if self.slo is not None:
             self.ended_tokens.add(t, rec.output_tokens)
-            if self.slo.met(rec):
+            if rec.slo_met:  # its one verdict (engine/measure/step_book.py on_end, before this)
                 self.good_requests.add(t, 1)
                 self.good_tokens.add(t, rec.output_tokens)
                 self._sec["good"] += 1
@@ -225,7 +268,9 @@ class LiveMetrics:
             setattr(stats, name, _window_percentiles(w))
         return stats
 
-    def take_second(self) -> Counter:
-        """Exact counts since the last call (one timeline row)."""
+    def take_second(self, now: float | None = None) -> Counter:
+        """Exact counts since the last call (one timeline row), taken at `now`."""
         sec, self._sec = self._sec, Counter()
+        if now is not None:
+            self._sec_t0 = now
         return sec

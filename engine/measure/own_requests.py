@@ -40,6 +40,15 @@ class WindowCut:
     itl_p99: float | None  # its own p99 inter-token latency by the close (with an ITL SLO only)
     tokens: int  # output tokens by the close
     judged: bool = False  # its SLO verdict is in (answered by the close)
+    good: bool = False  # ... and it met every bound (a failure after the close takes it back)
+
+
+def whole_verdict(judge: StepJudge, slo: Slo, rec: RequestRecord) -> bool | None:
+    """One completed request judged on its whole record (it ended inside its step's window,
+    or no step judged it on a window): the verdict that attainment and goodput both read."""
+    f = rec.figures().itl_p99 if slo.itl_ms is not None else None
+    # one token: no TPOT, no gap to miss
+    return judge.request(slo, rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False)
 
 
 def window_cut(rec: RequestRecord, t: float, with_itl: bool) -> WindowCut:
@@ -102,6 +111,9 @@ class OwnRequests:
         self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
         self._cut_e2e: list[float] = []  # own requests that ended after the close: their age at it (a bound)
         self._cut: dict[int, WindowCut] = {}  # own requests out at the close: their window figures
+        # --workers: the window figures each worker took of its requests out at the close
+        # (their chunk times stay in the worker), by request id, read by the cut
+        self.remote_cuts: dict[int, WindowCut] = {}
         self._warm: dict[int, RequestRecord] | None = {} if phase != PROBE else None  # warm-up sends (stand-ins) while none of its own went
         self.warmup_stand_in = False  # the warm-up sends stood in for own requests (none was sent)
 
@@ -116,16 +128,41 @@ class OwnRequests:
         if self.sent == 0 and self._warm:
             self._stand_in(t)
         self._warm = None
-        with_itl = self.slo is not None and self.slo.itl_ms is not None
-        for rid, rec in self._own.items():
-            if rid in self._cut:
-                continue
-            c = self._cut[rid] = window_cut(rec, t, with_itl)
-            if c.tpot is not None:
-                self.tpot.add(c.tpot)
-            if self.slo is not None and rec.t_first is not None and rec.t_first <= t:
-                self._judge(rec.ttft, c.tpot, c.itl_p99, c.age, True, c.tokens)
-                c.judged = True
+        for rec in self._own.values():
+            if rec.rid not in self._cut:
+                self._cut_one(rec, t)
+
+    def _cut_one(self, rec: RequestRecord, t: float) -> WindowCut:
+        """`rec`'s figures inside the window that closed at `t`, counted once: its TPOT, and
+        its SLO verdict when it answered by then (a worker's request: the figures its worker
+        took at the close, `remote_cuts`)."""
+        c = self.remote_cuts.pop(rec.rid, None)
+        if c is None:
+            c = window_cut(rec, t, self.slo is not None and self.slo.itl_ms is not None)
+        else:
+            c.age = t - rec.t_start  # the coordinator's clock places its start
+        self._cut[rec.rid] = c
+        if c.tpot is not None:
+            self.tpot.add(c.tpot)
+        if self.slo is not None and rec.t_first is not None and rec.t_first <= t:
+            ok = self._judge(rec.ttft, c.tpot, c.itl_p99, c.age, True, c.tokens)
+            if ok is not None:
+                c.judged, c.good = True, ok
+                rec.slo_met = ok
+        return c
+
+    def _uncut(self, c: WindowCut) -> None:
+        """Take a WindowCut's share back out: the request was out at the close by when its
+        end was delivered, but its end is stamped inside the window (the loop or a worker's
+        report caught up): its whole record is the window's, counted once."""
+        if c.tpot is not None:
+            self.tpot.remove_many((c.tpot,))
+        if c.judged:
+            self.judged -= 1
+            self.judged_tokens -= c.tokens
+            if c.good:
+                self.good -= 1
+                self.good_tokens -= c.tokens
 
     def _stand_in(self, t: float) -> None:
         """The warm-up sends become own requests (see the module docstring)."""
@@ -141,13 +178,18 @@ class OwnRequests:
             if rec.t_end is not None and rec.t_end <= t and rec.status in (R.OK, R.FAILED, R.CANCELLED):
                 self._end_own(rec, rec.t_end)
 
-    def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> None:
+    def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> bool | None:
+        """One own request's verdict (the engine's judge), counted in attainment; None: the
+        window shows nothing to judge it by (it counts in no attainment)."""
         assert self.slo is not None
         if self.judge is None:
-            return
+            return None
         ok = self.judge.request(self.slo, ttft, tpot, itl_p99, e2e, bound)
-        if ok is None:
-            return  # nothing inside the window to judge it by
+        if ok is not None:  # None: nothing inside the window to judge it by
+            self._count(ok, tokens)
+        return ok
+
+    def _count(self, ok: bool, tokens: int) -> None:
         self.judged += 1
         self.judged_tokens += tokens
         if ok:
@@ -180,7 +222,7 @@ class OwnRequests:
                 self._stuck_e2e.append(now - t)
                 self.cancelled += 1
                 if self.slo is not None and self.slo.missed_wait(now - t):
-                    self._miss()
+                    self._miss(None)
 
     def abandon_outstanding(self, now: float) -> None:
         """The run ended with own requests still out (a worker lost with them): each keeps
@@ -201,11 +243,30 @@ class OwnRequests:
             self._stuck_ttft.append(age)
         self._stuck_e2e.append(cut.age if cut is not None else age)
         if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
-            self._miss()
+            self._miss(rec)
 
-    def _miss(self) -> None:
-        """One own request judged: it missed every bound (failed, or censored past one)."""
-        self._judge(None, None, None, None, False, 0)
+    def _miss(self, rec: RequestRecord | None) -> None:
+        """One own request judged: it missed every bound (failed, or censored past one),
+        whatever bounds are set: a miss needs no figure (a TPOT-only SLO misses a failure too)."""
+        if self.judge is None:
+            return
+        self.judged += 1
+        if rec is not None:
+            rec.slo_met = False
+
+    def _fail_verdict(self, rec: RequestRecord, cut: WindowCut | None) -> None:
+        """A failed own request misses every bound. One judged good at the close (on what it
+        did inside the window) failed after it: it is a miss now, its tokens no throughput."""
+        if cut is not None and cut.judged:
+            self.judged_tokens -= cut.tokens
+            if cut.good:
+                self.good -= 1
+                self.good_tokens -= cut.tokens
+                cut.good = False
+            cut.tokens = 0
+            rec.slo_met = False
+        else:
+            self._miss(rec)
 
     def _end_own(self, rec: RequestRecord, t_end: float) -> None:
         """One of its own requests ended: inside the window its whole record is the step's;
@@ -214,11 +275,14 @@ class OwnRequests:
         if self._reported:
             self.ended_after_close += 1
         after = self.t_end is not None and t_end > self.t_end
-        cut = None
-        if after:
-            cut = self._cut.get(rec.rid)
-            if cut is None:  # sent after the close (an open loop's held send): nothing in the window
-                cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
+        cut = self._cut.get(rec.rid)
+        if cut is not None and not after:  # out at the close as delivered, ended inside it as stamped
+            self._uncut(cut)
+            del self._cut[rec.rid]
+            rec.slo_met = None
+            cut = None
+        if after and cut is None:  # sent after the close (an open loop's held send): nothing in the window
+            cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
         if cut is not None:  # its row says what its step counted of it
             rec.step_e2e, rec.step_tpot = cut.age, cut.tpot
         if rec.cached_tokens is not None and rec.input_tokens > 0:
@@ -228,8 +292,8 @@ class OwnRequests:
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
-            if self.slo is not None and not (cut is not None and cut.judged):
-                self._miss()  # a failed request misses every bound
+            if self.slo is not None:
+                self._fail_verdict(rec, cut)  # a failed request misses every bound
         elif rec.status == R.CANCELLED:
             self.cancelled += 1
             self._censor(rec, cut, t_end)
@@ -243,14 +307,15 @@ class OwnRequests:
                     self.e2e.add(rec.e2e)
                 if rec.tpot is not None:
                     self.tpot.add(rec.tpot)
-                if self.slo is not None:
-                    f = rec.figures().itl_p99 if self.slo.itl_ms is not None else None
-                    # its whole record is the window's (one token: no TPOT, no gap to miss)
-                    self._judge(rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False, rec.output_tokens)
+                if self.slo is not None and self.judge is not None:  # its whole record is the window's
+                    ok = whole_verdict(self.judge, self.slo, rec)
+                    if ok is not None:
+                        self._count(ok, rec.output_tokens)
+                    rec.slo_met = ok
             else:
                 self._cut_e2e.append(cut.age)  # its E2E is a bound: it ended under the next load
                 if self.slo is not None and not cut.judged:
-                    self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
+                    rec.slo_met = self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
 
     def _add_ttft(self, rec: RequestRecord) -> None:
         if rec.ttft is None:

@@ -197,7 +197,7 @@ class Ticker:
         row = timeline_row(
             t_wall=e.clock.wall(now),
             interval_s=now - last,
-            sec=e.metrics.take_second(),
+            sec=e.metrics.take_second(now),
             stats=e.metrics.percentiles,
             state=e.state,
             target_c=ctl.target if ctl else 0,

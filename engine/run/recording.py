@@ -6,7 +6,8 @@ event here; worker processes' reports are replayed into the same TargetStats (en
 From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
 Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
 
-- A failed request leaves every latency figure (its first token and its gaps are taken back);
+- A failed request leaves every latency figure (its first token and its gaps are taken back)
+  and the output tok/s (its tokens, counted as they arrived, move to failed_output_tok_s);
   a cancelled one (the client's abort, the run's end) keeps what the server served it.
 - Start-up's own requests (phase "calibration") are counted, never measured.
 - The probe lane's requests have their own live window and rows, never the load's figures.
@@ -71,8 +72,12 @@ class Recorder:
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
+            # ... and its tokens are no throughput: they move to failed_output_tok_s
+            credits = rec.credits()
+            self.metrics.unmeasure_tokens(credits)
+            self.book.remove_tokens(credits)
+        self.book.on_end(rec)  # first: the request's one SLO verdict (rec.slo_met), which the live goodput reads
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
-        self.book.on_end(rec)
         if self.totals is not None:
             self.totals.on_end(rec)
         if rec.phase != "calibration":
