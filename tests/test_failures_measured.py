@@ -250,3 +250,66 @@ def test_a_failed_requests_credits_are_what_was_counted():
     assert r.credits() == [(1.0, 2), (2.0, 3), (2.5, 4)]
     r.output_tokens = 5
     assert r.credits() == [(1.0, 2), (2.0, 3)]
+
+
+# -- case 15: a bound stops when its request stops ------------------------------------------
+
+def _queued_step(book: StepBook, n: int = 4) -> tuple[list[RequestRecord], object]:
+    """A step open from 100 s whose own requests (sent at 100.5) are all still queued when it
+    closes at 175.5: each waited 75 s."""
+    acc = book.open_step(32, "measure", 100.0)
+    recs = [_rec(i, acc.index, 100.5) for i in range(n)]
+    for r in recs:
+        book.on_send(r)
+    closing = book.close_step(acc, 175.5)
+    book.record(closing)
+    return recs, closing
+
+
+@pytest.mark.parametrize("how", ["cancelled in the probe", "the run ended"])
+def test_a_censored_bound_is_the_age_at_the_close_not_at_the_cancel(how):
+    """pp-capped until-it-breaks: the step line said TTFT >=75.0 s, while summary.json, the
+    report, HTML and gate said >=198501 ms (the requests were cancelled after the probe, at
+    298.5 s: their bound kept counting through it) and E2E p50 >=75042, below its TTFT."""
+    book = _book(Slo(ttft_ms=10000))
+    recs, closing = _queued_step(book)
+    assert closing.median_ttft_ms == pytest.approx(75000.0) and closing.median_ttft_ms_bound
+    if how == "the run ended":
+        book.finalize_all(298.5)
+    else:
+        for r in recs:
+            _end(book, r, 298.5, R.CANCELLED)
+    final = book.steps[-1]
+    assert final.final and final.cancelled == (4 if how.startswith('cancelled') else 0)  # lost: censored, not cancelled
+    for name in ("median_ttft_ms", "p99_ttft_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms"):
+        assert getattr(final, name) == pytest.approx(75000.0), name
+        assert final.bound(name), name
+    assert (final.median_ttft_ms, final.p99_ttft_ms) == (closing.median_ttft_ms, closing.p99_ttft_ms)
+    assert final.slo_attainment == 0.0  # past the 10 s TTFT bound: misses
+
+
+def test_ttft_is_never_above_e2e_when_the_first_token_comes_after_the_close():
+    """Queued through its step (closed at 175.5 s, 75 s after the send), it answers at 200.5 s
+    and ends at 220.5 s: its TTFT is the step's, 100 s; its E2E is a bound, at least its age at
+    the close, and never below its own TTFT."""
+    book = _book()
+    recs, _ = _queued_step(book, 1)
+    (r,) = recs
+    _stream(book, r, 200.5, 0.1, 200)
+    _end(book, r, 220.5)
+    final = book.steps[-1]
+    assert final.median_ttft_ms == pytest.approx(100000.0) and not final.median_ttft_ms_bound
+    assert final.median_e2e_latency_ms >= final.median_ttft_ms and final.median_e2e_latency_ms_bound
+    assert r.step_e2e == pytest.approx(100.0)
+
+
+def test_a_held_send_given_up_after_the_close_is_censored_at_the_close():
+    """An open loop's send held at the cap, due at 101 s, never sent; the step closed at 175.5
+    and the loop gave it up at 298.5: its bound is its wait at the close, 74.5 s."""
+    book = _book()
+    acc = book.open_step(32, "measure", 100.0)
+    book.on_held(101.0)
+    book.record(book.close_step(acc, 175.5))
+    book.abandon_held([101.0], 298.5)
+    final = book.steps[-1]
+    assert final.final and final.median_ttft_ms == pytest.approx(74500.0) and final.median_ttft_ms_bound

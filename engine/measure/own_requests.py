@@ -214,14 +214,15 @@ class OwnRequests:
     def abandon_held(self, times: Sequence[float], now: float) -> None:
         """Held sends that will never go (the open loop was left or paused): censored at
         their age now, as requests the run aborted."""
+        at = now if self.t_end is None else min(now, self.t_end)  # a bound stops at the close
         for t in times:
             i = bisect.bisect_left(self._held_t, t)
             if i < len(self._held_t) and self._held_t[i] == t:
                 del self._held_t[i]
-                self._stuck_ttft.append(now - t)
-                self._stuck_e2e.append(now - t)
+                self._stuck_ttft.append(at - t)
+                self._stuck_e2e.append(at - t)
                 self.cancelled += 1
-                if self.slo is not None and self.slo.missed_wait(now - t):
+                if self.slo is not None and self.slo.missed_wait(at - t):
                     self._miss(None)
 
     def abandon_outstanding(self, now: float) -> None:
@@ -234,16 +235,30 @@ class OwnRequests:
 
     def _censor(self, rec: RequestRecord, cut: WindowCut | None, now: float) -> None:
         """An own request the run cut off (cancelled, or lost with a worker): its TTFT when it
-        had one, else its age now as a censored TTFT; its E2E censored at its age now (at the
-        close, when it outlived the step); an SLO miss when it was already past a bound."""
-        age = now - rec.t_start
+        had one, else a censored TTFT; its E2E censored. A bound stops when its request stops:
+        its age at the close or at its end, whichever came first (cancelled in the probe after
+        the step closed at 75 s: 75 s, never its age at the cancel), and never below its TTFT.
+        An SLO miss when it was already past a bound then."""
+        at = now if cut is None else min(now, self.t_end)  # type: ignore[type-var]
+        age = at - rec.t_start
         if rec.ttft is not None:
             self._add_ttft(rec)
         else:
             self._stuck_ttft.append(age)
-        self._stuck_e2e.append(cut.age if cut is not None else age)
-        if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
+        e2e = self._e2e_bound(rec, age)
+        self._stuck_e2e.append(e2e)
+        if cut is not None:
+            rec.step_e2e = e2e
+        if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, at):
             self._miss(rec)
+
+    @staticmethod
+    def _e2e_bound(rec: RequestRecord, age: float) -> float:
+        """An E2E censored at `age`, raised to its TTFT when its first token came later (an
+        E2E is never below its own TTFT: TTFT never above E2E, per request and so per
+        percentile)."""
+        ttft = rec.ttft
+        return age if ttft is None or ttft <= age else ttft
 
     def _miss(self, rec: RequestRecord | None) -> None:
         """One own request judged: it missed every bound (failed, or censored past one),
@@ -284,7 +299,7 @@ class OwnRequests:
         if after and cut is None:  # sent after the close (an open loop's held send): nothing in the window
             cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
         if cut is not None:  # its row says what its step counted of it
-            rec.step_e2e, rec.step_tpot = cut.age, cut.tpot
+            rec.step_e2e, rec.step_tpot = self._e2e_bound(rec, cut.age), cut.tpot
         if rec.cached_tokens is not None and rec.input_tokens > 0:
             self.cached_reports += 1
             self.cached_tokens += rec.cached_tokens
@@ -313,7 +328,7 @@ class OwnRequests:
                         self._count(ok, rec.output_tokens)
                     rec.slo_met = ok
             else:
-                self._cut_e2e.append(cut.age)  # its E2E is a bound: it ended under the next load
+                self._cut_e2e.append(rec.step_e2e)  # type: ignore[arg-type]  # its E2E is a bound: it ended under the next load
                 if self.slo is not None and not cut.judged:
                     rec.slo_met = self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
 
