@@ -48,6 +48,9 @@ class Feed:
 class Ask:
     what: str  # FLUSH (report now) | ABORT (cancel what is in flight, report) | STOP
     seq: int = 0
+    # FLUSH at a step's close: (the close on the coordinator's clock, on the worker's, with
+    # the requests' own ITL p99): the report carries each request's window figures then (`Cut`)
+    cut: tuple[float, float, bool] | None = None
 
 
 # -- worker -> coordinator ----------------------------------------------------------------------
@@ -90,6 +93,17 @@ class Ended(NamedTuple):
     failed_tokens: list | None = None  # ... and its tokens, [(10 ms bucket, tokens)]: no throughput
 
 
+class Cut(NamedTuple):
+    """One request's figures inside a step's window, taken by its worker at the close (its
+    chunk times stay there): engine/measure/own_requests.py WindowCut, less its age (the
+    coordinator's clock places its start)."""
+
+    rid: int
+    tpot: float | None
+    itl_p99: float | None
+    tokens: int
+
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     worker: int
@@ -108,6 +122,8 @@ class Report:
     held: list = field(default_factory=list)  # [(dropped?, intended time)] of sends held at the cap
     abandoned: list = field(default_factory=list)  # intended times of held sends given up
     lags: Any = None  # a LogHistogram delta of the chunks' lags (the sim's), or None
+    cut_at: float | None = None  # asked at a step's close: that close (the coordinator's clock, as asked)
+    cuts: list[Cut] = field(default_factory=list)  # ... the window figures of the requests out then
     in_flight: int = 0
     backing_off: int = 0
     backlog: int = 0

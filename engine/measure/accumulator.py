@@ -312,8 +312,8 @@ class StepAccumulator(OwnRequests):
             # after the close by its stamp: outstanding in the closing result; its window
             # figures (and verdict) are the close's, taken now
             self._late.append(rec)
-            if rec.rid not in self._cut:
-                self._cut_one(rec, self.t_end)
+            if rec.rid not in self._cut and (rec.remote is None or rec.rid in self.remote_cuts):
+                self._cut_one(rec, self.t_end)  # (a worker's request: with its worker's figures, else at the cut)
             return
         self._end_own(rec, t_end)
 

@@ -53,7 +53,7 @@ def whole_verdict(judge: StepJudge, slo: Slo, rec: RequestRecord) -> bool | None
 
 def window_cut(rec: RequestRecord, t: float, with_itl: bool) -> WindowCut:
     """`rec`'s figures inside a window that closed at `t` (a worker's request, whose chunk
-    times stay in its worker: its age only)."""
+    times stay in its worker: its worker takes them at the close, engine/load/worker.py)."""
     age = t - rec.t_start
     ts = rec.chunk_times
     if rec.t_first is None or rec.t_first > t or not ts:
@@ -131,6 +131,7 @@ class OwnRequests:
         for rec in self._own.values():
             if rec.rid not in self._cut:
                 self._cut_one(rec, t)
+        self.remote_cuts.clear()  # the rest were not its own
 
     def _cut_one(self, rec: RequestRecord, t: float) -> WindowCut:
         """`rec`'s figures inside the window that closed at `t`, counted once: its TPOT, and
@@ -163,6 +164,15 @@ class OwnRequests:
             if c.good:
                 self.good -= 1
                 self.good_tokens -= c.tokens
+
+    def take_remote_cuts(self, cuts: Sequence[tuple[int, float | None, float | None, int]]) -> None:
+        """--workers: (rid, TPOT, own ITL p99, tokens by the close) of requests out at this
+        step's close, taken by their worker (their chunk times stay there); its cut reads them."""
+        if self._reported:
+            return
+        for rid, tpot, itl_p99, tokens in cuts:
+            if rid not in self._cut:
+                self.remote_cuts[rid] = WindowCut(0.0, tpot, itl_p99, tokens)
 
     def _stand_in(self, t: float) -> None:
         """The warm-up sends become own requests (see the module docstring)."""

@@ -106,6 +106,14 @@ class StepBook:
         for acc in self._fed():
             acc.remove_gaps(gaps)
 
+    def take_remote_cuts(self, t: float, cuts: list) -> None:
+        """--workers: the window figures workers took at the close `t` of the requests out at
+        it (engine/load/worker_messages.py Cut: rid, TPOT, own ITL p99, tokens by then), for
+        the step that closed at `t` to read at its cut, as one process reads the chunk times."""
+        for acc in self._fed():
+            if acc.t_end == t:
+                acc.take_remote_cuts(cuts)
+
     def remove_tokens(self, credits: list[tuple[float, int]]) -> None:
         """A request failed: its tokens leave the output tok/s of every window that counted
         them (they are its failed_output_tok_s)."""
