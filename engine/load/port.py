@@ -60,6 +60,10 @@ class LoadPort(Protocol):
         """The window figures workers took at a step's close `t` of the requests out at it
         (engine/load/worker_messages.py Cut): the closing step's cut reads them."""
 
+    def forget(self, rids: list[int]) -> None:
+        """Requests lost with a dead worker: they will never report (the live view stops
+        counting them as waiting)."""
+
     def merge_lags(self, lags: LogHistogram) -> None:
         """The chunks' lags behind the server's send stamps, a histogram delta."""
 

@@ -445,6 +445,7 @@ class WorkerPool(LoadControl):
         lost = [rid for rid, (_, rec) in self._live.items() if rec.worker == i]
         for rid in lost:  # its requests in flight: they will never report
             self._live.pop(rid, None)
+        self.port.forget(lost)
         for seq in list(self._waits):
             fut, pending, replies = self._waits[seq]
             pending.discard(i)

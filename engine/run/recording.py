@@ -50,6 +50,8 @@ class Recorder:
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
+        if rec.phase != "calibration":
+            self.metrics.on_send(rec)
         if rec.t_intended is not None:
             self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
 
@@ -167,10 +169,11 @@ class LaneListener:
         self.r = recorder
 
     def on_send(self, rec: RequestRecord) -> None:
-        pass
+        self.r.lane_stats.waiting[rec.rid] = rec.t_start
 
     def on_first(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if rec.t_first is not None and rec.ttft is not None:
             r.lane_stats.ttft.add(rec.t_first, rec.ttft)
         r.book.on_lane_first(rec)
@@ -180,6 +183,7 @@ class LaneListener:
 
     def on_end(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if r.lane_sender is not None:
             r.harvest(rec, r.lane_sender)
         if rec.status == R.OK:
