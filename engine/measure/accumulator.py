@@ -142,6 +142,8 @@ class StepAccumulator(OwnRequests):
         self.win_tokens = 0  # ... their output tokens
         self.win_good = 0  # ... of which met every per-request SLO bound
         self.win_good_tokens = 0
+        self.win_failed = 0  # requests that failed inside the window (misses, for goodput's share)
+        self.win_failed_tokens = 0  # ... their output tokens
         self.server_max_running: float | None = None
         self._power_sum = 0.0
         self._power_n = 0
@@ -296,6 +298,9 @@ class StepAccumulator(OwnRequests):
             if self.slo is not None and rec.slo_met:
                 self.win_good += 1
                 self.win_good_tokens += rec.output_tokens
+        elif rec.status == R.FAILED and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
+            self.win_failed += 1
+            self.win_failed_tokens += rec.output_tokens
 
     def holds(self, rec: RequestRecord) -> bool:
         """`rec` is one of its own requests, not ended yet (its verdict is this step's)."""
@@ -518,10 +523,11 @@ class StepAccumulator(OwnRequests):
         late = sum(1 for rid, rec in self._own.items() if not (rid in self._cut and self._cut[rid].judged) and self.slo.missed_by(rec, at))
         late += sum(1 for t in self._held_t if self.slo.missed_wait(at - t))
         judged = self.judged + late
-        if self.win_tokens:
-            share = self.win_good_tokens / self.win_tokens
-        elif self.win_completed:
-            share = 1.0 if self.win_good == self.win_completed else 0.0
+        ended = self.win_tokens + self.win_failed_tokens  # a failure is a miss with its tokens
+        if ended:
+            share = self.win_good_tokens / ended
+        elif self.win_completed + self.win_failed:
+            share = 1.0 if self.win_good == self.win_completed + self.win_failed else 0.0
         else:
             share = self.good_tokens / self.judged_tokens if self.judged_tokens else 0.0
         return {

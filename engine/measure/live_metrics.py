@@ -256,6 +256,8 @@ class LiveMetrics:
                 return
             self.errors.add(t, 1)
             self._sec["errors"] += 1
+            if self.slo is not None:  # a miss, with its tokens, in goodput's share
+                self.ended_tokens.add(t, rec.output_tokens)
             return
         self.completed += 1
         if not measured:

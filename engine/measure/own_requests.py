@@ -282,13 +282,11 @@ class OwnRequests:
     def _fail_verdict(self, rec: RequestRecord, cut: WindowCut | None) -> None:
         """A failed own request misses every bound. One judged good at the close (on what it
         did inside the window) failed after it: it is a miss now, its tokens no throughput."""
-        if cut is not None and cut.judged:
-            self.judged_tokens -= cut.tokens
+        if cut is not None and cut.judged:  # (its tokens stay judged: a miss with its tokens)
             if cut.good:
                 self.good -= 1
                 self.good_tokens -= cut.tokens
                 cut.good = False
-            cut.tokens = 0
             rec.slo_met = False
         else:
             self._miss(rec)
