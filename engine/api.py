@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .control.http_api import start_engine
     from .drive.estimate import duration_text
     from .drive.preset_runner import RunOutcome, execute, run_preset
-    from .fmt import ms, num, rate, step_ms
+    from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
     from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
@@ -98,7 +98,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
     ".run.engine": ("Engine",),
     ".drive.estimate": ("duration_text",),
-    ".fmt": ("ms", "num", "rate", "step_ms"),
+    ".fmt": ("BOUND", "ms", "num", "rate", "step_ms"),
     ".rules.guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
     ".loop": ("wait_within",),
