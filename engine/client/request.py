@@ -202,8 +202,10 @@ class _Stream:
         feed_sse = self.sse.feed
         decode = self.decode
         on_lag = self.on_lag
+        times = rec.chunk_times
         for t, data in reads:
             self.t = t
+            n0 = len(times)
             try:
                 payloads = feed_sse(data)
             except MalformedEvent as exc:  # an event past the size limit: stop reading
@@ -257,6 +259,8 @@ class _Stream:
                     rec.chunk_times.append(t)
                     rec.chunk_tokens.append(n)
                 new += n
+            if len(times) - n0 > 1:  # one read, several of its chunks: they share its stamp
+                _coalesced(rec, n0, len(times))
             if new:
                 self.counted += new
                 self.on_tokens(t, new)
@@ -272,6 +276,14 @@ class _Stream:
                     self.events += 1
             except MalformedEvent as exc:
                 _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+
+
+def _coalesced(rec: RequestRecord, i: int, j: int) -> None:
+    """Content chunks i..j-1 came in one socket read: their ITLs are no measurement
+    (RequestRecord.coalesced, engine/measure/records.py COALESCED)."""
+    if rec.coalesced is None:
+        rec.coalesced = []
+    rec.coalesced.extend(range(i, j))
 
 
 async def run_request(
