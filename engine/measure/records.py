@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import sub
 from typing import NamedTuple
@@ -217,7 +218,7 @@ class RequestRecord:
         if start >= n:
             return out
         co = self.coalesced
-        merged = frozenset(co) if co and co[-1] >= start else ()
+        merged = frozenset(co[bisect_left(co, start):]) if co and co[-1] >= start else ()  # ascending: the harvest's part
         if not self.spread_itl:
             if not merged:
                 return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n])]
