@@ -129,6 +129,7 @@ struct conn {
     double last_write;      /* 0: no token written yet */
     int running;            /* in the running list */
     conn_t *next_run;
+    conn_t *next_dead;      /* closed: freed after the events of this epoll_wait were handled */
 };
 
 static int ep;
@@ -142,6 +143,7 @@ static volatile sig_atomic_t stop_flag;
 static int timer_fd;
 static double next_due;        /* 0: idle */
 static time_t created;
+static conn_t *dead_head;      /* closed connections no list holds: freed once the batch is done */
 
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 
@@ -152,14 +154,24 @@ static void set_events(conn_t *c) {
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* a stream whose connection went away: marked, dropped from the running list at the next step */
+/* closed and freed later: after this batch of events (one of them may still name it), and, for
+   a stream, once the step loop has dropped it from its list */
+static void bury(conn_t *c) { c->next_dead = dead_head; dead_head = c; }
+
 static void conn_close(conn_t *c) {
     if (c->fd < 0) return;
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
-    if (!c->running && !c->streaming) { free(c->in.p); free(c->out.p); free(c); }
-    /* else freed by the step loop (still linked there) */
+    if (!c->running) bury(c);  /* else the step loop unlinks it, then buries it */
+}
+
+static void free_dead(void) {
+    while (dead_head) {
+        conn_t *c = dead_head;
+        dead_head = c->next_dead;
+        free(c->in.p); free(c->out.p); free(c);
+    }
 }
 
 /* write what is buffered; 0 ok, -1 the connection failed (closed) */
@@ -493,7 +505,8 @@ static void decode_step(void) {
         conn_t *c = *pp;
         if (c->fd < 0) {  /* its client went away */
             *pp = c->next_run; n_running--; streams_done++;
-            free(c->in.p); free(c->out.p); free(c);
+            c->running = 0;
+            bury(c);
             continue;
         }
         out.len = 0;
@@ -631,6 +644,7 @@ int main(int argc, char **argv) {
                 if (handle_input(c) < 0 || (c->closing && !c->out.len)) { conn_close(c); continue; }
             }
         }
+        free_dead();
     }
     return 0;
 }
