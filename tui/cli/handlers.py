@@ -131,16 +131,19 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             ticking.cancel()
             await asyncio.gather(ticking, return_exceptions=True)
         reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else (f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
+        live = getattr(engine.book, "live", None)
+        if caught and live is not None:  # the step the signal cut short (a preset's runner marks its own)
+            live.partial = True
         await engine.stop(reason)
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
     print_run_summary(engine, so_far=bool(caught))
+    if engine.steps or engine.probe_result is not None:  # a signal's too: the step it cut marked partial
+        print()
+        print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result), flush=True)
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
         return 128 + caught[0].value
-    if engine.steps or engine.probe_result is not None:
-        print()
-        print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result))
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
     return EXIT_OK
 
