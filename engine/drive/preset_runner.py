@@ -120,8 +120,15 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
             return False
         return acc.completed >= min_requests or not completions_can_come(acc, now, min_requests, max_hold_s)
 
-    held = "" if plan.num_requests is not None else f"/{plan.hold_s:.0f}"
-    return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}{held}s, {acc.completed}/{min_requests} own done")
+    if plan.num_requests is not None:
+        return await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}s, {acc.completed}/{min_requests} own done")
+    return await _hold(engine, acc, done, lambda el: f"{label} measuring {elapsed_text(el, plan.hold_s)}, {acc.completed}/{min_requests} own done")
+
+
+def elapsed_text(el: float, hold_s: float) -> str:
+    """How long a step has measured: `12/30s` within its hold, `26 s (hold 10 s)` past it (a
+    step held on for steadiness or its own completions: never `26/10s`)."""
+    return f"{el:.0f}/{hold_s:.0f}s" if round(el) <= round(hold_s) else f"{el:.0f} s (hold {hold_s:.0f} s)"
 
 
 def completions_can_come(acc: StepAccumulator, now: float, need: int, max_hold_s: float) -> bool:
@@ -337,7 +344,7 @@ async def _probe(engine: Engine, preset: Preset, on_line: Callable[[str], None])
     def done(now: float, el: float) -> bool:
         return el >= probe_s and (el >= max_hold or acc.first_token >= 1 or acc.completed >= PROBE_MIN_REQUESTS)
 
-    res, gone = await _hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}/{probe_s:.0f}s, {acc.first_token} answered")
+    res, gone = await _hold(engine, acc, done, lambda el: f"{label} measuring {elapsed_text(el, probe_s)}, {acc.first_token} answered")
     if gone:
         return None
     book.record(res)
