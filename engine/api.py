@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .run.target_stats import WeightsError, parse_weights
     from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
+    from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
@@ -108,6 +109,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
+    ".session.writer": ("loss_line",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
     ".measure.slo": ("SloError", "parse_slo"),

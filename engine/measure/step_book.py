@@ -53,6 +53,9 @@ class StepBook:
         self.probe_result: StepResult | None = None
         self.break_result: BreakResult | None = None
         self.search: dict | None = None  # a knee search's answer (engine/rules/knee_search.py), for summary.json
+        # a driver's verdicts over its steps, judged again when a step's final figures land
+        # (engine/drive/preset_runner.py: the break and last good, a search's answers)
+        self.rejudge: Callable[[], None] | None = None
         self.plateau_gain: float | None = None  # the knee's (engine/rules/verdicts.py): a preset's [stop] plateau_gain, else the default
         self.default_phase = LIVE
         self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput
@@ -176,6 +179,8 @@ class StepBook:
                     break
             else:
                 return
+        if self.rejudge is not None:
+            self.rejudge()
         self._on_final(res)
 
     def finalize_all(self, now: float | None = None) -> None:

@@ -100,6 +100,7 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         log=engine.events.recent(50),
         session_dir=str(cfg.out_dir or ""),
         session_error=engine.session.error if engine.session else None,
+        session_lost_rows=engine.session.lost_rows if engine.session else 0,
         done=done,
         finished=engine.finished,
     )

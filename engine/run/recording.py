@@ -46,6 +46,10 @@ class Recorder:
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
+        # the load's output tokens received, and the arrival of the latest (a preset's stall
+        # rule, engine/drive/stall.py, watches the count: worker processes report it late)
+        self.tokens_received = 0
+        self.last_token_t: float | None = None
 
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
@@ -63,6 +67,9 @@ class Recorder:
     def on_tokens(self, t: float, n: int) -> None:
         self.metrics.on_tokens(t, n)
         self.book.on_tokens(t, n)
+        self.tokens_received += n
+        if self.last_token_t is None or t > self.last_token_t:
+            self.last_token_t = t
 
     def on_end(self, rec: RequestRecord) -> None:
         self.harvest(rec)

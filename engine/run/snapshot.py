@@ -107,5 +107,6 @@ class Snapshot:
     log: tuple[LogLine, ...] = ()  # the most recent event lines
     session_dir: str = ""
     session_error: str | None = None  # the session log's first write error (disk full, ...)
+    session_lost_rows: int = 0  # rows the session log could not save (engine/session/writer.py lost_rows)
     done: bool = False  # the engine stopped (preset finished or stop())
     finished: str = ""  # a fixed-size run ended: why ("100 requests sent and ended", "20 s")
