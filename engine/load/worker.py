@@ -184,6 +184,11 @@ class _Target:
     def __init__(self, sender: Sender, weight: float) -> None:
         self.sender, self.weight, self.current, self.gone = sender, weight, 0.0, False
 
+    @property
+    def down(self) -> bool:
+        """The coordinator's word (`gone` in its orders): gone or not ready."""
+        return self.gone
+
 
 class Worker:
     """A worker's load and its reports; `conn` is its pipe to the coordinator (None on a Ray

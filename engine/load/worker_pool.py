@@ -411,7 +411,7 @@ class WorkerPool(LoadControl):
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
-            stats[ti].on_end(rec)
+            stats[ti].on_remote_end(rec)  # a failure asks the target's health watch
         st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
         st.delayed, st.dropped = msg.delayed, msg.dropped
         gen, taken = msg.fed
