@@ -470,6 +470,13 @@ class Engine:
     def server_gone(self) -> bool:
         return self.target_set.all_gone
 
+    @property
+    def failure_streak(self):
+        """The load's failed requests in a row and the server's reason for the last
+        (engine/run/recording.py FailureStreak: `.count`, `.kind`, `.reason`); compare
+        `.count` with CONSECUTIVE_FAILURES_END."""
+        return self.recorder.streak
+
     # -- steps -------------------------------------------------------------------------
     @property
     def steps(self) -> list[StepResult]:
