@@ -471,10 +471,7 @@ class Engine:
         return self.target_set.all_gone
 
     @property
-    def failure_streak(self):
-        """The load's failed requests in a row and the server's reason for the last
-        (engine/run/recording.py FailureStreak: `.count`, `.kind`, `.reason`); compare
-        `.count` with CONSECUTIVE_FAILURES_END."""
+    def failure_streak(self):  # the load's failures in a row, the last reason: recording.py FailureStreak
         return self.recorder.streak
 
     # -- steps -------------------------------------------------------------------------
