@@ -143,6 +143,8 @@ def test_a_hung_sim_stops_producing_tokens_and_its_health_still_answers():
     assert code == 200 and took >= 0.29
     assert state["hung"] and state["completed"] == 6 and state["queued"] + state["running"] == 3
     assert state["generation_tokens_total"] == 24  # 6 x 4, not one more
+    # the sim's one-outcome rule holds (stats.py): every request received is inside or ended once
+    assert state["received"] == 9 == state["running"] + state["queued"] + state["completed"] + state["failed"] + state["aborted"]
 
     watchdog = dataclasses.replace(prof, health_watchdog_s=0.2, hang_after=0)
     with start_sim_thread(watchdog) as sim:

@@ -107,6 +107,9 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 def test_profiles_and_unknown_name() -> None:
     assert list(PROFILES) == ["healthy", "pp-capped", "fragile", "flaky", "hung", "shedding"]
+    # the profiles whose breaks the performance model alone cannot forecast
+    assert [n for n, p in PROFILES.items() if p.has_faults] == ["fragile", "flaky", "hung", "shedding"]
+    assert PROFILES["shedding"].max_queued_requests == 16 and PROFILES["hung"].hang_after == 200
     assert get_profile("pp-capped").running_cap == 8
     assert get_profile("pp-capped").max_running_requests == 64
     with pytest.raises(ValueError, match=r"unknown profile 'x' \(expected one of: healthy, "

@@ -190,6 +190,18 @@ class SimProfile:
         return min(self.max_running_requests, self.pp_max_micro_batch_size)
 
     @property
+    def has_faults(self) -> bool:
+        """Whether any fault knob is set: errors, disconnects, malformed events, stalls, mid-stream
+        aborts, shedding, overload, a crash or a hang (the performance model alone cannot
+        forecast how such a server breaks: engine/drive/estimate.py)."""
+        return bool(
+            self.error_500_rate or self.error_429_rate or self.disconnect_rate or self.malformed_rate
+            or self.fail_midstream_rate or self.stall_after_tokens is not None or self.max_queued_requests is not None
+            or self.overload_above is not None or self.crash_above is not None
+            or self.crash_sustained_above is not None or self.hang_after is not None
+        )
+
+    @property
     def prefix_cache_capacity(self) -> int:
         """Tokens the prefix cache may hold (0: no prefix cache)."""
         if self.prefix_cache_tokens is None:
