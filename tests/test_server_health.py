@@ -19,6 +19,7 @@ from redline.engine.client.server_watch import GONE, NOT_READY, UP, ServerWatch
 from redline.engine.constants import HEALTH_FAILS_GONE
 from redline.engine.measure import records as R
 from redline.engine.measure.records import RequestRecord
+from redline.engine.report.export import read_table
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import SERVER_NOT_READY, Engine
 from redline.engine.sim.profiles import get_profile
@@ -239,3 +240,28 @@ async def test_a_server_whose_health_answers_503_is_not_ready_and_its_load_is_he
             assert e.state == "running"
         finally:
             await e.stop()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_the_requests_a_crash_kills_are_server_gone_with_and_without_workers(sim_factory, tmp_path, workers):
+    """Deaths and their victims: the server dies under load (fragile, crash once its load passes
+    12). Every request that failed then, broken mid-stream or refused, is `server_gone` on its
+    row, in one process and with two worker processes (each worker's own watch judges its
+    requests; the coordinator's holds the load)."""
+    sim = sim_factory("fragile", extra_args=("--set", "crash_above=12", "--set", "overload_above=none"))
+    e = Engine(EngineConfig(url=sim.url, concurrency=8, workers=workers, telemetry=False, calibrate=False,
+                            out_dir=tmp_path / "s", use_nvml=False, workload=WorkloadConfig(input_len=16, output_len=400)))
+    await e.start()
+    try:
+        assert await until(lambda: e.metrics.completed + e.in_flight >= 1, 10)
+        e.set_concurrency(16)  # past the crash load
+        assert await until(lambda: sim.proc.poll() is not None, 10), "the sim should have crashed"
+        assert await until(lambda: e.server_gone, 10)
+        assert await until(lambda: e.metrics.failed >= 16, 10), e.metrics.errors_by_kind
+    finally:
+        await e.stop()
+    rows = read_table(tmp_path / "s", "requests")
+    failed = rows.filter(rows["status"] == "failed")
+    assert failed.height >= 16
+    assert set(failed["error_kind"].to_list()) == {R.ERR_SERVER_GONE}, failed["error_kind"].value_counts()
+    assert all(t.startswith("server gone: ") for t in failed["error_text"].to_list())

@@ -108,15 +108,16 @@ class TargetStats:
         self._engine.on_end(rec)
 
     def on_remote_end(self, rec: RequestRecord) -> None:
-        """A worker's request ended (engine/load/worker_pool.py): a failure that may mean the server
-        died asks the health watch, and is `server_gone` when the server is already gone (a
-        worker's request does not wait for the verdict, as one sent here does)."""
+        """A worker's request ended (engine/load/worker_pool.py): its worker judged whether the
+        server had died (engine/load/worker.py: the worker's own watch made it `server_gone`);
+        here a failure that may mean so asks this target's watch, which holds the load, and one
+        still `connect` or `disconnect` is `server_gone` once that watch says the server is gone."""
         watch = self.watch
-        if watch is not None and rec.status == R.FAILED and rec.error_kind in SUSPECT_KINDS:
-            if watch.gone:
+        if watch is not None and rec.status == R.FAILED and rec.error_kind in (*SUSPECT_KINDS, R.ERR_SERVER_GONE):
+            if watch.gone and rec.error_kind != R.ERR_SERVER_GONE:
                 rec.error_kind = R.ERR_SERVER_GONE
                 rec.error_text = f"server gone: {rec.error_text}"[:ERROR_TEXT_CHARS]
-            else:
+            elif not watch.gone:
                 watch.connect_failed()
         self.on_end(rec)
 
