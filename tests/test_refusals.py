@@ -266,3 +266,18 @@ def test_the_wrong_model_on_a_strict_server_is_refused_at_start_with_exit_3(sim_
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines == [f"redline: error: model 'llama-3-70b' is not served by {sim.url}: its /v1/models lists 'redline-sim-70b' (--model picks one)"], err
     assert httpx.get(sim.url + "/sim/state", timeout=5).json()["received"] == 0
+
+
+async def test_calibration_that_the_server_refuses_says_the_servers_reason(sim_factory):
+    """Start-up's calibration requests shed by the server: the warning names the server's
+    reason, not a missing prompt_tokens."""
+    sim = sim_factory("healthy", extra_args=("--set", "max_queued_requests=0"))
+    e = Engine(EngineConfig(url=sim.url, concurrency=1, telemetry=False, calibrate=True, start_paused=True,
+                            workload=WorkloadConfig(input_len=16, output_len=8)))
+    await e.start()
+    try:
+        texts = [line.text for line in e.events.recent(50)]
+    finally:
+        await e.stop()
+    assert f"calibration requests failed (in-stream 503: {QUEUE_FULL}): input lengths are approximate (1 token per word)" in texts, texts
+    assert not any("no prompt_tokens" in t for t in texts)
