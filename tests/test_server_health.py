@@ -265,3 +265,26 @@ async def test_the_requests_a_crash_kills_are_server_gone_with_and_without_worke
     assert failed.height >= 16
     assert set(failed["error_kind"].to_list()) == {R.ERR_SERVER_GONE}, failed["error_kind"].value_counts()
     assert all(t.startswith("server gone: ") for t in failed["error_text"].to_list())
+
+
+def test_a_dying_server_that_says_503_once_then_refuses_is_gone_and_its_victims_server_gone():
+    """The race of a crash: the first ask gets the dying server's 503, the next ones are
+    refused. That is a death (its victims server_gone), not a server that is not ready."""
+    answers = iter([503])
+
+    def dying(request):
+        status = next(answers, None)
+        if status is None:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return httpx.Response(status)
+
+    async def go():
+        w, events = _watch(dying)
+        rec = _failed()
+        await w.judge(rec)
+        await w.stop()
+        return w, events, rec
+
+    w, events, rec = asyncio.run(go())
+    assert w.state == GONE and "not ready" not in events and events.count("gone") == 1
+    assert rec.error_kind == R.ERR_SERVER_GONE

@@ -7,7 +7,8 @@ HEALTH_TIMEOUT_S (10 s), and only HEALTH_FAILS_GONE asks in a row that got no an
 timed out, a 5xx other than 503) make the server gone; a slow `/health` never does. Answers:
 
 - up: any status below 500 (a server without `/health` answers 404: it is there);
-- not ready: 503. The server is there and says it cannot serve: the load is held (as for a
+- not ready: 503, HEALTH_FAILS_GONE times in a row (a dying server may say 503 once before it
+  stops answering). The server is there and says it cannot serve: the load is held (as for a
   gone server) and `/health` polled until it answers 200; one that stays not ready for
   NOT_READY_GONE_S is gone;
 - no answer: asked again after RECONNECT_BACKOFF_S; HEALTH_FAILS_GONE of them: gone. While
@@ -155,7 +156,8 @@ class ServerWatch:
 
     async def _watch(self) -> None:
         """Ask until a verdict; while the server is gone or not ready, keep asking until it is up."""
-        misses = 0
+        misses = 0  # asks in a row without an answer
+        answers_503 = 0  # asks in a row answered 503
         i = 0
         not_ready_since: float | None = None
         try:
@@ -174,18 +176,22 @@ class ServerWatch:
                         self._log("notice", f"{self._streak} requests failed in a row (refused or broken), but {self.health_url} answers: server still up")
                     return
                 if got == NOT_READY and self.state != GONE:
+                    # as many 503s in a row as misses make it gone: a dying server can say 503
+                    # once before it stops answering (its victims are then server_gone)
                     misses = 0
+                    answers_503 += 1
                     if not_ready_since is None:
                         not_ready_since = now
-                    if self.state == UP:
+                    if self.state == UP and answers_503 >= HEALTH_FAILS_GONE:
                         self.state = NOT_READY
                         self._decide(NOT_READY)
                         self._on_not_ready()
-                    elif now - not_ready_since >= NOT_READY_GONE_S:
+                    elif self.state == NOT_READY and now - not_ready_since >= NOT_READY_GONE_S:
                         self.why = f"/health has answered 503 for {NOT_READY_GONE_S:g} s"
                         self._gone()
                 else:
                     not_ready_since = None
+                    answers_503 = 0
                     misses += 1
                     if self.state != GONE and misses >= HEALTH_FAILS_GONE:
                         self._gone()
