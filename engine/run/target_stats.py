@@ -103,6 +103,10 @@ class TargetStats:
             elif rec.status == R.FAILED:
                 self.failed += 1
                 self.errors.add(t, 1)
+        if rec.status == R.FAILED:  # its tokens are no throughput (calibration's neither)
+            credits = rec.credits()
+            self.out_tokens.remove_many(credits)
+            self.out_tokens_total -= sum(n for _, n in credits)
         if watch is not None and rec.status == R.OK:
             watch.succeeded()  # a failure was judged by the Sender (engine/load/sender.py), or on_remote_end
         self._engine.on_end(rec)
