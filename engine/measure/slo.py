@@ -36,6 +36,13 @@ FLAG_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_
              "ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
 
 
+def over(value_s: float, limit_ms: float) -> bool:
+    """A value in seconds is over a bound given in ms: the one comparison of every SLO
+    judgement (attainment, goodput, a request still waiting), so that they agree at the bound:
+    a value at its bound meets it (0.043 s meets ttft=43ms)."""
+    return value_s > limit_ms / 1000.0
+
+
 class SloError(ValueError):
     """A bad --slo value; the message names it and what is accepted (one line)."""
 
@@ -66,9 +73,8 @@ class Slo:
             return bounds
         out = []
         for k in bounds:
-            limit = getattr(self, k) / 1000.0
             v = _request_value(rec, k)
-            if v is None or v > limit:
+            if v is None or over(v, getattr(self, k)):
                 out.append(k)
         return out
 
@@ -77,15 +83,14 @@ class Slo:
         (perf_counter seconds)."""
         if self.ttft_ms is not None:
             ttft = rec.ttft if rec.ttft is not None else now - rec.t_start
-            if ttft * 1000.0 > self.ttft_ms:
+            if over(ttft, self.ttft_ms):
                 return True
-        return self.e2e_ms is not None and (now - rec.t_start) * 1000.0 > self.e2e_ms
+        return self.e2e_ms is not None and over(now - rec.t_start, self.e2e_ms)
 
     def missed_wait(self, wait_s: float) -> bool:
         """A request that has waited `wait_s` with no first token (or no end) has missed
         the TTFT (or E2E) bound: a censored request past a bound is a miss."""
-        ms = wait_s * 1000.0
-        return (self.ttft_ms is not None and ms > self.ttft_ms) or (self.e2e_ms is not None and ms > self.e2e_ms)
+        return (self.ttft_ms is not None and over(wait_s, self.ttft_ms)) or (self.e2e_ms is not None and over(wait_s, self.e2e_ms))
 
     def met(self, rec: RequestRecord) -> bool:
         return not self.missed(rec)
