@@ -13,9 +13,7 @@ from redline.engine.measure.step_book import StepBook
 from redline.engine.measure.step_result import StepResult
 from redline.engine.rules.verdicts import (
     STEP_JUDGE,
-    Knee,
     judge_request,
-    knee,
     knee_from_summary,
     one_per_load,
     session_knee,

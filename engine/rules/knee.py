@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from ..constants import DEFAULT_PLATEAU_GAIN, NOISE_SIGMAS
 from ..measure.step_result import StepResult
