@@ -166,7 +166,10 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
 
     def brk(rs: ReportSession) -> str:
         b = rs.session.break_result
-        return "none (no stop rule fired)" if b is None else f"{b.reason} at {b.where}, last good {b.last_good}: {b.detail}"
+        if b is None:
+            return "none (no stop rule fired)"
+        good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
+        return f"{b.reason} at {b.where}, {good}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
         # engine/rules/verdicts.py, as summary.json recorded it: one per workload, the session's last

@@ -236,7 +236,9 @@ PAGE_JS = r"""
           bordercolor: s.color, borderwidth: 1, borderpad: 2, session: i});
         top = Math.max(top, y);
       }
-      mark(s.knee, 'diamond', 'knee', '\u25c6');
+      // one knee per workload when the session ran more than one (engine/rules/knee.py), each named by it
+      if (s.knees && s.knees.length) s.knees.forEach(function(k){ mark(k, 'diamond', 'knee (' + k.workload + ')', '\u25c6'); });
+      else mark(s.knee, 'diamond', 'knee', '\u25c6');
       mark(s.max_slo, 'star', 'max SLO', '\u2605');
       if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', '\u2715');
     });

@@ -309,9 +309,10 @@ def _change(cur: float, best: float) -> str:
 def last_good(
     history: Sequence[StepResult], rules: StopRules | StopSpec | None = None
 ) -> StepResult | None:
-    """The highest-throughput step of `history` on which no rule of `rules` fired (each
-    step judged against the ones before it). With no rules: simply the highest-throughput
-    step. Ties go to the lower concurrency. None for an empty history."""
+    """The highest-throughput good step of `history` (StopRules.good_steps: it decides, did not
+    fail every request, and no rule of `rules` fired on it, judged against the ones before it).
+    With no rules: the highest-throughput step that decides and did not fail everything. Ties
+    go to the lower concurrency. None when none qualifies."""
     if not isinstance(rules, StopRules):
         rules = StopRules(rules)
     return rules.last_good(history)
