@@ -324,9 +324,9 @@ SLOW_SIM = ("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.0002")  
 
 
 def _preset(tmp_path: Path, name: str) -> Path:
-    """Each step closes at 2 s (max_hold_s): the gates here read a knee and each step's tok/s,
-    which need no steady window (that would hold each step STEADY_MIN_S = 4 s or more)."""
-    return write_preset(tmp_path, name, concurrency=[1, 2, 4], output_len=24, hold_s=1, max_hold_s=2)
+    """Each step holds 4 s, at most 6 (max_hold_s): the gates here read a knee, which only
+    steady steps decide (STEADY_MIN_S = 4 whole seconds), and each step's tok/s."""
+    return write_preset(tmp_path, name, concurrency=[1, 2, 4], output_len=24, hold_s=4, max_hold_s=6)
 
 
 @pytest.mark.server

@@ -158,11 +158,19 @@ def test_the_tui_curve_draws_the_sessions_verdict_not_its_own():
     from redline.engine.report.compare import knee_load, session_from_steps
     from redline.engine.rules.verdicts import knee_from_summary
 
-    steps = [step(8, 400), step(16, 800), step(32, 1000), step(64, 1010)]
+    from redline.engine.run.snapshot import Snapshot
+    from redline.tui.widgets.curve import CurveView
+
+    steps = [step(8, 400, p99_ttft_ms=100.0), step(16, 800, p99_ttft_ms=100.0), step(32, 1000, p99_ttft_ms=100.0),
+             step(64, 1010, p99_ttft_ms=100.0)]
     verdict = knee_from_summary(summary_knee(steps, None, 0.25))
     assert verdict.value == 16 and session_knee(steps).value == 32
     live = session_from_steps("this session", steps, knee=verdict)
     assert knee_load(live).value == 16
+    view = CurveView()
+    view._snap = Snapshot(t=0, elapsed_s=0, state="running", target_c=8, previous_c=None, in_flight=8, steps=tuple(steps), knee=verdict)
+    text = view.render_text(80, 24).plain
+    assert "knee C=16" in text and "knee C=32" not in text
 
 
 # -- case 9: unsteady never decides ------------------------------------------------------------
