@@ -102,6 +102,19 @@ def test_a_knee_gate_on_a_still_rising_curve_is_bounded_by_its_top_deciding_load
     assert not gate(d, "knee>=64").passed  # the dead C=64 proves nothing about the curve
 
 
+def test_no_verdict_reads_the_tokens_of_failed_requests():
+    """8 of 8 requests failing half-way: 0 output tok/s, their 800 tok/s in failed_output_tok_s.
+    The knee, the plateau and collapse rules and last good read output_throughput alone."""
+    half_way = [step(c, 0.0, completed=0, failed=8, failed_output_tok_s=800.0 * c) for c in (8, 16, 32)]
+    assert session_knee(half_way).reason == "no step produced output tokens"
+    rules = StopRules(StopSpec(plateau_gain=0.05, collapse=0.2))
+    assert rules.last_good(half_way) is None
+    healthy = [step(8, 500), step(16, 1000)]
+    gone_bad = step(32, 100, completed=2, failed=30, failed_output_tok_s=5000.0)
+    assert rules.evaluate(healthy, gone_bad).reason == "collapse"  # its failed tokens buy it nothing
+    assert session_knee([*healthy, gone_bad]).value == 16
+
+
 # -- case 7: several knees -------------------------------------------------------------------
 
 def test_a_re_measured_load_is_stood_for_by_its_latest_step_that_decides():
