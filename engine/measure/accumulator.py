@@ -537,5 +537,5 @@ class StepAccumulator(OwnRequests):
         return {
             "request_goodput": round(self.win_good / d, 4) if d > 0 else 0.0,
             "output_goodput": round(out_tps * share, 3) if d > 0 else 0.0,
-            "slo_attainment": round(self.good / judged, 4) if judged else None,
+            "slo_attainment": self.good / judged if judged else None,  # unrounded: the 0.9 comparison reads it (verdicts.slo_rule)
         }
