@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .control.http_api import start_engine
     from .drive.estimate import duration_text
     from .drive.preset_runner import RunOutcome, execute, run_preset
-    from .fmt import ms, num, rate, step_ms
+    from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
     from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .preset.workload_fit import preset_workload_change
     from .rules.guard import parse_guard
     from .rules.step_text import format_run_summary, format_step_table
-    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .rules.verdicts import Knee, knee_from_summary, knees_from_summary, summary_knee
     from .run import commands
     from .run.config import EngineConfig
     from .run.engine import Engine
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from .run.target_stats import WeightsError, parse_weights
     from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
+    from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
@@ -98,7 +99,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
     ".run.engine": ("Engine",),
     ".drive.estimate": ("duration_text",),
-    ".fmt": ("ms", "num", "rate", "step_ms"),
+    ".fmt": ("BOUND", "ms", "num", "rate", "step_ms"),
     ".rules.guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
     ".loop": ("wait_within",),
@@ -109,6 +110,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
+    ".session.writer": ("loss_line",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
     ".measure.slo": ("SloError", "parse_slo"),
@@ -117,7 +119,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".client.target": ("TargetError", "TargetUnreachable", "validate_url"),
     ".run.target_stats": ("WeightsError", "parse_weights"),
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
-    ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
+    ".rules.verdicts": ("Knee", "knee_from_summary", "knees_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload.request_shape": (
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",

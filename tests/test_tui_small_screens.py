@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from test_screen import FakeHost, Seg, _open, play, screen_lines, story
 
-from redline.engine.drive.preset_runner import elapsed_text
+from redline.engine.drive.step_run import elapsed_text
 from redline.engine.preset import builtin_presets
 from redline.engine.run import commands as C
 from redline.engine.sweep.table import format_sweep

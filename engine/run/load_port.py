@@ -30,7 +30,7 @@ class EnginePort:
         return [t.target.url for t in self._e.targets]
 
     def gone(self) -> tuple[bool, ...]:
-        return tuple(t.gone for t in self._e.targets)
+        return tuple(t.down for t in self._e.targets)  # not ready (/health 503) is skipped as gone
 
     def workload(self) -> WorkloadConfig:
         return self._e.config.workload
@@ -46,6 +46,12 @@ class EnginePort:
 
     def unmeasure_gaps(self, gaps: list) -> None:
         self._e.recorder.unmeasure_gaps(gaps)
+
+    def on_cuts(self, t: float, cuts: list) -> None:
+        self._e.book.take_remote_cuts(t, cuts)
+
+    def forget(self, rids: list[int]) -> None:
+        self._e.metrics.forget(rids)
 
     def merge_lags(self, lags: LogHistogram) -> None:
         self._e.metrics.lag.merge(lags)

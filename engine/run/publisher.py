@@ -10,6 +10,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
+from ..rules.verdicts import knee_from_summary, summary_knee
 from .snapshot import Snapshot
 
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
@@ -69,9 +70,11 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         goodput_tok_s=good_tok,
         lane_on=engine.lane is not None and engine.lane.on,
         lane_ttft_ms=lane_ttft,
+        lane_ttft_bound=engine.lane_stats.ttft_bound,
         lane_itl_ms=lane_itl,
         slo=cfg.slo.describe() if cfg.slo is not None else "",
         ttft_ms=st.ttft.ms(),
+        ttft_bound=st.ttft.bound_flags(),
         itl_ms=st.itl.ms(),
         tpot_ms=st.tpot.ms(),
         e2e_ms=st.e2e.ms(),
@@ -79,11 +82,14 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         failed=m.failed,
         cancelled=m.cancelled,
         errors_by_kind=dict(m.errors_by_kind),
+        failures_in_a_row=engine.recorder.streak.count,
+        last_failure=engine.recorder.streak.reason,
         output_tokens_total=m.output_tokens_total,
         steps=tuple(book.steps),
         current_step=book.live_result,
         break_result=book.break_result,
         probe_result=book.probe_result,
+        knee=knee_from_summary(summary_knee(book.steps, book.search, book.plateau_gain)),  # the one verdict, not the screen's own
         preset=engine.preset_line,
         server=tel.server if tel else None,
         gpus=tuple(tel.gpus) if tel else (),
@@ -98,6 +104,7 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         log=engine.events.recent(50),
         session_dir=str(cfg.out_dir or ""),
         session_error=engine.session.error if engine.session else None,
+        session_lost_rows=engine.session.lost_rows if engine.session else 0,
         done=done,
         finished=engine.finished,
     )

@@ -6,7 +6,8 @@ event here; worker processes' reports are replayed into the same TargetStats (en
 From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
 Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
 
-- A failed request leaves every latency figure (its first token and its gaps are taken back);
+- A failed request leaves every latency figure (its first token and its gaps are taken back)
+  and the output tok/s (its tokens, counted as they arrived, move to failed_output_tok_s);
   a cancelled one (the client's abort, the run's end) keeps what the server served it.
 - Start-up's own requests (phase "calibration") are counted, never measured.
 - The probe lane's requests have their own live window and rows, never the load's figures.
@@ -15,6 +16,7 @@ Prometheus figures (prom.py, with --control) and the session log (session/writer
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..load.probe_lane import LaneStats, is_lane
@@ -28,6 +30,30 @@ from ..measure.step_book import StepBook
 if TYPE_CHECKING:
     from ..session import SessionWriter
     from .event_log import EventLog
+
+
+@dataclass
+class FailureStreak:
+    """The load's failed requests in a row (a completed one ends the streak; a cancelled one and
+    start-up's own requests change nothing) and the server's reason for the last one: its status
+    and message where it gave them (`HTTP 404: The model 'llama-3-70b' does not exist.`,
+    `in-stream 503: The request queue is full.`), else what went wrong (`connection refused`).
+    CONSECUTIVE_FAILURES_END of them (engine/constants.py) end a preset's step or probe as
+    `errors`, and a headless run."""
+
+    count: int = 0
+    kind: str = ""  # the last failure's kind (records.ERROR_KINDS)
+    reason: str = ""
+
+    def on_end(self, rec: RequestRecord) -> None:
+        if rec.phase == "calibration":
+            return
+        if rec.status == R.OK:
+            self.count = 0
+        elif rec.status == R.FAILED:
+            self.count += 1
+            self.kind = rec.error_kind
+            self.reason = rec.error_text or rec.error_kind
 
 
 class Recorder:
@@ -45,10 +71,17 @@ class Recorder:
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
+        self.streak = FailureStreak()  # the load's failed requests in a row, and the server's last reason
+        # the load's output tokens received, and the arrival of the latest (a preset's stall
+        # rule, engine/drive/stall.py, watches the count: worker processes report it late)
+        self.tokens_received = 0
+        self.last_token_t: float | None = None
 
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
+        if rec.phase != "calibration":
+            self.metrics.on_send(rec)
         if rec.t_intended is not None:
             self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
 
@@ -60,6 +93,9 @@ class Recorder:
     def on_tokens(self, t: float, n: int) -> None:
         self.metrics.on_tokens(t, n)
         self.book.on_tokens(t, n)
+        self.tokens_received += n
+        if self.last_token_t is None or t > self.last_token_t:
+            self.last_token_t = t
 
     def on_end(self, rec: RequestRecord) -> None:
         self.harvest(rec)
@@ -71,8 +107,13 @@ class Recorder:
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
+            # ... and its tokens are no throughput: they move to failed_output_tok_s
+            credits = rec.credits()
+            self.metrics.unmeasure_tokens(credits)
+            self.book.remove_tokens(credits)
+        self.book.on_end(rec)  # first: the request's one SLO verdict (rec.slo_met), which the live goodput reads
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
-        self.book.on_end(rec)
+        self.streak.on_end(rec)
         if self.totals is not None:
             self.totals.on_end(rec)
         if rec.phase != "calibration":
@@ -162,10 +203,11 @@ class LaneListener:
         self.r = recorder
 
     def on_send(self, rec: RequestRecord) -> None:
-        pass
+        self.r.lane_stats.waiting[rec.rid] = rec.t_start
 
     def on_first(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if rec.t_first is not None and rec.ttft is not None:
             r.lane_stats.ttft.add(rec.t_first, rec.ttft)
         r.book.on_lane_first(rec)
@@ -175,6 +217,7 @@ class LaneListener:
 
     def on_end(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if r.lane_sender is not None:
             r.harvest(rec, r.lane_sender)
         if rec.status == R.OK:

@@ -6,12 +6,15 @@ stopped at any moment keeps every configuration it finished.
                          "knee_concurrency", "knee_reason", "max_throughput_concurrency",
                          "max_output_throughput", "last_good_concurrency", "break_reason",
                          "break_concurrency", "max_slo_concurrency", "probe_ttft_ms",
-                         "probe_itl_ms", "session_dir", "log_tail", "why"}, ...]}
+                         "probe_itl_ms", "session_dir", "log_tail", "why",
+                         "lost_rows", "write_error"}, ...]}
 
 `status`: `completed` (the preset ran; a server that died mid-run is its break, `server_gone`),
 `failed_to_start` (it exited, or was not ready in time: `why` and the last lines of its log),
 `stopped` (a signal ended the sweep during it: what it measured is in its session),
-`not_run` (the sweep ended before it).
+`not_run` (the sweep ended before it). `lost_rows` and `write_error`: its session log could not
+keep every row (a write or fsync error; its meta.json says so, and its run exited 5), `why` then
+says "session saved, N rows lost: REASON".
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..measure.slo import Slo
-from ..rules.verdicts import knee_from_summary, meets_slo, one_per_load, session_knee
+from ..rules.verdicts import knee_from_summary, one_per_load, recorded_max_slo, session_knees
 from ..session import SUMMARY
-from ..session.writer import write_text_atomic
+from ..session.writer import loss_line, recorded_loss, write_text_atomic
 from .spec import Config
 
 SWEEP_FILE = "sweep.json"
@@ -47,7 +49,16 @@ def entry(config: Config, status: str, *, startup_s: float | None = None, sessio
     summ = _summary(session_dir)
     if summ is not None:
         e.update(figures(summ))
+    loss = recorded_loss(session_dir) if session_dir is not None else None
+    if loss is not None:
+        e["lost_rows"], e["write_error"] = loss
     return e
+
+
+def loss_why(session_dir: Path | None) -> str:
+    """"session saved, N rows lost: REASON" of a session whose log lost rows, else ""."""
+    loss = recorded_loss(session_dir) if session_dir is not None else None
+    return f"session saved, {loss_line(*loss)}" if loss is not None else ""
 
 
 def _summary(session_dir: Path | None) -> dict | None:
@@ -66,21 +77,13 @@ def figures(summ: dict) -> dict[str, Any]:
     from ..measure.step_result import StepResult
 
     steps = [StepResult.from_dict(d) for d in summ.get("steps") or [] if isinstance(d, dict)]
-    k = knee_from_summary(summ) or session_knee(steps)
+    steps = [s for s in steps if s.phase != "probe"]
+    k = knee_from_summary(summ) or session_knees(steps)[-1]
     pts = one_per_load(steps)
     best = max(pts.values(), key=lambda s: s.output_throughput, default=None)
     brk = summ.get("break") or {}
-    search = summ.get("search") if isinstance(summ.get("search"), dict) else None
-    max_slo = None
-    if search is not None and "max_slo_concurrency" in search:
-        max_slo = search.get("max_slo_concurrency")
-    elif isinstance(summ.get("slo"), dict) and summ["slo"]:
-        try:
-            slo = Slo(**summ["slo"])
-            good = [int(key[1]) for key, s in pts.items() if key[0] == "C" and meets_slo(slo, s)]
-            max_slo = max(good) if good else None
-        except TypeError:
-            max_slo = None
+    v, _ = recorded_max_slo(summ, steps, "C")  # the one judge of the largest load meeting the SLO
+    max_slo = None if v is None else int(v)
     probe = summ.get("probe") or {}
     return {
         "knee_concurrency": int(k.value) if k.value is not None and k.kind == "C" else None,
