@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..measure.step_result import BreakResult, StepResult
+from ..rules.knee import Knee
 from ..telemetry.types import GpuSample, ServerSample
 
 
@@ -93,6 +94,9 @@ class Snapshot:
     current_step: StepResult | None = None
     break_result: BreakResult | None = None
     probe_result: StepResult | None = None
+    # the session's knee as summary.json records it (engine/rules/verdicts.py summary_knee: its
+    # search, its preset's plateau_gain, its last workload's); the TUI's curve draws this one
+    knee: Knee | None = None
     preset: str = ""  # preset progress line, when a preset runs
     # telemetry
     server: ServerSample | None = None
