@@ -687,7 +687,7 @@ async def test_help_lists_keys_figures_settings_and_closes_three_ways():
 
 def test_help_covers_every_key_binding():
     actions = {b.action for b in RedlineApp.BINDINGS}
-    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt"}  # PgUp/PgDn, + -, ] [, q Ctrl-C share a line
+    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt", "export_in_sweep"}  # PgUp/PgDn, + -, ] [, q Ctrl-C, e share a line
     assert actions <= listed, actions - listed
 
 

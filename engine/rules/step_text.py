@@ -154,6 +154,7 @@ def format_step_table(
     else:
         out.append("(no steps)")
     out.append("latencies in ms; srv run = most requests the server reported running")
+    out.append(STEP_COUNTS_NOTE)
     if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
         out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
@@ -188,6 +189,8 @@ def format_run_summary(s: dict[str, Any], percentiles: Sequence[float] = (50.0, 
     out.append(row("Total generated tokens:", s.get("total_output_tokens")))
     out.append(row("Request throughput (req/s):", s.get("request_throughput")))
     out.append(row("Output token throughput (tok/s):", s.get("output_throughput")))
+    if s.get("cancelled") and s.get("all_output_throughput") is not None:  # what the step table's out tok/s counts
+        out.append(row("Output tok/s incl. cancelled (tok/s):", s.get("all_output_throughput")))
     out.append(row("Total token throughput (tok/s):", s.get("total_token_throughput")))
     for name, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
                       ("Inter-token Latency", "itl"), ("End-to-end Latency", "e2e_latency")):
@@ -199,7 +202,16 @@ def format_run_summary(s: dict[str, Any], percentiles: Sequence[float] = (50.0, 
             if q != 50.0:
                 out.append(row(f"P{q:g} {short} (ms):", s.get(f"p{q:g}_{key}_ms")))
     out.append(rule(ch="="))
+    if s.get("cancelled"):
+        out.append(RUN_THROUGHPUT_NOTE)
     return "\n".join(out)
+
+
+RUN_THROUGHPUT_NOTE = ("throughputs: of the successful requests, as bench_serving counts them;\n"
+                       "incl. cancelled: every output token that arrived, as the step table's out tok/s")
+STEP_COUNTS_NOTE = ("done = the step's own requests (sent at its load) that completed, whenever they ended\n"
+                    "req/s = requests completed per second inside its window, whichever step sent them\n"
+                    "out tok/s = every output token that arrived in its window, of requests still running too")
 
 
 def session_percentiles(meta: dict[str, Any]) -> tuple[float, ...]:
