@@ -96,7 +96,7 @@ class Ticker:
             warning = self.cap.update(now, e.controller.target, e.in_flight, srv)
             if warning:
                 ev.warn(warning, key="server cap")
-            elif self.cap.active and srv is not None and srv.running is not None and srv.queued:
+            elif self.cap.active and self.cap.holding and srv is not None:
                 # the warning stays while the cap holds, with today's numbers
                 ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, srv), now)
         h = self.health
