@@ -31,10 +31,16 @@ from typing import Any
 
 from ..constants import SECRET_MASK
 
-__all__ = ["SERVER_INFO_PATHS", "ServerInfo", "credential_name", "looks_like_sglang", "scrub_server_info"]
+__all__ = [
+    "CACHE_REPORT_MIN_REQUESTS", "SERVER_INFO_PATHS", "ServerInfo", "cache_report_hint", "credential_name",
+    "looks_like_sglang", "scrub_server_info",
+]
 
 #: SGLang's server info, the current path first (the second is deprecated since 0.5.x).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+#: Completed requests of a shared-prefix workload none of which said what was cached, before
+#: redline says how to make the server report it
+CACHE_REPORT_MIN_REQUESTS = 8
 
 # Words that make a key's value a credential: `api_key`, `admin_api_key`, `hf_token`,
 # `ssl_keyfile_password`, `watermark_key`, ... (whole words of a snake_case or camelCase name,
@@ -222,3 +228,31 @@ class ServerInfo:
             raw=raw,
             secrets=secrets,
         )
+
+
+def cache_report_hint(info: ServerInfo | None, api: str, *, completed: int | None = None, reported: int = 0) -> str | None:
+    """Why a workload that asks for cached tokens (shared prefixes, multi-turn) sees none, and
+    what to enable; None when nothing is to be said.
+
+    SGLang puts ``usage.prompt_tokens_details.cached_tokens`` on chat/completions only with
+    ``--enable-cache-report`` (``entrypoints/openai/usage_processor.py``; off by default), and
+    0.5.9 never on a per-chunk usage (``serving_chat.py``: continuous usage stats carry prompt and
+    completion tokens only); ``/generate``'s ``meta_info.cached_tokens`` is always there. A
+    server info saying the report is off is told at once; without it, once ``completed``
+    requests (at least CACHE_REPORT_MIN_REQUESTS) came back and none of them said (``reported``)."""
+    if info is None or api not in ("chat", "completions"):
+        return None
+    if info.kind == "sglang":
+        if info.cache_report is True:
+            return None
+        how = ("start SGLang with --enable-cache-report (its chat/completions answers carry none without it), "
+               "or load /generate (--api generate), whose meta_info always has them")
+        if info.cache_report is False:
+            return f"cached tokens: this SGLang server was started without --enable-cache-report: {how}"
+        if completed is not None and completed >= CACHE_REPORT_MIN_REQUESTS and not reported:
+            return f"cached tokens: none of {completed} answers said how many prompt tokens were cached: {how}"
+        return None
+    if info.kind == "vllm" and completed is not None and completed >= CACHE_REPORT_MIN_REQUESTS and not reported:
+        return (f"cached tokens: none of {completed} answers said how many prompt tokens were cached: "
+                "vLLM reports them with --enable-prompt-tokens-details")
+    return None

@@ -97,10 +97,18 @@ _WANTED = tuple(SGLANG_METRICS.values()) + tuple(VLLM_METRICS.values())
 
 
 def _finite(series: list[tuple[dict[str, str], float]] | None) -> list[tuple[dict[str, str], float]]:
-    """The finite values, totals only: under SGLang's ``--enable-priority-scheduling`` (0.5.23)
-    a gauge carries its total under ``priority=""`` and one series per priority beside it
-    (observability/metrics_collector.py ``_log_gauge_queue_count``): those are left out."""
-    return [(lab, v) for lab, v in (series or ()) if math.isfinite(v) and not lab.get("priority")]
+    return [(lab, v) for lab, v in (series or ()) if math.isfinite(v)]
+
+
+def _totals(series: list[tuple[dict[str, str], float]] | None) -> list[tuple[dict[str, str], float]] | None:
+    """A request count's totals only. Under ``--enable-priority-scheduling`` (0.5.23) SGLang
+    writes a queue count's total under ``priority=""`` and one series per priority beside it
+    (observability/metrics_collector.py ``_log_gauge_queue_count``): those are left out. (Its
+    counters are split by the request's priority instead, ``tokenizer_manager.collect_metrics``:
+    their series are parts, summed as any.)"""
+    if not series or not any("priority" in lab for lab, _ in series):
+        return series
+    return [(lab, v) for lab, v in series if not lab.get("priority")]
 
 
 def _per_replica(series: list[tuple[dict[str, str], float]] | None) -> list[float]:
@@ -152,8 +160,8 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
         return ServerSample(
             t=t,
             kind="sglang",
-            running=_sum_replicas(samples.get(sg["running"])),
-            queued=_sum_replicas(samples.get(sg["queued"])),
+            running=_sum_replicas(_totals(samples.get(sg["running"]))),
+            queued=_sum_replicas(_totals(samples.get(sg["queued"]))),
             kv_usage=_max(samples.get(sg["kv_usage"])),
             gen_throughput=_sum_replicas(samples.get(sg["gen_throughput"])),
             gen_tokens_total=_sum_replicas(samples.get(sg["gen_tokens_total"])),
