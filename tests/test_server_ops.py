@@ -292,6 +292,9 @@ def test_without_a_cache_report_rows_say_nothing(sim_factory, tmp_path):
     assert all(r["cached_tokens"] is None for r in _rows(tmp_path / "s"))
     (s,) = _summary(tmp_path / "s")["steps"]
     assert s["cached_prompt_ratio"] is None and s["prefix_hit_rate"] is not None
+    # ... and redline says why, once: the workload asks for cached tokens (issue 43 case 9)
+    hints = [e["text"] for e in _events(tmp_path / "s") if "--enable-cache-report" in e["text"]]
+    assert len(hints) == 1 and hints[0].startswith("cached tokens: none of "), hints
 
 
 # -- speculative decoding and the server's own view ------------------------------------------

@@ -368,7 +368,7 @@ def _trace_place(ops: ServerOps, cap: ProfileCapture, said: str) -> str:
     for word in said.split():
         if "/" in word and ("trace" in word or word.endswith((".json", ".gz", ".pt"))):
             return word.rstrip(".,;")
-    local = httpx.URL(ops.base).host in ("127.0.0.1", "localhost", "::1")
+    local = cap.ok and httpx.URL(ops.base).host in ("127.0.0.1", "localhost", "::1")  # a failed stop wrote nothing
     found = find_traces(ops.kind, ops.output_dir, ops.info_raw, cap.prefix, cap.t_start) if local else []
     if found:
         more = f" (and {len(found) - 1} more: one per rank)" if len(found) > 1 else ""

@@ -69,13 +69,16 @@ def _dirs(kind: str, output_dir: str | None, info_raw: dict[str, Any]) -> list[P
 def find_traces(kind: str, output_dir: str | None, info_raw: dict[str, Any], prefix: str, t_start: float) -> list[str]:
     """The capture's trace files in the profiler's directory on this host, sorted; [] when none
     (or the directory is not here). Files named with ``prefix`` first; a server that ignored the
-    prefix: the traces written since ``t_start`` (epoch seconds, a second's slack)."""
+    prefix: the traces written since ``t_start`` (epoch seconds, a second's slack), except in
+    the shared default /tmp."""
     for d in _dirs(kind, output_dir, info_raw):
         try:
             mine = sorted(str(p) for p in d.glob(f"{prefix}-*{_SUFFIX}")) if prefix else []
             if mine:
                 return mine
-            recent = sorted(str(p) for p in d.glob(f"*{_SUFFIX}") if p.stat().st_mtime >= t_start - 1.0)
+            # a shared /tmp holds anyone's traces: there, only the prefix's are taken
+            recent = [] if str(d) == SGLANG_DEFAULT_PROFILER_DIR else sorted(
+                str(p) for p in d.glob(f"*{_SUFFIX}") if p.stat().st_mtime >= t_start - 1.0)
         except OSError:
             continue
         if recent:
