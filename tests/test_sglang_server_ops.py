@@ -166,3 +166,38 @@ def test_a_stop_that_fails_is_a_failure_with_its_text(tmp_path, monkeypatch):
     warn = [e["text"] for e in _events(tmp_path / "s") if e["kind"] == "warning" and "stop_profile" in e["text"]]
     assert len(warn) == 1 and "HTTP 500: Internal Server Error" in warn[0] and "log says why" in warn[0], warn
     assert p["trace"].startswith("/tmp/redline-") and "SGLANG_TORCH_PROFILER_DIR, default /tmp" in p["trace"]  # where it would be, no file
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_redline_run_admin_key_from_the_flag_or_the_environment(tmp_path, monkeypatch, capsys, how):
+    """`redline run ... --flush-cache --admin-key KEY` (or REDLINE_ADMIN_KEY): the flush is let
+    in; the key is masked in meta.json's command line and in no file."""
+    from helpers import main_in_process, write_preset
+
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("REDLINE_ADMIN_KEY", raising=False)
+    extra = ["--admin-key", ADMIN_KEY] if how == "flag" else []
+    if how == "env":
+        monkeypatch.setenv("REDLINE_ADMIN_KEY", ADMIN_KEY)
+    preset = write_preset(tmp_path, "short", concurrency=[2], input_len=8, output_len=4, hold_s=1.0, exact=True)
+    with SglangFixture("0.5.9", info="server_info_keys", metrics="metrics_idle_stale", admin_key=ADMIN_KEY) as srv:
+        rc = main_in_process(["run", str(preset), "--headless", "--url", srv.url, "--out", str(tmp_path / "s"),
+                              "--no-nvml", "--api", "generate", "--flush-cache", *extra])
+        flushes = list(srv.flushes)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert flushes and flushes[-1]["ok"] and ADMIN_KEY not in out + err
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    if how == "flag":
+        assert meta["command_line"][meta["command_line"].index("--admin-key") + 1] == "***"
+    _no_keys_anywhere(tmp_path / "s")
+
+
+def test_an_unsendable_admin_key_is_one_line_not_echoed(tmp_path, monkeypatch, capsys):
+    from helpers import main_in_process
+
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("REDLINE_ADMIN_KEY", "adm\r\nX-Evil: 1")
+    rc = main_in_process(["--url", "http://127.0.0.1:9", "--headless", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "REDLINE_ADMIN_KEY" in err and "Evil" not in err, err
