@@ -134,3 +134,13 @@ def test_total_power_sums_the_gpus_that_report_power():
     assert total_power_w(gpus(300.0, 200.0, None)) == 500.0
     assert total_power_w(gpus(None, None)) is None
     assert total_power_w([]) is None
+
+
+def test_a_micro_batch_as_large_as_the_cap_is_not_the_cause():
+    """pp 8 with --pp-max-micro-batch-size 64 and max_running_requests 64: a gauge at 64 meets
+    max_running_requests, not a micro-batch that underfeeds the GPUs."""
+    mb64 = ServerInfo(kind="sglang", max_running_requests=64, pp_size=8, pp_micro_batch_cap=64)
+    assert cap_cause(mb64, srv(0.0, 64, 32)) == "max_running_requests 64"
+    assert "GPUs underfed" in cap_cause(PP_INFO, srv(0.0, 8, 0))
+    assert not CapDetector.condition(96, 96, srv(0.0, 64, 0), mb64)  # no queue, no micro-batch finding: silent
+    assert CapDetector.condition(64, 64, srv(0.0, 8, 0), PP_INFO)  # the seed's: queue 0, gauge at the micro-batch

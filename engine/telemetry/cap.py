@@ -60,6 +60,8 @@ def micro_batch_bound(info: ServerInfo | None, server: ServerSample) -> bool:
     if info is None or not info.pp_micro_batch_cap or server.running is None:
         return False
     cap = info.pp_micro_batch_cap
+    if info.max_running_requests and cap >= info.max_running_requests:
+        return False  # a micro-batch as large as the whole cap: that cap is the one met
     return _near(server.running, cap) or info.dp_ranks > 1 and _near(server.running, cap * info.dp_ranks)
 
 
