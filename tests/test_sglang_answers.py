@@ -59,7 +59,7 @@ def test_the_pp_cap_is_named_from_the_server_info_not_unknown(version):
     assert (s.running, s.queued) == (8.0, 0.0)  # the max over the pp ranks' views: one micro-batch
     assert cap_cause(i, s) == "micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"
     assert cap_warning(i, 64, s).startswith(
-        "server cap: client holds 64 in flight, server runs 8 a micro-batch (8 micro-batches: up to 64 at once), queue 0 — micro-batches of 8")
+        "server cap: client holds 64 in flight, server runs 8 a micro-batch, queue 0 — micro-batches of 8")
     det = CapDetector(i)
     fired = [w for t in range(8) if (w := det.update(float(t), 64, 64, metrics(version, "metrics_pp8_busy", float(t))))]
     assert len(fired) == 1 and "GPUs underfed" in fired[0]

@@ -71,7 +71,8 @@ def micro_batch_text(info: ServerInfo) -> str:
     cap, mrr, pp = info.pp_micro_batch_cap, info.max_running_requests, info.pp_size
     if mrr and pp and pp > 1 and cap == max(mrr // pp, 1):
         return f"micro-batches of {cap} from max_running_requests {mrr} / pp {pp}: GPUs underfed; set --pp-max-micro-batch-size"
-    return f"micro-batches of {cap} (pp_max_micro_batch_size {cap}{f', pp {pp}' if pp else ''})"
+    n = info.pp_micro_batches
+    return f"micro-batches of {cap} (pp_max_micro_batch_size {cap}{f', {n} micro-batches' if n else ''})"
 
 
 def _dp_text(info: ServerInfo) -> str:
@@ -114,13 +115,11 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
 
 def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
     """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``; under
-    pp, ``server runs 8 a micro-batch (8 micro-batches: up to 64 at once)``."""
+    pp, ``server runs 8 a micro-batch`` (the gauge is one of its micro-batches; the cause says
+    how many run)."""
     runs = num(server.running or 0.0)
     if info is not None and not server.preemptions_recent and micro_batch_bound(info, server):
-        n = info.pp_micro_batches
-        cap = info.pp_micro_batch_cap or 0
-        most = min(n * cap, info.max_running_requests) if n and info.max_running_requests else n * cap if n else 0
-        runs += f" a micro-batch ({n} micro-batches: up to {most} at once)" if n else " a micro-batch"
+        runs += " a micro-batch"
     return f"server cap: client holds {in_flight} in flight, server runs {runs}, queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
 
 
