@@ -148,7 +148,7 @@ class ServerOps:
     async def _post(self, path: str, body: dict | None = None, *, timeout: float = OPS_TIMEOUT_S,
                     params: dict | None = None) -> tuple[int, str]:
         auth: Any = httpx.USE_CLIENT_DEFAULT
-        if self.admin_key:
+        if self.admin_key and self.kind == "sglang":  # SGLang's --admin-api-key; another server keeps the API key
             auth = _AdminBearer(self.admin_key, self.client.auth)
         try:
             r = await self.client.post(self.base + path, json=body, timeout=timeout, params=params, auth=auth)
