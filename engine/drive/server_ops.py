@@ -164,7 +164,10 @@ class ServerOps:
             if op not in self.unsupported:
                 self.unsupported.add(op)
                 if status in DENIED:
-                    why = "the admin key given (--admin-key) was refused" if self.admin_key else ADMIN_HINT
+                    if self.kind != "sglang":
+                        why = "the server refused the API key's bearer"
+                    else:
+                        why = "the admin key given (--admin-key) was refused" if self.admin_key else ADMIN_HINT
                     self.warn(f"{what}: HTTP {status} {_said(text)} ({why}); skipped from now on")
                 else:
                     self.warn(f"{what}: the server has no such endpoint (HTTP {status}); skipped from now on")
