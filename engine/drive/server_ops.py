@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",
-    "server_ops", "start_capture",
+    "server_ops", "start_capture", "trace_being_written",
 ]
 
 DEFAULT_PROFILE_S = 5.0
@@ -253,6 +253,13 @@ def server_ops(engine: Engine) -> ServerOps:
         )
         engine._server_ops = ops  # type: ignore[attr-defined]
     return ops
+
+
+def trace_being_written(engine: Engine) -> bool:
+    """A /stop_profile awaits its answer: SGLang's scheduler is writing the trace and makes no
+    token meanwhile (a silence of redline's own making, not a stall)."""
+    ops = getattr(engine, "_server_ops", None)
+    return ops is not None and ops.capture is not None and ops.capture.t_end is not None
 
 
 def _step_now(engine: Engine) -> StepAccumulator | None:
