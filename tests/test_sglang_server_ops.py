@@ -201,3 +201,16 @@ def test_an_unsendable_admin_key_is_one_line_not_echoed(tmp_path, monkeypatch, c
     rc = main_in_process(["--url", "http://127.0.0.1:9", "--headless", "--out", str(tmp_path / "s")])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "REDLINE_ADMIN_KEY" in err and "Evil" not in err, err
+
+
+def test_the_trace_export_is_not_a_stall(tmp_path, monkeypatch):
+    """The export holds every stream (no token for 1.8 s) inside the step, past `[stop] stall_s
+    = 1`: redline made that silence itself, so the ramp goes on (it would end as `stalled`)."""
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", str(tmp_path / "prof"))
+    with SglangFixture("0.5.23", metrics="metrics_retract_before", export_s=1.8, chunks=400, delay_s=0.02) as srv:
+        preset = _preset([2, 3], hold_s=3.5, profile=(2,))
+        preset = dataclasses.replace(preset, stop=dataclasses.replace(preset.stop, stall_s=1.0))
+        out, _ = asyncio.run(_run(srv.url, tmp_path / "s", preset, profile_s=0.3))
+    assert out.break_result is None or out.break_result.reason != "stalled", out.break_result
+    assert [s.concurrency for s in out.steps] == [2, 3] and out.steps[0].profiled and not out.steps[1].profiled
+    assert out.steps[0].profiles[0]["stop_s"] >= 1.7
