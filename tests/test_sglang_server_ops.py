@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from sglang_fixture import SglangFixture
 
@@ -83,10 +85,8 @@ def test_a_flush_refused_for_good_says_so(tmp_path):
     from redline.engine.drive.server_ops import ServerOps
 
     async def go():
-        import httpx
-
         with SglangFixture("0.5.9", hold_s=3600) as srv:
-            srv.last_end = __import__("time").monotonic()
+            srv.last_end = time.monotonic()  # a stream just ended: the server still holds it
             async with httpx.AsyncClient() as client:
                 ops = ServerOps(client, srv.url, "sglang", lambda *a, **k: None, lambda t: None)
                 return await ops.flush_cache(max_s=1.0), len(srv.flushes)
