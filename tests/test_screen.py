@@ -138,6 +138,7 @@ def _result(st: _Step, srv: Server, end: int, failed: int = 0) -> StepResult:
         mean_ttft_ms=ttft, median_ttft_ms=ttft, p99_ttft_ms=ttft and ttft * 1.12,
         median_itl_ms=itl, p99_itl_ms=itl and itl * 1.08, server_max_running=float(srv.running(st.c)) if d else None,
         index=st.index, phase=st.phase, t_start=T0 + st.start + st.warmup, warmup_s=float(st.warmup), steady=True,
+        output_throughput_se=0.0,  # steady: its noise was measured (the scripted seconds are flat)
     )
 
 

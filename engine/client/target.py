@@ -138,6 +138,17 @@ class _Probe:
         return data if isinstance(data, dict) else None
 
 
+def check_model(model: str | None, listed: list, base_url: str) -> None:
+    """A model the server does not list in /v1/models is refused at the start (TargetUnreachable:
+    exit 3), in one line naming it and what the server offers: a server that 404s it (vLLM)
+    would fail every request."""
+    ids = [str(m["id"]) for m in listed if isinstance(m, dict) and m.get("id")]
+    if not model or not ids or model in ids:
+        return
+    shown = ", ".join(repr(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    raise TargetUnreachable(f"model {model!r} is not served by {base_url}: its /v1/models lists {shown} (--model picks one)")
+
+
 async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = None, model: str | None = None) -> Target:
     """Ask the server what it is: SGLang's server info and caps, the model from /v1/models."""
     if api is not None and api not in APIS:
@@ -162,6 +173,7 @@ async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = Non
         if isinstance(first, dict):
             name = name or str(first.get("id") or "")
             owned_by = str(first.get("owned_by") or "")
+        check_model(model, models["data"], base_url)
     if sg is not None:
         info = ServerInfo.from_sglang(sg, name, source=source)
     elif models is not None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, Sequence
 
 from ..fmt import ms, num, rate, step_ms
 from ..measure.step_result import BreakResult, StepResult
-from .verdicts import Knee, session_knee
+from .verdicts import Knee, session_knees
 
 
 def as_step(s: StepResult | dict[str, Any]) -> StepResult:
@@ -106,10 +106,11 @@ def format_step_table(
     steps: list[StepResult | dict[str, Any]],
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
-    knee: Knee | None = None,
+    knee: Knee | Sequence[Knee] | None = None,
 ) -> str:
     """The final summary: an aligned step table (latencies in ms), the break line, the knee
-    (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the probe."""
+    (as summary.json recorded it, one line per workload; else engine/rules/verdicts.py's over
+    these steps), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
     notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
@@ -156,7 +157,8 @@ def format_step_table(
     if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
         out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
-    out.append((knee if knee is not None else session_knee([s for s in ss if s.phase != "probe"])).describe())
+    knees = [knee] if isinstance(knee, Knee) else list(knee or ()) or session_knees([s for s in ss if s.phase != "probe"])
+    out += [k.describe() for k in knees]
     if any(not s.steady and not s.short for s in ss):
         out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
     if probe is not None:
