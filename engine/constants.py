@@ -31,6 +31,9 @@ STALL_S = 10.0  # requests in flight and no output token for this long ends a pr
 TRACE_FEED_AHEAD_S = 0.25  # --workers: the coordinator feeds each worker the trace rows due this far ahead
 TRACE_LEAD_S = 0.05  # a trace replay's first row is due this long after the command (its bookkeeping is not lag)
 
+# Secrets: what a masked credential reads as, wherever redline writes one
+SECRET_MASK = "***"
+
 # Concurrency
 DEFAULT_MAX_CONCURRENCY = 1024
 DEFAULT_CONCURRENCY = 8

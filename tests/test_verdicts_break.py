@@ -249,6 +249,8 @@ def test_the_largest_load_meeting_the_slo_is_one_function_everywhere(tmp_path):
     slo = Slo(ttft_p99_ms=43)
     steps = [step(8, 500, p99_ttft_ms=43.0), step(16, 900, p99_ttft_ms=900.0), step(32, 950, p99_ttft_ms=40.0)]
     assert max_slo_load(steps, slo) == ("C", 8.0)
+    unproven = [steps[0], step(16, 900, p99_ttft_ms=40.0, p99_ttft_ms_bound=True), steps[2]]  # at least 40 ms: not proven
+    assert max_slo_load(unproven, slo) == ("C", 8.0)  # the knee search's SLO bracket: the same rule
     d = session(tmp_path, "slo", steps, slo)
     summ = json.loads((d / "summary.json").read_text())
     assert [s["meets_slo"] for s in summ["steps"]] == [True, False, True]

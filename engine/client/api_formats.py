@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import math
+import re
 from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any, Callable
@@ -247,6 +248,9 @@ def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
 # chunk). Scanning those shapes here was measured slower than json.loads itself (issue 13
 # notes), so they go straight there.
 _SLOW_MARKERS = (b'"usage"', b'"error"', b'"abort"', b'"reasoning', b'"tool_calls"', b'"function_call"')
+# any of them, in one scan: 0.48 us of CPU on a 220-byte chunk where a loop of `in` over the
+# markers took 1.3 (1.1 before "abort" joined them)
+_SLOW = re.compile(b"|".join(re.escape(m) for m in _SLOW_MARKERS)).search
 _END = (b",", b"}")
 _NUM_CHARS = b"0123456789.eE+-"
 
@@ -311,9 +315,8 @@ class OpenAIDecoder:
         """The Event of a plain content chunk, or None when it needs the full parse."""
         if payload[:1] != b"{" or payload[-1:] != b"}":
             return None
-        for marker in _SLOW_MARKERS:
-            if marker in payload:
-                return None
+        if _SLOW(payload) is not None:
+            return None
         if b'"choices":[{' not in payload or payload.count(b'"index":') > 1:
             return None
         if payload.count(b"{") != payload.count(b"}") or payload.count(b"[") != payload.count(b"]"):

@@ -111,10 +111,6 @@ class ServerWatch:
             return NO_ANSWER
         return UP
 
-    async def healthy(self) -> bool:
-        """Whether /health answers up now (one ask)."""
-        return await self.ask() == UP
-
     # -- requests' outcomes ----------------------------------------------------------------
     def succeeded(self) -> None:
         self._streak = 0
@@ -176,8 +172,8 @@ class ServerWatch:
                         self._log("notice", f"{self._streak} requests failed in a row (refused or broken), but {self.health_url} answers: server still up")
                     return
                 if got == NOT_READY and self.state != GONE:
-                    # as many 503s in a row as misses make it gone: a dying server can say 503
-                    # once before it stops answering (its victims are then server_gone)
+                    # not ready takes as many 503s in a row as gone takes misses: a dying server
+                    # may say 503 once before it stops answering (its victims: server_gone)
                     misses = 0
                     answers_503 += 1
                     if not_ready_since is None:

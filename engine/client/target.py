@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..measure import records as R
-from ..telemetry.server_info import ServerInfo
+from ..telemetry.server_info import SERVER_INFO_PATHS, ServerInfo, looks_like_sglang
 from .api_formats import APIS, CHAT, GENERATE
 from .request import NOT_HTTP, classify_error, scrub_key
 
@@ -155,9 +155,12 @@ async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = Non
         raise TargetError(f"api {api!r}: expected one of {', '.join(APIS)}")
     probe = _Probe(client)
     try:
-        sg = await probe.get_json(base_url + "/get_server_info")
-        if sg is None:
-            sg = await probe.get_json(base_url + "/server_info")
+        sg, source = None, ""
+        for path in SERVER_INFO_PATHS:  # /server_info, then the deprecated /get_server_info
+            got = await probe.get_json(base_url + path)
+            if got is not None and looks_like_sglang(got):
+                sg, source = got, path
+                break
         models = await probe.get_json(base_url + "/v1/models")
     except TargetUnreachable as exc:  # `http://HOST:PORT: does not speak HTTP (...)`: reached, but not a server of ours
         raise TargetUnreachable(f"{base_url}: {exc}" if str(exc) == NOT_HTTP else f"cannot reach {base_url}: {exc}") from None
@@ -172,7 +175,7 @@ async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = Non
             owned_by = str(first.get("owned_by") or "")
         check_model(model, models["data"], base_url)
     if sg is not None:
-        info = ServerInfo.from_sglang(sg, name)
+        info = ServerInfo.from_sglang(sg, name, source=source)
     elif models is not None:
         info = ServerInfo(kind="vllm" if owned_by == "vllm" else "openai", model=name)
     else:

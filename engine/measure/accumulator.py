@@ -115,6 +115,7 @@ class StepAccumulator(OwnRequests):
         self.cached_prompt_tokens = 0  # ... and their prompt tokens
         self.cached_reports = 0  # own requests whose server said how many were cached
         self.profiles: list[dict] = []  # profiler captures during the step (engine/drive/server_ops.py)
+        self.profiled = False  # ... or one whose trace the server wrote while the step was live
         self.cache_flush: dict | None = None  # the flush done before it (engine/drive/server_ops.py)
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/load/probe_lane.py), in the window
         self.lane_itl = Digest()
@@ -461,6 +462,7 @@ class StepAccumulator(OwnRequests):
             **self.server_view.result(),
             profiles=[dict(p) for p in self.profiles] or None,
             cache_flush=dict(self.cache_flush) if self.cache_flush else None,
+            profiled=self.profiled,
             **self._shape(),
             censored_ttft=len(c_ttft),
             censored_e2e=len(c_e2e),

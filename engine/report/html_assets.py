@@ -164,12 +164,9 @@ PAGE_JS = r"""
     return ka.length === kb.length && ka.every(function(k){ return +b[k] === a[k]; });
   }
   function engineVerdict(p){ return {state: p.slo_state, why: p.slo_why || ''}; }
-  function largest(steps, verdicts){  // engine/rules/verdicts.py max_slo_load: the largest passing below the first failure
+  function largest(steps, verdicts){  // engine/rules/verdicts.py max_slo_load: the largest passing below the first that did not
     var best = null;
-    for (var j = 0; j < steps.length; j++) {
-      if (verdicts[j].state === 'fail') break;
-      if (verdicts[j].state === 'pass') best = steps[j].x;
-    }
+    for (var j = 0; j < steps.length && verdicts[j].state === 'pass'; j++) best = steps[j].x;
     return best;
   }
   function applySlo(){

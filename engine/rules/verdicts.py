@@ -67,8 +67,8 @@ goodput's too). Attainment is compared unrounded.
 attainment was measured (with per-request bounds) and every p99 bound's figure was measured
 and is no lower bound under its limit; "unknown" when one of those is missing, "fail" when a
 bound is missed. **The largest load meeting the SLO** (`max_slo_load`; `recorded_max_slo`
-for a session read back): the largest load that passed, below the first one that failed. One
-judge for the search, the gate, the HTML page and the sweep.
+for a session read back): the largest load that passed, below the first one that did not
+(failed or not proven). One judge for the search, the gate, the HTML page and the sweep.
 
 `history` holds the ramp's earlier measured steps in order (not the current one; leave out
 the C=1 probe).
@@ -398,7 +398,8 @@ def meets_slo(slo: Slo, step: StepResult) -> bool:
 def max_slo_load(steps: Iterable[StepResult], slo: Slo, kind: str | None = None) -> tuple[str, float] | None:
     """The largest load meeting the SLO: over one step per load (one_per_load) of the last
     workload, of `kind` (the main kind by default), the largest that passed (slo_verdict) below
-    the first that failed; a load that passes above a failure is not believed. None: none did."""
+    the first that did not (failed, or not proven); a load that passes above it is not believed
+    (the knee search's SLO bracket, engine/rules/knee_search.py, is the same rule). None: none did."""
     groups = list(by_workload(steps).values())
     per = one_per_load(groups[-1] if groups else [])
     kind = kind or main_kind(per)
@@ -406,11 +407,9 @@ def max_slo_load(steps: Iterable[StepResult], slo: Slo, kind: str | None = None)
     for key, st in per.items():
         if key[0] != kind:
             continue
-        state, _ = slo_verdict(slo, st)
-        if state == "fail":
+        if slo_verdict(slo, st)[0] != "pass":
             break
-        if state == "pass":
-            best = key
+        best = key
     return best
 
 

@@ -151,7 +151,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", *cfg.workload.secret_values()])
+            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", cfg.admin_key or "", *self.target.info.secrets, *cfg.workload.secret_values()])
             self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:

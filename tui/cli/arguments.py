@@ -361,6 +361,7 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     ins = p.add_argument_group("inside the server", "the server's profiler and prefix cache at the load held (docs/inside-the-server.md)")
     ins.add_argument("--profile-s", type=_positive_float("--profile-s"), default=5.0, metavar="S", help="a profiler capture (key P, [ramp] profile) stops after S seconds or at its step's end (default 5)")
     ins.add_argument("--flush-cache", action="store_true", help="before each preset step and the probe: drain the load to zero, then flush the server's prefix cache (SGLang /flush_cache, vLLM /reset_prefix_cache)")
+    ins.add_argument("--admin-key", default=None, metavar="KEY", help="SGLang's --admin-api-key, sent as the bearer of /flush_cache and the profiler (default: $REDLINE_ADMIN_KEY; prefer the variable, a command line is visible to other users); never shown, logged or written")
     o = p.add_argument_group("session")
     o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
     o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")

@@ -339,6 +339,15 @@ def api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
+def admin_key(args: argparse.Namespace) -> str | None:
+    """SGLang's admin key: --admin-key, else $REDLINE_ADMIN_KEY; never echoed."""
+    key = getattr(args, "admin_key", None) or os.environ.get("REDLINE_ADMIN_KEY") or None
+    if key is not None and not all(32 < ord(ch) < 127 for ch in key):
+        where = "--admin-key" if getattr(args, "admin_key", None) else "$REDLINE_ADMIN_KEY"
+        raise UsageError(f"{where}: contains spaces, control or non-ASCII characters; expected a printable token (the admin key SGLang was started with)")
+    return key
+
+
 def check_shape(args: argparse.Namespace) -> None:
     """The load-shape options that only make sense together (each is checked alone by
     argparse): one line naming the option and what is accepted."""
@@ -491,4 +500,5 @@ def engine_config(
         seed=seed_of(args),
         profile_s=getattr(args, "profile_s", 5.0),
         flush_cache=getattr(args, "flush_cache", False),
+        admin_key=admin_key(args),
     )
