@@ -97,8 +97,7 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
     b = as_break(break_)
     if b is None:
         return "break: none (no stop rule fired)"
-    good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
-    line = f"break: {b.reason} at {b.where}, {good}"
+    line = f"break: {b.reason} at {b.where}, {b.good_text}"
     return f"{line} ({b.detail})" if b.detail else line
 
 
@@ -114,15 +113,17 @@ def format_step_table(
     b = as_break(break_)
     notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
     if b is not None:
-        def at(s: StepResult, c: int | None, r: float | None) -> bool:
-            return s.request_rate == r if r is not None else s.concurrency == c
+        def at(s: StepResult, c: int | None, r: float | None, x: float | None) -> bool:
+            if x is not None:
+                return s.trace_speed == x
+            return s.request_rate == r if r is not None else s.concurrency == c and s.mode == "concurrency"
 
-        if b.last_good_concurrency is not None:
-            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate)]
+        if b.last_good != "none":
+            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate, b.last_good_speed)]
             if good:
                 best = max(good, key=lambda i: ss[i].output_throughput)
                 notes[best] = "<- last good"
-        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
+        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate, b.speed)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
     notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
