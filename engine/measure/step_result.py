@@ -19,6 +19,9 @@ class StepResult:
     output_throughput: float  # output tok/s, counted as tokens arrived inside the window
     input_throughput: float  # input tok/s of the step's own requests (sent after warm-up)
     request_throughput: float  # requests completed per second inside the window (bench_serving's completed / duration)
+    # output tok/s of requests that failed (their tokens counted as they arrived, taken out of
+    # output_throughput, goodput and the per-second series when they failed): beside it, never in it
+    failed_output_tok_s: float = 0.0
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
     p99_ttft_ms: float | None = None

@@ -6,12 +6,15 @@ stopped at any moment keeps every configuration it finished.
                          "knee_concurrency", "knee_reason", "max_throughput_concurrency",
                          "max_output_throughput", "last_good_concurrency", "break_reason",
                          "break_concurrency", "max_slo_concurrency", "probe_ttft_ms",
-                         "probe_itl_ms", "session_dir", "log_tail", "why"}, ...]}
+                         "probe_itl_ms", "session_dir", "log_tail", "why",
+                         "lost_rows", "write_error"}, ...]}
 
 `status`: `completed` (the preset ran; a server that died mid-run is its break, `server_gone`),
 `failed_to_start` (it exited, or was not ready in time: `why` and the last lines of its log),
 `stopped` (a signal ended the sweep during it: what it measured is in its session),
-`not_run` (the sweep ended before it).
+`not_run` (the sweep ended before it). `lost_rows` and `write_error`: its session log could not
+keep every row (a write or fsync error; its meta.json says so, and its run exited 5), `why` then
+says "session saved, N rows lost: REASON".
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from ..measure.slo import Slo
 from ..rules.verdicts import knee_from_summary, meets_slo, one_per_load, session_knee
 from ..session import SUMMARY
-from ..session.writer import write_text_atomic
+from ..session.writer import loss_line, recorded_loss, write_text_atomic
 from .spec import Config
 
 SWEEP_FILE = "sweep.json"
@@ -47,7 +50,16 @@ def entry(config: Config, status: str, *, startup_s: float | None = None, sessio
     summ = _summary(session_dir)
     if summ is not None:
         e.update(figures(summ))
+    loss = recorded_loss(session_dir) if session_dir is not None else None
+    if loss is not None:
+        e["lost_rows"], e["write_error"] = loss
     return e
+
+
+def loss_why(session_dir: Path | None) -> str:
+    """"session saved, N rows lost: REASON" of a session whose log lost rows, else ""."""
+    loss = recorded_loss(session_dir) if session_dir is not None else None
+    return f"session saved, {loss_line(*loss)}" if loss is not None else ""
 
 
 def _summary(session_dir: Path | None) -> dict | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from .record import COMPLETED, FAILED_TO_START, STOPPED, SweepFile, entry
+from .record import COMPLETED, FAILED_TO_START, STOPPED, SweepFile, entry, loss_why
 from .server_proc import ServerProcess, Started, free_port, wait_port_free
 from .spec import Config, SweepSpec
 
@@ -119,8 +119,8 @@ class ConfigServer:
     def run_entry(self, rc: int, why: str = "") -> dict:
         """The entry of a run that ended with exit status `rc` (128 + N: a signal stopped it)."""
         status = STOPPED if rc >= 128 else COMPLETED
-        if not why and 0 < rc < 128:
-            why = f"exit status {rc}"
+        if not why and 0 < rc < 128:  # 5: its log lost rows (what its meta.json says of it)
+            why = loss_why(self.session) or f"exit status {rc}"
         return entry(self.config, status, startup_s=self.startup_s, session_dir=self.session, why=why)
 
     def stopped_entry(self, why: str = "") -> dict:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ...engine import api
-from .errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
+from .errors import EXIT_GATE_FAILED, EXIT_OK, EXIT_ROWS_LOST, UsageError
 
 DEFAULT_PRESET = "until-it-breaks"
 
@@ -74,8 +74,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..sweep_view import run_sweep_tui
 
         rc = run_sweep_tui(args, spec, configs, preset, out, lambda c, session, startup_s: _config(args, c, session, preset, startup_s))
-        return rc if rc or gate is None else _check_gate(gate, _load(out))
+        if rc:
+            return rc
+        doc = _load(out)
+        return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK)
     return asyncio.run(_sweep(args, spec, configs, preset, out, gate))
+
+
+def _rows_lost(doc: dict, rc: int, lost: tuple[str, ...] = ()) -> int:
+    """The sweep's exit status once every configuration ran: `rc` (a failed gate's 4), else
+    EXIT_ROWS_LOST when a configuration's session log lost rows (its sweep.json entry's
+    `write_error`, or its run's exit 5: `lost`, labels), each said in one line."""
+    said = []
+    for e in doc.get("configurations") or []:
+        if isinstance(e, dict) and e.get("write_error"):
+            said.append(e.get("label"))
+            print(f"redline: sweep {e.get('label')}: session saved, {api.loss_line(e.get('lost_rows') or 0, e['write_error'])}",
+                  file=sys.stderr, flush=True)
+    for label in lost:
+        if label not in said:
+            said.append(label)
+            print(f"redline: sweep {label}: session saved with rows lost (its run exited {EXIT_ROWS_LOST})", file=sys.stderr, flush=True)
+    return rc or (EXIT_ROWS_LOST if said else EXIT_OK)
 
 
 def _on_a_terminal() -> bool:
@@ -120,6 +140,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     caught: list = []
+    lost: list[str] = []  # configurations whose run exited EXIT_ROWS_LOST
 
     def on_signal(sig) -> None:
         caught.append(sig)
@@ -138,9 +159,12 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         cfg = _config(args, c, session, preset, startup_s)
         uninstall()  # the run's own handlers: a signal ends it as it ends `redline run`
         try:
-            return await run_headless(cfg, preset)
+            rc = await run_headless(cfg, preset)
         finally:
             install()
+        if rc == EXIT_ROWS_LOST:  # said in its sweep.json entry; the sweep goes on (and exits 5)
+            lost.append(c.label)
+        return rc
 
     install()
     print(f"redline: sweep of {len(configs)} configurations ({', '.join(c.label for c in configs)}), preset {preset.name}, into {out}", flush=True)
@@ -159,9 +183,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
     if outcome.status:
         print(f"redline: sweep stopped; every finished configuration is in {out / 'sweep.json'}", file=sys.stderr)
         return outcome.status
-    if gate is not None:
-        return _check_gate(gate, doc)
-    return EXIT_OK
+    return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK, tuple(lost))
 
 
 def sweep_report(args: argparse.Namespace, out: Path) -> int:
