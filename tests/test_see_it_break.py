@@ -204,3 +204,33 @@ def test_a_step_that_breaks_only_on_its_final_figures_is_the_break(sim_factory, 
     assert any(e["kind"] == "break" and e["text"].startswith("judged again on the steps' final figures: break: latency at C=16")
                for e in _events(tmp_path)), _events(tmp_path)
     assert [s.concurrency for s in out.steps][:2] == [8, 16]
+
+
+# -- case 19: client-limited only when it could matter ------------------------------------------
+def test_client_limited_only_when_the_lag_could_move_a_figure_past_its_limit_or_by_10_percent(tmp_path):
+    """pp-capped until-it-breaks' C=32: p99 TTFT 75 s, 7x over its 10 s limit, measured over a
+    second whose loop lagged 21 ms: the lag cannot explain it (65 s from the limit, 0.03 % of the
+    figure), and its 70 ms ITL is the kernel's stamp: not client-limited. The same lag doubts a
+    TTFT 10 ms from its limit, a 40 ms ITL the loop stamped, and an unknown lag doubts anything."""
+    from redline.engine.session import SessionWriter
+    from redline.engine.telemetry.client_doubt import client_doubted
+
+    limits = {"p99_ttft_ms": 10000.0, "p99_itl_ms": 500.0}
+    c32 = {"median_ttft_ms": 75000.0, "p99_ttft_ms": 75000.0, "median_itl_ms": 61.0, "p99_itl_ms": 70.0, "mean_tpot_ms": 60.0,
+           "median_e2e_latency_ms": 75042.0, "p99_e2e_latency_ms": 75100.0}
+    assert not client_doubted(c32, 21.0, limits, kernel_stamped=True)
+    assert client_doubted(c32, 21.0, limits, kernel_stamped=False)  # the loop stamped its 70 ms ITL: 30 % of it
+    assert client_doubted({**c32, "p99_ttft_ms": 10010.0}, 21.0, limits, kernel_stamped=True)  # 10 ms from the limit
+    assert client_doubted({"median_ttft_ms": 150.0}, 21.0, {}, kernel_stamped=True)  # 14 % of a 150 ms TTFT
+    assert client_doubted(c32, None, limits, kernel_stamped=True)  # a lag not measured is a doubt
+    w = SessionWriter(tmp_path / "s", {"label": "x"}, fsync=False)
+    w.doubt = lambda step, lag: client_doubted(step, lag, limits, kernel_stamped=True)
+    t0 = w.t0
+    for k in range(10):
+        w.add_timeline({"t": t0 + k + 1, "interval_s": 1.0, "client_overloaded": k == 3, "client_cause": "machine_busy" if k == 3 else "",
+                        "loop_lag_ms": 21.0 if k == 3 else 1.0})
+    w.write_summary({"steps": [{**c32, "t_start": t0 + 1, "duration_s": 8.0, "client_limited": False},
+                               {"median_ttft_ms": 40.0, "t_start": t0 + 1, "duration_s": 8.0, "client_limited": False}]})
+    steps = json.loads((tmp_path / "s" / "summary.json").read_text())["steps"]
+    assert [s["client_limited"] for s in steps] == [False, True]
+    w.close("done")

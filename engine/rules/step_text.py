@@ -70,7 +70,8 @@ def _judged(s: StepResult) -> str:
 
 CLIENT_LIMITED = "client-limited"
 CLIENT_LIMITED_NOTE = (f"{CLIENT_LIMITED} = measured while redline's own timings were suspect (its CPU, its event loop "
-                       "or the machine busy: the warnings in events.ndjson); its latencies may be too high")
+                       "or the machine busy: the warnings in events.ndjson), by enough to move a figure past its limit "
+                       "or by 10 %: its latencies may be too high")
 
 
 _COLUMNS = (  # header, right-aligned
