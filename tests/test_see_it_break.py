@@ -25,8 +25,8 @@ from redline.engine.workload.prompts import WorkloadConfig
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
 
-def _cfg(url: str, tmp_path, conc: int = 4, out_len: int = 64, **kw) -> EngineConfig:
-    return EngineConfig(url=url, concurrency=conc, workload=WorkloadConfig(input_len=16, output_len=out_len),
+def _cfg(url: str, tmp_path, conc: int = 4, out_len: int = 64, in_len: int = 16, **kw) -> EngineConfig:
+    return EngineConfig(url=url, concurrency=conc, workload=WorkloadConfig(input_len=in_len, output_len=out_len),
                         out_dir=tmp_path / "s", live_steps=False, use_nvml=False, **kw)
 
 
@@ -234,3 +234,31 @@ def test_client_limited_only_when_the_lag_could_move_a_figure_past_its_limit_or_
     steps = json.loads((tmp_path / "s" / "summary.json").read_text())["steps"]
     assert [s["client_limited"] for s in steps] == [False, True]
     w.close("done")
+
+
+# -- case 17: the probe as asked -------------------------------------------------------------
+def test_the_probe_lasts_probe_s_plus_the_one_request_it_waits_for_and_its_requests_are_its_own(sim_factory, tmp_path):
+    """A 500-token prompt takes the sim 1 s to prefill, a 300-token answer 3 s more. Asked for
+    0.5 s, the probe waits for its request's first token (1-2 s: the sim finishes the prefill the
+    abort interrupted) and says so; it sent that
+    one request, labelled `probe` (no warm-up request, no second one started and cancelled), and
+    its TTFT is that request's. The shipped `quick` preset's probe is long enough to be steady."""
+    from redline.engine.constants import STEADY_MIN_S
+    from redline.engine.preset import load_preset, resolve_preset
+
+    sim = sim_factory("healthy", extra_args=(*FAST, "--set", "prefill_per_token_s=0.002"))
+    preset = parse_preset({"workload": {"input_len": 500, "output_len": 300},
+                           "ramp": {"concurrency": [2], "warmup_s": 0, "hold_s": 1.0, "min_requests": 1, "max_hold_s": 1.0},
+                           "after": {"probe_s": 0.5}}, "probe.toml")
+    lines: list[str] = []
+    out = run_preset_headless(_cfg(sim.url, tmp_path, conc=2, out_len=300, in_len=500), preset, on_line=lines.append)
+    probe = out.probe
+    assert probe is not None and probe.phase == "probe"
+    assert 0.8 <= probe.duration_s <= 3.5, probe.duration_s
+    assert probe.requests_sent == 1 and probe.requests_first_token == 1, probe
+    assert any(re.fullmatch(r"probe: held \d\.\d s, past probe_s 0\.5 s, until its request's first token", x) for x in lines), lines
+    rows = [json.loads(x) for x in (tmp_path / "s" / "requests.ndjson").read_text().splitlines()]
+    own = [r for r in rows if r["step"] == probe.index]
+    assert [r["phase"] for r in own] == ["probe"], own
+    assert 800 <= own[0]["ttft_ms"] <= 3500 and abs(own[0]["ttft_ms"] - probe.median_ttft_ms) < 1.0, own
+    assert load_preset(resolve_preset("quick")).after.probe_s >= STEADY_MIN_S + 1
