@@ -46,7 +46,7 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     watch = RunWatch(engine, preset.stop.stall_s)
     out = RunOutcome()
     book = engine.book
-    book.break_result = None
+    book.break_result = book.cause = None
     book.rejudge = ramp.rejudge
     if engine.session is not None:
         engine.session.doubt = client_doubt(engine, preset)

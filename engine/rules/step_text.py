@@ -107,9 +107,12 @@ def format_step_table(
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
     knee: Knee | None = None,
+    cause: str | None = None,
 ) -> str:
     """The final summary: an aligned step table (latencies in ms), the break line, the knee
-    (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the probe."""
+    (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the cause
+    beside them (summary.json's `cause`: "plateau at C=16: server runs 8 of 16 in flight: pp
+    micro-batch cap 8"), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
     notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
@@ -159,6 +162,8 @@ def format_step_table(
         out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
     out.append((knee if knee is not None else session_knee([s for s in ss if s.phase != "probe"])).describe())
+    if cause:
+        out.append(f"cause: {cause}")
     if any(not s.steady and not s.short for s in ss):
         out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
     if probe is not None:

@@ -29,7 +29,7 @@ from .server_info import ServerInfo
 from .server_metrics import PREFIX_WINDOW_S
 from .types import ServerSample
 
-__all__ = ["CapDetector", "cap_cause", "cap_warning"]
+__all__ = ["CapDetector", "cap_cause", "cap_finding", "cap_warning"]
 
 IN_FLIGHT_HELD = 0.9
 RUNNING_SHORT = 0.75
@@ -83,6 +83,12 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     return f"unknown cause (server info: {caps})" if caps else "unknown cause (server info names no cap)"
 
 
+def cap_finding(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
+    """What a run's answer names as its cause: ``"server runs 8 of 32 in flight: pp micro-batch
+    cap 8 (max_running_requests 64 // pp 8)"``."""
+    return f"server runs {num(server.running or 0.0)} of {in_flight} in flight: {cap_cause(info, server)}"
+
+
 def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
     """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``."""
     return (
@@ -101,6 +107,7 @@ class CapDetector:
         self.info = info
         self.active = False  # a warning has fired and the condition has not cleared since
         self.last_warning: str | None = None
+        self.finding: str | None = None  # while active: cap_finding with the latest numbers
         self._start: float | None = None  # when the pending episode began
         self._target: int | None = None
         self._last_true: float = 0.0
@@ -134,10 +141,12 @@ class CapDetector:
                     self._false_since = t
                 elif t - self._false_since >= CLEAR_S:
                     self.active = False
+                    self.finding = None
                     self._false_since = None
             return None
         self._false_since = None
         if self.active:
+            self.finding = cap_finding(self.info, in_flight, server)
             return None
         if self._start is None or target_c != self._target or t - self._last_true > MAX_GAP_S:
             self._start = t
@@ -148,6 +157,7 @@ class CapDetector:
         if t - self._start >= SUSTAIN_S and len(self._server_ts) >= MIN_SERVER_SAMPLES:
             self.active = True
             self._start = None
+            self.finding = cap_finding(self.info, in_flight, server)
             self.last_warning = cap_warning(self.info, in_flight, server)
             return self.last_warning
         return None
