@@ -45,7 +45,7 @@ class RampRecord:
     def add(self, res: StepResult) -> None:
         self.indexes.add(res.index)
         cap = getattr(getattr(self.e, "ticker", None), "cap", None)  # with telemetry on
-        if cap is not None and cap.active and cap.finding:
+        if cap is not None and cap.active and cap.holding and cap.finding:
             self.findings[res.index] = cap.finding
 
     def cause(self) -> str | None:
