@@ -6,8 +6,10 @@
 - `--serve CMD`: the server's command line; `{port}` is a free port picked for each
   configuration (or `--port N`), `{NAME}` a grid value. The URL is `http://127.0.0.1:{port}`
   unless `--url-template` says otherwise (a remote host started by `ssh gpu-host ...`).
-- `--grid 'a=1,b=2'` (repeated): one configuration each; `--grid 'mb=8|16|64'` one per value,
-  several such keys their cartesian product.
+- `--grid 'a=1,b=2'`: one configuration; `--grid 'mb=8|16|64'` one per value, several such
+  keys in one `--grid` their cartesian product (with its fixed values). Each `--grid` expands
+  on its own; the sweep is the union of the expansions, in order; a configuration that
+  appears twice is refused.
 - `--url URL` (repeated) instead of `--serve`: the same preset against servers already running,
   one after another (nothing is launched).
 - A `[sweep]` table in a TOML file says the same: `serve`, `configs = [{tp = 8, pp = 1}, ...]`
@@ -15,7 +17,8 @@
   `port`, `urls`); `redline sweep FILE.toml` runs it, flags override it.
 
 Everything is checked before anything starts (SweepError: one line): a `{name}` no grid sets,
-a grid value no `{name}` uses, no `{port}` without `--port` or `--url-template`.
+a grid value no `{name}` uses, no `{port}` without `--port` or `--url-template`, a
+configuration given twice.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class Config:
 class SweepSpec:
     serve: str | None = None
     configs: list[dict[str, str]] = field(default_factory=list)  # explicit configurations (--grid a=1,b=2)
-    grid: dict[str, list[str]] = field(default_factory=dict)  # expanded to their product (--grid mb=8|64)
+    grid: dict[str, list[str]] = field(default_factory=dict)  # a [sweep] file's grid table: its product, after configs
     urls: list[str] = field(default_factory=list)
     preset: str | None = None
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
@@ -68,15 +71,12 @@ class SweepSpec:
         return [] if self.serve is None else list(dict.fromkeys(PLACEHOLDER.findall(self.serve)))
 
     def value_sets(self) -> list[dict[str, str]]:
-        """Every configuration's values: the explicit ones, each crossed with the grid's product
-        (a grid alone: its product)."""
+        """Every configuration's values, in order: the explicit ones (each `--grid`, already
+        expanded on its own), then the [sweep] file's `grid` table's product. The sweep is
+        their union: nothing is crossed with anything else."""
         keys = list(self.grid)
-        product = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else [{}]
-        base = self.configs or [{}]
-        out = []
-        for b in base:
-            for p in product:
-                out.append({**b, **p})
+        product = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else []
+        out = [dict(c) for c in self.configs] + product
         return [v for v in out if v] or ([] if self.serve is not None else [{}])
 
     def check(self) -> None:
@@ -95,6 +95,14 @@ class SweepSpec:
         sets = self.value_sets()
         if not sets:
             raise SweepError(f"--serve {self.serve!r}: no configuration: give --grid NAME=VALUE (repeated) or a [sweep] grid")
+        seen: dict[tuple, int] = {}
+        for i, s in enumerate(sets):
+            key = tuple(sorted(s.items()))
+            if key in seen:
+                one = ",".join(f"{k}={v}" for k, v in s.items())
+                raise SweepError(f"--grid: the configuration {one!r} appears twice (configurations {seen[key] + 1} and {i + 1}); "
+                                 "each --grid expands on its own and the sweep is their union: give each configuration once")
+            seen[key] = i
         given = set().union(*(s.keys() for s in sets))
         for n in names:
             if n == "port":
@@ -172,20 +180,22 @@ def parse_grid(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     return fixed, multi
 
 
+def expand_grid(text: str) -> list[dict[str, str]]:
+    """One `--grid` on its own: `tp=8,pp=1` one configuration, `mb=8|64` one per value,
+    `tp=1,mb=8|64,n=2|4` the fixed values with each of the lists' product."""
+    fixed, multi = parse_grid(text)
+    if not multi:
+        return [fixed]
+    return [{**fixed, **dict(zip(multi, vals))} for vals in itertools.product(*multi.values())]
+
+
 def spec_from_args(grids: Sequence[str], **kw: Any) -> SweepSpec:
-    """A SweepSpec from `--grid` strings and the other flags (None: not given)."""
+    """A SweepSpec from `--grid` strings and the other flags (None: not given). Each `--grid`
+    expands on its own; the sweep is their union, in order (a configuration twice is refused
+    by `check`)."""
     spec = SweepSpec(**{k: v for k, v in kw.items() if v is not None})
     for g in grids:
-        fixed, multi = parse_grid(g)
-        if multi and fixed:  # `--grid 'tp=1,mb=8|64'`: the fixed values with each of the product's
-            spec.configs.extend({**fixed, **dict(zip(multi, vals))} for vals in itertools.product(*multi.values()))
-        elif multi:
-            for k, v in multi.items():
-                if k in spec.grid:
-                    raise SweepError(f"--grid {g!r}: {k} is given as a list twice")
-                spec.grid[k] = v
-        else:
-            spec.configs.append(fixed)
+        spec.configs.extend(expand_grid(g))
     return spec
 
 
