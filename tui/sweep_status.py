@@ -26,12 +26,19 @@ class SweepStatus:
     detail: str = ""  # what the start waits for; "ready in 41.2 s"
     finished: list[str] = field(default_factory=list)  # "mb8 knee C=8" of each configuration done
     ended_by: str = ""  # the app's exit reason for the configuration now
+    repeats: int = 1  # --repeats
+    repeat: int = 1  # the repeat now, from 1
+    left: str = ""  # "about 12 min left" (engine/sweep/runner.py TimeLeft)
 
     def text(self, preset: str = "running") -> str:
         """The line above the header; `preset`: waiting | running | over (the app knows)."""
         head = f"sweep {self.index + 1}/{self.total} {self.label}"
         if self.values and self.values != self.label:
             head += f" ({self.values})"
+        if self.repeats > 1:
+            head += f" · repeat {self.repeat} of {self.repeats}"
+        if self.left:
+            head += f" · {self.left}"
         if self.phase == "running" and preset == "over":  # cancelled by a key: the load is the operator's
             state = "its preset is over: n next configuration, q ends the sweep"
         else:

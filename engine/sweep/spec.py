@@ -30,11 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..preset.spec import MAX_REPEATS
+
 DEFAULT_READY_TIMEOUT_S = 900.0
 DEFAULT_COOLDOWN_S = 0.0
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SWEEP_KEYS = ("serve", "configs", "grid", "preset", "ready_timeout_s", "cooldown_s", "url_template", "port", "urls")
+SWEEP_KEYS = ("serve", "configs", "grid", "preset", "ready_timeout_s", "cooldown_s", "url_template", "port", "urls",
+              "repeats", "restart_each", "gpus")
 
 
 class SweepError(ValueError):
@@ -66,6 +69,9 @@ class SweepSpec:
     cooldown_s: float = DEFAULT_COOLDOWN_S
     url_template: str | None = None
     port: int | None = None
+    repeats: int = 1  # the preset's runs per configuration (--repeats)
+    restart_each: bool = False  # relaunch the server before each repeat (--restart-each)
+    gpus: int | None = None  # GPUs of each configuration when its server does not say (--gpus)
 
     def placeholders(self) -> list[str]:
         return [] if self.serve is None else list(dict.fromkeys(PLACEHOLDER.findall(self.serve)))
@@ -89,6 +95,12 @@ class SweepSpec:
             raise SweepError(f"--ready-timeout {self.ready_timeout_s:g}: expected seconds > 0")
         if self.cooldown_s < 0:
             raise SweepError(f"--cooldown {self.cooldown_s:g}: expected seconds >= 0")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
+            raise SweepError(f"--repeats {self.repeats!r}: expected a whole number 1-{MAX_REPEATS}")
+        if self.gpus is not None and (isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1):
+            raise SweepError(f"--gpus {self.gpus!r}: expected a whole number >= 1 (the GPUs each configuration's server uses)")
+        if self.restart_each and self.serve is None:
+            raise SweepError("--restart-each: relaunches each configuration's server before each repeat; with --url nothing is launched (give --serve)")
         if self.serve is None:
             return
         names = self.placeholders()
@@ -251,6 +263,15 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
         if not isinstance(t["port"], int) or isinstance(t["port"], bool):
             raise SweepError(f"{p}: [sweep].port: expected a port number, got {t['port']!r}")
         spec.port = t["port"]
+    for key in ("repeats", "gpus"):
+        if key in t:
+            if not isinstance(t[key], int) or isinstance(t[key], bool):
+                raise SweepError(f"{p}: [sweep].{key}: expected a whole number, got {t[key]!r}")
+            setattr(spec, key, t[key])
+    if "restart_each" in t:
+        if not isinstance(t["restart_each"], bool):
+            raise SweepError(f"{p}: [sweep].restart_each: expected true or false, got {t['restart_each']!r}")
+        spec.restart_each = t["restart_each"]
     if "urls" in t:
         spec.urls = [_str(p, "urls", u) for u in t["urls"]] if isinstance(t["urls"], list) else [_str(p, "urls", t["urls"])]
     return spec

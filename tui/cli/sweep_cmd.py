@@ -37,10 +37,13 @@ def sweep_spec(args: argparse.Namespace):
         if args.url:
             spec.urls = list(args.url)
         for name, attr in (("preset", "preset"), ("port", "port"), ("url_template", "url_template"),
-                           ("ready_timeout", "ready_timeout_s"), ("cooldown", "cooldown_s")):
-            v = getattr(args, name)
+                           ("ready_timeout", "ready_timeout_s"), ("cooldown", "cooldown_s"), ("repeats", "repeats"),
+                           ("gpus", "gpus")):
+            v = getattr(args, name, None)
             if v is not None:
                 setattr(spec, attr, v)
+        if getattr(args, "restart_each", False):
+            spec.restart_each = True
         spec.check()
     except SweepError as exc:
         raise UsageError(str(exc)) from None
@@ -55,6 +58,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except api.PresetError as exc:
         raise UsageError(str(exc)) from None
     spec.preset = preset.name  # sweep.json names the preset run
+    if getattr(args, "repeats", None) is None and preset.repeats > 1:
+        spec.repeats = preset.repeats  # the preset's [ramp] repeats, unless --repeats says
     configs = spec.expand(api.free_port)
     gate = _gate(args.gate)
     if args.dry_run:
@@ -65,17 +70,42 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.headless and not _on_a_terminal():
         raise UsageError("redline sweep: no terminal to draw on (stdin and stderr must be one); add --headless "
                          "(each configuration's progress, step lines and the comparison are printed)")
-    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: not empty; a sweep writes each configuration's session under it (give a new directory)")
+    out = _out_dir(args)
     for c in configs:  # every configuration's checks, before any server starts
         _config(args, c, out / c.label, preset, None)
-    if not args.headless:
-        from ..sweep_view import run_sweep_tui
+    return run_configs(args, spec, configs, preset, out, gate)
 
-        rc = run_sweep_tui(args, spec, configs, preset, out, lambda c, session, startup_s: _config(args, c, session, preset, startup_s))
-        return rc if rc or gate is None else _check_gate(gate, _load(out))
-    return asyncio.run(_sweep(args, spec, configs, preset, out, gate))
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    """--out: a new (or empty) directory; with --resume, the stopped sweep's."""
+    resume = getattr(args, "resume", False)
+    if resume and args.out is None:
+        raise UsageError("--resume: give the --out of the sweep to resume (the directory holding its sweep.json)")
+    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
+    if not resume and out.exists() and any(out.iterdir()):
+        hint = " (it holds a sweep: add --resume to go on where it stopped)" if (out / api.SWEEP_FILE).is_file() else ""
+        raise UsageError(f"--out {out}: not empty; a sweep writes each configuration's session under it (give a new directory){hint}")
+    return out
+
+
+def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path, gate) -> int:
+    """The sweep's configurations on a terminal or headless, then the gate; the exit status.
+    A grid or preset that differs from the one recorded (--resume) is one line, exit 2."""
+    digest = api.preset_digest(preset)
+    resume = bool(getattr(args, "resume", False))
+    try:
+        if resume:
+            api.check_resume(out, spec, configs, digest)
+        if not args.headless:
+            from ..sweep_view import run_sweep_tui
+
+            rc = run_sweep_tui(args, spec, configs, preset, out,
+                               lambda c, session, startup_s, k=1: _config(args, c, session, preset, startup_s, k, spec.repeats),
+                               digest=digest, resume=resume)
+            return rc if rc or gate is None else _check_gate(gate, _load(out))
+        return asyncio.run(_sweep(args, spec, configs, preset, out, gate, digest, resume))
+    except api.SweepError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _on_a_terminal() -> bool:
@@ -100,21 +130,26 @@ def _gate(text: str | None):
         raise UsageError(str(exc)) from None
 
 
-def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float | None):
-    """`redline run PRESET --headless --url URL --out OUT/label --label LABEL`'s config."""
+def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float | None, repeat: int = 1, repeats: int = 1):
+    """`redline run PRESET --headless --url URL --out OUT/label --label LABEL`'s config. Repeat
+    k's workload seed is the run's + k - 1: each repeat its own prompts (a server kept up
+    between repeats finds none of the last one's in its prefix cache), every configuration
+    the same ones at the same repeat."""
     import dataclasses
 
-    from .launch import checked_config
+    from .launch import checked_config, seed_of
 
     a = copy.copy(args)
     a.url, a.out, a.label = [c.url], session, c.label
     a.argv = list(getattr(args, "argv", ["redline", "sweep"]))
+    a.seed = seed_of(args, preset) + repeat - 1
     cfg = checked_config(a, preset)
-    extra = {"sweep": {"label": c.label, "values": dict(c.values), "command": list(c.command), "url": c.url, "startup_s": startup_s}}
+    extra = {"sweep": {"label": c.label, "values": dict(c.values), "command": list(c.command), "url": c.url, "startup_s": startup_s,
+                       **({"repeat": repeat, "repeats": repeats} if repeats > 1 else {})}}
     return dataclasses.replace(cfg, meta_extra=extra)
 
 
-async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
+async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | None = None, resume: bool = False) -> int:
     from .headless import SIGNALS, run_headless
 
     loop = asyncio.get_running_loop()
@@ -134,8 +169,8 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
 
-    async def run_one(c, session: Path, startup_s: float | None) -> int:
-        cfg = _config(args, c, session, preset, startup_s)
+    async def run_one(c, session: Path, startup_s: float | None, k: int = 1) -> int:
+        cfg = _config(args, c, session, preset, startup_s, k, spec.repeats)
         uninstall()  # the run's own handlers: a signal ends it as it ends `redline run`
         try:
             return await run_headless(cfg, preset)
@@ -143,9 +178,11 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
             install()
 
     install()
-    print(f"redline: sweep of {len(configs)} configurations ({', '.join(c.label for c in configs)}), preset {preset.name}, into {out}", flush=True)
+    times = f", {spec.repeats} repeats each" if spec.repeats > 1 else ""
+    print(f"redline: sweep of {len(configs)} configurations ({', '.join(c.label for c in configs)}){times}, preset {preset.name}, into {out}", flush=True)
     try:
-        outcome = await api.run_sweep(spec, out, run_one, on_line=lambda s: print(s, flush=True), configs=configs)
+        outcome = await api.run_sweep(spec, out, run_one, on_line=lambda s: print(s, flush=True), configs=configs,
+                                      estimate_s=estimate_s(preset), digest=digest, resume=resume)
     except asyncio.CancelledError:
         if not caught:
             raise
@@ -162,6 +199,12 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
     if gate is not None:
         return _check_gate(gate, doc)
     return EXIT_OK
+
+
+def estimate_s(preset) -> float:
+    """One run of the preset, if no stop rule fires: the middle of its bounds."""
+    lo, hi = preset.duration_bounds()
+    return (lo + hi) / 2.0
 
 
 def sweep_report(args: argparse.Namespace, out: Path) -> int:
