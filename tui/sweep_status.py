@@ -37,14 +37,13 @@ class SweepStatus:
             head += f" ({self.values})"
         if self.repeats > 1:
             head += f" · repeat {self.repeat} of {self.repeats}"
-        if self.left:
-            head += f" · {self.left}"
         if self.phase == "running" and preset == "over":  # cancelled by a key: the load is the operator's
             state = "its preset is over: n next configuration, q ends the sweep"
         else:
             state = self.phase + (f": {self.detail}" if self.detail else "") + (" · n next" if self.phase == "running" else "")
+        left = f" · {self.left}" if self.left else ""
         done = f" · done: {', '.join(self.finished)}" if self.finished else ""
-        return f"{head} · {state}{done}"
+        return f"{head} · {state}{left}{done}"
 
 
 __all__ = ["NEXT_REASON", "StartAbandoned", "SweepStatus"]

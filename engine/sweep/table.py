@@ -39,7 +39,7 @@ def format_sweep(doc: dict[str, Any]) -> str:
         return "  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     head = doc.get("sweep") or {}
-    out = [f"sweep: {len(entries)} configurations, preset {head.get('preset') or '?'}"
+    out = [f"sweep: {len(entries)} configuration{'' if len(entries) == 1 else 's'}, preset {head.get('preset') or '?'}"
            + (f" ({head['end_reason']})" if head.get("end_reason") else " (running, or ended without closing)")]
     out += [line(list(COLUMNS)), line(["-" * w for w in widths])]
     out += [line(r) for r in rows] or ["(no configuration)"]

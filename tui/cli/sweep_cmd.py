@@ -71,9 +71,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("redline sweep: no terminal to draw on (stdin and stderr must be one); add --headless "
                          "(each configuration's progress, step lines and the comparison are printed)")
     out = _out_dir(args)
-    for c in configs:  # every configuration's checks, before any server starts
-        _config(args, c, out / c.label, preset, None)
-    return run_configs(args, spec, configs, preset, out, gate)
+    digest = api.preset_digest(preset)
+    if getattr(args, "resume", False):
+        try:
+            api.check_resume(out, spec, configs, digest)  # the recorded sweep is this one: one line, exit 2
+        except api.SweepError as exc:
+            raise UsageError(str(exc)) from None
+    for c in configs:  # every configuration's checks, before any server starts (one kept or moved aside by --resume: its own)
+        if not (out / c.label).exists():
+            _config(args, c, out / c.label, preset, None)
+    return run_configs(args, spec, configs, preset, out, gate, digest)
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
@@ -88,14 +95,10 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return out
 
 
-def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path, gate) -> int:
-    """The sweep's configurations on a terminal or headless, then the gate; the exit status.
-    A grid or preset that differs from the one recorded (--resume) is one line, exit 2."""
-    digest = api.preset_digest(preset)
+def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path, gate, digest: str | None = None) -> int:
+    """The sweep's configurations on a terminal or headless, then the gate; the exit status."""
     resume = bool(getattr(args, "resume", False))
     try:
-        if resume:
-            api.check_resume(out, spec, configs, digest)
         if not args.headless:
             from ..sweep_view import run_sweep_tui
 
@@ -106,6 +109,34 @@ def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path
         return asyncio.run(_sweep(args, spec, configs, preset, out, gate, digest, resume))
     except api.SweepError as exc:
         raise UsageError(str(exc)) from None
+
+
+def run_repeats(args: argparse.Namespace, preset, repeats: int, gate) -> int:
+    """`redline run PRESET --repeats N`: the preset N times against one server (the built-in
+    sim started once for all), as a sweep of one configuration labelled --label (else the
+    preset's name): OUT/sweep.json and OUT/LABEL/r1..rN, `redline report OUT` its intervals."""
+    import re
+
+    from .launch import checked_config, running_target
+
+    if gate is not None or getattr(args, "junit", None) is not None:
+        raise UsageError("--repeats: a gate judges one run; gate the repeats' sessions one by one "
+                         "(redline report OUT/LABEL/r1 --gate ...) or a sweep's configurations (redline report OUT --gate ...)")
+    if getattr(args, "url", None) and len(args.url) > 1:
+        raise UsageError("--repeats: one --url (the server each repeat runs against); for several servers: redline sweep --url A --url B --repeats N")
+    if not args.headless and not _on_a_terminal():
+        raise UsageError("redline run --repeats: no terminal to draw on (stdin and stderr must be one); add --headless")
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.label or preset.name) or "run"
+    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime(f"{label}-%Y%m%dT%H%M%SZ", time.gmtime())
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: not empty; --repeats writes each repeat's session under it (give a new directory)")
+    cfg = checked_config(copy.copy(args), preset)  # every value checked before the sim starts
+    with running_target(cfg, args) as cfg:
+        spec = api.SweepSpec(urls=[cfg.url], preset=preset.name, repeats=repeats, gpus=getattr(args, "gpus", None))
+        config = api.SweepConfig({"url": cfg.url}, label, (), cfg.url)
+        a = copy.copy(args)
+        a.label, a.profile = label, None  # the sim (if built in) runs already: each repeat is a run against its URL
+        return run_configs(a, spec, [config], preset, out, None, api.preset_digest(preset))
 
 
 def _on_a_terminal() -> bool:
@@ -179,7 +210,8 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
 
     install()
     times = f", {spec.repeats} repeats each" if spec.repeats > 1 else ""
-    print(f"redline: sweep of {len(configs)} configurations ({', '.join(c.label for c in configs)}){times}, preset {preset.name}, into {out}", flush=True)
+    what = f"{len(configs)} configurations" if len(configs) != 1 else "1 configuration"
+    print(f"redline: sweep of {what} ({', '.join(c.label for c in configs)}){times}, preset {preset.name}, into {out}", flush=True)
     try:
         outcome = await api.run_sweep(spec, out, run_one, on_line=lambda s: print(s, flush=True), configs=configs,
                                       estimate_s=estimate_s(preset), digest=digest, resume=resume)
@@ -248,6 +280,18 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     return EXIT_OK
 
 
+def sweeps_report(args: argparse.Namespace, dirs: list[Path]) -> int:
+    """`redline report A B ...` where one or more is a sweep (`redline run --repeats N` writes
+    one of a single configuration): every configuration of each, and each session, compared
+    as one sweep's are (labels made unique in order). --gate, --html and --png take one sweep."""
+    for flag in ("gate", "html", "png", "junit"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag}: takes one sweep (redline report OUT --{flag} ...) or sessions only; "
+                             f"got {len(dirs)} directories, a sweep among them")
+    print(api.format_sweep(api.merged_doc(dirs)))
+    return EXIT_OK
+
+
 def _load(out: Path) -> dict:
     doc = api.load_sweep(out)
     if doc is None:
@@ -255,4 +299,4 @@ def _load(out: Path) -> dict:
     return doc
 
 
-__all__ = ["DEFAULT_PRESET", "cmd_sweep", "sweep_report"]
+__all__ = ["DEFAULT_PRESET", "cmd_sweep", "sweep_report", "sweeps_report"]
