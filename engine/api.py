@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .control.http_api import start_engine
     from .drive.estimate import duration_text
     from .drive.preset_runner import RunOutcome, execute, run_preset
-    from .fmt import ms, num, rate, step_ms
+    from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
     from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .run.target_stats import WeightsError, parse_weights
     from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
+    from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
@@ -99,7 +100,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
     ".run.engine": ("Engine",),
     ".drive.estimate": ("duration_text",),
-    ".fmt": ("ms", "num", "rate", "step_ms"),
+    ".fmt": ("BOUND", "ms", "num", "rate", "step_ms"),
     ".rules.guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
     ".loop": ("wait_within",),
@@ -110,6 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
+    ".session.writer": ("loss_line",),
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
     ".measure.slo": ("SloError", "parse_slo"),

@@ -29,6 +29,7 @@ KNEE_PLATEAU_GAIN = 0.05  # ... nor while the top step still gains more than thi
 SETTLE_MAX_S = 120.0  # warm-up waits at most this long (after warmup_s) for in-flight to reach C
 PROBE_MIN_REQUESTS = 3  # a probe holds until one own request answered, or this many completed ...
 PROBE_MAX_HOLD_S = 600.0  # ... but no longer than this (a live probe: until the operator moves on)
+STALL_S = 10.0  # requests in flight and no output token for this long ends a preset's ramp as "stalled" ([stop] stall_s)
 TRACE_FEED_AHEAD_S = 0.25  # --workers: the coordinator feeds each worker the trace rows due this far ahead
 TRACE_LEAD_S = 0.05  # a trace replay's first row is due this long after the command (its bookkeeping is not lag)
 

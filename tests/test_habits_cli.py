@@ -59,7 +59,7 @@ def test_preset_key_far_from_any_lists_them_all():
     with pytest.raises(PresetError) as exc:
         parse_toml(RAMP + "[stop]\nqqqq = 1\n", "presets/x.toml")
     assert str(exc.value) == ("presets/x.toml: unknown key [stop].qqqq "
-                              "(accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse)")
+                              "(accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse, stall_s)")
     with pytest.raises(PresetError) as exc:
         parse_toml(RAMP + "[zzz]\nx = 1\n", "presets/x.toml")
     assert "unknown table [zzz] (accepted: target, workload, ramp, stop" in str(exc.value)

@@ -123,23 +123,27 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
 
     from redline.engine.drive import preset_runner as runner
     from redline.engine.preset import load_preset, resolve_preset
+    from redline.engine.rules.breaks import RampJudge
 
     preset = load_preset(resolve_preset("quick"))
     logged: list[str] = []
     lines: list[str] = []
-    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None))
     first = StepResult(concurrency=preset.ramp.concurrency[0], duration_s=5, completed=1, failed=0,
                        output_throughput=10.0, input_throughput=1.0, request_throughput=1.0)
+    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None, steps=[first]))
 
-    async def one_step(engine, plan, label, preset=None):
-        return first, False
+    async def one_step(engine, plan, label, watch, preset=None):
+        return first, None
 
-    class Rules:
-        def evaluate(self, history, cur, server_gone=False):
-            return BreakResult("latency", cur.concurrency, None, "p99 TTFT over the limit")
+    class Rules:  # every step fires the latency rule
+        def fired(self, history, cur):
+            return [("latency", "p99 TTFT over the limit")]
 
-    monkeypatch.setattr(runner, "_step", one_step)
-    asyncio.run(runner._ramp(engine, preset, Rules(), runner.RunOutcome(), lines.append))
+        def last_good(self, steps):
+            return None
+
+    monkeypatch.setattr(runner, "run_step", one_step)
+    asyncio.run(runner._ramp(engine, preset, runner.RampRecord(engine, RampJudge(Rules())), None, runner.RunOutcome(), lines.append))
     plans = preset.ramp.steps()
     assert logged[0] == f"preset quick: {len(plans)} steps: " + ", ".join(p.label for p in plans)
     assert lines[-1].startswith("break: latency at C=") and "no step passed" in lines[-1]

@@ -221,7 +221,7 @@ def test_durations_replay_mode():
         ({"ramp": RAMP, "stop": {"p99_tft_ms": 5}},
          ["unknown key [stop].p99_tft_ms; did you mean p99_ttft_ms?"]),  # a typo: the closest key (issue 38)
         ({"ramp": RAMP, "stop": {"ttft": 5}},
-         ["unknown key [stop].ttft (accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse)"]),
+         ["unknown key [stop].ttft (accepted: plateau_gain, p99_ttft_ms, p99_itl_ms, error_rate, collapse, stall_s)"]),
         ({"ramp": RAMP, "stop": {"plateau_gain": 1.5}}, ["[stop].plateau_gain: expected a fraction 0..1", "got 1.5"]),
         ({"ramp": RAMP, "stop": {"plateau_gain": -0.1}}, ["[stop].plateau_gain", "got -0.1"]),
         ({"ramp": RAMP, "stop": {"error_rate": 1}}, ["[stop].error_rate: expected a fraction 0 <= x < 1", "got 1"]),

@@ -126,9 +126,10 @@ def test_readme_polars_example_reproduces_summary(capped_run):
     req = pl.read_ndjson(f"{d}/requests.ndjson")
     for s in steps:
         own = req.filter((pl.col("step") == s["index"]) & (pl.col("phase") != "warmup") & (pl.col("status") != "failed"))
-        # a request the run cancelled counts as "at least its age": ended_ms; one that ended
-        # after its step closed, its age at the close: step_e2e_ms
-        ttft = own.select(pl.coalesce("ttft_ms", "ended_ms"))["ttft_ms"]
+        # a request the run cancelled before it answered counts as "at least its age" at its
+        # end or its step's close, whichever came first; one that ended after its step
+        # closed, its age at the close: both step_e2e_ms
+        ttft = own.select(pl.coalesce("ttft_ms", "step_e2e_ms"))["ttft_ms"]
         e2e = own["step_e2e_ms"]
         # ---------------------------------------------------------------------------
         assert own["ttft_ms"].drop_nulls().len() == s["requests_first_token"]

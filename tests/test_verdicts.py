@@ -222,24 +222,42 @@ def test_a_short_outputs_step_keeps_its_own_requests():
 # -- goodput --------------------------------------------------------------------------------
 
 def test_live_goodput_never_exceeds_live_throughput():
-    """Tokens arrive as they stream; a request that met the SLO ends with all its tokens at
-    once. Goodput counts with throughput's counter: never above it, at any instant."""
+    """Tokens arrive as they stream; a request ends with all its tokens at once. Goodput counts
+    with throughput's counter: never above it, at any instant, and the good requests' share of
+    it once they end. Each burst ends 4 requests of 500 tokens: three streamed 21 ms apart meet
+    `ttft=2s,itl=100ms`, the fourth stalled 1.1 s nine times (its own ITL p99 misses). (The test
+    this replaces fed requests of one 10.45 s gap: none met itl=100ms, goodput read 0.0 at all
+    26 readings and could never exceed throughput.) Each end reaches the step book first, for
+    its one verdict, then the live window (engine/run/recording.py)."""
     m = LiveMetrics()
-    m.slo = Slo(ttft_ms=2000, itl_ms=100)
+    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    m.slo = book.slo = Slo(ttft_ms=2000, itl_ms=100)
     t = 100.0
     rid = 0
+    seen_good = 0
     for second in range(30):
         for k in range(10):
             m.on_tokens(t + second + k / 10, 40)
-        if second % 5 == 4:  # a burst of ends: 4 requests of 500 tokens, all good
-            for _ in range(4):
+        if second % 5 == 4:  # a burst of ends
+            for j in range(4):
                 rid += 1
-                r = RequestRecord(rid=rid, phase="live", step=1, concurrency=8, t_send=t + second - 10, t_first=t + second - 9.5,
-                                  t_end=t + second + 0.95, output_tokens=500)
-                r.chunk_times.extend([t + second - 9.5, t + second + 0.95])
+                t_first, t_end = t + second - 9.5, t + second + 0.95
+                r = RequestRecord(rid=rid, phase="live", step=1, concurrency=8, t_send=t + second - 10, t_first=t_first,
+                                  t_end=t_end, output_tokens=500)
+                if j < 3:  # 21 ms apart
+                    r.chunk_times.extend(t_first + i * (t_end - t_first) / 499 for i in range(500))
+                else:  # 491 chunks 1 ms apart, then 9 gaps of 1.1 s: 1.8 % of its gaps, its own p99
+                    r.chunk_times.extend([t_first + i * 0.001 for i in range(491)])
+                    r.chunk_times.extend(t_first + 0.49 + (k + 1) * (t_end - t_first - 0.49) / 9 for k in range(9))
+                book.on_end(r)
                 m.on_request_end(r)
+                assert r.slo_met is (j != 3), (j, r.figures().itl_p99)
         now = t + second + 0.99
         good_req, good_tok = m.goodput(now)
         out, _, req, _ = m.rates(now)
         assert good_req <= req + 1e-9
         assert good_tok is None or good_tok <= out + 1e-9, (second, good_tok, out)
+        if second >= 4:  # once the first burst ended: three requests of four met the SLO, and their tokens' share
+            assert good_tok == pytest.approx(0.75 * out), (second, good_tok, out)
+            seen_good += good_tok > 0
+    assert seen_good == 26

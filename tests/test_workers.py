@@ -182,3 +182,35 @@ async def test_one_process_and_every_worker_hold_the_load_with_one_class(sim_fac
             await w.close()
     finally:
         await e.stop("test")
+
+
+# 4 running, 4 ms a token whatever the batch: a 2048-token answer takes ~8 s, far longer than
+# the step is held, so every own request is out at the close and judged on its window there
+LONG_SIM = ("--set", "max_running_requests=8", "--set", "ceiling_tok_s=100000", "--set", "decode_base_s=0.004", "--set", "decode_per_seq_s=0")
+LONG = {"name": "long", "workload": {"api": "chat", "input_len": 16, "output_len": 2048},
+        "ramp": {"concurrency": [4], "warmup_s": 0.3, "hold_s": 1.5, "min_requests": 1, "max_hold_s": 2.0},
+        "slo": {"ttft_ms": 10000, "tpot_ms": 6, "itl_ms": 3}, "after": {"probe_s": 0}}
+
+
+def test_outputs_that_outlive_their_step_are_judged_alike_with_workers(sim_factory, tmp_path):
+    """Issue 42 case 8: with `--workers`, an output that outlives its step was never judged on
+    TPOT or ITL (its chunk times stay in the worker: its window figures were its age only), so
+    the same server read attainment 1.0 (TTFT alone judged) with workers and 0.0 without. The
+    workers now take each request's window figures at the close: the same TPOT, the same
+    verdicts. The SLO: TTFT within 10 s and TPOT within 6 ms (met), own ITL p99 within 3 ms
+    (missed: a token every 4 ms)."""
+    sim = sim_factory("healthy", extra_args=LONG_SIM)
+    preset = parse_preset(LONG, "long.toml")
+    steps = {}
+    for n in (0, 2):
+        cfg = EngineConfig(url=sim.url, workers=n, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=2048),
+                           slo=preset.slo, out_dir=tmp_path / f"w{n}", live_steps=False, use_nvml=False)
+        (closing,) = run_preset_headless(cfg, preset).steps
+        (final,) = json.loads((tmp_path / f"w{n}" / "summary.json").read_text())["steps"]
+        steps[n] = (closing, final)
+    for n, (closing, final) in steps.items():
+        assert closing.requests_sent >= 4 and closing.completed == 0, (n, closing)  # every own request outlived the step
+        assert closing.mean_tpot_ms is not None and 3.5 < closing.mean_tpot_ms < 6, (n, closing.mean_tpot_ms)
+        assert closing.slo_attainment == 0.0 and final["slo_attainment"] == 0.0, (n, closing.slo_attainment, final["slo_attainment"])
+    (one, _), (two, _) = steps[0], steps[2]
+    assert two.mean_tpot_ms == pytest.approx(one.mean_tpot_ms, rel=0.2)

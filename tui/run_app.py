@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine import api
-from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
-from .cli.launch import BUILTIN_SIM, running_target, session_saved
+from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_ROWS_LOST, EXIT_UNREACHABLE
+from .cli.launch import BUILTIN_SIM, running_target, session_loss, session_saved
 from .sweep_status import StartAbandoned
 
 if TYPE_CHECKING:
@@ -88,14 +88,23 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
         if host.error is not None and not isinstance(host.error, StartAbandoned):
             return start_failed(host.error)
         if host.error is None:
-            print(f"redline: {sweep.label}: {session_saved(host.config.out_dir)}", flush=True)
+            return saved(host, app.return_code, f"{sweep.label}: ")
         return app.return_code or EXIT_OK
     if host.error is not None:
         return start_failed(host.error)
     if caught:  # a signal before the app was up: the app stopped the load for it, exit as for a signal
         return 128 + caught[0].value
-    print(f"redline: {session_saved(host.config.out_dir)}")
-    return app.return_code or EXIT_OK  # Ctrl-C and the signals: 128 + N (app.py exit_status)
+    return saved(host, app.return_code)  # Ctrl-C and the signals: 128 + N (app.py exit_status)
+
+
+def saved(host, return_code: int | None, prefix: str = "") -> int:
+    """The exit's line of the session log, from the engine's last snapshot ("session saved in
+    DIR", or "session saved, N rows lost: REASON" when a write or fsync failed), and the exit
+    status: the app's (a signal: 128 + N), else EXIT_ROWS_LOST when rows were lost."""
+    snap = host.snapshot
+    loss = session_loss(snap.session_error, snap.session_lost_rows)
+    print(f"redline: {prefix}{session_saved(host.config.out_dir, loss)}", file=sys.stderr if loss else sys.stdout, flush=True)
+    return return_code or (EXIT_ROWS_LOST if loss else EXIT_OK)
 
 
 def collect_again() -> None:
@@ -146,8 +155,7 @@ def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset, compar
         app.run()
     finally:
         host.stop(app.exit_reason)
-    print(f"redline: {session_saved(cfg.out_dir)}")
-    return app.return_code or EXIT_OK
+    return saved(host, app.return_code)
 
 
 class StartingHost:

@@ -198,8 +198,9 @@ class LoadControl:
         self.probing = True
         self.target = 1
         self.settled_at = None
-        self.paused = False
+        self.paused = True  # nothing refills while the abort unwinds: the probe's first request goes out after it
         n = await self.abort()
+        self.paused = False
         self._wake.set()
         return n
 

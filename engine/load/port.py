@@ -12,6 +12,7 @@ implements (engine/run/load_port.py EnginePort), and nothing else of the engine:
 - held sends (at the in-flight cap) and the held sends given up;
 - gap and lag sinks: the workers' inter-token gaps into the live windows and the steps, a
   failed request's gaps back out, the chunks' lags as a histogram delta;
+- the window figures workers took at a step's close of the requests out at it;
 - warnings (one line, kept on screen while they hold).
 """
 
@@ -54,6 +55,14 @@ class LoadPort(Protocol):
 
     def unmeasure_gaps(self, gaps: list) -> None:
         """A failed request's gaps leave every figure that counted them."""
+
+    def on_cuts(self, t: float, cuts: list) -> None:
+        """The window figures workers took at a step's close `t` of the requests out at it
+        (engine/load/worker_messages.py Cut): the closing step's cut reads them."""
+
+    def forget(self, rids: list[int]) -> None:
+        """Requests lost with a dead worker: they will never report (the live view stops
+        counting them as waiting)."""
 
     def merge_lags(self, lags: LogHistogram) -> None:
         """The chunks' lags behind the server's send stamps, a histogram delta."""

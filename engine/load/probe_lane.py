@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..constants import LATENCY_WINDOW_S
 from ..measure.histogram import RollingDigest
+from ..measure.live_metrics import censored_window
 from ..measure.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -30,13 +31,21 @@ class LaneStats:
         self.itl = RollingDigest(LATENCY_WINDOW_S)
         self.completed = 0
         self.failed = 0
+        self.waiting: dict[int, float] = {}  # its request sent, no first token yet: rid -> t_start
+        self.ttft_bound = False  # the last p50_ms's TTFT is a lower bound (its request still waits)
 
     def p50_ms(self, now: float) -> tuple[float | None, float | None]:
+        """(TTFT p50, ITL p50) in ms over the live window; TTFT counts a request still
+        waiting for its first token at its age now, as the load's does (`ttft_bound`: it is
+        at least that: a queued lane request reads ">=75 s", not "-")."""
         out = []
         for w in (self.ttft, self.itl):
             w.expire(now)
-            (p50,), _ = w.quantiles((0.5,))
-            out.append(None if p50 is None else p50 * 1000.0)
+        p = censored_window(self.ttft, [now - t for t in self.waiting.values() if now > t])
+        self.ttft_bound = "p50" in p.bounds
+        (itl,), _ = self.itl.quantiles((0.5,))
+        for v in (p.p50, itl):
+            out.append(None if v is None else v * 1000.0)
         return out[0], out[1]
 
 

@@ -60,8 +60,8 @@ def _actor_class():
         async def order(self, msg: Order | Feed) -> None:
             self.w.apply(msg)
 
-        async def take(self, kind: str = "batch") -> Report:
-            return self.w.take(kind)
+        async def take(self, kind: str = "batch", cut: tuple[float, float, bool] | None = None) -> Report:
+            return self.w.take(kind, cut=cut)
 
         async def abort(self) -> tuple[int, Report]:
             n = await self.w.ctl.abort()
@@ -165,21 +165,21 @@ class RayPool(WorkerPool):
         """The workers alive with an actor (none before launch made them, or when it failed)."""
         return [s.index for s in self.states if s.alive and s.index < len(self._actors)]
 
-    async def _take_all(self, kind: str) -> None:
+    async def _take_all(self, kind: str, cut: tuple[float, bool] | None = None) -> None:
         async with self._pulling:
             alive = self._alive()
-            msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind)) for i in alive))
+            msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind, self._cut_for(i, cut))) for i in alive))
             t = time.perf_counter()
             for i, msg in zip(alive, msgs):
                 if msg is not None:
                     self._place(i, msg, t)
 
     # -- the LoadControl surface ------------------------------------------------------------
-    async def sync(self) -> None:
+    async def sync(self, cut: tuple[float, bool] | None = None) -> None:
         if self.stopped:
             return
         try:
-            await wait_within(asyncio.shield(self._take_all("flush")), SYNC_TIMEOUT_S)  # late: still applied
+            await wait_within(asyncio.shield(self._take_all("flush", cut)), SYNC_TIMEOUT_S)  # late: still applied
         except TimeoutError:
             self.port.warn(f"workers: a report took over {SYNC_TIMEOUT_S:g} s; the step may miss its last moments", key="worker sync")
 

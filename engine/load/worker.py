@@ -10,7 +10,11 @@ every FLUSH_S, or at once when the coordinator asks (a step closing):
 - inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
   that closes them (the values themselves: merged percentiles equal one process's),
 - the chunks' lags behind the server's send stamps (the sim's), as a histogram delta,
-- one summary per ended request (its figures and outcome; never its chunk timestamps).
+- one summary per ended request (its figures and outcome; never its chunk timestamps; a
+  failed one's gaps and tokens in their buckets, to leave the windows that counted them);
+- at a step's close (asked), the window figures of each request out at it (`Cut`: its TPOT,
+  own ITL p99 and tokens by the close), so that outputs that outlive their step are judged on
+  TPOT and ITL as in one process.
 
 Times are perf_counter seconds: CLOCK_MONOTONIC, shared by every process on the host, so the
 coordinator compares them with its own without any offset.
@@ -23,7 +27,7 @@ import dataclasses
 import itertools
 import signal
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -35,6 +39,7 @@ from ..loop import new_event_loop, read_pipe
 from ..measure import records as R
 from ..measure.accumulator import new_gaps
 from ..measure.histogram import LogHistogram
+from ..measure.own_requests import window_cut
 from ..measure.records import RequestRecord
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
@@ -43,11 +48,12 @@ from .controller import CONCURRENCY, RATE, TRACE, Controller
 from .holder import LoadHolder
 from .sender import Sender
 from .trace_replay import FedSchedule
-from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Ended, Feed, First, Order, Ready, Report, Sent
+from .worker_messages import ABORT, FLUSH, STOP, Ask, Cut, Done, Ended, Feed, First, Order, Ready, Report, Sent
 
 FLUSH_S = 0.25  # how often a worker reports
 BUCKET_S = 0.01  # token and gap arrival times travel in buckets this wide
 WARM_TIMEOUT_S = 5.0  # the warm-up GET of a worker's targets
+RECENT_S = 10.0  # ended requests kept this long: a step's close may ask their window figures (its report came late)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,21 @@ def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]
     return sorted(out.items())
 
 
+def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
+    """A failed request's tokens as they travel: (10 ms bucket of their arrival, tokens), the
+    buckets its tokens were counted in (`_TargetListener.on_tokens`)."""
+    out: dict[int, int] = {}
+    for t, n in credits:
+        b = int(t / BUCKET_S)
+        out[b] = out.get(b, 0) + n
+    return sorted(out.items())
+
+
+def unbucket_tokens(buckets) -> list[tuple[float, int]]:
+    """The coordinator's side: (arrival, tokens) at each bucket's middle, where it counted them."""
+    return [((b + 0.5) * BUCKET_S, n) for b, n in buckets]
+
+
 def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
     """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
     gaps = []
@@ -98,6 +119,7 @@ class Batch:
     def __init__(self) -> None:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}
+        self.recent: deque[RequestRecord] = deque()  # ended lately (RECENT_S), chunk times and all
         self._reset()
 
     def _reset(self) -> None:
@@ -127,10 +149,26 @@ class Batch:
             slot[0].extend(itls)
             slot[1].extend(raws)
 
+    def cuts(self, t: float, with_itl: bool) -> list[Cut]:
+        """At a step's close `t` (this host's clock): the window figures of every request sent
+        by then and not ended by then (in flight, or ended since), as the coordinator's step
+        takes them of its own requests in one process (engine/measure/own_requests.py
+        window_cut): its TPOT and own ITL p99 inside the window, its tokens by the close."""
+        recs = [*self.in_flight.values(), *(r for r in self.recent if r.t_end is not None and r.t_end > t)]
+        out = []
+        for rec in recs:
+            if rec.t_start <= t:
+                c = window_cut(rec, t, with_itl)
+                out.append(Cut(rec.rid, c.tpot, c.itl_p99, c.tokens))
+        return out
+
     def take(self) -> dict:
         """Everything since the last take (gaps of requests in flight harvested first)."""
         for rec in list(self.in_flight.values()):
             self.harvest(rec)
+        recent, old = self.recent, time.perf_counter() - RECENT_S
+        while recent and (recent[0].t_end or 0.0) < old:
+            recent.popleft()
         out = {
             "sends": self.sends,
             "firsts": self.firsts,
@@ -168,11 +206,13 @@ class _TargetListener:
         b.harvest(rec)
         b.in_flight.pop(rec.rid, None)
         b.cursor.pop(rec.rid, None)
+        b.recent.append(rec)
+        failed = rec.status == R.FAILED
         b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            rec.figures(), bucket_gaps(rec.gaps_from(1)) if rec.status == R.FAILED else None,
-            rec.cached_tokens,
+            rec.figures(), bucket_gaps(rec.gaps_from(1)) if failed else None,
+            rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None,
         ))
 
 
@@ -276,23 +316,26 @@ class Worker:
             except httpx.HTTPError:
                 pass
 
-    def take(self, kind: str = "batch", seq: int = 0) -> Report:
+    def take(self, kind: str = "batch", seq: int = 0, cut: tuple[float, float, bool] | None = None) -> Report:
         """The report: what was measured since the last one, and this worker's state. `now`
         is this host's clock when it was taken (a coordinator on another host places the
-        report's times by their age, never by comparing clocks)."""
+        report's times by their age, never by comparing clocks). `cut` (a step's close, Ask):
+        with the window figures of the requests out at it."""
         ctl = self.ctl
+        cuts = self.batch.cuts(cut[1], cut[2]) if cut is not None else []
         return Report(
             kind=kind, seq=seq, worker=self.spec.index, **self.batch.take(), in_flight=ctl.in_flight,
+            cut_at=cut[0] if cut is not None else None, cuts=cuts,
             backing_off=sum(t.sender.backing_off for t in self.targets),
             backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
             fed=(self.feed.gen, self.feed.popped),
             cpu_s=time.process_time(), now=time.perf_counter(),
         )
 
-    def report(self, kind: str = "batch", seq: int = 0) -> None:
+    def report(self, kind: str = "batch", seq: int = 0, cut: tuple[float, float, bool] | None = None) -> None:
         assert self.conn is not None
         try:
-            self.conn.send(self.take(kind, seq))
+            self.conn.send(self.take(kind, seq, cut))
         except (OSError, EOFError, BrokenPipeError):
             pass
 
@@ -321,7 +364,7 @@ class Worker:
             if isinstance(msg, (Order, Feed)):
                 self.apply(msg)
             elif msg.what == FLUSH:
-                self.report(FLUSH, msg.seq)
+                self.report(FLUSH, msg.seq, msg.cut)
             elif msg.what == ABORT:
                 asyncio.ensure_future(answer_abort(msg.seq))
             elif msg.what == STOP:

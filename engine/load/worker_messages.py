@@ -48,6 +48,9 @@ class Feed:
 class Ask:
     what: str  # FLUSH (report now) | ABORT (cancel what is in flight, report) | STOP
     seq: int = 0
+    # FLUSH at a step's close: (the close on the coordinator's clock, on the worker's, with
+    # the requests' own ITL p99): the report carries each request's window figures then (`Cut`)
+    cut: tuple[float, float, bool] | None = None
 
 
 # -- worker -> coordinator ----------------------------------------------------------------------
@@ -87,6 +90,18 @@ class Ended(NamedTuple):
     figures: RequestFigures
     failed_gaps: list | None  # a failed request's gaps, bucketed: they leave the windows
     cached_tokens: int | None
+    failed_tokens: list | None = None  # ... and its tokens, [(10 ms bucket, tokens)]: no throughput
+
+
+class Cut(NamedTuple):
+    """One request's figures inside a step's window, taken by its worker at the close (its
+    chunk times stay there): engine/measure/own_requests.py WindowCut, less its age (the
+    coordinator's clock places its start)."""
+
+    rid: int
+    tpot: float | None
+    itl_p99: float | None
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +122,8 @@ class Report:
     held: list = field(default_factory=list)  # [(dropped?, intended time)] of sends held at the cap
     abandoned: list = field(default_factory=list)  # intended times of held sends given up
     lags: Any = None  # a LogHistogram delta of the chunks' lags (the sim's), or None
+    cut_at: float | None = None  # asked at a step's close: that close (the coordinator's clock, as asked)
+    cuts: list[Cut] = field(default_factory=list)  # ... the window figures of the requests out then
     in_flight: int = 0
     backing_off: int = 0
     backlog: int = 0
@@ -128,7 +145,8 @@ class Report:
             held=[(dropped, t + d) for dropped, t in self.held],
             abandoned=[t + d for t in self.abandoned],
             ends=[x._replace(t_send=x.t_send + d, t_first=_opt(x.t_first, d), t_first_answer=_opt(x.t_first_answer, d),
-                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps])
+                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps],
+                             failed_tokens=None if x.failed_tokens is None else [(b + db, n) for b, n in x.failed_tokens])
                   for x in self.ends],
         )
 

@@ -14,7 +14,9 @@ the session log, telemetry, calibration and the probe lane.
   pool replays it into the targets' listeners (engine/run/target_stats.py), so the engine's figures,
   steps and rows are built by the same code as in one process, from the same values.
 - A step closing first asks every worker to report at once (`sync`), so what was measured
-  before the close is in the step however late its report would have come.
+  before the close is in the step however late its report would have come; the report
+  carries the window figures (TPOT, own ITL p99) each worker took at that close of every
+  request out at it, which the step's cut reads as one process reads the chunk times.
 - A worker that dies is reported; its share is lost (logged) and the others carry on.
 """
 
@@ -32,7 +34,7 @@ from ..loop import read_pipe, wait_within
 from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
 from .controller import TRACE, LoadControl
-from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, worker_main
+from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, unbucket_tokens, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
@@ -199,11 +201,13 @@ class WorkerPool(LoadControl):
             return 0
         return sum(r.n for r in replies if isinstance(r, Done))
 
-    async def sync(self) -> None:
-        """Every live worker reports now; returns once each report has been applied."""
+    async def sync(self, cut: tuple[float, bool] | None = None) -> None:
+        """Every live worker reports now; returns once each report has been applied. `cut`
+        (a step's close, and whether its SLO reads each request's ITL p99): the reports carry
+        the window figures of every request out at that close (worker_messages.Cut)."""
         if self.stopped:  # stop() applied every worker's last report
             return
-        fut = self._ask(FLUSH)
+        fut = self._ask(FLUSH, cut)
         if fut is not None:
             try:
                 await wait_within(fut, SYNC_TIMEOUT_S)
@@ -308,6 +312,10 @@ class WorkerPool(LoadControl):
         for i, batch in rows.items():
             self._send(i, Feed(self._gen, batch))
 
+    def _cut_for(self, i: int, cut: tuple[float, bool] | None) -> tuple[float, float, bool] | None:
+        """A step's close as worker i is asked it: (the close here, on its clock, with ITL)."""
+        return None if cut is None else (cut[0], self._worker_time(i, cut[0]), cut[1])
+
     def _worker_time(self, i: int, t: float) -> float:
         """A time of this host as worker i's clock reads it (one monotonic clock here)."""
         return t
@@ -320,7 +328,7 @@ class WorkerPool(LoadControl):
             self._worker_died(i)
             return False
 
-    def _ask(self, kind: str) -> asyncio.Future | None:
+    def _ask(self, kind: str, cut: tuple[float, bool] | None = None) -> asyncio.Future | None:
         """Send `kind` to every live worker; a future of their replies (one each)."""
         alive = {s.index for s in self.states if s.alive and s.index < len(self._conns)}
         if not alive:
@@ -330,7 +338,7 @@ class WorkerPool(LoadControl):
         fut = asyncio.get_running_loop().create_future()
         self._waits[seq] = (fut, set(alive), [])
         for i in sorted(alive):
-            self._send(i, Ask(kind, seq))
+            self._send(i, Ask(kind, seq, self._cut_for(i, cut)))
         return fut
 
     def _answered(self, i: int, seq: int, reply: dict) -> None:
@@ -395,6 +403,8 @@ class WorkerPool(LoadControl):
         gaps = unbucket_gaps(msg.gaps)
         if gaps:
             port.on_gaps(gaps)
+        if msg.cut_at is not None and msg.cuts:  # before the ends: a step's close reads them
+            port.on_cuts(msg.cut_at, msg.cuts)
         lags = msg.lags
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             port.merge_lags(lags)
@@ -411,6 +421,9 @@ class WorkerPool(LoadControl):
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
+            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's recorder takes them out)
+                rec.remote_credits = unbucket_tokens(x.failed_tokens)
+                st.tokens -= sum(n for _, n in x.failed_tokens)
             stats[ti].on_end(rec)
         st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
         st.delayed, st.dropped = msg.delayed, msg.dropped
@@ -432,6 +445,7 @@ class WorkerPool(LoadControl):
         lost = [rid for rid, (_, rec) in self._live.items() if rec.worker == i]
         for rid in lost:  # its requests in flight: they will never report
             self._live.pop(rid, None)
+        self.port.forget(lost)
         for seq in list(self._waits):
             fut, pending, replies = self._waits[seq]
             pending.discard(i)

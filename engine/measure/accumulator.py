@@ -133,14 +133,17 @@ class StepAccumulator(OwnRequests):
         self.short = False  # a period shorter than a step, kept as its own row (StepResult.short)
         self.partial = False  # cut short by a signal or a key (StepResult.partial)
         # its window
-        self.out_tokens = 0
-        self.per_second: list[float] = []  # output tokens in each second of the window
+        self.out_tokens = 0  # output tokens that arrived in the window, of requests that have not failed
+        self.per_second: list[float] = []  # ... in each second of the window
+        self.failed_tokens = 0  # output tokens that arrived in the window, of requests that failed since
         self.itl = Digest()
         self.chunk_gap = Digest()
         self.win_completed = 0  # requests that completed inside the window, whoever sent them
         self.win_tokens = 0  # ... their output tokens
         self.win_good = 0  # ... of which met every per-request SLO bound
         self.win_good_tokens = 0
+        self.win_failed = 0  # requests that failed inside the window (misses, for goodput's share)
+        self.win_failed_tokens = 0  # ... their output tokens
         self.server_max_running: float | None = None
         self._power_sum = 0.0
         self._power_n = 0
@@ -242,6 +245,19 @@ class StepAccumulator(OwnRequests):
             ps.append(0)
         ps[i] += n
 
+    def remove_tokens(self, credits: Sequence[tuple[float, int]]) -> None:
+        """A request failed: its tokens that arrived in the window (RequestRecord.credits) move
+        from output tok/s (and its per-second series) to failed_output_tok_s."""
+        ps = self.per_second
+        for t, n in credits:
+            if not self._in_window(t):
+                continue
+            self.out_tokens -= n
+            self.failed_tokens += n
+            i = int(t - self.t0)  # type: ignore[operator]
+            if i < len(ps):
+                ps[i] = max(0, ps[i] - n)
+
     def _inside(self, gaps: Gaps) -> Gaps:
         """The gaps whose closing chunk arrived in the window (`_in_window`, one pass)."""
         t0, t_end = self.t0, self.t_end
@@ -275,12 +291,22 @@ class StepAccumulator(OwnRequests):
         t_end = rec.t_end if rec.t_end is not None else rec.t_send
         if rec.step < self.level_index and rec.phase not in ("calibration", "lane") and self.t_end is None:
             self.foreign_ended += 1  # one of the previous load's requests left (turnover)
+        self._ended(rec, t_end)  # an own request's verdict is in before the window counts it
         if rec.status == R.OK and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
             self.win_completed += 1
             self.win_tokens += rec.output_tokens
-            if self.slo is not None and self.slo.met(rec):
+            if self.slo is not None and rec.slo_met:
                 self.win_good += 1
                 self.win_good_tokens += rec.output_tokens
+        elif rec.status == R.FAILED and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
+            self.win_failed += 1
+            self.win_failed_tokens += rec.output_tokens
+
+    def holds(self, rec: RequestRecord) -> bool:
+        """`rec` is one of its own requests, not ended yet (its verdict is this step's)."""
+        return rec.rid in self._own
+
+    def _ended(self, rec: RequestRecord, t_end: float) -> None:
         if rec.step == self.index and rec.phase == WARMUP:
             if not self.warmup_on_first and self._before_end(t_end):
                 self._warmup_done(t_end)
@@ -288,7 +314,11 @@ class StepAccumulator(OwnRequests):
         if rec.rid not in self._own:
             return
         if self.t_end is not None and not self._reported and t_end > self.t_end:
-            self._late.append(rec)  # after the close by its stamp: outstanding in the closing result
+            # after the close by its stamp: outstanding in the closing result; its window
+            # figures (and verdict) are the close's, taken now
+            self._late.append(rec)
+            if rec.rid not in self._cut and (rec.remote is None or rec.rid in self.remote_cuts):
+                self._cut_one(rec, self.t_end)  # (a worker's request: with its worker's figures, else at the cut)
             return
         self._end_own(rec, t_end)
 
@@ -388,6 +418,7 @@ class StepAccumulator(OwnRequests):
             output_throughput=round(out_tps, 3),
             input_throughput=round(self.in_tokens / dd, 3) if d > 0 else 0.0,
             request_throughput=round(self.win_completed / dd, 4) if d > 0 else 0.0,
+            failed_output_tok_s=round(self.failed_tokens / dd, 3) if d > 0 else 0.0,
             mean_ttft_ms=_ms(ttft_mean),
             median_ttft_ms=_ms(ttft_p50),
             p99_ttft_ms=_ms(ttft_p99),
@@ -492,10 +523,11 @@ class StepAccumulator(OwnRequests):
         late = sum(1 for rid, rec in self._own.items() if not (rid in self._cut and self._cut[rid].judged) and self.slo.missed_by(rec, at))
         late += sum(1 for t in self._held_t if self.slo.missed_wait(at - t))
         judged = self.judged + late
-        if self.win_tokens:
-            share = self.win_good_tokens / self.win_tokens
-        elif self.win_completed:
-            share = 1.0 if self.win_good == self.win_completed else 0.0
+        ended = self.win_tokens + self.win_failed_tokens  # a failure is a miss with its tokens
+        if ended:
+            share = self.win_good_tokens / ended
+        elif self.win_completed + self.win_failed:
+            share = 1.0 if self.win_good == self.win_completed + self.win_failed else 0.0
         else:
             share = self.good_tokens / self.judged_tokens if self.judged_tokens else 0.0
         return {

@@ -396,6 +396,25 @@ class RollingDigest:
             self.sorts += 1
         return self._cache
 
+    def digest(self) -> Digest:
+        """The window's values as one Digest (exact while the window is, else its bins; the
+        sum of binned values estimated from the bins): for censored_quantiles."""
+        d = Digest(self.limit)
+        vals = self.sorted_values()
+        if vals is not None:
+            d.add_many(vals)
+            return d
+        h = LogHistogram()
+        for b, c in self._total.items():
+            h.bins[b] = c
+        h.count = self.count
+        h.vmin = min(s.vmin for s in self._secs)
+        h.vmax = max(s.vmax for s in self._secs)
+        h.total = math.fsum(bin_value(b) * c for b, c in self._total.items())
+        d.count, d.total, d._min, d._max = h.count, h.total, h.vmin, h.vmax
+        d._exact, d._hist = None, h
+        return d
+
     def quantiles(self, qs: Sequence[float]) -> tuple[list[float | None], float | None]:
         """([value at each q], max) over the window; Nones when empty."""
         if not self.count:

@@ -40,11 +40,20 @@ class WindowCut:
     itl_p99: float | None  # its own p99 inter-token latency by the close (with an ITL SLO only)
     tokens: int  # output tokens by the close
     judged: bool = False  # its SLO verdict is in (answered by the close)
+    good: bool = False  # ... and it met every bound (a failure after the close takes it back)
+
+
+def whole_verdict(judge: StepJudge, slo: Slo, rec: RequestRecord) -> bool | None:
+    """One completed request judged on its whole record (it ended inside its step's window,
+    or no step judged it on a window): the verdict that attainment and goodput both read."""
+    f = rec.figures().itl_p99 if slo.itl_ms is not None else None
+    # one token: no TPOT, no gap to miss
+    return judge.request(slo, rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False)
 
 
 def window_cut(rec: RequestRecord, t: float, with_itl: bool) -> WindowCut:
     """`rec`'s figures inside a window that closed at `t` (a worker's request, whose chunk
-    times stay in its worker: its age only)."""
+    times stay in its worker: its worker takes them at the close, engine/load/worker.py)."""
     age = t - rec.t_start
     ts = rec.chunk_times
     if rec.t_first is None or rec.t_first > t or not ts:
@@ -102,6 +111,9 @@ class OwnRequests:
         self._stuck_e2e: list[float] = []  # cancelled own requests: their age then
         self._cut_e2e: list[float] = []  # own requests that ended after the close: their age at it (a bound)
         self._cut: dict[int, WindowCut] = {}  # own requests out at the close: their window figures
+        # --workers: the window figures each worker took of its requests out at the close
+        # (their chunk times stay in the worker), by request id, read by the cut
+        self.remote_cuts: dict[int, WindowCut] = {}
         self._warm: dict[int, RequestRecord] | None = {} if phase != PROBE else None  # warm-up sends (stand-ins) while none of its own went
         self.warmup_stand_in = False  # the warm-up sends stood in for own requests (none was sent)
 
@@ -116,16 +128,51 @@ class OwnRequests:
         if self.sent == 0 and self._warm:
             self._stand_in(t)
         self._warm = None
-        with_itl = self.slo is not None and self.slo.itl_ms is not None
-        for rid, rec in self._own.items():
-            if rid in self._cut:
-                continue
-            c = self._cut[rid] = window_cut(rec, t, with_itl)
-            if c.tpot is not None:
-                self.tpot.add(c.tpot)
-            if self.slo is not None and rec.t_first is not None and rec.t_first <= t:
-                self._judge(rec.ttft, c.tpot, c.itl_p99, c.age, True, c.tokens)
-                c.judged = True
+        for rec in self._own.values():
+            if rec.rid not in self._cut:
+                self._cut_one(rec, t)
+        self.remote_cuts.clear()  # the rest were not its own
+
+    def _cut_one(self, rec: RequestRecord, t: float) -> WindowCut:
+        """`rec`'s figures inside the window that closed at `t`, counted once: its TPOT, and
+        its SLO verdict when it answered by then (a worker's request: the figures its worker
+        took at the close, `remote_cuts`)."""
+        c = self.remote_cuts.pop(rec.rid, None)
+        if c is None:
+            c = window_cut(rec, t, self.slo is not None and self.slo.itl_ms is not None)
+        else:
+            c.age = t - rec.t_start  # the coordinator's clock places its start
+        self._cut[rec.rid] = c
+        if c.tpot is not None:
+            self.tpot.add(c.tpot)
+        if self.slo is not None and rec.t_first is not None and rec.t_first <= t:
+            ok = self._judge(rec.ttft, c.tpot, c.itl_p99, c.age, True, c.tokens)
+            if ok is not None:
+                c.judged, c.good = True, ok
+                rec.slo_met = ok
+        return c
+
+    def _uncut(self, c: WindowCut) -> None:
+        """Take a WindowCut's share back out: the request was out at the close by when its
+        end was delivered, but its end is stamped inside the window (the loop or a worker's
+        report caught up): its whole record is the window's, counted once."""
+        if c.tpot is not None:
+            self.tpot.remove_many((c.tpot,))
+        if c.judged:
+            self.judged -= 1
+            self.judged_tokens -= c.tokens
+            if c.good:
+                self.good -= 1
+                self.good_tokens -= c.tokens
+
+    def take_remote_cuts(self, cuts: Sequence[tuple[int, float | None, float | None, int]]) -> None:
+        """--workers: (rid, TPOT, own ITL p99, tokens by the close) of requests out at this
+        step's close, taken by their worker (their chunk times stay there); its cut reads them."""
+        if self._reported:
+            return
+        for rid, tpot, itl_p99, tokens in cuts:
+            if rid not in self._cut:
+                self.remote_cuts[rid] = WindowCut(0.0, tpot, itl_p99, tokens)
 
     def _stand_in(self, t: float) -> None:
         """The warm-up sends become own requests (see the module docstring)."""
@@ -141,13 +188,18 @@ class OwnRequests:
             if rec.t_end is not None and rec.t_end <= t and rec.status in (R.OK, R.FAILED, R.CANCELLED):
                 self._end_own(rec, rec.t_end)
 
-    def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> None:
+    def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> bool | None:
+        """One own request's verdict (the engine's judge), counted in attainment; None: the
+        window shows nothing to judge it by (it counts in no attainment)."""
         assert self.slo is not None
         if self.judge is None:
-            return
+            return None
         ok = self.judge.request(self.slo, ttft, tpot, itl_p99, e2e, bound)
-        if ok is None:
-            return  # nothing inside the window to judge it by
+        if ok is not None:  # None: nothing inside the window to judge it by
+            self._count(ok, tokens)
+        return ok
+
+    def _count(self, ok: bool, tokens: int) -> None:
         self.judged += 1
         self.judged_tokens += tokens
         if ok:
@@ -172,15 +224,16 @@ class OwnRequests:
     def abandon_held(self, times: Sequence[float], now: float) -> None:
         """Held sends that will never go (the open loop was left or paused): censored at
         their age now, as requests the run aborted."""
+        at = now if self.t_end is None else min(now, self.t_end)  # a bound stops at the close
         for t in times:
             i = bisect.bisect_left(self._held_t, t)
             if i < len(self._held_t) and self._held_t[i] == t:
                 del self._held_t[i]
-                self._stuck_ttft.append(now - t)
-                self._stuck_e2e.append(now - t)
+                self._stuck_ttft.append(at - t)
+                self._stuck_e2e.append(at - t)
                 self.cancelled += 1
-                if self.slo is not None and self.slo.missed_wait(now - t):
-                    self._miss()
+                if self.slo is not None and self.slo.missed_wait(at - t):
+                    self._miss(None)
 
     def abandon_outstanding(self, now: float) -> None:
         """The run ended with own requests still out (a worker lost with them): each keeps
@@ -192,20 +245,51 @@ class OwnRequests:
 
     def _censor(self, rec: RequestRecord, cut: WindowCut | None, now: float) -> None:
         """An own request the run cut off (cancelled, or lost with a worker): its TTFT when it
-        had one, else its age now as a censored TTFT; its E2E censored at its age now (at the
-        close, when it outlived the step); an SLO miss when it was already past a bound."""
-        age = now - rec.t_start
+        had one, else a censored TTFT; its E2E censored. A bound stops when its request stops:
+        its age at the close or at its end, whichever came first (cancelled in the probe after
+        the step closed at 75 s: 75 s, never its age at the cancel), and never below its TTFT.
+        An SLO miss when it was already past a bound then."""
+        at = now if cut is None else min(now, self.t_end)  # type: ignore[type-var]
+        age = at - rec.t_start
         if rec.ttft is not None:
             self._add_ttft(rec)
         else:
             self._stuck_ttft.append(age)
-        self._stuck_e2e.append(cut.age if cut is not None else age)
-        if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, now):
-            self._miss()
+        e2e = self._e2e_bound(rec, age)
+        self._stuck_e2e.append(e2e)
+        if cut is not None:
+            rec.step_e2e = e2e
+        if self.slo is not None and not (cut is not None and cut.judged) and self.slo.missed_by(rec, at):
+            self._miss(rec)
 
-    def _miss(self) -> None:
-        """One own request judged: it missed every bound (failed, or censored past one)."""
-        self._judge(None, None, None, None, False, 0)
+    @staticmethod
+    def _e2e_bound(rec: RequestRecord, age: float) -> float:
+        """An E2E censored at `age`, raised to its TTFT when its first token came later (an
+        E2E is never below its own TTFT: TTFT never above E2E, per request and so per
+        percentile)."""
+        ttft = rec.ttft
+        return age if ttft is None or ttft <= age else ttft
+
+    def _miss(self, rec: RequestRecord | None) -> None:
+        """One own request judged: it missed every bound (failed, or censored past one),
+        whatever bounds are set: a miss needs no figure (a TPOT-only SLO misses a failure too)."""
+        if self.judge is None:
+            return
+        self.judged += 1
+        if rec is not None:
+            rec.slo_met = False
+
+    def _fail_verdict(self, rec: RequestRecord, cut: WindowCut | None) -> None:
+        """A failed own request misses every bound. One judged good at the close (on what it
+        did inside the window) failed after it: it is a miss now, its tokens no throughput."""
+        if cut is not None and cut.judged:  # (its tokens stay judged: a miss with its tokens)
+            if cut.good:
+                self.good -= 1
+                self.good_tokens -= cut.tokens
+                cut.good = False
+            rec.slo_met = False
+        else:
+            self._miss(rec)
 
     def _end_own(self, rec: RequestRecord, t_end: float) -> None:
         """One of its own requests ended: inside the window its whole record is the step's;
@@ -214,13 +298,16 @@ class OwnRequests:
         if self._reported:
             self.ended_after_close += 1
         after = self.t_end is not None and t_end > self.t_end
-        cut = None
-        if after:
-            cut = self._cut.get(rec.rid)
-            if cut is None:  # sent after the close (an open loop's held send): nothing in the window
-                cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
+        cut = self._cut.get(rec.rid)
+        if cut is not None and not after:  # out at the close as delivered, ended inside it as stamped
+            self._uncut(cut)
+            del self._cut[rec.rid]
+            rec.slo_met = None
+            cut = None
+        if after and cut is None:  # sent after the close (an open loop's held send): nothing in the window
+            cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
         if cut is not None:  # its row says what its step counted of it
-            rec.step_e2e, rec.step_tpot = cut.age, cut.tpot
+            rec.step_e2e, rec.step_tpot = self._e2e_bound(rec, cut.age), cut.tpot
         if rec.cached_tokens is not None and rec.input_tokens > 0:
             self.cached_reports += 1
             self.cached_tokens += rec.cached_tokens
@@ -228,8 +315,8 @@ class OwnRequests:
         if rec.status == R.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
-            if self.slo is not None and not (cut is not None and cut.judged):
-                self._miss()  # a failed request misses every bound
+            if self.slo is not None:
+                self._fail_verdict(rec, cut)  # a failed request misses every bound
         elif rec.status == R.CANCELLED:
             self.cancelled += 1
             self._censor(rec, cut, t_end)
@@ -243,14 +330,15 @@ class OwnRequests:
                     self.e2e.add(rec.e2e)
                 if rec.tpot is not None:
                     self.tpot.add(rec.tpot)
-                if self.slo is not None:
-                    f = rec.figures().itl_p99 if self.slo.itl_ms is not None else None
-                    # its whole record is the window's (one token: no TPOT, no gap to miss)
-                    self._judge(rec.ttft, rec.tpot if rec.tpot is not None else 0.0, f if f is not None else 0.0, rec.e2e, False, rec.output_tokens)
+                if self.slo is not None and self.judge is not None:  # its whole record is the window's
+                    ok = whole_verdict(self.judge, self.slo, rec)
+                    if ok is not None:
+                        self._count(ok, rec.output_tokens)
+                    rec.slo_met = ok
             else:
-                self._cut_e2e.append(cut.age)  # its E2E is a bound: it ended under the next load
+                self._cut_e2e.append(rec.step_e2e)  # type: ignore[arg-type]  # its E2E is a bound: it ended under the next load
                 if self.slo is not None and not cut.judged:
-                    self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
+                    rec.slo_met = self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
 
     def _add_ttft(self, rec: RequestRecord) -> None:
         if rec.ttft is None:

@@ -134,10 +134,16 @@ class RequestRecord:
     # a request a worker sent: its figures, measured there (`figures()`); its chunk
     # timestamps stay in the worker
     remote: RequestFigures | None = None
+    # ... a failed one: when its output tokens arrived, as its worker counted them (`credits()`)
+    remote_credits: list[tuple[float, int]] | None = None
     # it ended after its step had closed (engine/measure/own_requests.py WindowCut): what its step counts
     # of it, its age at the close (its E2E there, a lower bound) and its TPOT inside the window
     step_e2e: float | None = None
     step_tpot: float | None = None
+    # its one SLO verdict (engine/rules/verdicts.py judge_request through its step's judge):
+    # its own step's, on what it did in that step's window; else on its whole record. What
+    # attainment, goodput (every window's, live and per step) and the rest read; None: not judged
+    slo_met: bool | None = None
 
     # -- derived figures (docs/numbers.md) ----------------------------------
     @property
@@ -206,6 +212,22 @@ class RequestRecord:
                 continue
             out.append((ts[i], [(ts[i] - last) / k] * k, raw))
             last = ts[i]
+        return out
+
+    def credits(self) -> list[tuple[float, int]]:
+        """When its output tokens were counted as throughput, as they arrived: (arrival time,
+        tokens) of each content chunk that brought some, and what the server's final count
+        added at the end (engine/client/request.py credits each read's tokens as they arrive
+        and settles the exact total at the end). A request that fails takes exactly these
+        back out of every window that counted them (docs/numbers.md#failed-requests)."""
+        if self.remote_credits is not None:
+            return self.remote_credits
+        ts, ks = self.chunk_times, self.chunk_tokens
+        out = [(t, int(k)) for t, k in zip(ts, ks) if k > 0]
+        out += [(t, 1) for t in ts[len(ks):]]
+        rest = self.output_tokens - sum(n for _, n in out)
+        if rest > 0:
+            out.append((self.t_end if self.t_end is not None else (ts[-1] if ts else self.t_send), rest))
         return out
 
     def itls(self) -> list[float]:

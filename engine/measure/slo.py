@@ -59,19 +59,6 @@ class Slo:
     def any(self) -> bool:
         return self.per_request or any(getattr(self, k) is not None for k in PER_STEP)
 
-    def missed(self, rec: RequestRecord) -> list[str]:
-        """The per-request bounds `rec` missed (a failed request misses them all)."""
-        bounds = [k for k in PER_REQUEST if getattr(self, k) is not None]
-        if rec.status != "ok":
-            return bounds
-        out = []
-        for k in bounds:
-            limit = getattr(self, k) / 1000.0
-            v = _request_value(rec, k)
-            if v is None or v > limit:
-                out.append(k)
-        return out
-
     def missed_by(self, rec: RequestRecord, now: float) -> bool:
         """A request still in flight that has already missed its TTFT or E2E bound at `now`
         (perf_counter seconds)."""
@@ -86,9 +73,6 @@ class Slo:
         the TTFT (or E2E) bound: a censored request past a bound is a miss."""
         ms = wait_s * 1000.0
         return (self.ttft_ms is not None and ms > self.ttft_ms) or (self.e2e_ms is not None and ms > self.e2e_ms)
-
-    def met(self, rec: RequestRecord) -> bool:
-        return not self.missed(rec)
 
     def describe_requests(self) -> str:
         return ", ".join(f"{LABELS[k]}≤{ms_text(getattr(self, k))}" for k in PER_REQUEST if getattr(self, k) is not None)
@@ -105,17 +89,6 @@ class Slo:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-
-
-def _request_value(rec: RequestRecord, key: str) -> float | None:
-    if key == "ttft_ms":
-        return rec.ttft
-    if key == "tpot_ms":
-        return rec.tpot if rec.tpot is not None else 0.0  # one token: no time per output token
-    if key == "e2e_ms":
-        return rec.e2e
-    p99 = rec.figures().itl_p99
-    return p99 if p99 is not None else 0.0
 
 
 def ms_text(v: float) -> str:

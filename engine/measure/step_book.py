@@ -18,7 +18,9 @@ from typing import Callable
 
 from ..constants import MIN_LIVE_STEP_S
 from ..telemetry.types import ServerSample
+from . import records as R
 from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
+from .own_requests import whole_verdict
 from .records import Clock, RequestRecord
 from .slo import Slo
 from .step_result import DEFAULT_PERCENTILES, BreakResult, StepResult
@@ -51,6 +53,9 @@ class StepBook:
         self.probe_result: StepResult | None = None
         self.break_result: BreakResult | None = None
         self.search: dict | None = None  # a knee search's answer (engine/rules/knee_search.py), for summary.json
+        # a driver's verdicts over its steps, judged again when a step's final figures land
+        # (engine/drive/preset_runner.py: the break and last good, a search's answers)
+        self.rejudge: Callable[[], None] | None = None
         self.plateau_gain: float | None = None  # the knee's (engine/rules/verdicts.py): a preset's [stop] plateau_gain, else the default
         self.default_phase = LIVE
         self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput
@@ -104,9 +109,34 @@ class StepBook:
         for acc in self._fed():
             acc.remove_gaps(gaps)
 
-    def on_end(self, rec: RequestRecord) -> None:
+    def take_remote_cuts(self, t: float, cuts: list) -> None:
+        """--workers: the window figures workers took at the close `t` of the requests out at
+        it (engine/load/worker_messages.py Cut: rid, TPOT, own ITL p99, tokens by then), for
+        the step that closed at `t` to read at its cut, as one process reads the chunk times."""
         for acc in self._fed():
-            acc.on_end(rec)
+            if acc.t_end == t:
+                acc.take_remote_cuts(cuts)
+
+    def remove_tokens(self, credits: list[tuple[float, int]]) -> None:
+        """A request failed: its tokens leave the output tok/s of every window that counted
+        them (they are its failed_output_tok_s)."""
+        if credits:
+            for acc in self._fed():
+                acc.remove_tokens(credits)
+
+    def on_end(self, rec: RequestRecord) -> None:
+        """A request ended. Its one SLO verdict first (`rec.slo_met`): its own step's, on
+        what it did in that step's window; a request no step fed now owns (a warm-up send,
+        one of a step already final), on its whole record. Then every window counts its end."""
+        fed = self._fed()
+        owner = next((acc for acc in fed if acc.holds(rec)), None)
+        if owner is not None:
+            owner.on_end(rec)
+        if rec.slo_met is None and rec.status == R.OK and self.slo is not None and self.judge is not None and self.slo.per_request:
+            rec.slo_met = whole_verdict(self.judge, self.slo, rec)
+        for acc in fed:
+            if acc is not owner:
+                acc.on_end(rec)
         if self.pending:
             self._settle(time.perf_counter())
 
@@ -124,7 +154,7 @@ class StepBook:
 
     def abandon_held(self, times: list[float], now: float | None = None) -> None:
         """Held sends the open loop gave up (left, paused): censored as aborted."""
-        now = now or time.perf_counter()
+        now = now if now is not None else time.perf_counter()
         for acc in self._fed():
             acc.abandon_held(times, now)
         if self.pending:
@@ -149,11 +179,13 @@ class StepBook:
                     break
             else:
                 return
+        if self.rejudge is not None:
+            self.rejudge()
         self._on_final(res)
 
     def finalize_all(self, now: float | None = None) -> None:
         """The run ends: what is still out stays censored at its age now (the run ended it)."""
-        now = now or time.perf_counter()
+        now = now if now is not None else time.perf_counter()
         for acc in list(self.pending):
             acc.abandon_outstanding(now)
         self._settle(now)
@@ -182,7 +214,7 @@ class StepBook:
         mode, rate, arrival = self.shape
         prev = self._history[-1] if self._history else None
         acc = StepAccumulator(
-            self.index, concurrency, phase, t or time.perf_counter(), self.clock,
+            self.index, concurrency, phase, t if t is not None else time.perf_counter(), self.clock,
             measure=measure, warmup_requests=warmup_requests, slo=self.slo,
             mode=mode, rate=rate, arrival=arrival, workload=self.workload, judge=self.judge,
         )
@@ -198,7 +230,7 @@ class StepBook:
         return acc
 
     def close_step(self, acc: StepAccumulator, now: float | None = None) -> StepResult:
-        now = now or time.perf_counter()
+        now = now if now is not None else time.perf_counter()
         acc.close(now)
         acc.cut()  # own requests still out: their figures inside the window, taken now
         res = acc.result(now)

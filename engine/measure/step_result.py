@@ -19,6 +19,9 @@ class StepResult:
     output_throughput: float  # output tok/s, counted as tokens arrived inside the window
     input_throughput: float  # input tok/s of the step's own requests (sent after warm-up)
     request_throughput: float  # requests completed per second inside the window (bench_serving's completed / duration)
+    # output tok/s of requests that failed (their tokens counted as they arrived, taken out of
+    # output_throughput, goodput and the per-second series when they failed): beside it, never in it
+    failed_output_tok_s: float = 0.0
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
     p99_ttft_ms: float | None = None
@@ -169,22 +172,39 @@ def percentile_key(q: float, what: str) -> str:
 
 @dataclass
 class BreakResult:
-    reason: str  # "plateau" | "latency" | "errors" | "collapse" | "server_gone"
-    concurrency: int  # the step where a rule fired
+    reason: str  # "plateau" | "latency" | "errors" | "collapse" | "slo" | "server_gone" | "stalled"
+    concurrency: int  # the step where a rule fired (an open loop's, a trace's: its in-flight cap)
     last_good_concurrency: int | None  # highest-throughput step that broke no rule
     detail: str = ""  # one line: which rule, the numbers
     rate: float | None = None  # open loop: the rate of the step where it fired (concurrency: its cap)
     last_good_rate: float | None = None
+    speed: float | None = None  # a trace replay: the speed of the step where it fired
+    last_good_speed: float | None = None
 
     @property
     def where(self) -> str:
-        return f"{self.rate:g} req/s" if self.rate is not None else f"C={self.concurrency}"
+        """The load it broke at: `C=64`, `12 req/s` or `x2` (a trace's speed)."""
+        return _load_text(self.concurrency, self.rate, self.speed)
 
     @property
     def last_good(self) -> str:
-        if self.last_good_rate is not None:
-            return f"{self.last_good_rate:g} req/s"
-        return f"C={self.last_good_concurrency}"
+        """The last good load (`C=32`, `8 req/s`, `x1`), or "none" when no step passed."""
+        if self.last_good_concurrency is None and self.last_good_rate is None and self.last_good_speed is None:
+            return "none"
+        return _load_text(self.last_good_concurrency, self.last_good_rate, self.last_good_speed)
+
+    @property
+    def good_text(self) -> str:
+        """"last good C=32", or "no step passed"."""
+        return "no step passed" if self.last_good == "none" else f"last good {self.last_good}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _load_text(concurrency: int | None, rate: float | None, speed: float | None) -> str:
+    if speed is not None:
+        return f"x{speed:g}"
+    if rate is not None:
+        return f"{rate:g} req/s"
+    return f"C={concurrency}"

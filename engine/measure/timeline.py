@@ -90,6 +90,8 @@ def timeline_row(
         for q, v in p.ms().items():
             if q != "max":
                 row[f"{name}_{q}_ms"] = None if v is None else round(v, 3)
+                if q in p.bounds:  # at least this: requests still waiting for a first token
+                    row[f"{name}_{q}_ms_bound"] = True
     row["server_running"] = server.running if server else None
     row["server_queued"] = server.queued if server else None
     row["server_kv_usage"] = server.kv_usage if server else None

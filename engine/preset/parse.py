@@ -21,12 +21,13 @@ A bad one raises PresetError naming the file, the key and what is accepted. In s
     min_requests = 20                 # keep holding until this many completed ...
     max_hold_s = 90                   # ... but no longer than this (default 3 x hold_s)
     durations_s = [12.5, 40, 7]       # replay: exact per-step time (see replay.py)
-    [stop]                            # absent rule = off; "server gone" is always on
+    [stop]                            # absent rule = off; "server gone" and "stalled" are always on
     plateau_gain = 0.05
     p99_ttft_ms = 10000
     p99_itl_ms = 500
     error_rate = 0.05
     collapse = 0.2
+    stall_s = 10                      # "stalled": in flight, no token this long (default 10)
     [after]
     probe_s = 30                      # C=1 probe at the end; 0 = none
     [gate]                            # optional; CI conditions of a headless run (engine/report/gate.py)
@@ -108,7 +109,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
     "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
     "gate": ("conditions",),
-    "stop": ("plateau_gain", "p99_ttft_ms", "p99_itl_ms", "error_rate", "collapse"),
+    "stop": ("plateau_gain", "p99_ttft_ms", "p99_itl_ms", "error_rate", "collapse", "stall_s"),
     "after": ("probe_s",),
 }
 

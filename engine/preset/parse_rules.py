@@ -24,6 +24,8 @@ def parse_stop(ctx: Ctx, s: dict) -> StopSpec:
     for key in StopSpec.__dataclass_fields__:
         if key not in s:
             vals[key] = None
+        elif key == "stall_s":  # always on: its key only moves it
+            vals[key] = ctx.seconds("[stop].stall_s", s[key], zero_ok=False)
         elif key in frac:
             lo, hi, lo_open, hi_open, what = frac[key]
             vals[key] = ctx.number(

@@ -69,7 +69,7 @@ def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
 
     s = preset.stop
     stop = {k: float(getattr(s, k)) for k in StopSpec.__dataclass_fields__ if getattr(s, k) is not None}
-    out.append((["any rule that fires ends the ramp; absent = off"], "stop", stop))
+    out.append((["any rule that fires ends the ramp; absent = off (stall_s: default 10 s, always on)"], "stop", stop))
     out.append((["probe_s: a C=1 probe at the end; 0 = none"], "after", {"probe_s": float(preset.after.probe_s)}))
 
     if preset.slo is not None:

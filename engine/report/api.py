@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..rules.step_text import fmt_ms, format_break_line, format_step_line, format_step_table
     from ..session import SUMMARY, SessionError, check_session_dir
     from ..session.rows import dumps_doc
-    from ..session.writer import write_text_atomic
+    from ..session.writer import loss_line, recorded_loss, write_text_atomic
     from .comparable import same_workload, workload_line, workload_texts, workload_warning, workload_warning_first
     from .compare import (
         KINDS,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         session_from_steps,
         tokens_per_watt,
     )
-    from .export import export_session
+    from .export import dropped_lines, dropped_text, export_session
     from .gate import (
         GateError,
         GateSession,
@@ -61,7 +61,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset_from": ("preset_from_session", "steps_text"),
     "..rules.step_text": ("fmt_ms", "format_break_line", "format_step_line", "format_step_table"),
     "..session": ("SUMMARY", "SessionError", "check_session_dir"),
-    ".export": ("export_session",),
+    ".export": ("dropped_lines", "dropped_text", "export_session"),
     ".comparable": ("same_workload", "workload_line", "workload_texts", "workload_warning", "workload_warning_first"),
     ".session_text": ("load_summary", "report_session"),
     ".compare": (
@@ -70,7 +70,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     ".html": ("HTML_MISSING", "HtmlUnavailable", "collect", "html_available", "write_html"),
     "..session.rows": ("dumps_doc",),
-    "..session.writer": ("write_text_atomic",),
+    "..session.writer": ("loss_line", "recorded_loss", "write_text_atomic"),
 }
 
 _WHERE = table(_EXPORTS)

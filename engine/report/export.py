@@ -26,24 +26,27 @@ EVENTS_SCHEMA = SCHEMAS["events"]
 _NESTED = (pl.List, pl.Struct, pl.Array)
 
 
-def _complete_lines(path: Path) -> bytes:
-    """The file's bytes up to and including its last newline.
+def _complete_lines(path: Path) -> tuple[bytes, int]:
+    """The file's bytes up to and including its last newline, and 1 when a partial last line
+    was left out (0 when none was).
 
-    A partial last line (SIGKILL mid-write, or a writer appending right now) is left out.
-    The size is taken first, so rows appended while we read are simply not included.
+    A partial last line (SIGKILL mid-write, a write the disk cut short, or a writer appending
+    right now) is left out. The size is taken first, so rows appended while we read are
+    simply not included.
     """
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(size)
     except FileNotFoundError:
-        return b""
+        return b"", 0
     except OSError as e:
         raise SessionError(f"cannot read {path}: {e.strerror}") from None
-    if data.endswith(b"\n"):
-        return data
+    if not data or data.endswith(b"\n"):
+        return data, 0
     end = data.rfind(b"\n")
-    return data[: end + 1] if end >= 0 else b""
+    tail = data[end + 1 :]
+    return data[: end + 1], int(bool(tail.strip()))
 
 
 # A requests file larger than this is parsed with an explicit schema (base columns + extra
@@ -77,33 +80,69 @@ def _schema_from_sample(data: bytes, table: str) -> dict[str, pl.DataType]:
     return schema
 
 
-def _parse(data: bytes, table: str) -> pl.DataFrame:
+def _parse(data: bytes, table: str) -> tuple[pl.DataFrame, int]:
+    """The rows of `data` (whole lines), and how many damaged lines were left out."""
     if table == "requests" and len(data) > FULL_INFER_BYTES:
         try:
-            return pl.read_ndjson(data, schema=_schema_from_sample(data, table))
+            return pl.read_ndjson(data, schema=_schema_from_sample(data, table)), 0
         except Exception:
             pass  # a value of another type, a damaged line: take the careful path
     try:
-        return pl.read_ndjson(data, infer_schema_length=None)
+        return pl.read_ndjson(data, infer_schema_length=None), 0
     except Exception:
-        good = _good_lines(data)
+        good, dropped = _good_lines(data)
         if not good:
-            return pl.DataFrame()
-        return pl.read_ndjson(good, infer_schema_length=None)
+            return pl.DataFrame(), dropped
+        return pl.read_ndjson(good, infer_schema_length=None), dropped
 
 
-def _good_lines(data: bytes) -> bytes:
-    """Only the lines that parse as JSON objects (slow path, after a damaged file)."""
+def _good_lines(data: bytes) -> tuple[bytes, int]:
+    """Only the lines that parse as JSON objects (slow path, after a damaged file), and how
+    many lines did not (a line a failed write cut short, then ended by the next write)."""
     keep = []
+    dropped = 0
     for line in data.splitlines():
         if not line.strip():
             continue
         try:
             if isinstance(json.loads(line), dict):
                 keep.append(line)
+                continue
         except ValueError:
-            continue
-    return b"\n".join(keep) + b"\n" if keep else b""
+            pass
+        dropped += 1
+    return (b"\n".join(keep) + b"\n" if keep else b""), dropped
+
+
+def _damaged(data: bytes) -> int:
+    """How many lines of `data` (whole lines) are not JSON objects: polars checks the whole
+    file at once (it refuses any line that is not one; a column no row has keeps it from
+    building any), the careful path counts them only when it refused."""
+    try:
+        pl.read_ndjson(data, schema={"\x00redline-check": pl.Int8})
+        return 0
+    except Exception:
+        return _good_lines(data)[1]
+
+
+def dropped_lines(session_dir: str | os.PathLike) -> dict[Path, int]:
+    """The table files whose readers leave lines out, and how many: a partial last line (a
+    kill mid-write, a write cut short) and damaged lines (a partial line the writer's next
+    write ended). {} when every line reads (docs/session-format.md, "When a write fails")."""
+    d = check_session_dir(session_dir)
+    out: dict[Path, int] = {}
+    for table in TABLES:
+        p = table_path(d, table)
+        data, tail = _complete_lines(p)
+        n = tail + (_damaged(data) if data.strip() else 0)
+        if n:
+            out[p] = n
+    return out
+
+
+def dropped_text(path: Path, n: int) -> str:
+    """The warning a reader gives of one file (report, export)."""
+    return f"{path}: {n} partial line{'s' if n != 1 else ''} dropped (a write cut short: a kill, or a write error)"
 
 
 def _null_series(name: str, dtype: pl.DataType, n: int) -> pl.Series:
@@ -144,10 +183,11 @@ def apply_schema(df: pl.DataFrame, table: str) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
-def read_table(session_dir: str | os.PathLike, table: str) -> pl.DataFrame:
+def read_table(session_dir: str | os.PathLike, table: str, dropped: dict[Path, int] | None = None) -> pl.DataFrame:
     """One table (requests | timeline | events) as a DataFrame with the documented schema.
 
-    Robust to an empty or missing file, a truncated last line, and damaged lines (skipped).
+    Robust to an empty or missing file, a truncated last line, and damaged lines (skipped;
+    with `dropped`, their count is set there under the file's path when there were any).
     Types of extra columns are inferred over all rows (a requests file over
     FULL_INFER_BYTES: over its first and last SAMPLE_BYTES); a column absent from some rows
     is null there.
@@ -155,10 +195,12 @@ def read_table(session_dir: str | os.PathLike, table: str) -> pl.DataFrame:
     d = check_session_dir(session_dir)
     if table not in TABLES:
         raise SessionError(f"unknown session table {table!r}: accepted {', '.join(TABLES)}")
-    data = _complete_lines(table_path(d, table))
-    if not data.strip():
-        return apply_schema(pl.DataFrame(), table)
-    return apply_schema(_parse(data, table), table)
+    path = table_path(d, table)
+    data, tail = _complete_lines(path)
+    df, damaged = (pl.DataFrame(), 0) if not data.strip() else _parse(data, table)
+    if dropped is not None and tail + damaged:
+        dropped[path] = tail + damaged
+    return apply_schema(df, table)
 
 
 def _flat_for_csv(df: pl.DataFrame) -> pl.DataFrame:
@@ -185,7 +227,8 @@ def _write(df: pl.DataFrame, fmt: str, path: Path) -> None:
 
 
 def export_session(
-    session_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None
+    session_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None,
+    dropped: dict[Path, int] | None = None,
 ) -> list[Path]:
     """Write OUT/<table>.<fmt> for requests, timeline and events, and steps.<fmt> (one row
     per step as summary.json has it, the percentiles asked for included) once a step was
@@ -193,7 +236,8 @@ def export_session(
 
     `out` is a directory, created if needed; default <session_dir>/export/. Each file is
     written to a temporary name and renamed, so a reader never sees half an export, and a
-    running session can be exported (what was flushed so far).
+    running session can be exported (what was flushed so far). `dropped`: as read_table's,
+    the table files that had lines left out, and how many.
     """
     f = str(fmt).strip().lower()
     if f not in FORMATS:
@@ -206,7 +250,7 @@ def export_session(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SessionError(f"cannot create export directory {out_dir}: {e.strerror}") from None
-    frames = [(table, read_table(d, table)) for table in TABLES]
+    frames = [(table, read_table(d, table, dropped)) for table in TABLES]
     steps = steps_frame(d)
     if steps is not None:
         frames.append(("steps", steps))

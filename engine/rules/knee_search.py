@@ -5,11 +5,21 @@ Two answers, from the same steps:
   most the server gave (more C past it buys no tokens);
 - the **largest C that meets the SLOs** (maximum goodput), when SLOs are set.
 
+Each point is judged by the preset's `[stop]` rules as a staircase's step is
+(engine/rules/breaks.py RampJudge: against the points at lower C; every rule but the plateau,
+which is what the search looks for; an SLO is its second answer, not a bound): the lowest
+point that fires one **bounds** the search.
+No knee is above it, the search grows no further, and it narrows below it: the bracket
+between the best point below the bound that fired nothing and the bound is halved to
+`resolution`, so a curve still rising where a latency limit cuts it answers a knee where the
+limit still holds (the knee over the points below the bound, "cut" there: engine/rules/verdicts.py
+knee). A point that ended on an event (N failures in a row: `bound_at`) bounds it the same way.
+
 From `start` the search grows C by `factor` while the steps still gain more than the plateau
-gain and meet the SLOs (and nothing failed or collapsed), and keeps growing until each
-answer is bracketed between a good C and a bad C (or `max` is reached). Then it narrows each
-bracket, the widest first, until its width is at most `resolution` x C (or 1): the SLO
-bracket by halving; the knee bracket where the tok/s measured at its two ends say the curve
+gain and meet the SLOs, and keeps growing until each answer is bracketed between a good C
+and a bad C (or `max` is reached, or a point bounds it). Then it narrows each bracket, the
+widest first, until its width is at most `resolution` x C (or 1): the SLO and the bound's
+brackets by halving; the knee bracket where the tok/s measured at its two ends say the curve
 crosses the saturation line (linear interpolation, half a resolution below the crossing, so
 the next point can close it from the other side), halving once whenever a point lands far
 from its prediction and when the bracket is within two resolutions. Every point is a full
@@ -34,7 +44,8 @@ from typing import Callable
 
 from ..measure.slo import Slo
 from ..measure.step_result import StepResult
-from .verdicts import knee, noise_margin, slo_rule
+from .breaks import RampJudge
+from .verdicts import StopRules, knee, meets_slo, noise_margin
 
 GUESS_NEAR = 0.1  # an interpolated knee point landed near the crossing: within this share of its bracket's spread
 
@@ -71,7 +82,7 @@ class KneeSearch:
         factor: float = 2.0,
         plateau_gain: float = 0.05,
         slo: Slo | None = None,
-        error_rate: float | None = None,
+        rules: StopRules | None = None,
         label: Callable[[int], str] = lambda c: f"C={c}",
     ) -> None:
         self.start = start
@@ -80,24 +91,41 @@ class KneeSearch:
         self.factor = factor
         self.gain = plateau_gain
         self.slo = slo if slo is not None and slo.any else None
-        self.error_rate = error_rate
-        self.results: dict[int, StepResult] = {}
+        # the preset's [stop] rules judge each point (engine/rules/breaks.py SEARCH_BOUNDS)
+        self.judge = RampJudge(rules if rules is not None else StopRules(), search=True)
+        self.steps: list[StepResult] = []  # every measurement, in order (a point measured twice: both)
+        self._level: dict[int, int] = {}  # id(step) -> its C
         self.points: list[int] = []
         self._growing = True
-        self._hard_stop: int | None = None  # C where errors or a collapse began: never go above
+        self._stopped: set[int] = set()  # points that ended on an event (bound_at): no knee above them
         self._confirmed: set[int] = set()  # points measured twice (a stall is believed once confirmed)
         self._guess: tuple[int, float] | None = None  # the last knee point placed by interpolation, and its bracket's spread
         self._guess_ok = True  # ... and whether it landed near the predicted crossing
         self._below: int | None = None  # ... and it, when it landed near it, below: the next point closes from above
         self.label = label  # how a level reads: "C=64", "32 req/s"
 
-    # -- judging one point -----------------------------------------------------------
-    def _failed(self, s: StepResult) -> bool:
-        limit = self.error_rate if self.error_rate is not None else 0.5
-        return s.completed + s.failed > 0 and s.error_rate > limit
+    # -- the points ----------------------------------------------------------------------
+    @property
+    def all_results(self) -> dict[int, StepResult]:
+        """Each measured C and the step that stands for it (verdicts.one_per_load's choice)."""
+        return {self._level[id(s)]: s for s in self.judge.points(self.steps)}
 
+    def bound(self) -> tuple[int, str] | None:
+        """(the lowest C that fired a [stop] rule or ended on an event, why), or None."""
+        b = self.judge.bound(self.steps)
+        cands = [(self._level[id(b[0])], b[1])] if b is not None else []
+        cands += [(c, "errors") for c in self._stopped]
+        return min(cands, default=None)
+
+    @property
+    def results(self) -> dict[int, StepResult]:
+        """The points below the bound (all, unbounded): the ones the knee is judged on."""
+        b = self.bound()
+        return {c: s for c, s in self.all_results.items() if b is None or c < b[0]}
+
+    # -- judging one point -----------------------------------------------------------
     def slo_ok(self, s: StepResult) -> bool:
-        return not self._failed(s) and (self.slo is None or slo_rule(self.slo, s) is None)
+        return self.slo is None or meets_slo(self.slo, s)
 
     def _best_tps(self) -> float:
         return max((s.output_throughput for s in self.results.values()), default=0.0)
@@ -138,12 +166,22 @@ class KneeSearch:
         return (below[-1] if below else None), hi
 
     def slo_bracket(self) -> tuple[int | None, int | None]:
-        """(largest C meeting the SLO below the first miss, smallest C missing it)."""
-        cs = sorted(self.results)
-        bad = [c for c in cs if not self.slo_ok(self.results[c])]
-        hi = bad[0] if bad else None
-        good = [c for c in cs if self.slo_ok(self.results[c]) and (hi is None or c < hi)]
+        """(largest C meeting the SLO below the first miss, smallest C missing it; the bound
+        is a miss)."""
+        res, b = self.results, self.bound()
+        cs = sorted(res)
+        bad = [c for c in cs if not self.slo_ok(res[c])] + ([b[0]] if b is not None else [])
+        hi = min(bad) if bad else None
+        good = [c for c in cs if self.slo_ok(res[c]) and (hi is None or c < hi)]
         return (good[-1] if good else None), hi
+
+    def bound_bracket(self) -> tuple[int | None, int | None]:
+        """(the highest point below the bound, the bound): every point below the lowest that
+        fired a rule fired none. (None, None) unbounded."""
+        b = self.bound()
+        if b is None:
+            return None, None
+        return max(self.results, default=None), b[0]
 
     def _stalled(self) -> bool:
         """The top point did not gain over the ones below it."""
@@ -165,8 +203,9 @@ class KneeSearch:
         return self._stalled() and (top in self._confirmed or self._stall_proven(top))  # type: ignore[arg-type]
 
     def rising_at_max(self) -> bool:
-        """The search reached max and the top point still gained: no knee below max."""
-        return bool(self.results) and max(self.results) >= self.max_c and len(self.results) >= 2 and self.gained(max(self.results))
+        """The search reached max unbounded and the top point still gained: no knee below max."""
+        res = self.results
+        return self.bound() is None and bool(res) and max(res) >= self.max_c and len(res) >= 2 and self.gained(max(res))
 
     def _narrow(self, lo: int | None, hi: int | None) -> bool:
         if lo is None or hi is None:
@@ -175,29 +214,44 @@ class KneeSearch:
 
     # -- the plan -----------------------------------------------------------------------
     def observe(self, c: int, res: StepResult) -> None:
-        if c in self.results:  # measured again: the confirmation of a stall
+        if c in self.all_results:  # measured again: the confirmation of a stall
             self._confirmed.add(c)
-        self.results[c] = res
+        self.steps.append(res)
+        self._level[id(res)] = c
         self.points.append(c)
         if self._guess is not None and self._guess[0] == c:  # an interpolated knee point: did it land near the crossing?
-            excess = self._excess(c)
+            excess = self._excess(c) if c in self.results else math.inf
             self._guess_ok = abs(excess) <= GUESS_NEAR * self._guess[1]
             self._below = c if self._guess_ok and excess < 0 else None
             self._guess = None
-        best_before = max((s.output_throughput for k, s in self.results.items() if k < c), default=None)
-        collapsed = best_before is not None and res.output_throughput < 0.5 * best_before
-        if self._failed(res) or collapsed:
-            self._hard_stop = c if self._hard_stop is None else min(self._hard_stop, c)
+
+    def replace(self, res: StepResult) -> None:
+        """A point's final figures (its late requests ended) replace its closing ones: the
+        same step (StepResult.index), judged again."""
+        for i, old in enumerate(self.steps):
+            if old.index == res.index:
+                self._level[id(res)] = self._level.pop(id(old))
+                self.steps[i] = res
+
+    def bound_at(self, c: int) -> None:
+        """The point at C ended on an event that no figure holds (its requests failed N in a
+        row: engine/drive/run_watch.py): it bounds the search as a fired rule does."""
+        self._stopped.add(c)
 
     def next(self) -> int | None:
         """The next C to measure, or None when both answers are narrow enough."""
-        if not self.results:
+        if not self.steps:
             return self.start
-        top = max(self.results)
+        res, bound = self.results, self.bound()
+        if not res:  # every point measured is at or above the bound: below it, by the factor
+            assert bound is not None
+            lower = max(1, math.floor(bound[0] / self.factor))
+            return None if bound[0] in self._stopped or lower >= bound[0] or lower in self.all_results else lower
+        top = max(res)
         if self._growing:
             need_knee = not self._knee_found()
             need_slo = self.slo is not None and self.slo_bracket()[1] is None
-            if self._hard_stop is not None or not (need_knee or need_slo):
+            if bound is not None or not (need_knee or need_slo):
                 self._growing = False
             elif need_knee and self._stalled() and top not in self._confirmed and not (top < self.max_c and self._clear_gain(top)):
                 return top  # a stall is measured once more before it is believed
@@ -210,10 +264,12 @@ class KneeSearch:
                 return min(self.max_c, max(top + 1, round(top * self.factor)))
         # bisect the widest bracket that is not narrow yet (none for the knee while the
         # curve still rises at max)
-        knee_first = not (self.rising_at_max() and self._hard_stop is None)
+        knee_first = not self.rising_at_max()
         brackets = [self.knee_bracket()] if knee_first else []
         if self.slo is not None:
             brackets.append(self.slo_bracket())
+        if bound is not None:
+            brackets.append(self.bound_bracket())
         open_ = [(hi - lo, lo, hi, i == 0 and knee_first) for i, (lo, hi) in enumerate(brackets) if not self._narrow(lo, hi)]
         if not open_:
             return None
@@ -221,7 +277,7 @@ class KneeSearch:
         mid = (lo + hi) // 2
         if knee and (guess := self._knee_point(lo, hi)) is not None:
             return guess
-        if mid in self.results or mid <= lo or mid >= hi:
+        if mid in self.all_results or mid <= lo or mid >= hi:
             return None
         return mid
 
@@ -264,7 +320,9 @@ class KneeSearch:
         """The answers over the points measured (the knee: engine/rules/verdicts.py knee, the one
         definition). A cancelled search answers no knee and no SLO level."""
         level = {id(s): c for c, s in self.results.items()}
-        k = knee(self.results.values(), self.gain, at=lambda s: level[id(s)], label=lambda s: self.label(level[id(s)]))
+        b = self.bound()
+        cut = None if b is None else f"{self.label(b[0])} broke a [stop] rule ({b[1]})"
+        k = knee(self.results.values(), self.gain, at=lambda s: level[id(s)], label=lambda s: self.label(level[id(s)]), cut=cut)
         top = None if k.max_throughput is None else int(k.max_throughput)
         if cancelled:
             return SearchResult(None, None, duration_s, list(self.points), f"search cancelled after {len(self.points)} points",

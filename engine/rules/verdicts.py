@@ -86,6 +86,9 @@ class StopSpec:
     p99_itl_ms: float | None = None  # fire when the step's p99 ITL is over this
     error_rate: float | None = None  # fire when failed / (completed + failed) is over this
     collapse: float | None = None  # fire when tok/s < best earlier x (1 - collapse)
+    # requests in flight and no token for this long ends the ramp as "stalled" (None: STALL_S;
+    # always on, like server gone; engine/drive/stall.py watches it while a step runs)
+    stall_s: float | None = None
 
 
 
@@ -381,10 +384,14 @@ class Knee:
 
 
 def knee(points: Iterable[StepResult], plateau_gain: float | None = None,
-         at: Callable[[StepResult], float] | None = None, label: Callable[[StepResult], str] | None = None) -> Knee:
+         at: Callable[[StepResult], float] | None = None, label: Callable[[StepResult], str] | None = None,
+         cut: str | None = None) -> Knee:
     """The knee of `points`, one step per load of one kind (see one_per_load). `at` places
     a point (by default its load; the knee search passes its own levels) and `label` names it
-    in the reason."""
+    in the reason. `cut`: the loads above `points` broke a rule (a knee search bounded by its
+    [stop] rules, engine/rules/knee_search.py: "C=32 broke a [stop] rule (latency)"): the curve
+    ends at its top point, so a top that still gains is not "still rising" but the most the
+    server gives within the rules, and the reason says where it was cut."""
     gain = DEFAULT_PLATEAU_GAIN if plateau_gain is None else plateau_gain
     pos = at or (lambda s: load_key(s)[1])
     name = label or (lambda s: load_label(load_key(s)))
@@ -394,15 +401,18 @@ def knee(points: Iterable[StepResult], plateau_gain: float | None = None,
         return Knee(kind, None, "no step measured")
     best = max(pts, key=lambda s: (s.output_throughput, -pos(s)))
     if len(pts) == 1:
+        if cut is not None:  # the one load that held the rules is the most the server gives within them
+            return Knee(kind, pos(best), f"the only load measured below the break; {cut}", pos(best))
         return Knee(kind, None, f"one load measured ({name(pts[0])}): nothing to compare", pos(best))
     top, below = pts[-1], max(pts[:-1], key=lambda s: s.output_throughput)
-    if gains_over(top, below, gain):
+    if cut is None and gains_over(top, below, gain):
         return Knee(kind, None, f"still rising at max {name(top)}", pos(best))
     first = next(s for s in pts if within_gain(s, best, gain))
     # a knee that is within the gain only once the noise of the two is counted says so
     noisy = "" if first.output_throughput >= (1 - gain) * best.output_throughput else \
         f", counting the noise of both (±{noise_margin(first, best):.1f} tok/s)"
-    return Knee(kind, pos(first), f"within {gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {name(best)}){noisy}", pos(best))
+    where = "" if cut is None else f"; {cut}"
+    return Knee(kind, pos(first), f"within {gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {name(best)}){noisy}{where}", pos(best))
 
 
 def session_knee(steps: Iterable[StepResult], plateau_gain: float | None = None) -> Knee:

@@ -93,12 +93,16 @@ class Ticker:
         e.book.each_second(now, srv, power)
         ev = e.events
         if self.cap is not None and e.controller is not None:
-            warning = self.cap.update(now, e.controller.target, e.in_flight, srv)
+            target = e.controller.target
+            warning = self.cap.update(now, target, e.in_flight, srv)
             if warning:
                 ev.warn(warning, key="server cap")
-            elif self.cap.active and srv is not None and srv.running is not None and srv.queued:
-                # the warning stays while the cap holds, with today's numbers
-                ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, srv), now)
+            elif srv is not None and srv.running is not None and srv.queued is not None:
+                if self.cap.active and CapDetector.condition(target, e.in_flight, srv):
+                    # the warning stays while the cap holds, with today's numbers
+                    ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, srv), now)
+                else:  # its condition ended (the probe: the server runs 1, queue 0): off the screen now
+                    ev.clear("server cap")
         h = self.health
         cause = h.cause if h is not None and h.overloaded else ""
         for c in ("client_cpu", "loop_blocked", "machine_busy"):
@@ -197,7 +201,7 @@ class Ticker:
         row = timeline_row(
             t_wall=e.clock.wall(now),
             interval_s=now - last,
-            sec=e.metrics.take_second(),
+            sec=e.metrics.take_second(now),
             stats=e.metrics.percentiles,
             state=e.state,
             target_c=ctl.target if ctl else 0,

@@ -78,7 +78,7 @@ class LiveSteps:
             pool, book = e.pool, e.book
 
             async def finish() -> None:
-                await pool.sync()
+                await pool.sync(self.cut_at(now))
                 book.finish_live(acc, now)
 
             self.pending.append(asyncio.ensure_future(finish()))
@@ -97,8 +97,14 @@ class LiveSteps:
             return e.book.close_step(acc, now)
         now = time.perf_counter()
         acc.close(now)
-        await e.pool.sync()  # the workers' reports of what came before now (an end after it waits, late)
+        await e.pool.sync(self.cut_at(now))  # the workers' reports of what came before now (an end after it waits, late)
         return e.book.close_step(acc, now)
+
+    def cut_at(self, now: float) -> tuple[float, bool]:
+        """A step's close as the workers are asked it: they take the window figures of their
+        requests out at `now` (with each one's own ITL p99 when the SLO bounds it)."""
+        slo = self.e.book.slo
+        return now, slo is not None and slo.itl_ms is not None
 
     async def settle(self) -> None:
         """Every worker report is in: the steps closed before now are recorded."""

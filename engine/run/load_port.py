@@ -47,6 +47,12 @@ class EnginePort:
     def unmeasure_gaps(self, gaps: list) -> None:
         self._e.recorder.unmeasure_gaps(gaps)
 
+    def on_cuts(self, t: float, cuts: list) -> None:
+        self._e.book.take_remote_cuts(t, cuts)
+
+    def forget(self, rids: list[int]) -> None:
+        self._e.metrics.forget(rids)
+
     def merge_lags(self, lags: LogHistogram) -> None:
         self._e.metrics.lag.merge(lags)
 

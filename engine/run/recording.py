@@ -6,7 +6,8 @@ event here; worker processes' reports are replayed into the same TargetStats (en
 From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
 Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
 
-- A failed request leaves every latency figure (its first token and its gaps are taken back);
+- A failed request leaves every latency figure (its first token and its gaps are taken back)
+  and the output tok/s (its tokens, counted as they arrived, move to failed_output_tok_s);
   a cancelled one (the client's abort, the run's end) keeps what the server served it.
 - Start-up's own requests (phase "calibration") are counted, never measured.
 - The probe lane's requests have their own live window and rows, never the load's figures.
@@ -45,10 +46,16 @@ class Recorder:
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
+        # the load's output tokens received, and the arrival of the latest (a preset's stall
+        # rule, engine/drive/stall.py, watches the count: worker processes report it late)
+        self.tokens_received = 0
+        self.last_token_t: float | None = None
 
     # -- the load's listener ------------------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
+        if rec.phase != "calibration":
+            self.metrics.on_send(rec)
         if rec.t_intended is not None:
             self.metrics.on_schedule_lag(rec.t_send, rec.t_send - rec.t_intended)
 
@@ -60,6 +67,9 @@ class Recorder:
     def on_tokens(self, t: float, n: int) -> None:
         self.metrics.on_tokens(t, n)
         self.book.on_tokens(t, n)
+        self.tokens_received += n
+        if self.last_token_t is None or t > self.last_token_t:
+            self.last_token_t = t
 
     def on_end(self, rec: RequestRecord) -> None:
         self.harvest(rec)
@@ -71,8 +81,12 @@ class Recorder:
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
+            # ... and its tokens are no throughput: they move to failed_output_tok_s
+            credits = rec.credits()
+            self.metrics.unmeasure_tokens(credits)
+            self.book.remove_tokens(credits)
+        self.book.on_end(rec)  # first: the request's one SLO verdict (rec.slo_met), which the live goodput reads
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
-        self.book.on_end(rec)
         if self.totals is not None:
             self.totals.on_end(rec)
         if rec.phase != "calibration":
@@ -162,10 +176,11 @@ class LaneListener:
         self.r = recorder
 
     def on_send(self, rec: RequestRecord) -> None:
-        pass
+        self.r.lane_stats.waiting[rec.rid] = rec.t_start
 
     def on_first(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if rec.t_first is not None and rec.ttft is not None:
             r.lane_stats.ttft.add(rec.t_first, rec.ttft)
         r.book.on_lane_first(rec)
@@ -175,6 +190,7 @@ class LaneListener:
 
     def on_end(self, rec: RequestRecord) -> None:
         r = self.r
+        r.lane_stats.waiting.pop(rec.rid, None)
         if r.lane_sender is not None:
             r.harvest(rec, r.lane_sender)
         if rec.status == R.OK:

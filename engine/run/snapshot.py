@@ -67,10 +67,14 @@ class Snapshot:
     # the probe lane (engine/load/probe_lane.py): a lone request's p50 TTFT / ITL beside the load's
     lane_on: bool = False
     lane_ttft_ms: float | None = None
+    lane_ttft_bound: bool = False  # its TTFT is at least that: its request still waits for a first token
     lane_itl_ms: float | None = None
     slo: str = ""  # the SLO as one line ("TTFT≤2 s, ITL p99≤100 ms (90 % of requests)")
     # live percentiles in ms (LATENCY_WINDOW_S): {"p50","p90","p99","max"}
     ttft_ms: dict = field(default_factory=dict)
+    # ... those that are lower bounds ({"p50": True, ...}): live TTFT counts the requests still
+    # waiting for a first token at their age (engine/measure/live_metrics.py censored_window)
+    ttft_bound: dict = field(default_factory=dict)
     itl_ms: dict = field(default_factory=dict)
     tpot_ms: dict = field(default_factory=dict)
     e2e_ms: dict = field(default_factory=dict)
@@ -103,5 +107,6 @@ class Snapshot:
     log: tuple[LogLine, ...] = ()  # the most recent event lines
     session_dir: str = ""
     session_error: str | None = None  # the session log's first write error (disk full, ...)
+    session_lost_rows: int = 0  # rows the session log could not save (engine/session/writer.py lost_rows)
     done: bool = False  # the engine stopped (preset finished or stop())
     finished: str = ""  # a fixed-size run ended: why ("100 requests sent and ended", "20 s")

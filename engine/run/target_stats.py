@@ -102,6 +102,10 @@ class TargetStats:
             elif rec.status == R.FAILED:
                 self.failed += 1
                 self.errors.add(t, 1)
+        if rec.status == R.FAILED:  # its tokens are no throughput (calibration's neither)
+            credits = rec.credits()
+            self.out_tokens.remove_many(credits)
+            self.out_tokens_total -= sum(n for _, n in credits)
         if watch is not None:
             if rec.status == R.FAILED and rec.error_kind == R.ERR_CONNECT:
                 watch.connect_failed()

@@ -177,9 +177,9 @@ def request_row(
         "turn": rec.turn,
         "ttft_ms": _ms(ttft),
         "e2e_ms": _ms(e2e),
-        # from its (intended) send to its end, whatever the outcome: for a cancelled request
-        # (it never ended by itself) the lower bound of its E2E, and of its TTFT when it never
-        # answered, that its step counts (censored)
+        # from its (intended) send to its end, whatever the outcome: for a request cancelled
+        # inside its step (it never ended by itself) the lower bound of its E2E, and of its TTFT
+        # when it never answered, that its step counts (censored; after the close: step_e2e_ms)
         "ended_ms": _ms(ended),
         # what its step counts of it: ended inside the step, its own E2E (a cancelled one's
         # age, ended_ms) and TPOT; ended after the close (after_close), its age at the close (a

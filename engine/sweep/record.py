@@ -9,7 +9,7 @@ sweep stopped at any moment keeps every configuration it finished.
                          "break_concurrency", "max_slo_concurrency", "probe_ttft_ms",
                          "probe_itl_ms", "session_dir", "log_tail", "why",
                          "repeats", "runs", "knee_spread", "last_good_spread",
-                         "gpus", "gpus_from", "fingerprint", "slo", "points"}, ...],
+                         "gpus", "gpus_from", "fingerprint", "slo", "points", "lost_rows", "write_error"}, ...],
      "comparisons": [...], "pareto": [...], "slo_answer": {...} | null}
 
 `status`: `completed` (the preset ran, every repeat; a server that died mid-run is its break,
@@ -24,6 +24,10 @@ lower median of the repeats' (`knee_spread`, `last_good_spread`: their [lowest, 
 the most tok/s is the best load's mean. `points` (engine/sweep/points.py) and the top-level
 `comparisons`, `pareto` and `slo_answer` (engine/sweep/answers.py) are computed again at each
 write from the repeats' values.
+
+`lost_rows` and `write_error`: its session log could not keep every row (a write or fsync
+error; its meta.json says so, and its run exited 5), `why` then says "session saved, N rows
+lost: REASON".
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any, Sequence
 from ..measure.slo import Slo
 from ..rules.verdicts import knee_from_summary, meets_slo, one_per_load, session_knee
 from ..session import SUMMARY
-from ..session.writer import write_text_atomic
+from ..session.writer import loss_line, recorded_loss, write_text_atomic
 from .answers import comparisons, pareto, slo_answer
 from .points import gpus_of, median_low, points, session_docs
 from .spec import Config
@@ -70,9 +74,18 @@ def entry(config: Config, status: str, *, startup_s: float | None = None, sessio
     summ = _summary(first)
     if summ is not None:
         e.update(figures(summ))
+    loss = next((x for x in (recorded_loss(d) for d, _st in runs if d is not None) if x is not None), None)
+    if loss is not None:
+        e["lost_rows"], e["write_error"] = loss
     e["repeats"] = repeats
     e.update(repeat_figures(runs, repeats, gpus if gpus is not None else grid_gpus(config)))
     return e
+
+
+def loss_why(session_dir: Path | None) -> str:
+    """"session saved, N rows lost: REASON" of a session whose log lost rows, else ""."""
+    loss = recorded_loss(session_dir) if session_dir is not None else None
+    return f"session saved, {loss_line(*loss)}" if loss is not None else ""
 
 
 def grid_gpus(config: Config) -> int | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from .record import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry
+from .record import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 from .resume import resume_sweep_file, sweep_head
 from .server_proc import ServerProcess, Started, free_port, wait_port_free
 from .spec import Config, SweepSpec
@@ -187,8 +187,8 @@ class ConfigServer:
         """The entry once the repeat under way ended with exit status `rc` (128 + N: a signal
         stopped it): `running` while repeats are still to come, then `completed`."""
         status = STOPPED if rc >= 128 else COMPLETED
-        if not why and 0 < rc < 128:
-            why = f"exit status {rc}"
+        if not why and 0 < rc < 128:  # 5: its log lost rows (what its meta.json says of it)
+            why = loss_why(self.current) or f"exit status {rc}"
         self.runs.append((self.current or self.session_for(len(self.runs) + 1), status))
         self.current = None
         if status == COMPLETED and len(self.runs) < self.repeats:

@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 
 from ...engine import api
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, UsageError
-from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, running_target, session_saved
+from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended_status, engine_loss, running_target, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
@@ -103,13 +103,14 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             loop.remove_signal_handler(sig)
     print_run_summary(engine, so_far=bool(caught))
     if caught:
-        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
+        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}",
+              file=sys.stderr)
         return 128 + caught[0].value
     if engine.steps or engine.probe_result is not None:
         print()
         print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result))
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
-    return EXIT_OK
+    return ended_status(engine_loss(engine), EXIT_OK)
 
 
 def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
@@ -199,12 +200,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 # -- sessions: export, report, preset-from -------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    from ...engine.report.api import export_session
+    from ...engine.report.api import dropped_text, export_session
 
+    dropped: dict = {}
     try:
-        paths = export_session(args.session_dir, args.format, args.output)
+        paths = export_session(args.session_dir, args.format, args.output, dropped)
     except api.SessionError as exc:
         raise UsageError(str(exc)) from None
+    for path, n in dropped.items():  # what the export left out, one line a file
+        print(f"redline: warning: {dropped_text(path, n)}", file=sys.stderr)
     for p in paths:
         print(p)
     return EXIT_OK
@@ -236,6 +240,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_html_page(sessions, html)
     if png is not None:  # before any output too: an error is the only line printed
         write_png_file(sessions, png)
+    for d in args.session_dirs:
+        log_warnings(d)
     try:
         print(text)
         if len(args.session_dirs) > 1:  # their differences with intervals, the Pareto front, the fingerprints (issue 44)
@@ -256,6 +262,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     if gate is not None:
         return _report_gate_end(args, gate)
     return EXIT_OK
+
+
+def log_warnings(session_dir: Path) -> None:
+    """What `redline report` says, on stderr, of a session log that could not keep every row:
+    the loss its writer recorded (meta.json lost_rows, write_error) and each table file's
+    partial lines, one line each."""
+    from ...engine.report.api import dropped_lines, dropped_text, loss_line, recorded_loss
+
+    loss = recorded_loss(session_dir)
+    if loss is not None:
+        print(f"redline: warning: {session_dir}: its log lost rows as it ran: {loss_line(*loss)}", file=sys.stderr)
+    try:
+        dropped = dropped_lines(session_dir)
+    except api.SessionError as exc:
+        print(f"redline: warning: {exc}", file=sys.stderr)
+        return
+    for path, n in dropped.items():
+        print(f"redline: warning: {dropped_text(path, n)}", file=sys.stderr)
 
 
 def report_gate(args: argparse.Namespace) -> list | None:

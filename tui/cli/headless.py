@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...engine import api
 from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from .launch import session_saved
+from .launch import ended_status, engine_loss, session_saved
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
@@ -132,7 +132,8 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
         if engine.steps or engine.probe_result is not None:  # the steps so far, the cut one marked partial
             print()
             print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result), flush=True)
-        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir)}", file=sys.stderr)
+        print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}",
+              file=sys.stderr)
         return 128 + caught[0].value
     from ...engine.api import RunOutcome, summary_knee
 
@@ -154,9 +155,8 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
             print()
             print(table)
     print(f"\nsession: {cfg.out_dir}")
-    if gate is not None:
-        return run_gate_end(cfg, out, gate, junit)
-    return EXIT_OK
+    rc = run_gate_end(cfg, out, gate, junit) if gate is not None else EXIT_OK
+    return ended_status(engine_loss(engine), rc)
 
 
 def run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:

@@ -9,7 +9,7 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
-from ...engine.api import ms, rate
+from ...engine.api import BOUND, ms, rate
 
 DEFAULT_EVERY_S = 10.0
 CLEAR = "\r\x1b[2K"
@@ -26,9 +26,14 @@ class Progress:
     def line(self) -> str:
         e = self.e
         s = e.snapshot
-        ttft = s.ttft_ms or {}
+        ttft, bound = s.ttft_ms or {}, getattr(s, "ttft_bound", None) or {}
+
+        def ttft_at(q: str) -> str:  # a lower bound (requests still waiting for a first token) reads "≥"
+            v = ttft.get(q)
+            return (BOUND if bound.get(q) and v is not None else "") + ms(v)
+
         parts = [f"{e.load_text}", f"in flight {s.in_flight}", f"{rate(s.output_tok_s)} tok/s",
-                 f"TTFT p50 {ms(ttft.get('p50'))} p99 {ms(ttft.get('p99'))}"]
+                 f"TTFT p50 {ttft_at('p50')} p99 {ttft_at('p99')}"]
         t = e.totals  # the load's requests only (start-up's and the probe lane's apart), as the end summary counts
         parts += [f"done {t.completed}", f"failed {t.failed}"]
         n = e.config.num_requests

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ...engine import api
-from .errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
+from .errors import EXIT_GATE_FAILED, EXIT_OK, EXIT_ROWS_LOST, UsageError
 
 DEFAULT_PRESET = "until-it-breaks"
 
@@ -105,7 +105,10 @@ def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path
             rc = run_sweep_tui(args, spec, configs, preset, out,
                                lambda c, session, startup_s, k=1: _config(args, c, session, preset, startup_s, k, spec.repeats),
                                digest=digest, resume=resume)
-            return rc if rc or gate is None else _check_gate(gate, _load(out))
+            if rc:
+                return rc
+            doc = _load(out)
+            return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK)
         return asyncio.run(_sweep(args, spec, configs, preset, out, gate, digest, resume))
     except api.SweepError as exc:
         raise UsageError(str(exc)) from None
@@ -137,6 +140,23 @@ def run_repeats(args: argparse.Namespace, preset, repeats: int, gate) -> int:
         a = copy.copy(args)
         a.label, a.profile = label, None  # the sim (if built in) runs already: each repeat is a run against its URL
         return run_configs(a, spec, [config], preset, out, None, api.preset_digest(preset))
+
+
+def _rows_lost(doc: dict, rc: int, lost: tuple[str, ...] = ()) -> int:
+    """The sweep's exit status once every configuration ran: `rc` (a failed gate's 4), else
+    EXIT_ROWS_LOST when a configuration's session log lost rows (its sweep.json entry's
+    `write_error`, or its run's exit 5: `lost`, labels), each said in one line."""
+    said = []
+    for e in doc.get("configurations") or []:
+        if isinstance(e, dict) and e.get("write_error"):
+            said.append(e.get("label"))
+            print(f"redline: sweep {e.get('label')}: session saved, {api.loss_line(e.get('lost_rows') or 0, e['write_error'])}",
+                  file=sys.stderr, flush=True)
+    for label in lost:
+        if label not in said:
+            said.append(label)
+            print(f"redline: sweep {label}: session saved with rows lost (its run exited {EXIT_ROWS_LOST})", file=sys.stderr, flush=True)
+    return rc or (EXIT_ROWS_LOST if said else EXIT_OK)
 
 
 def _on_a_terminal() -> bool:
@@ -186,6 +206,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     caught: list = []
+    lost: list[str] = []  # configurations whose run exited EXIT_ROWS_LOST
 
     def on_signal(sig) -> None:
         caught.append(sig)
@@ -204,9 +225,12 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
         cfg = _config(args, c, session, preset, startup_s, k, spec.repeats)
         uninstall()  # the run's own handlers: a signal ends it as it ends `redline run`
         try:
-            return await run_headless(cfg, preset)
+            rc = await run_headless(cfg, preset)
         finally:
             install()
+        if rc == EXIT_ROWS_LOST:  # said in its sweep.json entry; the sweep goes on (and exits 5)
+            lost.append(c.label)
+        return rc
 
     install()
     times = f", {spec.repeats} repeats each" if spec.repeats > 1 else ""
@@ -228,9 +252,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
     if outcome.status:
         print(f"redline: sweep stopped; every finished configuration is in {out / 'sweep.json'}", file=sys.stderr)
         return outcome.status
-    if gate is not None:
-        return _check_gate(gate, doc)
-    return EXIT_OK
+    return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK, tuple(lost))
 
 
 def estimate_s(preset) -> float:

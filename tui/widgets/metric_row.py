@@ -90,7 +90,8 @@ class MetricRow(Horizontal):
         yield self._spark
         yield self._value
 
-    def show(self, history: Sequence[float | None], current: float | None, flagged: Sequence[bool] = ()) -> None:
+    def show(self, history: Sequence[float | None], current: float | None, flagged: Sequence[bool] = (), bound: str = "") -> None:
+        """`bound`: put in front of the current value when it is a lower bound ("≥")."""
         spark = self._spark
         if spark is None:  # not composed yet
             return
@@ -103,6 +104,8 @@ class MetricRow(Horizontal):
         shown = list(history)[-n:]
         top = spark_top(shown, list(flags)[-len(shown):] if shown else [])  # the scale of what is drawn
         value = self.fmt(current)
+        if bound and current is not None:
+            value = bound + value
         scale = f" ↑{self.fmt(top)}" if top is not None else ""
         text = f"{value}{scale}"
         if text != self._value_text:  # an update lays the row out again: only when it changed

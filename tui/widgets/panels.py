@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label
 
-from ...engine.api import TIMELINE_INTERVAL_S, Snapshot
+from ...engine.api import BOUND, TIMELINE_INTERVAL_S, Snapshot
 from ..format import ms, num, rate
 from .metric_row import MetricRow
 
@@ -32,6 +32,9 @@ ROWS = (
     ("e2e99", "E2E p99", "e2e_p99_ms", lambda s: s.e2e_ms.get("p99"), ms),
     ("err", "errors/s", "errors", lambda s: s.errors_s, rate),
 )  # the server's running / queued counts are in the header, beside C and in-flight
+# rows whose live value may be a lower bound: TTFT counts the requests still waiting for a
+# first token at their age (a queue behind the load reads "≥75 s", never "-")
+BOUNDS = {"ttft50": "p50", "ttft99": "p99"}
 
 
 class LivePanels(Vertical):
@@ -64,7 +67,8 @@ class LivePanels(Vertical):
             row = self._rows[wid]
             if wid == "good":
                 row.display = snap.goodput_req_s is not None  # with SLOs (its tok/s shows "-" until a request ended)
-            row.show(self._history[col], live(snap), flagged)
+            q = BOUNDS.get(wid)
+            row.show(self._history[col], live(snap), flagged, BOUND if q is not None and (getattr(snap, "ttft_bound", None) or {}).get(q) else "")
         lane = self._lane
         lane.display = snap.lane_on
         if snap.lane_on:
@@ -108,13 +112,16 @@ def row_flagged(row: dict) -> bool:
 def lane_text(snap: Snapshot) -> str:
     """The probe lane beside the load: a lone request's p50s and how much slower the load's are."""
 
-    def part(name: str, lane_v: float | None, load_v: float | None) -> str:
+    def part(name: str, lane_v: float | None, load_v: float | None, bound: bool = False) -> str:
         if lane_v is None:
             return f"{name} -"
+        if bound:  # its request still waits: at least its age, no ratio to draw from a bound
+            return f"{name} {BOUND}{ms(lane_v)}"
         ratio = f" (load ×{load_v / lane_v:.1f})" if load_v is not None and lane_v > 0 else ""
         return f"{name} {ms(lane_v)}{ratio}"
 
-    return "lane C=1  " + "  ".join((part("TTFT", snap.lane_ttft_ms, snap.ttft_ms.get("p50")), part("ITL", snap.lane_itl_ms, snap.itl_ms.get("p50"))))
+    return "lane C=1  " + "  ".join((part("TTFT", snap.lane_ttft_ms, snap.ttft_ms.get("p50"), getattr(snap, "lane_ttft_bound", False)),
+                                    part("ITL", snap.lane_itl_ms, snap.itl_ms.get("p50"))))
 
 
 def server_text(snap: Snapshot) -> str:
