@@ -159,3 +159,41 @@ def test_repeats_and_gpus_are_checked_in_the_spec():
         SweepSpec(urls=["http://127.0.0.1:9"], repeats=101).check()
     with pytest.raises(SweepError, match="--gpus 0"):
         SweepSpec(urls=["http://127.0.0.1:9"], gpus=0).check()
+
+
+def test_the_gpus_of_a_configuration_server_first_then_the_flag_then_telemetry():
+    from redline.engine.sweep.points import gpus_of
+
+    sglang = {"server_info": {"tp_size": 2, "pp_size": 4, "dp_size": 1}, "fingerprint": {"gpus": {"count": 8}}}
+    assert gpus_of(sglang, 3) == (8, "server")
+    vllm = {"fingerprint": {"server": {"args": {"tensor_parallel_size": "2"}}, "gpus": {"count": 8}}}
+    assert gpus_of(vllm, None) == (2, "server")  # its launch command's --tensor-parallel-size
+    plain = {"fingerprint": {"server": {"args": {}}, "gpus": {"count": 8}}}
+    assert gpus_of(plain, 1) == (1, "--gpus") and gpus_of(plain, None) == (8, "telemetry") and gpus_of({}, None) == (None, None)
+
+
+async def test_the_fingerprint_asks_vllm_for_its_version_and_dev_mode_configuration():
+    """vLLM serves /version; with VLLM_SERVER_DEV_MODE=1 /server_info?config_format=json its
+    whole configuration (what vLLM's api_server serves: read with the search tool). A server
+    that answers neither leaves the fingerprint to what detection read."""
+    import httpx
+
+    from redline.engine.telemetry.fingerprint import ask_server, fingerprint
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": "0.9.2"})
+        if request.url.path == "/server_info" and request.url.params.get("config_format") == "json":
+            return httpx.Response(200, json={"vllm_config": {"scheduler_config": {"max_num_seqs": 16},
+                                                             "parallel_config": {"tensor_parallel_size": 1}}})
+        return httpx.Response(404)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(vllm)) as client:
+        version, raw = await ask_server(client, "http://127.0.0.1:8000", "vllm", {})
+    fp = fingerprint(kind="vllm", version=version, raw=raw, model="m", launch_command=["vllm", "serve", "m", "--max-num-seqs", "16"])
+    assert fp["server"]["version"] == "0.9.2" and fp["server"]["args_from"] == "server"
+    assert fp["server"]["args"]["scheduler_config.max_num_seqs"] == 16
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(404))) as client:
+        version, raw = await ask_server(client, "http://127.0.0.1:8000", "openai", {})
+    assert (version, raw) == ("", {})

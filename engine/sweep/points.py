@@ -12,7 +12,8 @@ themselves (`values`, one per repeat, from which every comparison is computed ag
 A load is read from each repeat that measured it to its end (a step cut by a signal, partial,
 is left out); a figure a repeat has not (no TPOT of a step with one-token outputs) is left
 out of that figure only. The GPUs that divide tok/s: the server's tp x pp x dp
-(/server_info), else `--gpus N` (or a grid value `gpus`), else the GPUs telemetry saw.
+(/server_info; vLLM's from its configuration or launch command), else `--gpus N` (or a grid
+value `gpus`), else the GPUs telemetry saw.
 """
 
 from __future__ import annotations
@@ -69,14 +70,36 @@ def server_gpus(meta: dict[str, Any]) -> int | None:
     return n if info.get("enable_dp_attention") else n * size("dp_size")
 
 
+# vLLM's parallel sizes: its dev-mode configuration's, or its launch command's options
+VLLM_SIZES = (("parallel_config.tensor_parallel_size", "tensor_parallel_size"),
+              ("parallel_config.pipeline_parallel_size", "pipeline_parallel_size"),
+              ("parallel_config.data_parallel_size", "data_parallel_size"))
+
+
+def fingerprint_gpus(fp: dict[str, Any]) -> int | None:
+    """tp x pp x dp from the fingerprint's arguments (vLLM), None when it names none."""
+    server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
+    args = server.get("args") if isinstance(server.get("args"), dict) else {}
+    n, found = 1, False
+    for keys in VLLM_SIZES:
+        v = next((args[k] for k in keys if k in args), None)
+        try:
+            size = int(v) if v is not None and not isinstance(v, bool) else None
+        except (TypeError, ValueError):
+            size = None
+        if size and size > 0:
+            n, found = n * size, True
+    return n if found else None
+
+
 def gpus_of(meta: dict[str, Any], given: int | None) -> tuple[int | None, str | None]:
     """(GPU count, where it came from: "server", "--gpus", "telemetry") of one configuration."""
-    n = server_gpus(meta)
+    fp = meta.get("fingerprint") if isinstance(meta.get("fingerprint"), dict) else {}
+    n = server_gpus(meta) or fingerprint_gpus(fp)
     if n:
         return n, "server"
     if given:
         return given, "--gpus"
-    fp = meta.get("fingerprint") if isinstance(meta.get("fingerprint"), dict) else {}
     g = fp.get("gpus") if isinstance(fp.get("gpus"), dict) else {}
     if isinstance(g.get("count"), int) and g["count"] > 0:
         return g["count"], "telemetry"
