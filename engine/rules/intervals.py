@@ -159,6 +159,11 @@ class Difference:
         return (100.0 * lo / self.base, 100.0 * hi / self.base)
 
 
+def ratio_pct(log_diff: float) -> float:
+    """A difference of logarithms as a change in %: exp(d) - 1 (never below -100 %)."""
+    return 100.0 * math.expm1(log_diff)
+
+
 def welch(a: Spread, b: Spread) -> Difference | None:
     """Welch's test of a's mean against b's; None unless each has two values or more."""
     if a.n < 2 or b.n < 2:
@@ -201,4 +206,4 @@ def verdict(diff: float, real: bool, higher_is_better: bool) -> str:
 
 
 __all__ = ["BETTER", "CONFIDENCE", "Difference", "NO_CLEAR", "Spread", "VERDICTS", "WORSE", "betainc", "holm_levels",
-           "spread", "t_cdf", "t_quantile", "verdict", "welch"]
+           "ratio_pct", "spread", "t_cdf", "t_quantile", "verdict", "welch"]

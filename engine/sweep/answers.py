@@ -2,9 +2,12 @@
 sweep.json's top-level `comparisons` and `pareto`, and the answer under an SLO.
 
 Comparisons: every pair of configurations that ran (a later one `a` against an earlier one
-`b`), at each load both measured, for output tok/s, TTFT p99 and TPOT: the change of a's mean
-from b's in % (`change_pct`), its interval (`ci_pct` [low, high]) and the verdict `better`,
-`worse` or `no clear difference`. The test is Welch's on the repeats' values; the family is
+`b`), at each load both measured, for output tok/s, TTFT p99 and TPOT: the change of a from b
+in % (`change_pct`), its interval (`ci_pct` [low, high]) and the verdict `better`, `worse` or
+`no clear difference`. The test is Welch's on the repeats' values, on their logarithms when
+every value is positive (`scale: log`: a change is a ratio, its interval never below -100 %,
+the skew of a p99 tamed; the change is then that of the geometric means), else on the values
+(`linear`, in % of b's mean); the family is
 every comparison of the report (all pairs, loads and figures), Holm-Bonferroni over it at
 95 %, and each interval is drawn at the level its test was held to, so it spans 0 exactly
 when the verdict is `no clear difference` (engine/rules/intervals.py). A pair with fewer than
@@ -15,11 +18,12 @@ nothing when the bound could hide the other way.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from ..fmt import rate
 from ..measure.slo import Slo
-from ..rules.intervals import NO_CLEAR, holm_levels, spread, verdict, welch
+from ..rules.intervals import NO_CLEAR, holm_levels, ratio_pct, spread, verdict, welch
 from ..rules.pareto import Point, best_meeting, front
 from .points import HIGHER_IS_BETTER
 
@@ -55,7 +59,11 @@ def comparisons(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     levels = holm_levels([d.p for _, d in tests], ALPHA)
     for (i, d), (level, passed) in zip(tests, levels):
         row = rows[i]
-        ci = d.interval_pct(level)
+        if row.get("scale") == "log":
+            lo, hi = d.interval(level)
+            ci: tuple[float, float] | None = (ratio_pct(lo), ratio_pct(hi))
+        else:
+            ci = d.interval_pct(level)
         row["ci_pct"] = None if ci is None else [round(ci[0], 2), round(ci[1], 2)]
         row["confidence"] = round(1.0 - level, 6)
         row["verdict"] = verdict(d.diff, passed and _bound_allows(row, d.diff), HIGHER_IS_BETTER[row["metric"]])
@@ -70,10 +78,17 @@ def _row(a: dict, b: dict, pa: dict, pb: dict, metric: str) -> tuple[dict[str, A
     sa, sb = spread(va), spread(vb)
     if sa is None or sb is None:
         return None, None
+    log = all(v > 0 for v in [*va, *vb])  # a ratio of positive figures: compared on their logarithms
+    if log:
+        sa, sb = spread([math.log(v) for v in va]), spread([math.log(v) for v in vb])
+        assert sa is not None and sb is not None
+        change = ratio_pct(sa.mean - sb.mean)
+    else:
+        change = 100.0 * (sa.mean - sb.mean) / sb.mean if sb.mean else None
     row: dict[str, Any] = {
         "a": a["label"], "b": b["label"], "concurrency": pa.get("concurrency"), "load": pa["load"], "metric": metric,
-        "change_pct": round(100.0 * (sa.mean - sb.mean) / sb.mean, 2) if sb.mean else None,
-        "ci_pct": None, "verdict": NO_CLEAR, "n": [sa.n, sb.n],
+        "change_pct": None if change is None else round(change, 2), "ci_pct": None, "verdict": NO_CLEAR, "n": [sa.n, sb.n],
+        "scale": "log" if log else "linear",
     }
     if metric + "_bound" in pa or metric + "_bound" in pb:
         row["bound"] = [bool(pa.get(metric + "_bound")), bool(pb.get(metric + "_bound"))]
@@ -153,6 +168,12 @@ def _pct(v: float) -> str:
     return f"{v:+.0f}" if abs(v) >= 10 else f"{v:+.1f}"
 
 
+def _span(ci: Sequence[float]) -> str:
+    """`+246..+274`; one decimal where whole numbers would read the same at both ends."""
+    lo, hi = _pct(ci[0]), _pct(ci[1])
+    return f"{ci[0]:+.1f}..{ci[1]:+.1f}" if lo == hi else f"{lo}..{hi}"
+
+
 def pair_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """One summary line per pair: its clearest tok/s difference (else its largest), e.g.
     `mb64 vs mb8: +560 % tok/s at C=64 (+540..+580 %), clear`; then how many of its
@@ -166,7 +187,7 @@ def pair_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             continue
         clear = [r for r in tok if r["verdict"] != NO_CLEAR]
         top = max(clear or tok, key=lambda r: abs(r["change_pct"]))
-        ci = f" ({_pct(top['ci_pct'][0])}..{_pct(top['ci_pct'][1])} %)" if top.get("ci_pct") else ""
+        ci = f" ({_span(top['ci_pct'])} %)" if top.get("ci_pct") else ""
         word = "clear" if top["verdict"] != NO_CLEAR else ("no clear difference" if top.get("ci_pct") else
                                                            "no clear difference (one run a side: --repeats 3 gives intervals)")
         n_b = sum(r["verdict"] == "better" for r in mine)
@@ -182,7 +203,7 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     cells = [[f"{r['a']} vs {r['b']}", r["load"], METRIC_TEXT[r["metric"]],
               "-" if r.get("change_pct") is None else f"{_pct(r['change_pct'])} %",
-              "-" if not r.get("ci_pct") else f"{_pct(r['ci_pct'][0])}..{_pct(r['ci_pct'][1])} %",
+              "-" if not r.get("ci_pct") else f"{_span(r['ci_pct'])} %",
               r["verdict"] + (" (bound)" if r.get("why", "").startswith("a lower bound") else "")] for r in rows]
     head = ["pair", "load", "figure", "change", "95 % interval (Holm)", "verdict"]
     widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(head)]
