@@ -187,9 +187,10 @@ class ConfigServer:
         """The entry once the repeat under way ended with exit status `rc` (128 + N: a signal
         stopped it): `running` while repeats are still to come, then `completed`."""
         status = STOPPED if rc >= 128 else COMPLETED
+        session = self.current or self.session_for(len(self.runs) + 1)
         if not why and 0 < rc < 128:  # 5: its log lost rows (what its meta.json says of it)
-            why = loss_why(self.current) or f"exit status {rc}"
-        self.runs.append((self.current or self.session_for(len(self.runs) + 1), status))
+            why = loss_why(session) or f"exit status {rc}"
+        self.runs.append((session, status))
         self.current = None
         if status == COMPLETED and len(self.runs) < self.repeats:
             status = RUNNING

@@ -20,8 +20,8 @@ VLLM_SERVER_DEV_MODE=1 (`?config_format=json`: nested tables, flattened here to
 from __future__ import annotations
 
 import json
-import platform
 import socket
+import sys
 from typing import Any, Sequence
 
 from .types import GpuSample
@@ -133,7 +133,7 @@ def fingerprint(*, kind: str, version: str, raw: dict[str, Any], model: str, lau
         "gpus": gpu_part(gpus, gpu_source),
         "host": socket.gethostname(),
         "redline_version": redline_version or None,
-        "python_version": platform.python_version(),
+        "python_version": ".".join(str(x) for x in sys.version_info[:3]),  # platform.python_version() without importing platform
     }
 
 
