@@ -134,6 +134,9 @@ def test_fingerprints_say_what_differs():
     assert "GPU driver" in differences_text([a, fp(64, "560.1")])
     # vLLM: its dev-mode configuration flattened; without it, the launch command's options
     assert args_from_server_info({"vllm_config": {"scheduler_config": {"max_num_seqs": 16}}}) == {"scheduler_config.max_num_seqs": 16}
+    text = "model='m', max_seq_len=4096, compilation_config={'level': 0, 'x': [1, 2]}, seed=0"  # an older vLLM's text form
+    assert args_from_server_info({"vllm_config": text}) == {"model": "m", "max_seq_len": "4096",
+                                                            "compilation_config": "{'level': 0, 'x': [1, 2]}", "seed": "0"}
     assert args_from_command(["vllm", "serve", "m", "--max-num-seqs", "16", "--enforce-eager", "--port=8000"]) == {
         "max_num_seqs": "16", "enforce_eager": True, "port": "8000"}
     v = fingerprint(kind="vllm", version="0.9.2", raw={}, model="m", launch_command=["vllm", "serve", "m", "--max-num-seqs", "4"])

@@ -72,9 +72,38 @@ def args_from_server_info(raw: dict[str, Any]) -> dict[str, Any]:
     cfg = raw.get("vllm_config")
     if isinstance(cfg, dict):
         return flatten(cfg)
-    if isinstance(cfg, str):  # config_format=text: one line of key=value, kept whole
-        return {"vllm_config": _scalar(cfg)}
+    if isinstance(cfg, str):  # an older vLLM, or config_format=text: `model='m', seed=0, ...` in one line
+        return parse_config_text(cfg) or {"vllm_config": _scalar(cfg)}
     return flatten({k: v for k, v in raw.items() if k not in NOT_ARGS})
+
+
+def parse_config_text(text: str) -> dict[str, Any]:
+    """vLLM's configuration as text (`model='m', max_seq_len=4096, compilation_config={...}`):
+    its top-level `key=value` pairs, split at the commas outside brackets and quotes ({} when
+    it is not of that form)."""
+    parts, depth, quote, cur = [], 0, "", []
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur).strip())
+    out: dict[str, Any] = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip().isidentifier():
+            return {}
+        out[key.strip()] = _scalar(value.strip().strip("'\""))
+    return out
 
 
 def args_from_command(command: Sequence[str]) -> dict[str, Any]:

@@ -63,7 +63,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     configs = spec.expand(api.free_port)
     gate = _gate(args.gate)
     if args.dry_run:
-        print(f"redline sweep: {len(configs)} configurations, preset {preset.name}")
+        times = f", {spec.repeats} repeats each" + (" (the server relaunched before each)" if spec.restart_each else "") if spec.repeats > 1 else ""
+        print(f"redline sweep: {len(configs)} configurations, preset {preset.name}{times}")
         for i, c in enumerate(configs, 1):
             print(f"  {i}. {c.label}: {c.describe()}" + (f"  ->  {c.url}" if c.command else ""))
         return EXIT_OK
