@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
         DEFAULT_TRANSPORT,
+        MIN_LIVE_STEP_S,
         TIMELINE_INTERVAL_S,
         TRANSPORTS,
     )
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from .preset.workload_fit import preset_workload_change
     from .rules.guard import parse_guard
     from .rules.step_text import format_run_summary, format_step_table
-    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .rules.verdicts import Knee, knee_from_summary, knees_from_summary, summary_knee
     from .run import commands
     from .run.config import EngineConfig
     from .run.engine import Engine
@@ -93,7 +94,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".run.config": ("EngineConfig",),
     ".constants": (
         "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
@@ -120,7 +121,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".client.target": ("TargetError", "TargetUnreachable", "validate_url"),
     ".run.target_stats": ("WeightsError", "parse_weights"),
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
-    ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
+    ".rules.verdicts": ("Knee", "knee_from_summary", "knees_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload.request_shape": (
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",

@@ -119,7 +119,7 @@ def test_search_finds_the_healthy_knee(sim_factory, tmp_path):
 
 def _res(c, tok, ttft=100.0, completed=20, failed=0):
     return StepResult(concurrency=c, duration_s=10, completed=completed, failed=failed, output_throughput=tok, input_throughput=0,
-                      request_throughput=1, p99_ttft_ms=ttft, steady=True)
+                      request_throughput=1, p99_ttft_ms=ttft, steady=True, output_throughput_se=0.0)
 
 
 def test_search_plan_against_a_known_curve():

@@ -18,7 +18,7 @@ from helpers import ROOT, finish, main_in_process, redline_command, wait_for
 from redline.engine.sweep.spec import SweepError, SweepSpec, label_of, load_sweep_file, parse_grid, spec_from_args
 
 PRESET = ('name = "sweep-short"\n[workload]\ninput_len = 16\noutput_len = 32\n'
-          "[ramp]\nconcurrency = [8, 64, 128]\nwarmup_s = 0.5\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 6\n"
+          "[ramp]\nconcurrency = [8, 64, 128]\nwarmup_s = 0.5\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 10\n"
           "[stop]\nplateau_gain = 0.05\n[after]\nprobe_s = 0\n")
 SERVE = "redline sim --port {port} --sim-profile pp-capped --set pp_max_micro_batch_size={mb} --set time_scale=0.25"
 

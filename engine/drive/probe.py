@@ -23,7 +23,7 @@ from ..rules.step_text import format_step_line
 from ..run.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush
-from .step_run import Event, flushes, hold
+from .step_run import Event, elapsed_text, flushes, hold
 
 PROBE_AT = "C=1 (the probe)"  # where a run-time event in it is said to be
 
@@ -49,8 +49,8 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
 
     def line(el: float) -> str:
         if el >= probe_s and acc.first_token == 0:
-            return f"{label} {el:.0f}/{probe_s:.0f}s, waiting for its request's first token"
-        return f"{label} measuring {el:.0f}/{probe_s:.0f}s, {acc.first_token} answered"
+            return f"{label} {elapsed_text(el, probe_s)}, waiting for its request's first token"
+        return f"{label} measuring {elapsed_text(el, probe_s)}, {acc.first_token} answered"
 
     res, event = await hold(engine, acc, done, line, watch, PROBE_AT)
     if event is not None:

@@ -54,7 +54,7 @@ from .html_data import (
     describe_slo,
     gpu_count,
     main_kind,
-    meets_slo,
+    recorded_slo,
     session_data,
     step_data,
 )
@@ -117,8 +117,9 @@ STEP_COLUMNS = ("load", "s", "done", "fail", "tok/s", "good tok/s", "SLO met", "
 def _step_table(i: int, rs: ReportSession, kind: str) -> str:
     s = rs.session
     rows = []
+    slo = recorded_slo(rs.summary)
     for key, st in s.by_load().items():
-        d = step_data(st, kind)
+        d = step_data(st, kind, slo)
         cells = [
             esc(key.label), _n(st.duration_s), str(st.completed), str(st.failed), _n(st.output_throughput),
             _n(st.output_goodput), "-" if st.slo_attainment is None else f"{st.slo_attainment * 100:.0f} %",
@@ -136,7 +137,8 @@ def _step_table(i: int, rs: ReportSession, kind: str) -> str:
             flags.append("unsteady")
         note = f' title="{esc(", ".join(flags))}"' if flags else ""
         attrs = json.dumps({k: d[k] for k in ("ttft_p99", "ttft_p99_bound", "itl_p99", "e2e_p99", "e2e_p99_bound",
-                                               "tpot", "error_rate", "attainment", "load")})
+                                               "tpot", "error_rate", "attainment", "load") if k in d}
+                           | {k: d[k] for k in ("slo_state", "slo_why") if k in d})
         rows.append(f'<tr class="step" data-step="{esc(attrs)}"{note}>'
                     + "".join(f"<td>{c}</td>" for c in cells) + '<td class="verdict">-</td></tr>')
     probe = ""
@@ -165,10 +167,14 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
 
     def brk(rs: ReportSession) -> str:
         b = rs.session.break_result
-        return "none (no stop rule fired)" if b is None else f"{b.reason} at {b.where}, last good {b.last_good}: {b.detail}"
+        if b is None:
+            return "none (no stop rule fired)"
+        good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
+        return f"{b.reason} at {b.where}, {good}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
-        return rs.session.knee.describe()  # engine/rules/verdicts.py, as summary.json recorded it
+        # engine/rules/verdicts.py, as summary.json recorded it: one per workload, the session's last
+        return "; then ".join(k.describe() for k in rs.session.knees)
 
     def parallel(rs: ReportSession) -> str:
         parts = [f"{k.split('_')[0]} {info(rs, k)}" for k in ("tp_size", "pp_size", "dp_size") if info(rs, k) is not None]
@@ -324,4 +330,4 @@ def write_html(sessions: Sequence[ReportSession], path: str | os.PathLike, plotl
 
 __all__ = ["HTML_MISSING", "PLOTLY_ASSET", "HtmlUnavailable", "ReportSession", "collect", "gpu_count", "html_available",
            "plotly_js", "render", "write_html", "SessionError", "COLOURS", "EVENT_KINDS", "LAT",
-           "MAX_TIMELINE_POINTS", "meets_slo", "CSS", "PAGE_JS", "PROBE_JS"]
+           "MAX_TIMELINE_POINTS", "recorded_slo", "CSS", "PAGE_JS", "PROBE_JS"]

@@ -71,6 +71,7 @@ from .target_set import TargetSet
 from .target_stats import TargetState, parse_weights
 
 SERVER_GONE = "server gone"
+SERVER_NOT_READY = "server not ready"  # every target's /health answers 503 (engine/client/server_watch.py)
 
 
 class Engine:
@@ -151,7 +152,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", *cfg.workload.secret_values()])
+            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", cfg.admin_key or "", *self.target.info.secrets, *cfg.workload.secret_values()])
             self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:
@@ -472,6 +473,10 @@ class Engine:
     def server_gone(self) -> bool:
         return self.target_set.all_gone
 
+    @property
+    def failure_streak(self):  # the load's failures in a row, the last reason: recording.py FailureStreak
+        return self.recorder.streak
+
     # -- steps -------------------------------------------------------------------------
     @property
     def steps(self) -> list[StepResult]:
@@ -559,6 +564,8 @@ class Engine:
             return "stopped"
         if self.server_gone:
             return SERVER_GONE
+        if self.target_set.all_down:
+            return SERVER_NOT_READY
         s = self.controller.state
         if self.preset_line and s not in (PAUSED, PROBE):
             return "preset"

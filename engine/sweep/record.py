@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..measure.slo import Slo
-from ..rules.verdicts import knee_from_summary, meets_slo, one_per_load, session_knee
+from ..rules.verdicts import knee_from_summary, one_per_load, recorded_max_slo, session_knees
 from ..session import SUMMARY
 from ..session.writer import loss_line, recorded_loss, write_text_atomic
 from .answers import comparisons, pareto, slo_answer
@@ -146,21 +145,13 @@ def figures(summ: dict) -> dict[str, Any]:
     from ..measure.step_result import StepResult
 
     steps = [StepResult.from_dict(d) for d in summ.get("steps") or [] if isinstance(d, dict)]
-    k = knee_from_summary(summ) or session_knee(steps)
+    steps = [s for s in steps if s.phase != "probe"]
+    k = knee_from_summary(summ) or session_knees(steps)[-1]
     pts = one_per_load(steps)
     best = max(pts.values(), key=lambda s: s.output_throughput, default=None)
     brk = summ.get("break") or {}
-    search = summ.get("search") if isinstance(summ.get("search"), dict) else None
-    max_slo = None
-    if search is not None and "max_slo_concurrency" in search:
-        max_slo = search.get("max_slo_concurrency")
-    elif isinstance(summ.get("slo"), dict) and summ["slo"]:
-        try:
-            slo = Slo(**summ["slo"])
-            good = [int(key[1]) for key, s in pts.items() if key[0] == "C" and meets_slo(slo, s)]
-            max_slo = max(good) if good else None
-        except TypeError:
-            max_slo = None
+    v, _ = recorded_max_slo(summ, steps, "C")  # the one judge of the largest load meeting the SLO
+    max_slo = None if v is None else int(v)
     probe = summ.get("probe") or {}
     return {
         "knee_concurrency": int(k.value) if k.value is not None and k.kind == "C" else None,

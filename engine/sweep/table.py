@@ -7,30 +7,49 @@ from typing import Any
 
 from ..fmt import ms, rate
 
-COLUMNS = ("configuration", "status", "start s", "knee", "last good", "break", "max tok/s", "at C", "max SLO C",
-           "probe TTFT", "probe ITL")
+COLUMNS = ("configuration", "status", "start", "knee C", "good C", "break at C", "max tok/s", "at C")  # start: seconds to ready
+# sweep.json's statuses, in the table's fewer letters (the table fits 80 columns)
+STATUS_WORDS = {"completed": "done", "failed_to_start": "no start", "stopped": "stopped", "not_run": "not run"}
 
 
 def _c(v: Any) -> str:
     return "-" if v is None else f"C={v}"
 
 
+def _n(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
 def row(e: dict[str, Any]) -> list[str]:
-    brk = "-" if not e.get("break_reason") else f"{e['break_reason']} at C={e.get('break_concurrency')}"
-    knee = _c(e.get("knee_concurrency")) if e.get("knee_concurrency") is not None else ("-" if not e.get("knee_reason") else "none")
+    brk = "-" if not e.get("break_reason") else f"{e['break_reason']} {_n(e.get('break_concurrency'))}"
+    knee = _n(e.get("knee_concurrency")) if e.get("knee_concurrency") is not None else ("-" if not e.get("knee_reason") else "none")
+    status = str(e.get("status", "?"))
     return [
-        e.get("label", "?"), e.get("status", "?"),
+        e.get("label", "?"), STATUS_WORDS.get(status, status),
         "-" if e.get("startup_s") is None else f"{e['startup_s']:.1f}",
-        knee, _c(e.get("last_good_concurrency")), brk,
+        knee, _n(e.get("last_good_concurrency")), brk,
         "-" if e.get("max_output_throughput") is None else rate(e["max_output_throughput"]),
-        "-" if e.get("max_throughput_concurrency") is None else str(e["max_throughput_concurrency"]),
-        "-" if e.get("max_slo_concurrency") is None else str(e["max_slo_concurrency"]),
-        ms(e.get("probe_ttft_ms")), ms(e.get("probe_itl_ms")),
+        _n(e.get("max_throughput_concurrency")),
     ]
 
 
+def details(e: dict[str, Any]) -> str | None:
+    """A configuration's line under the table: its knee and why, its C=1 probe, the largest C
+    meeting the SLO (what the table has no room for at 80 columns)."""
+    bits = []
+    if e.get("knee_reason"):
+        bits.append(f"{'knee ' + _c(e['knee_concurrency']) if e.get('knee_concurrency') is not None else 'no knee'} ({e['knee_reason']})")
+    if e.get("probe_ttft_ms") is not None or e.get("probe_itl_ms") is not None:
+        bits.append(f"probe C=1 TTFT {ms(e.get('probe_ttft_ms'))}, ITL {ms(e.get('probe_itl_ms'))}")
+    if e.get("max_slo_concurrency") is not None:
+        bits.append(f"largest C meeting the SLO {e['max_slo_concurrency']}")
+    return f"{e.get('label', '?')}: {'; '.join(bits)}" if bits else None
+
+
 def format_sweep(doc: dict[str, Any]) -> str:
-    """The sweep's table, then each configuration's knee reason, and why any failed."""
+    """The sweep's table (80 columns: a configuration's label permitting), then a line per
+    configuration (its knee and why, its probe, its largest C meeting the SLO), and why any
+    failed to start."""
     entries = [e for e in doc.get("configurations") or [] if isinstance(e, dict)]
     rows = [row(e) for e in entries]
     widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(COLUMNS)]
@@ -44,8 +63,9 @@ def format_sweep(doc: dict[str, Any]) -> str:
     out += [line(list(COLUMNS)), line(["-" * w for w in widths])]
     out += [line(r) for r in rows] or ["(no configuration)"]
     for e in entries:
-        if e.get("knee_reason"):
-            out.append(f"{e['label']}: {'knee ' + _c(e['knee_concurrency']) if e.get('knee_concurrency') is not None else 'no knee'} ({e['knee_reason']})")
+        text = details(e)
+        if text:
+            out.append(text)
         if e.get("status") == "failed_to_start":
             out.append(f"{e['label']}: failed to start: {e.get('why', '')}")
             out += [f"    {ln}" for ln in (e.get("log_tail") or [])[-5:]]
