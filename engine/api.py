@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
         DEFAULT_TRANSPORT,
+        MIN_LIVE_STEP_S,
         TIMELINE_INTERVAL_S,
         TRANSPORTS,
     )
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from .preset.workload_fit import preset_workload_change
     from .rules.guard import parse_guard
     from .rules.step_text import format_run_summary, format_step_table
-    from .rules.verdicts import Knee, knee_from_summary, summary_knee
+    from .rules.verdicts import Knee, knee_from_summary, knees_from_summary, summary_knee
     from .run import commands
     from .run.config import EngineConfig
     from .run.engine import Engine
@@ -65,10 +66,12 @@ if TYPE_CHECKING:
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
     from .sweep.record import SWEEP_FILE, load_sweep
-    from .sweep.runner import ConfigServer, open_sweep_file, run_sweep
+    from .sweep.merge import merged_doc
+    from .sweep.resume import check_resume, preset_digest
+    from .sweep.runner import ConfigServer, TimeLeft, open_sweep_file, run_sweep
     from .sweep.server_proc import free_port
-    from .sweep.spec import SweepError, SweepSpec, load_sweep_file, spec_from_args
-    from .sweep.table import format_sweep
+    from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
+    from .sweep.table import format_answers, format_sweep
     from .text import closest
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
@@ -91,7 +94,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".run.config": ("EngineConfig",),
     ".constants": (
         "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "TIMELINE_INTERVAL_S", "TRANSPORTS",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
@@ -118,17 +121,19 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".client.target": ("TargetError", "TargetUnreachable", "validate_url"),
     ".run.target_stats": ("WeightsError", "parse_weights"),
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
-    ".rules.verdicts": ("Knee", "knee_from_summary", "summary_knee"),
+    ".rules.verdicts": ("Knee", "knee_from_summary", "knees_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
     ".workload.request_shape": (
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",
     ),
     ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
     ".sweep.record": ("SWEEP_FILE", "load_sweep"),
-    ".sweep.runner": ("ConfigServer", "open_sweep_file", "run_sweep"),
+    ".sweep.merge": ("merged_doc",),
+    ".sweep.resume": ("check_resume", "preset_digest"),
+    ".sweep.runner": ("ConfigServer", "TimeLeft", "open_sweep_file", "run_sweep"),
     ".sweep.server_proc": ("free_port",),
-    ".sweep.spec": ("SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
-    ".sweep.table": ("format_sweep",),
+    ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
+    ".sweep.table": ("format_answers", "format_sweep"),
     ".text": ("closest",),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),

@@ -23,15 +23,15 @@ STEADY_TOLERANCE = 0.10  # a steady step's two halves give tok/s within 10 % of 
 STEADY_MAX_SE = 0.05  # ... and the standard error of its per-second tok/s is within 5 % of their mean
 STEADY_MIN_S = 4  # a step needs this many whole measured seconds to be judged steady
 NOISE_SIGMAS = 2.0  # plateau/collapse margin: this many standard errors of the steps' tok/s
-KNEE_MIN_STEPS = 3  # no knee is named on fewer steps ...
-DEFAULT_PLATEAU_GAIN = 0.05  # a knee search's plateau gain when the preset sets none
-KNEE_PLATEAU_GAIN = 0.05  # ... nor while the top step still gains more than this over the best below
+DEFAULT_PLATEAU_GAIN = 0.05  # the knee's plateau gain when the preset sets none (engine/rules/knee.py)
 SETTLE_MAX_S = 120.0  # warm-up waits at most this long (after warmup_s) for in-flight to reach C
-PROBE_MIN_REQUESTS = 3  # a probe holds until one own request answered, or this many completed ...
-PROBE_MAX_HOLD_S = 600.0  # ... but no longer than this (a live probe: until the operator moves on)
+PROBE_MAX_HOLD_S = 600.0  # a probe waits past probe_s for one request's first token at most this long
 STALL_S = 10.0  # requests in flight and no output token for this long ends a preset's ramp as "stalled" ([stop] stall_s)
 TRACE_FEED_AHEAD_S = 0.25  # --workers: the coordinator feeds each worker the trace rows due this far ahead
 TRACE_LEAD_S = 0.05  # a trace replay's first row is due this long after the command (its bookkeeping is not lag)
+
+# Secrets: what a masked credential reads as, wherever redline writes one
+SECRET_MASK = "***"
 
 # Concurrency
 DEFAULT_MAX_CONCURRENCY = 1024
@@ -64,9 +64,20 @@ CALIBRATION_WORDS = (64, 512)  # two prompt sizes to fit tokens = a + b * words
 # consecutive overload answer, up to this, before its next request (reset by a success).
 OVERLOAD_BACKOFF_MAX_S = 2.0
 
-# Server health while running
-GONE_AFTER_CONNECT_ERRORS = 3  # consecutive connection failures = server gone
-RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between retries while the server is gone
+# Server health while running (engine/client/server_watch.py). SGLang's /health runs a one-token
+# generation: it answers after >= 1 s, and 503 while starting, shutting down or when its scheduler
+# gave no output for 20 s. A request that cannot reach the server or whose stream breaks asks
+# /health whether the server is gone: each ask has HEALTH_TIMEOUT_S; the server is gone after
+# HEALTH_FAILS_GONE asks in a row that got no answer (refused, timed out, a 5xx other than 503).
+HEALTH_TIMEOUT_S = 10.0
+HEALTH_FAILS_GONE = 2
+HEALTH_RECHECK_S = 1.0  # after an answer, a lone failure asks again only this much later ...
+GONE_AFTER_CONNECT_ERRORS = 3  # ... unless this many failed in a row since the last ask
+NOT_READY_GONE_S = 60.0  # a /health that answers 503 this long: the server is gone, not starting
+RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between asks while the server is gone or not ready
+# This many failed requests in a row (no completed one between them) end a preset's step or
+# probe as `errors` and a headless run (engine/run/recording.py FailureStreak)
+CONSECUTIVE_FAILURES_END = 20
 
 # ITL histogram resolution: bins grow by this ratio (percentiles exact to +-0.5 %)
 HIST_RATIO = 1.01

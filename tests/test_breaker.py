@@ -25,6 +25,7 @@ def step(c, tps, *, completed=100, failed=0, ttft=1000.0, itl=50.0) -> StepResul
         p99_ttft_ms=ttft,
         p99_itl_ms=itl,
         steady=True,
+        output_throughput_se=0.0,  # steady, so its noise was measured
     )
 
 

@@ -252,6 +252,7 @@ def test_png_into_missing_directory_is_one_line(monkeypatch, capsys, tmp_path):
 # -- pure data, crafted --------------------------------------------------------------------
 
 def _st(c: int, tok: float, ttft: float | None = 100.0, failed: int = 0, **kw) -> StepResult:
+    kw = {"steady": True, "output_throughput_se": 0.0, **kw}  # a step that decides (engine/rules/knee.py)
     return StepResult(concurrency=c, duration_s=10, completed=10, failed=failed, output_throughput=tok,
                       input_throughput=0, request_throughput=1, p99_ttft_ms=ttft, **kw)
 

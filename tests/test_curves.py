@@ -89,7 +89,7 @@ def test_nice_ticks():
 def _step(c: int, tok: float, ttft: float, i: int) -> StepResult:
     return StepResult(concurrency=c, duration_s=5.0, completed=20, failed=0, output_throughput=tok,
                       input_throughput=0.0, request_throughput=2.0, median_ttft_ms=ttft / 2,
-                      p99_ttft_ms=ttft, index=i, phase="live")
+                      p99_ttft_ms=ttft, index=i, phase="live", steady=True, output_throughput_se=1.0)
 
 
 def _snap(steps, brk=None) -> Snapshot:
@@ -190,7 +190,8 @@ async def test_g_toggle_recipe_with_the_real_stylesheet(sessions):
 
 def test_the_knee_needs_a_flattening_curve():
     def s(c, tok):
-        return StepResult(concurrency=c, duration_s=5, completed=5, failed=0, output_throughput=tok, input_throughput=0, request_throughput=1)
+        return StepResult(concurrency=c, duration_s=5, completed=5, failed=0, output_throughput=tok, input_throughput=0, request_throughput=1,
+                          steady=True, output_throughput_se=0.0)
 
     assert knee(session_from_steps("two", [s(32, 500.0), s(64, 505.0)])) == 32  # flat from 32: it is there already
     assert knee(session_from_steps("one", [s(32, 500.0)])) is None  # one load: no curve

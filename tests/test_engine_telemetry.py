@@ -37,7 +37,7 @@ async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path)
         took = await until(lambda: cap_warnings(e), 10.0, interval=0.1)
         assert took is not None, "no cap warning within 10 s of C passing the cap"
         w = cap_warnings(e)[0]
-        assert "server runs 8" in w and "micro-batch cap 8" in w, w
+        assert "server runs 8" in w and "micro-batches of 8 from max_running_requests 64 / pp 8" in w, w
         snap = e.snapshot
         assert snap.server is not None and snap.server.running == 8
         assert len(snap.gpus) == 8 and all(g.power_w and g.power_limit_w for g in snap.gpus)

@@ -158,7 +158,12 @@ def test_server_is_gone_only_when_health_fails_too():
         for _ in range(3):
             w.connect_failed()
         await asyncio.sleep(0.05)
-        assert w.gone and events[-1] == "gone"
+        assert not w.gone  # one ask without an answer is not enough (HEALTH_FAILS_GONE = 2) ...
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+            if w.gone:
+                break
+        assert w.gone and events[-1] == "gone"  # ... the second, RECONNECT_BACKOFF_S[0] later, is
         up[0] = True
         for _ in range(100):
             await asyncio.sleep(0.05)

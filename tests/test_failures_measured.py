@@ -313,3 +313,36 @@ def test_a_held_send_given_up_after_the_close_is_censored_at_the_close():
     book.abandon_held([101.0], 298.5)
     final = book.steps[-1]
     assert final.final and final.median_ttft_ms == pytest.approx(74500.0) and final.median_ttft_ms_bound
+
+
+def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_factory, tmp_path):
+    """Case 15 on a server, until-it-breaks on pp-capped at a twentieth of its time (8 running,
+    2048-token answers of ~6 s): C=32 closes with 24 requests queued, its TTFT a bound, and
+    breaks on `p99_ttft_ms`; the requests are still queued through the C=1 probe and cancelled
+    when the run ends. The step line (the close) said >=15.0 s while summary.json (the final
+    record, which the end table, report, HTML and gate read) said >=39759 ms: the bound kept
+    counting through the probe. One bound now, the ages at the close; E2E never below TTFT."""
+    import json
+
+    from helpers import run_preset_headless
+
+    from redline.engine.measure.step_result import StepResult
+    from redline.engine.preset import parse_preset
+    from redline.engine.run.config import EngineConfig
+    from redline.engine.workload.prompts import WorkloadConfig
+
+    sim = sim_factory("pp-capped", extra_args=("--set", "time_scale=0.05"))
+    d = {"workload": {"api": "chat", "input_len": 64, "output_len": 2048},
+         "ramp": {"concurrency": [32], "warmup_s": 1, "hold_s": 2, "min_requests": 20, "max_hold_s": 3},
+         "stop": {"p99_ttft_ms": 1000}, "after": {"probe_s": 2}}
+    cfg = EngineConfig(url=sim.url, concurrency=32, workload=WorkloadConfig(input_len=64, output_len=2048), out_dir=tmp_path / "s",
+                       live_steps=False, use_nvml=False)
+    outcome = run_preset_headless(cfg, parse_preset(d, "probe.toml"))
+    (closing,) = outcome.steps
+    assert closing.concurrency == 32 and closing.p99_ttft_ms_bound and outcome.probe is not None
+    assert outcome.probe.duration_s >= 2
+    final = StepResult.from_dict(json.loads((tmp_path / "s" / "summary.json").read_text())["steps"][-1])
+    assert final.final and final.p99_ttft_ms_bound and final.censored_ttft >= 16
+    assert final.p99_ttft_ms == pytest.approx(closing.p99_ttft_ms, rel=0.02), (closing.p99_ttft_ms, final.p99_ttft_ms)
+    assert final.median_ttft_ms == pytest.approx(closing.median_ttft_ms, rel=0.02), (closing.median_ttft_ms, final.median_ttft_ms)
+    assert final.median_e2e_latency_ms >= final.median_ttft_ms and final.p99_e2e_latency_ms >= final.p99_ttft_ms

@@ -38,7 +38,7 @@ def _step(c: int, tok_s: float, **kw) -> dict:
     d = {"concurrency": c, "duration_s": 10.0, "completed": 100, "failed": 0, "output_throughput": tok_s,
          "input_throughput": 1.0, "request_throughput": 1.0, "median_ttft_ms": 100.0, "p99_ttft_ms": 200.0,
          "median_itl_ms": 20.0, "p99_itl_ms": 40.0, "mean_tpot_ms": 21.0, "median_e2e_latency_ms": 1000.0,
-         "p99_e2e_latency_ms": 1500.0, "index": c, "phase": "measure"}
+         "p99_e2e_latency_ms": 1500.0, "index": c, "phase": "measure", "steady": True, "output_throughput_se": 0.0}
     d.update(kw)
     return d
 
@@ -324,9 +324,9 @@ SLOW_SIM = ("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.0002")  
 
 
 def _preset(tmp_path: Path, name: str) -> Path:
-    """Each step closes at 2 s (max_hold_s): the gates here read a knee and each step's tok/s,
-    which need no steady window (that would hold each step STEADY_MIN_S = 4 s or more)."""
-    return write_preset(tmp_path, name, concurrency=[1, 2, 4], output_len=24, hold_s=1, max_hold_s=2)
+    """Each step holds 4 s, at most 6 (max_hold_s): the gates here read a knee, which only
+    steady steps decide (STEADY_MIN_S = 4 whole seconds), and each step's tok/s."""
+    return write_preset(tmp_path, name, concurrency=[1, 2, 4], output_len=24, hold_s=4, max_hold_s=6)
 
 
 @pytest.mark.server

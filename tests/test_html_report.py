@@ -199,7 +199,8 @@ def _step(c: int, tok_s: float, p99: float, bound: bool = False, **kw) -> dict:
     d = {"concurrency": c, "duration_s": 10.0, "completed": 50, "failed": 0, "output_throughput": tok_s,
          "input_throughput": 1.0, "request_throughput": 1.0, "median_ttft_ms": p99 / 2, "p99_ttft_ms": p99,
          "p99_ttft_ms_bound": bound, "median_itl_ms": 20.0, "p99_itl_ms": 40.0, "mean_tpot_ms": 21.0,
-         "median_e2e_latency_ms": 1000.0, "p99_e2e_latency_ms": 1500.0, "index": c}
+         "median_e2e_latency_ms": 1000.0, "p99_e2e_latency_ms": 1500.0, "index": c, "steady": True,
+         "output_throughput_se": 0.0}
     d.update(kw)
     return d
 

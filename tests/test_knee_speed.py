@@ -161,7 +161,10 @@ def test_an_unsteady_clear_gain_is_grown_on_below_max_and_looked_at_again_at_max
     s.observe(32, _res(32, 398.0, steady=False, se=1.0))
     assert s.next() is None
     r = s.result(1.0)
-    assert r.knee_concurrency is None and r.knee_reason == "still rising at max C=32" and r.points == [8, 16, 32, 32]
+    # the answer is the one knee's (engine/rules/knee.py): unsteady points decide nothing, so
+    # the search's gains beyond the noise led it on, but no verdict rests on them
+    assert r.knee_concurrency is None and r.points == [8, 16, 32, 32]
+    assert r.knee_reason == "one steady load (C=8): nothing to compare (left out: C=16 not steady, C=32 not steady)"
 
 
 def test_a_step_is_steady_only_after_its_plans_whole_seconds_and_never_under_two():

@@ -110,3 +110,22 @@ async def test_the_live_ttft_of_a_capped_server_reads_the_queue_against_the_sims
     truth = (waits[15] + waits[16]) / 2
     assert abs(snap.ttft_ms["p50"] - truth) < 1500, (snap.ttft_ms, truth)  # the snapshot is up to a second old
     assert snap.ttft_bound.get("p99")
+
+
+def test_a_binned_window_counts_the_waiting_as_an_exact_one_does():
+    """Past the exact limit the window's values are log bins: the waiting requests join them
+    (RollingDigest.digest) and give the figures an exact window gives, within the bins' 0.5 %."""
+    from redline.engine.measure.histogram import RollingDigest
+    from redline.engine.measure.live_metrics import censored_window
+
+    waiting = [2.0 + 0.01 * i for i in range(40)]
+    got = []
+    for limit in (4096, 8):
+        w = RollingDigest(10.0, limit=limit)
+        for i in range(60):
+            w.add(100.0 + i * 0.1, 0.05 + 0.001 * i)
+        got.append(censored_window(w, waiting))
+    exact, binned = got
+    assert exact.n == binned.n == 100 and exact.bounds == binned.bounds == {"p90", "p99", "max"}  # p50 falls among the 60 answered
+    for q in ("p50", "p90", "p99", "max"):
+        assert getattr(binned, q) == pytest.approx(getattr(exact, q), rel=0.006), q

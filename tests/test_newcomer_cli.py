@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import FAST_SIM
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -255,3 +256,130 @@ def test_typed_rate_floor_and_computed_rates():
         check_rate("0.05")
     assert check_rate("0.1") == 0.1 and check_rate(0.02) == 0.02
     assert check_rate("0.05", "--rate-step", lo=0.0) == 0.05
+
+
+# -- issue 46: the cheap documented commands run as written, against the sim -------------------------
+# A command of README.md or docs/ that needs nothing of the reader's (no host of theirs, no file
+# of theirs, no fixed port, no terminal) runs here: headless loads against the built-in sim (or,
+# where the doc names http://127.0.0.1:30000, a sim of this test's own in that URL's place),
+# stopped by SIGINT a moment after they began (exit 130, the session saved), or ending by
+# themselves; then the commands that read what they wrote (report, export, preset-from), whole.
+# docs/cli.md's exit statuses: 0 done, 130 stopped by SIGINT.
+OTHER_HOST = re.compile(r"https?://(?!127\.0\.0\.1[:/])")
+BEGAN = ("redline: holding ", "redline: preset ", "redline: sweep configuration 1 of")  # the banner a run prints once its load began
+READERS = ("report", "export", "preset-from")
+
+
+def _argv(cmd: str) -> list[str] | None:
+    """The arguments of a documented command this test can run as written, else None."""
+    import shlex
+
+    argv = shlex.split(cmd)[1:]
+    placeholder = re.compile(r"[A-Z][A-Z_]+(\.\w+)?|\.\.\.")  # SESSION_DIR, FILE.toml, ...
+    if not argv or any(placeholder.fullmatch(a) for a in argv) or any("|" in a and not a.startswith(("-", "'", '"')) and "=" not in a
+                                                                      for a in argv):
+        return None  # a usage line with placeholders
+    if any(OTHER_HOST.search(a) for a in argv) or any(a in ("--control", "--ray", "--compare") for a in argv):
+        return None  # a host of the reader's, a fixed port, an earlier session of theirs
+    if any(a.startswith("./") or a.endswith(".toml") and not a.startswith("-") and argv[argv.index(a) - 1] != "-o" for a in argv):
+        return None  # a file of the reader's
+    command = argv[0] if not argv[0].startswith("-") else None
+    if command in (None, "run", "sweep") and "--headless" not in argv:
+        return None  # the TUI
+    if command == "sweep" and "redline sim" not in " ".join(argv):
+        return None  # launches a server of the reader's
+    if command not in (None, "run", "sweep", "presets", *READERS):
+        return None  # ctl needs a running redline, sim holds a fixed port
+    return argv
+
+
+def _runnable() -> tuple[list[list[str]], dict[str, list[list[str]]]]:
+    """(loads, readers by the session they read): each documented load this test can run, and
+    the documented readers of the sessions those loads write (`--out DIR`)."""
+    loads, readers = [], {}
+    cmds = [a for a in (_argv(c) for c in readme_commands()) if a is not None]
+    outs = {a[a.index("--out") + 1] for a in cmds if "--out" in a}
+    for a in cmds:
+        if a[0] in READERS:
+            dirs = [x for x in a[1:] if x.startswith("runs/")]
+            if dirs and all(d in outs for d in dirs) and len(dirs) == 1:
+                readers.setdefault(dirs[0], []).append(a)
+        elif a[0] != "presets":
+            loads.append(a)
+    return loads, readers
+
+
+def _run_bounded(argv: list[str], cwd, url: str | None, began_s: float = 60.0, then_s: float = 1.5) -> tuple[int | None, str, str]:
+    """`redline ARGV` in `cwd` (its --url 127.0.0.1:30000 pointed at `url`), SIGINT a moment
+    after its banner says the load began; (exit status, stdout, stderr)."""
+    from helpers import finish, redline_command
+
+    args = [url if (a.startswith("http://127.0.0.1:30000") and url) else a for a in argv]
+    proc = subprocess.Popen([*redline_command(), *args], cwd=cwd, env={**os.environ, "CI": "true"}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    import selectors
+    import signal
+    import time
+
+    seen = ""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + began_s
+    while time.monotonic() < end and proc.poll() is None and not any(b in seen for b in BEGAN):
+        if sel.select(0.2):
+            line = proc.stdout.readline()
+            seen += line
+    sel.close()
+    if proc.poll() is None:
+        time.sleep(then_s)
+        proc.send_signal(signal.SIGINT)
+    rc, out, err = finish(proc, 60)
+    return rc, seen + out, err
+
+
+def _ok(argv: list[str], rc: int | None, out: str, err: str) -> None:
+    cmd = "redline " + " ".join(argv)
+    assert "Traceback" not in err and "Traceback" not in out, (cmd, err[-2000:])
+    assert rc in (0, 130), (cmd, rc, err[-2000:])
+    assert "error:" not in err, (cmd, err[-2000:])
+
+
+def _load_id(argv: list[str]) -> str:
+    return " ".join(argv)[:80]
+
+
+LOADS, READS = _runnable()
+
+
+def test_the_cheap_commands_are_found():
+    ids = [" ".join(a) for a in LOADS]
+    assert "run until-it-breaks --headless --out runs/uib" in ids and "run quick --headless --out runs/quick1" in ids
+    assert any(a.startswith("--headless -c 8 --num-requests 200") for a in ids)
+    assert any(a.startswith("sweep --serve 'redline sim") or a.startswith("sweep --serve redline sim") for a in ids)
+    assert ["report", "runs/quick1"] in READS["runs/quick1"] and ["export", "runs/quick1", "--format", "json"] in READS["runs/quick1"]
+
+
+def test_redline_presets_runs_as_written():
+    from helpers import redline_command
+
+    r = subprocess.run([*redline_command(), "presets"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "quick" in r.stdout and "until-it-breaks" in r.stdout and r.stderr == ""
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("argv", LOADS, ids=_load_id)
+def test_a_documented_load_runs_as_written(argv, tmp_path, sim_factory):
+    """The load starts (its banner), a SIGINT a moment later stops it with the session saved
+    (or it ended by itself); then every documented reader of its session runs on it."""
+    url = sim_factory("healthy", 0, FAST_SIM).url if any(a.startswith("http://127.0.0.1:30000") for a in argv) else None
+    rc, out, err = _run_bounded(argv, tmp_path, url)
+    _ok(argv, rc, out, err)
+    assert any(b in out for b in BEGAN), ("redline " + " ".join(argv), out[-2000:], err[-2000:])
+    if "--out" in argv:
+        d = argv[argv.index("--out") + 1]
+        assert (tmp_path / d / ("sweep.json" if argv[0] == "sweep" else "meta.json")).is_file()
+        for reader in READS.get(d, []):
+            from helpers import redline_command
+
+            r = subprocess.run([*redline_command(), *reader], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            _ok(reader, r.returncode, r.stdout, r.stderr)

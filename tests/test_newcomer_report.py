@@ -20,7 +20,7 @@ def rate_step(i: int, r: float, tok: float, **kw) -> StepResult:
     return StepResult(
         concurrency=CAP, duration_s=30.0, completed=int(r * 30), failed=0, output_throughput=tok,
         input_throughput=tok / 4, request_throughput=r, median_ttft_ms=50.0 + r, p99_ttft_ms=80.0 + 4 * r,
-        p99_itl_ms=20.0, steady=True, index=i, phase="measure", mean_power_w=200.0 + 10 * r,
+        p99_itl_ms=20.0, steady=True, output_throughput_se=0.0, index=i, phase="measure", mean_power_w=200.0 + 10 * r,
         tokens_per_joule=tok / (200.0 + 10 * r), mode="rate", request_rate=r, arrival="poisson", **kw,
     )
 
@@ -130,7 +130,7 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     lines: list[str] = []
     first = StepResult(concurrency=preset.ramp.concurrency[0], duration_s=5, completed=1, failed=0,
                        output_throughput=10.0, input_throughput=1.0, request_throughput=1.0)
-    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None, steps=[first]))
+    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None, cause=None, steps=[first]))
 
     async def one_step(engine, plan, label, watch, preset=None):
         return first, None

@@ -36,7 +36,7 @@ def test_a_server_capped_at_16_has_one_knee_everywhere(sim_factory, tmp_path):
     sim = sim_factory("healthy", extra_args=(*FAST, "--set", "max_running_requests=16"))
     preset = tmp_path / "cap16.toml"
     preset.write_text('[workload]\ninput_len = 16\noutput_len = 48\n'
-                      "[ramp]\nconcurrency = [4, 8, 16, 32]\nwarmup_s = 0.5\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 5\n"
+                      "[ramp]\nconcurrency = [4, 8, 16, 32]\nwarmup_s = 0.5\nhold_s = 4\nmin_requests = 4\nmax_hold_s = 8\n"
                       "[stop]\nplateau_gain = 0.05\n[after]\nprobe_s = 0\n")
     out = tmp_path / "s"
     rc, stdout, err = finish(start_headless(sim.url, preset, out), timeout=90)

@@ -410,7 +410,9 @@ def test_vllm_engines_are_summed_and_the_v0_gauge_is_read():
 def test_sglang_gauge_averages_replicas_and_cached_tokens_sum_sources():
     s = parse_server_metrics((FIXTURES / "sglang_metrics.txt").read_text(), 1.0)
     assert s.prefix_hit_rate == pytest.approx((0.0731 + 0.0698) / 2)
-    assert s.prefix_hits_total is None and s.prefix_queries_total is None  # no cached_tokens_total there
+    # prompt tokens counted and no cached_tokens_total series: none cached yet (SGLang makes the
+    # series at its first hit, TokenizerMetricsCollector.observe_one_finished_request)
+    assert s.prefix_hits_total == 0.0 and s.prefix_queries_total == s.prompt_tokens_total > 0
     text = (
         "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 3.0\n"
         "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{model_name=\"m\"} 1000.0\n"

@@ -138,6 +138,7 @@ def _result(st: _Step, srv: Server, end: int, failed: int = 0) -> StepResult:
         mean_ttft_ms=ttft, median_ttft_ms=ttft, p99_ttft_ms=ttft and ttft * 1.12,
         median_itl_ms=itl, p99_itl_ms=itl and itl * 1.08, server_max_running=float(srv.running(st.c)) if d else None,
         index=st.index, phase=st.phase, t_start=T0 + st.start + st.warmup, warmup_s=float(st.warmup), steady=True,
+        output_throughput_se=0.0,  # steady: its noise was measured (the scripted seconds are flat)
     )
 
 
@@ -686,7 +687,7 @@ async def test_help_lists_keys_figures_settings_and_closes_three_ways():
 
 def test_help_covers_every_key_binding():
     actions = {b.action for b in RedlineApp.BINDINGS}
-    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt"}  # PgUp/PgDn, + -, ] [, q Ctrl-C share a line
+    listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt", "export_in_sweep"}  # PgUp/PgDn, + -, ] [, q Ctrl-C, e share a line
     assert actions <= listed, actions - listed
 
 

@@ -106,11 +106,14 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 
 def test_profiles_and_unknown_name() -> None:
-    assert list(PROFILES) == ["healthy", "pp-capped", "fragile", "flaky"]
+    assert list(PROFILES) == ["healthy", "pp-capped", "fragile", "flaky", "hung", "shedding"]
+    # the profiles whose breaks the performance model alone cannot forecast
+    assert [n for n, p in PROFILES.items() if p.has_faults] == ["fragile", "flaky", "hung", "shedding"]
+    assert PROFILES["shedding"].max_queued_requests == 16 and PROFILES["hung"].hang_after == 200
     assert get_profile("pp-capped").running_cap == 8
     assert get_profile("pp-capped").max_running_requests == 64
     with pytest.raises(ValueError, match=r"unknown profile 'x' \(expected one of: healthy, "
-                                         r"pp-capped, fragile, flaky\)"):
+                                         r"pp-capped, fragile, flaky, hung, shedding\)"):
         get_profile("x")
     tuned = apply_overrides(get_profile("healthy"), {"error_429_rate": "0.5",
                                                      "stall_after_tokens": "3"})
@@ -148,7 +151,7 @@ def test_cli_unknown_profile_exits_2_with_one_line() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == ("redline sim: unknown profile 'nope' (expected one of: healthy, "
-                           "pp-capped, fragile, flaky)\n")
+                           "pp-capped, fragile, flaky, hung, shedding)\n")
 
 
 # ---- endpoint shapes -------------------------------------------------------------------

@@ -66,7 +66,7 @@ counts = st.one_of(st.integers(-3, 40), st.just(None), st.sampled_from([5.0, "7"
 def _chunk(api: str, draw) -> dict:
     obj: dict = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     if draw(st.booleans()):
-        c0: dict = {"index": 0, "finish_reason": None, "logprobs": None}
+        c0: dict = {"index": 0, "finish_reason": draw(st.sampled_from([None, None, "length", "stop", "abort", 3])), "logprobs": None}
         if api == CHAT:
             delta: dict = {}
             for key in draw(st.lists(st.sampled_from(["content", "reasoning_content", "reasoning", "role", "tool_calls"]), max_size=3, unique=True)):
@@ -83,7 +83,7 @@ def _chunk(api: str, draw) -> dict:
     if draw(st.integers(0, 4)) == 0:
         obj["sim_t"] = draw(st.sampled_from([1712345678.123456, 3, -1.5, "t", None, True, 1e308]))
     if draw(st.integers(0, 8)) == 0:
-        obj["error"] = draw(st.sampled_from([None, {"message": "overloaded"}, "boom", "", {}, 0, False]))
+        obj["error"] = draw(st.sampled_from([None, {"message": "overloaded"}, {"message": "full", "code": 503}, "boom", "", {}, 0, False]))
     return obj
 
 
@@ -102,6 +102,8 @@ def payload(draw, api: str) -> bytes:
         return b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":1},"usage":{"completion_tokens":9}}'  # a duplicate
     if kind == 4:
         return b"[" * 70 + b"]" * 70  # deeper than the C reader goes
+    if kind == 5:  # an abort spelled with an escape: Python reads "abort"
+        return b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"\\u0061bort"}],"usage":{"completion_tokens":2}}'
     obj = _chunk(api, draw)
     sep = draw(st.sampled_from([(",", ":"), (", ", ": ")]))
     text = json.dumps(obj, separators=sep, ensure_ascii=draw(st.booleans()))
@@ -147,7 +149,7 @@ def _run(api: str, pieces: list[bytes], fast) -> tuple:
             s.close()
     except OverflowError as exc:  # a count past 2**63 in a chunk: run_request calls it `other` (both roads alike)
         reading = type(exc).__name__
-    return (list(rec.chunk_times), list(rec.chunk_tokens), rec.coalesced, rec.t_first, rec.t_first_answer, rec.input_tokens,
+    return (list(rec.chunk_times), list(rec.chunk_tokens), rec.coalesced, rec.t_first, rec.t_first_answer, rec.input_tokens, rec.http_status,
             rec.usage_reported, rec.cached_tokens, rec.status, rec.error_kind, rec.error_text, rec.max_lag_s,
             s.counted, s.completion_tokens, s.done, s.events, s.first_bytes, reading,
             [c for c in calls if c[0] == "tok"],  # in order; a read's first token and its lags in any order
@@ -174,7 +176,7 @@ def test_an_event_past_the_size_limit_fails_both_roads_alike(speedups, monkeypat
     ok = b'data: {"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":2,"completion_tokens":1}}\n\n'
     for pieces in ([ok + b"data: " + b"x" * 400], [ok, b"data: " + b"y" * 200, b"z" * 200], [b"q" * 301]):
         _both(speedups, CHAT, pieces)
-        assert _run(CHAT, pieces, None)[9] == "malformed"
+        assert _run(CHAT, pieces, None)[10] == "malformed"  # error_kind
 
 
 def test_real_captures_through_both_roads(speedups):
@@ -194,7 +196,7 @@ def test_a_chunk_judged_in_c_is_judged_as_the_python_decoder_judges_it(speedups,
         return  # left to the Python road
     content, answer, pt, ct, cached, sim_t = got
     ev = make_decoder(api).__self__.full(p)  # type: ignore[attr-defined]
-    assert ev.error is None
+    assert ev.error is None and not ev.abort
     assert (content, answer) == (ev.content, ev.answer)
     assert (pt if pt >= 0 else None, ct if ct >= 0 else None) == (ev.prompt_tokens, ev.completion_tokens)
     assert (cached if cached >= 0 else None) == ev.cached_tokens

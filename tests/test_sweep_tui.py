@@ -41,6 +41,23 @@ def test_the_line_says_which_configuration_and_its_state():
     assert starting.text("waiting") == "sweep 2/3 mb8 (mb=8) · starting: 41 s, /health answers 503"
     # a key cancelled the preset: the load is the operator's until n or q
     assert "its preset is over: n next configuration, q ends the sweep" in _status().text("over")
+    # --repeats: which repeat of how many, and the time left (issue 44)
+    assert _status(repeats=3, repeat=2, left="about 4 min left").text("running") == (
+        "sweep 2/3 mb8 (mb=8) · repeat 2 of 3 · running: ready in 0.7 s · n next · about 4 min left · done: mb4 knee C=4")
+
+
+def test_the_line_fits_its_width_dropping_from_the_end():
+    """At 80 columns (78 inside its padding) the state's keys stay whole: the configurations
+    done shrink to a count, the values go (the label stays), then the state's long words
+    (issue 46: it was cut in the middle of `q ends the sweep`)."""
+    st = _status(label="tp8-pp1-mb64", values="tp=8 pp=1 mb=64", finished=["tp8-pp1-mb8 knee C=8", "tp8-pp1-mb16 knee C=16"])
+    over = st.text("over", width=78)
+    assert len(over) <= 78 and over == "sweep 2/3 tp8-pp1-mb64 · preset over: n next, q ends the sweep · 2 done", over
+    starting = _status(phase="starting", detail="41 s, /health answers 503", finished=["wait0 stopped"]).text("waiting", width=78)
+    assert starting == "sweep 2/3 mb8 (mb=8) · starting: 41 s, /health answers 503 · 1 done", starting  # what it waits for, whole
+    running = st.text("running", width=78)
+    assert len(running) <= 78 and "n next" in running, running
+    assert st.text("running", width=200) == st.text("running")  # room: every word
 
 
 # -- the app's half ------------------------------------------------------------------------------
@@ -53,7 +70,8 @@ async def test_the_line_is_above_the_header_and_n_ends_the_configuration():
         lines = screen_lines(app)
         assert lines[0].strip().startswith("sweep 2/3 mb8 (mb=8) · running: ready in 0.7 s · n next"), lines[:3]
         assert lines[1].strip().startswith("http://"), "the usual header under it"
-        assert lines[-1].rstrip().endswith("q quit n n"), lines[-1]  # the footer's last key (cut at 80 columns)
+        assert lines[-1].rstrip().endswith("q quit n next"), lines[-1]  # the footer's last key, whole at 80 columns
+        assert " e export" not in lines[-1]  # its room went to n (e still exports: `?` lists it)
         await pilot.press("n")
         await pilot.pause()
     assert host.stopped == NEXT_REASON and app.exit_reason == NEXT_REASON and app.return_code == 0
@@ -65,7 +83,7 @@ async def test_without_a_sweep_n_is_nothing():
     app = RedlineApp(host, step=8)
     async with app.run_test(size=(80, 24)) as pilot:
         await play(pilot, host, snaps)
-        assert not screen_lines(app)[-1].rstrip().endswith(" n n")
+        assert not screen_lines(app)[-1].rstrip().endswith(" n next") and " e export" in screen_lines(app)[-1]
         await pilot.press("n")
         await pilot.pause()
         assert host.stopped is None and app.is_running
@@ -189,7 +207,8 @@ def test_n_then_q_or_ctrl_c_while_the_next_server_starts(tmp_path, how):
     try:
         assert t.pump(lambda: "sweep 1/2 wait0 (wait=0) · running" in t.text and "[PRESET]" in t.text, 60), t.text[-2000:]
         t.key(b"n")
-        starting = rf"sweep 2/2 wait{wait} \(wait={wait}\) · starting: \d+ s, no answer yet"
+        # at 80 columns the values give way to what the start waits for (the label stays)
+        starting = rf"sweep 2/2 wait{wait}( \(wait={wait}\))? · starting: \d+ s, no answer yet"
         assert t.pump(lambda: re.search(starting, t.text), 30), t.text[-2000:]
         t.key(b"q" if how == "q" else b"\x03")
         code = t.exited(30)

@@ -25,7 +25,7 @@ def _received(url: str) -> int:
 
 class _Gone:
     def __init__(self, gone: bool) -> None:
-        self.gone = gone
+        self.gone = self.down = gone
 
 
 def _states(weights, gone=()):

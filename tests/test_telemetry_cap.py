@@ -37,10 +37,9 @@ def test_pp_capped_sequence_fires_within_10s_and_names_the_cap():
     assert len(fired) == 1  # once per episode
     t, text = fired[0]
     assert t <= 10.0
-    assert "micro-batch cap 8" in text
     assert text == (
-        "server cap: client holds 64 in flight, server runs 8, queue 56 — "
-        "pp micro-batch cap 8 (max_running_requests 64 // pp 8)"
+        "server cap: client holds 64 in flight, server runs 8 a micro-batch, "
+        "queue 56 — micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"
     )
     assert det.active and det.last_warning == text
 
@@ -135,3 +134,13 @@ def test_total_power_sums_the_gpus_that_report_power():
     assert total_power_w(gpus(300.0, 200.0, None)) == 500.0
     assert total_power_w(gpus(None, None)) is None
     assert total_power_w([]) is None
+
+
+def test_a_micro_batch_as_large_as_the_cap_is_not_the_cause():
+    """pp 8 with --pp-max-micro-batch-size 64 and max_running_requests 64: a gauge at 64 meets
+    max_running_requests, not a micro-batch that underfeeds the GPUs."""
+    mb64 = ServerInfo(kind="sglang", max_running_requests=64, pp_size=8, pp_micro_batch_cap=64)
+    assert cap_cause(mb64, srv(0.0, 64, 32)) == "max_running_requests 64"
+    assert "GPUs underfed" in cap_cause(PP_INFO, srv(0.0, 8, 0))
+    assert not CapDetector.condition(96, 96, srv(0.0, 64, 0), mb64)  # no queue, no micro-batch finding: silent
+    assert CapDetector.condition(64, 64, srv(0.0, 8, 0), PP_INFO)  # the seed's: queue 0, gauge at the micro-batch

@@ -13,20 +13,21 @@ from redline.engine.measure.step_book import StepBook
 from redline.engine.measure.step_result import StepResult
 from redline.engine.rules.verdicts import (
     STEP_JUDGE,
-    Knee,
     judge_request,
-    knee,
     knee_from_summary,
+    one_per_load,
     session_knee,
     steadiness,
     summary_knee,
 )
 
 
-def step(c, tps, *, se=None, rate=None, short=False, phase="measure") -> StepResult:
-    return StepResult(concurrency=c, duration_s=30, completed=10, failed=0, output_throughput=tps, input_throughput=0,
-                      request_throughput=1, steady=True, output_throughput_se=se, short=short, phase=phase,
-                      mode="rate" if rate is not None else "concurrency", request_rate=rate)
+def step(c, tps, *, se=0.0, rate=None, short=False, phase="measure", steady=True, completed=10, failed=0,
+         workload=None) -> StepResult:
+    """A steady step whose noise was measured (se: the standard error of its per-second tok/s)."""
+    return StepResult(concurrency=c, duration_s=30, completed=completed, failed=failed, output_throughput=tps, input_throughput=0,
+                      request_throughput=1, steady=steady, output_throughput_se=se, short=short, phase=phase,
+                      mode="rate" if rate is not None else "concurrency", request_rate=rate, workload=workload)
 
 
 # -- the knee -------------------------------------------------------------------------------
@@ -68,7 +69,10 @@ def test_a_gain_lost_in_the_noise_is_no_rise_and_noise_pulls_the_knee_down():
 def test_repeated_loads_short_periods_and_the_probe_are_no_points():
     steps = [step(8, 500), step(16, 700), step(16, 990), step(24, 3000, short=True), step(32, 1000), step(1, 40, phase="probe")]
     k = session_knee(steps)
-    assert (k.value, k.max_throughput) == (16, 32)  # C=16 is stood for by its 990; the short C=24 is no point
+    assert (k.value, k.max_throughput) == (16, 32)  # C=16 is stood for by its later 990; the short C=24 is no point
+    # an unsteady re-measurement never stands for a load a steady step measured
+    k = session_knee([*steps, step(16, 400, steady=False)])
+    assert (k.value, k.max_throughput) == (16, 32)
 
 
 def test_rates_have_their_own_fields():
@@ -79,26 +83,52 @@ def test_rates_have_their_own_fields():
     assert knee_from_summary(f) == k
 
 
-def test_summary_takes_a_finished_search_and_never_a_cancelled_one():
+def test_summary_takes_a_finished_search_and_never_an_unfinished_one():
+    """A finished search answers for a one-workload session; a cancelled one, or one summary.json
+    caught in progress (the session was killed during it), answers nothing, and its interim knee
+    never becomes the session's: no knee, saying why (issue 42 case 7)."""
     steps = [step(8, 500), step(16, 990), step(32, 1000)]
     done = {"knee_concurrency": 12, "knee_reason": "within 5 % ...", "max_throughput_concurrency": 32, "points": [8, 16, 32, 12]}
     assert summary_knee(steps, done)["knee_concurrency"] == 12
-    cancelled = {"knee_concurrency": None, "knee_reason": "search cancelled after 2 points", "cancelled": True}
-    assert summary_knee(steps, cancelled)["knee_concurrency"] == 16  # the steps answer
+    cancelled = {"knee_concurrency": None, "knee_reason": "search cancelled after 2 points", "cancelled": True, "points": [8, 16]}
+    got = summary_knee(steps, cancelled)
+    assert got["knee_concurrency"] is None and got["knee_reason"] == "the knee search was cancelled after 2 points"
+    interim = {**done, "knee_concurrency": 16, "in_progress": True, "points": [8, 16, 32]}  # the answer so far: 16
+    got = summary_knee(steps, interim)
+    assert got["knee_concurrency"] is None and got["knee_reason"].startswith("the knee search did not finish (3 points measured")
+    after_kill = {"steps": [st.to_dict() for st in steps], "search": interim, **got}
+    assert knee_from_summary(after_kill).value is None and knee_from_summary({"search": interim}) is None
     assert knee_from_summary({"steps": []}) is None  # a session written before the knee was recorded
     assert knee_from_summary(summary_knee(steps)) == session_knee(steps)
 
 
 def test_the_knee_search_and_a_staircase_answer_alike():
+    """A curve rising 62.5 tok/s per C to 1000 at C=16, then +30 tok/s up to C=64. A staircase
+    over every C from 1 to 64 puts the knee at 16 (1000 is within 5 % of 1030; 15's 937.5 is
+    not). The search lands within its resolution of it, and its answer is the staircase's over
+    the points it measured, repeats included. A load measured twice is stood for by the same
+    step in both (the later one, here the lower): were one reader to keep the higher, the knee
+    would move."""
     from redline.engine.rules.knee_search import KneeSearch
 
-    curve = {4: 250.0, 8: 500.0, 16: 1000.0, 32: 1024.0, 64: 1030.0, 12: 750.0, 20: 1010.0, 24: 1015.0}
+    def curve(c: int) -> float:
+        return 62.5 * c if c <= 16 else 1000.0 + (c - 16) * 30.0 / 48.0
+
+    staircase = session_knee([step(c, curve(c)) for c in range(1, 65)])
+    assert (staircase.value, staircase.max_throughput) == (16, 64)
     s = KneeSearch(4, 64, resolution=0.1)
+    seen: list[StepResult] = []
     while (c := s.next()) is not None:
-        s.observe(c, step(c, curve.get(c, 1020.0)))
+        seen.append(step(c, curve(c)))
+        s.observe(c, seen[-1])
     res = s.result(1.0)
-    staircase = knee(s.results.values())
-    assert res.knee_concurrency == staircase.value and res.max_throughput_concurrency == staircase.max_throughput
+    assert abs(res.knee_concurrency - 16) <= 2 and res.max_throughput_concurrency == max(res.points), res
+    assert session_knee(seen).value == res.knee_concurrency  # the search's own points, read as a staircase
+    # re-measured: the knee first gave its curve's tok/s, then 5 % less (short of the gain): the later decides
+    k = res.knee_concurrency
+    again = [*seen, step(k, curve(k) * 0.95)]
+    assert one_per_load(again)[("C", float(k))].output_throughput == curve(k) * 0.95
+    assert session_knee(again).value != k  # (were the higher kept, the knee would stay at k)
     assert s.result(1.0, cancelled=True).to_dict()["cancelled"] is True and s.result(1.0, cancelled=True).knee_concurrency is None
 
 

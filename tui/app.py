@@ -83,6 +83,9 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         Binding("space", "pause", "pause", key_display="␣", priority=True),
         Binding("p", "preset", "preset", priority=True),
         Binding("e", "export", "export", priority=True),
+        # a sweep's footer has `n next` in its place (80 columns hold one of them): `e` still
+        # exports, listed in `?` (check_action: one of the two twins at a time)
+        Binding("e", "export_in_sweep", "export", show=False, priority=True),
         Binding("g", "graph", "curve", priority=True),
         Binding("question_mark", "help", "help", key_display="?", priority=True),
         Binding("q", "quit_redline", "quit"),  # not priority: `q` closes the help
@@ -245,7 +248,8 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
             preset = "running" if snap.preset_running else "over"
         if self.screen_stack:
             with contextlib.suppress(NoMatches):
-                self.screen_stack[0].query_one("#sweep-line").show(self.sweep.text(preset))
+                line = self.screen_stack[0].query_one("#sweep-line")
+                line.show(self.sweep.text(preset, width=line.content_region.width or None))
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or self._quitting or not self.screen_stack:
@@ -328,8 +332,10 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         speed factor."""
         if action == "restore":
             return self._probing
-        if action == "next_config":
+        if action in ("next_config", "export_in_sweep"):
             return self.sweep is not None
+        if action == "export":
+            return self.sweep is None
         if action == "probe":
             return not self._probing
         if action in self.RATE_ACTIONS:
@@ -384,6 +390,9 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         self.toggle_class("-graph")
 
     # -- session -----------------------------------------------------------------------
+    def action_export_in_sweep(self) -> None:
+        self.action_export()
+
     def action_export(self) -> None:
         """Export in a worker: the flush and the export take seconds on a long session, and
         the keys must not wait for them."""

@@ -106,7 +106,7 @@ class LoadKeys:
             try:
                 n = api.check_concurrency(text, 10**9)
             except api.ConcurrencyError:
-                self.notify(f"concurrency {text!r}: expected a whole number from 1 to {self.max_concurrency}; nothing changed", severity="error")
+                self.notify(f"concurrency {text!r}: expected a whole number, 1 or more; nothing changed", severity="error")
                 return
             self.set_concurrency(n)
 

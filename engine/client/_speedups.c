@@ -309,10 +309,19 @@ static void read_choice0(rd_t *r, chunk_t *ev, int mode, int depth) {
     if (*r->p != '{') { r->ok = 0; return; }  /* choices[0] not an object: Python calls it malformed */
     obj_it it = {1};
     const unsigned char *k; Py_ssize_t n;
-    int seen = 0;
+    int seen = 0, seen_f = 0;
     while (obj_next(r, &it, &k, &n)) {
         if (ESCAPED_KEY(k)) { r->ok = 0; return; }
-        if (mode == MODE_CHAT && KEY_IS(k, n, "delta")) {
+        if (KEY_IS(k, n, "finish_reason")) {  /* "abort": the server ended it in the stream (Python judges it) */
+            if (seen_f++) { r->ok = 0; return; }
+            if (*r->p == '"') {
+                const unsigned char *v; Py_ssize_t vn;
+                str_(r, NULL, &v, &vn);
+                if (r->ok && (v == NULL || (vn == 5 && memcmp(v, "abort", 5) == 0))) r->ok = 0;  /* escaped, or abort */
+            } else {
+                skip(r, depth + 1);
+            }
+        } else if (mode == MODE_CHAT && KEY_IS(k, n, "delta")) {
             if (seen++) { r->ok = 0; return; }
             read_delta(r, ev, depth + 1);
         } else if (mode == MODE_COMPLETIONS && KEY_IS(k, n, "text")) {

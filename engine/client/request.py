@@ -56,6 +56,28 @@ def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | 
         rec.error_text = scrub_key(one_line(text), client)[:ERROR_TEXT_CHARS]
 
 
+# Statuses by which a server sheds load: given inside a 200 stream (SGLang's abort status_code,
+# its error event's code), the request failed as `shed`, and its slot backs off (engine/load/sender.py)
+SHED_STATUSES = (503, 429)
+
+
+def refusal(ev: Event) -> tuple[str, int | None, str]:
+    """(error kind, the server's status or None, one-line text) of an error event or an
+    in-stream abort. An abort (finish_reason "abort") or an error with a status in
+    SHED_STATUSES is `shed`: the server refused the request inside its 200 stream, as SGLang
+    does when its queue is full (--max-queued-requests). Any other error event is
+    `server_error`."""
+    status, msg = ev.status, ev.error
+    shed = status in SHED_STATUSES if status is not None else ev.abort
+    if status is not None:
+        text = f"in-stream {status}: {msg}" if msg else f"in-stream {status}"
+    elif ev.abort:
+        text = f"in-stream abort: {msg}" if msg else 'in-stream abort (finish_reason "abort")'
+    else:
+        text = msg or "error object in the stream"
+    return (R.ERR_SHED if shed else R.ERR_SERVER), status, text
+
+
 def scrub_key(text: str, client: httpx.AsyncClient | None) -> str:
     """The client's bearer token and secret --header values masked out of `text` (a server
     may echo them in an error).
@@ -292,9 +314,14 @@ class _Stream:
             except MalformedEvent as exc:
                 _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
                 continue
-            if ev.error is not None:
-                _fail(rec, R.ERR_SERVER, ev.error, self.client)
-                continue
+            if ev.error is not None or ev.abort:
+                if rec.status != R.FAILED:
+                    kind, status, text = refusal(ev)
+                    if status is not None:
+                        rec.http_status = status  # the server's status for it, given in the stream
+                    _fail(rec, kind, text, self.client)
+                if not ev.abort:
+                    continue  # an error event carries no tokens; an abort may (counted below)
             if ev.sim_t is not None and self.on_lag is not None:
                 self._lag(t, ev.sim_t)
             if ev.prompt_tokens is not None:
@@ -412,6 +439,8 @@ async def run_request(
             else:
                 _fail(rec, R.ERR_DISCONNECT, "stream ended before [DONE]", client)
     _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
+    if rec.status == R.OK and rec.max_tokens > 0 and rec.output_tokens == 0:
+        _fail(rec, R.ERR_EMPTY, f"the stream ended without an output token ({rec.max_tokens} asked for)", client)
     return rec
 
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..measure import records as R
-from ..telemetry.server_info import ServerInfo
+from ..telemetry.server_info import SERVER_INFO_PATHS, ServerInfo, looks_like_sglang
 from .api_formats import APIS, CHAT, GENERATE
 from .request import NOT_HTTP, classify_error, scrub_key
 
@@ -138,15 +138,29 @@ class _Probe:
         return data if isinstance(data, dict) else None
 
 
+def check_model(model: str | None, listed: list, base_url: str) -> None:
+    """A model the server does not list in /v1/models is refused at the start (TargetUnreachable:
+    exit 3), in one line naming it and what the server offers: a server that 404s it (vLLM)
+    would fail every request."""
+    ids = [str(m["id"]) for m in listed if isinstance(m, dict) and m.get("id")]
+    if not model or not ids or model in ids:
+        return
+    shown = ", ".join(repr(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    raise TargetUnreachable(f"model {model!r} is not served by {base_url}: its /v1/models lists {shown} (--model picks one)")
+
+
 async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = None, model: str | None = None) -> Target:
     """Ask the server what it is: SGLang's server info and caps, the model from /v1/models."""
     if api is not None and api not in APIS:
         raise TargetError(f"api {api!r}: expected one of {', '.join(APIS)}")
     probe = _Probe(client)
     try:
-        sg = await probe.get_json(base_url + "/get_server_info")
-        if sg is None:
-            sg = await probe.get_json(base_url + "/server_info")
+        sg, source = None, ""
+        for path in SERVER_INFO_PATHS:  # /server_info, then the deprecated /get_server_info
+            got = await probe.get_json(base_url + path)
+            if got is not None and looks_like_sglang(got):
+                sg, source = got, path
+                break
         models = await probe.get_json(base_url + "/v1/models")
     except TargetUnreachable as exc:  # `http://HOST:PORT: does not speak HTTP (...)`: reached, but not a server of ours
         raise TargetUnreachable(f"{base_url}: {exc}" if str(exc) == NOT_HTTP else f"cannot reach {base_url}: {exc}") from None
@@ -159,8 +173,9 @@ async def detect(client: httpx.AsyncClient, base_url: str, api: str | None = Non
         if isinstance(first, dict):
             name = name or str(first.get("id") or "")
             owned_by = str(first.get("owned_by") or "")
+        check_model(model, models["data"], base_url)
     if sg is not None:
-        info = ServerInfo.from_sglang(sg, name)
+        info = ServerInfo.from_sglang(sg, name, source=source)
     elif models is not None:
         info = ServerInfo(kind="vllm" if owned_by == "vllm" else "openai", model=name)
     else:

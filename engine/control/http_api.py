@@ -328,7 +328,8 @@ class ControlServer:
         return await self._start_preset(request, preset)
 
     async def search(self, request: web.Request, body: dict) -> dict:
-        from ..preset import PresetError, parse_preset
+        from ..preset import PresetError
+        from ..preset.knee import knee_search_preset
 
         e = self.engine
         ctl = e.controller
@@ -337,14 +338,8 @@ class ControlServer:
         for k, v in (("start", start), ("max", top)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= ctl.max_concurrency:
                 raise Refused(400, f"{k} {v!r}: expected a whole number from 1 to {ctl.max_concurrency}")
-        wl = e.config.workload
         try:
-            preset = parse_preset(
-                {"name": "knee search", "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
-                 "ramp": {"mode": "search", "start": start, "max": max(start, top), "warmup_s": 5, "hold_s": 10, "min_requests": 10},
-                 "stop": {"plateau_gain": 0.05}},
-                "knee-search",
-            )
+            preset = knee_search_preset(start, top, e.config.workload)  # the `k` key's search, the one definition
         except PresetError as exc:
             raise Refused(400, str(exc)) from None
         out = await self._start_preset(request, preset)

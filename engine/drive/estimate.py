@@ -62,6 +62,7 @@ def _model_step(p: SimProfile, plan: StepPlan, input_len: int, output_len: int) 
     ttft_p99 = (wait + prefill) * 1000.0
     step = StepResult(concurrency=c, duration_s=plan.hold_s, completed=0, failed=0, output_throughput=tps, input_throughput=0.0,
                       request_throughput=0.0, p99_ttft_ms=ttft_p99, p99_itl_ms=itl * 1000.0, steady=True,
+                      output_throughput_se=0.0,  # a model's step: steady, its noise known (none), so it decides
                       mode="rate" if plan.rate is not None else "concurrency", request_rate=plan.rate)
     return step, d_client, itl
 

@@ -23,7 +23,7 @@ from ..rules.step_text import format_step_line
 from ..run.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush
-from .step_run import Event, flushes, hold
+from .step_run import Event, elapsed_text, flushes, hold
 
 PROBE_AT = "C=1 (the probe)"  # where a run-time event in it is said to be
 
@@ -44,13 +44,20 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
     label = f"{preset.name} C=1 probe"
     max_hold = max(probe_s, PROBE_MAX_HOLD_S)
 
+    waited: list[bool] = []  # probe_s passed with no request answered: it waits for one first token
+
     def done(now: float, el: float) -> bool:
-        return el >= probe_s and (el >= max_hold or acc.first_token >= 1)
+        if el < probe_s:
+            return False
+        if acc.first_token >= 1 or el >= max_hold:
+            return True
+        waited[:] = [True]
+        return False
 
     def line(el: float) -> str:
         if el >= probe_s and acc.first_token == 0:
-            return f"{label} {el:.0f}/{probe_s:.0f}s, waiting for its request's first token"
-        return f"{label} measuring {el:.0f}/{probe_s:.0f}s, {acc.first_token} answered"
+            return f"{label} {elapsed_text(el, probe_s)}, waiting for its request's first token"
+        return f"{label} measuring {elapsed_text(el, probe_s)}, {acc.first_token} answered"
 
     res, event = await hold(engine, acc, done, line, watch, PROBE_AT)
     if event is not None:
@@ -58,10 +65,10 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
         on_line(f"probe: {event[1]}")
         if event[0] == "server_gone":
             return None, event
-    elif res.duration_s > probe_s + 1.0:
-        waited = f"probe: held {res.duration_s:.0f} s, past probe_s {probe_s:g} s, until its request's first token"
-        engine.log("preset", waited, concurrency=1)
-        on_line(waited)
+    elif waited:
+        said = f"probe: held {res.duration_s:.1f} s, past probe_s {probe_s:g} s, until its request's first token"
+        engine.log("preset", said, concurrency=1)
+        on_line(said)
     book.record(res)
     on_line(format_step_line(res))
     return res, event

@@ -9,7 +9,8 @@ hold (engine/drive/step_run.py), so each is said within a poll of happening:
   the load's tokens received (engine/run/recording.py Recorder.tokens_received: worker
   processes report theirs late, on their own clocks, but a count only grows) against this
   process's clock: the silence starts at the first poll that saw requests in flight and no
-  new token.
+  new token. While a profiler capture's trace is being written (engine/drive/server_ops.py:
+  SGLang's scheduler makes no token then) the silence is not counted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..constants import STALL_S
+from .server_ops import trace_being_written
 
 WARMING = "'s warm-up"  # "during C=128's warm-up"
 
@@ -59,6 +61,8 @@ class RunWatch:
         if e.server_gone:
             return "server_gone", f"server_gone: the target stopped answering during {where}{WARMING if warming else ''}"
         n = e.in_flight
+        if trace_being_written(e):  # the server writes a profiler trace: its silence is not a stall
+            self.stall.reset()
         quiet = self.stall.quiet(time.perf_counter(), n, e.recorder.tokens_received)
         if quiet >= self.stall.stall_s:
             return "stalled", f"stalled: {n} request{'s' if n != 1 else ''} in flight, no token for {quiet:.1f} s at {where}"

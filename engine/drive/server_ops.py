@@ -1,21 +1,35 @@
 """Looking inside the server at the load redline holds: the profiler and the cache flush.
 
 - **Profiler capture** (key `P`, `[ramp] profile = [C, ...]`, the control API's
-  `POST /v1/profile`): `POST /start_profile` (SGLang's body `{"output_dir", "num_steps",
-  "activities"}`, which vLLM ignores), then `POST /stop_profile` after `profile_s` seconds
+  `POST /v1/profile`): `POST /start_profile` (SGLang's body `{"output_dir", "activities",
+  "profile_prefix"}`, which vLLM ignores), then `POST /stop_profile` after `profile_s` seconds
   (`--profile-s`, default 5) or at the end of the step it started in, whichever comes first.
-  The capture names the load it covered and its window, and the trace's place as the server
-  said it (its answer's text) or as redline asked (`output_dir`): a path on the server's host,
-  not this one (`trace on the server: PATH`); it is logged and lands in the step's `profiles`
-  in summary.json.
-- **Cache flush** (`[ramp] flush_cache = true`, `--flush-cache`): the load drains to zero,
-  then the prefix cache is flushed, by what the server said it is: SGLang `/flush_cache`, vLLM
-  `/reset_prefix_cache`. SGLang refuses a flush while requests run, so it is never called
-  then: redline waits for its own requests to end and for the server to report none running
-  or queued (a fresh /metrics scrape) first. The drain belongs to no step.
+  SGLang's `/stop_profile` answers "Stop profiling. This will take some time." only once the
+  scheduler wrote the trace (`tokenizer_manager` awaits the scheduler's `stop_profile`, which
+  exports the chrome trace inside its loop): no token is made meanwhile, and on a busy 8-GPU
+  server that takes minutes, so the stop waits up to PROFILE_STOP_TIMEOUT_S. The steps it
+  stalled are marked `profiled`. The answer names no path: the trace is
+  `<dir>/<profile_prefix>-<profile_id>-TP-<rank>[-PP-<rank>...].trace.json.gz` in the directory
+  asked for, else SGLang's default, `SGLANG_TORCH_PROFILER_DIR` or `/tmp`
+  (`scheduler_profiler_mixin.py`, 0.5.23 `scheduler_components/profiler_manager.py`); redline
+  sends its own `profile_prefix` and, when the server runs on this host, finds the files there
+  (engine/drive/trace_place.py). A refusal or failure is HTTP 500 (a RuntimeError of the
+  scheduler's message, which only the server's log shows).
+- **Cache flush** (`[ramp] flush_cache = true`, `--flush-cache`): the load drains to zero (its
+  own requests end), then the prefix cache is flushed, by what the server said it is: SGLang
+  `/flush_cache`, vLLM `/reset_prefix_cache`. The flush is driven by the server's own answer:
+  SGLang answers 400 while it holds a request (0.5.9 with the same text as a success,
+  "Cache flushed. ... (When there are running or waiting requests, the operation will not be
+  performed.)"; 0.5.23 "Flush cache failed." or "Timed out waiting for idle state."), and
+  redline asks again until FLUSH_MAX_S. It sends `?timeout=` (0.5.23 waits for idle itself,
+  `scheduler_components/flush_wrapper.py`; 0.5.9 ignores it). It never waits on /metrics:
+  0.5.9's gauges keep the last decode log's batch for 30 s of idle. The drain belongs to no step.
+- **Admin key**: a server started with `--admin-api-key` answers 401 to both without it;
+  `--admin-key` (REDLINE_ADMIN_KEY) is sent as their bearer (`utils/auth.py` ADMIN_OPTIONAL),
+  never written anywhere.
 
-A server without an endpoint (404, 405, 501) or with its profiler off gets one warning line,
-once per operation, not an error; later calls to that operation are skipped quietly.
+A server without an endpoint (404, 405, 501) gets one warning line, once per operation, not an
+error; later calls to that operation are skipped quietly. So does a 401/403.
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import httpx
 
-from ..telemetry.server_metrics import parse_server_metrics
+from .trace_place import find_traces, trace_pattern
 
 if TYPE_CHECKING:
     from ..measure.accumulator import StepAccumulator
@@ -35,24 +49,42 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",
-    "server_ops", "start_capture",
+    "server_ops", "start_capture", "trace_being_written",
 ]
 
 DEFAULT_PROFILE_S = 5.0
-OPS_TIMEOUT_S = 30.0  # a profiler stop may take a while (SGLang writes the trace then)
+OPS_TIMEOUT_S = 30.0  # an answer to /start_profile, /flush_cache
+PROFILE_STOP_TIMEOUT_S = 600.0  # /stop_profile answers once the trace is written: minutes on a busy server
 DRAIN_MAX_S = 600.0  # the longest redline waits for its requests to end before a flush
-SERVER_IDLE_MAX_S = 10.0  # ... and for the server to report nothing running or queued
+FLUSH_MAX_S = 30.0  # a flush refused (400: the server still holds requests) is asked again this long
+FLUSH_SERVER_WAIT_S = 10.0  # ?timeout= for SGLang 0.5.23: it waits this long for idle itself
+FLUSH_RETRY_S = (0.2, 0.5, 1.0, 2.0)  # pauses between refused flushes (the last repeats)
 POLL_S = 0.05
-FLUSH_TRIES = 3  # a flush refused (400: requests still running or queued) is asked again ...
-FLUSH_RETRY_S = 0.2  # ... this long later, once the server's metrics say it holds none
 UNSUPPORTED = (404, 405, 501)
+DENIED = (401, 403)
 FLUSH_PATHS = {"sglang": "/flush_cache", "vllm": "/reset_prefix_cache"}
 PROFILE_ACTIVITIES = ["CPU", "GPU"]
+ADMIN_HINT = "SGLang's --admin-api-key guards it: pass --admin-key or set REDLINE_ADMIN_KEY"
 
 
 def _said(text: str) -> str:
     """The server's answer in one short line."""
     return " ".join(text.split())[:200]
+
+
+class _AdminBearer(httpx.Auth):
+    """The admin key as the bearer of one request, over the target's own auth (its --header
+    headers stay; its API key's Authorization is replaced)."""
+
+    def __init__(self, key: str, inner: httpx.Auth | None) -> None:
+        self.key = key
+        self.inner = inner
+
+    def auth_flow(self, request: httpx.Request):
+        if self.inner is not None:
+            request = next(self.inner.auth_flow(request))
+        request.headers["Authorization"] = f"Bearer {self.key}"
+        yield request
 
 
 @dataclass
@@ -61,7 +93,9 @@ class FlushResult:
     path: str = ""
     status: int = 0
     said: str = ""
-    skipped: bool = False  # not supported (warned once) or no path for this server kind
+    skipped: bool = False  # not supported or denied (warned once), or no path for this server kind
+    tries: int = 0  # flushes asked (refusals + 1)
+    waited_s: float = 0.0  # from the first ask to the answer taken
 
 
 @dataclass
@@ -72,10 +106,12 @@ class ProfileCapture:
     step: int  # the step it started in
     t_start: float  # epoch seconds, when /start_profile answered
     t_end: float | None = None  # when /stop_profile was sent
-    trace: str | None = None  # where the trace is: the server's word, else the output_dir asked
+    trace: str | None = None  # where the trace is: a file found, the server's word, else the pattern in its directory
     server_said: str = ""  # /stop_profile's answer, one line
     stopped_by: str = ""  # "profile_s" | "step end" | "stop"
     ok: bool = True
+    stop_s: float | None = None  # how long /stop_profile took: the server wrote the trace meanwhile
+    prefix: str = ""  # the profile_prefix asked for (the trace's file names start with it)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -84,84 +120,95 @@ class ProfileCapture:
             "t_end": None if self.t_end is None else round(self.t_end, 3),
             "duration_s": None if self.t_end is None else round(self.t_end - self.t_start, 3),
             "trace": self.trace, "server_said": self.server_said, "stopped_by": self.stopped_by,
-            "ok": self.ok,
+            "ok": self.ok, "stop_s": None if self.stop_s is None else round(self.stop_s, 3),
         }
 
 
 class ServerOps:
     """The profiler and cache endpoints of one target (its base URL and kind)."""
 
-    def __init__(self, client: httpx.AsyncClient, base: str, kind: str, log: Callable[..., None], warn: Callable[[str], None], *, output_dir: str | None = None) -> None:
+    def __init__(self, client: httpx.AsyncClient, base: str, kind: str, log: Callable[..., None], warn: Callable[[str], None],
+                 *, output_dir: str | None = None, admin_key: str | None = None, info_raw: dict | None = None) -> None:
         self.client = client
         self.base = base.rstrip("/")
         self.kind = kind
         self.log = log
         self.warn = warn
         self.output_dir = output_dir  # None: the server's default (SGLANG_TORCH_PROFILER_DIR, /tmp)
-        self.unsupported: set[str] = set()  # operations a 404 told us the server lacks
+        self.admin_key = admin_key  # never logged
+        self.info_raw = info_raw or {}  # the server's info (credentials masked): its profiler directory when it says
+        self.unsupported: set[str] = set()  # operations a 404 (or 401) told us the server lacks
         self.capture: ProfileCapture | None = None  # the capture running now
         self.captures: list[ProfileCapture] = []
         self._task: asyncio.Task | None = None
         self.started: asyncio.Future | None = None  # the running capture's start: True / False
+        self._count = 0
 
     # -- the endpoints -----------------------------------------------------------------
-    async def _post(self, path: str, body: dict | None = None) -> tuple[int, str]:
+    async def _post(self, path: str, body: dict | None = None, *, timeout: float = OPS_TIMEOUT_S,
+                    params: dict | None = None) -> tuple[int, str]:
+        auth: Any = httpx.USE_CLIENT_DEFAULT
+        if self.admin_key and self.kind == "sglang":  # SGLang's --admin-api-key; another server keeps the API key
+            auth = _AdminBearer(self.admin_key, self.client.auth)
         try:
-            r = await self.client.post(self.base + path, json=body, timeout=OPS_TIMEOUT_S)
+            r = await self.client.post(self.base + path, json=body, timeout=timeout, params=params, auth=auth)
+        except httpx.TimeoutException:
+            return 0, f"no answer within {timeout:g} s"
         except httpx.HTTPError as exc:
             return 0, f"{type(exc).__name__}: {exc}"
         return r.status_code, r.text
 
-    def _lacks(self, op: str, status: int, what: str) -> bool:
-        """A 404-like answer: warn once, remember."""
-        if status in UNSUPPORTED:
+    def _lacks(self, op: str, status: int, text: str, what: str) -> bool:
+        """A 404-like answer, or a 401/403: warn once, remember."""
+        if status in UNSUPPORTED or status in DENIED:
             if op not in self.unsupported:
                 self.unsupported.add(op)
-                self.warn(f"{what}: the server has no such endpoint (HTTP {status}); skipped from now on")
+                if status in DENIED:
+                    if self.kind != "sglang":
+                        why = "the server refused the API key's bearer"
+                    else:
+                        why = "the admin key given (--admin-key) was refused" if self.admin_key else ADMIN_HINT
+                    self.warn(f"{what}: HTTP {status} {_said(text)} ({why}); skipped from now on")
+                else:
+                    self.warn(f"{what}: the server has no such endpoint (HTTP {status}); skipped from now on")
             return True
         return False
 
-    async def start_profile(self) -> tuple[bool, str]:
+    def new_prefix(self) -> str:
+        """The profile_prefix of the next capture: its trace files start with it."""
+        self._count += 1
+        return f"redline-{time.strftime('%H%M%S')}-{self._count}"
+
+    async def start_profile(self, prefix: str = "") -> tuple[bool, str]:
         """(started, the server's answer)."""
         if "profile" in self.unsupported:
             return False, ""
         body: dict[str, Any] = {"activities": PROFILE_ACTIVITIES}
+        if prefix:
+            body["profile_prefix"] = prefix
         if self.output_dir:
             body["output_dir"] = self.output_dir
         status, text = await self._post("/start_profile", body)
-        if self._lacks("profile", status, "profiler (POST /start_profile)"):
+        vllm = "; vLLM serves it with VLLM_TORCH_PROFILER_DIR set" if self.kind != "sglang" else ""
+        if self._lacks("profile", status, text, f"profiler (POST /start_profile{vllm})"):
             return False, text
         if status != 200:
-            self.warn(f"profiler: /start_profile answered HTTP {status or 'no answer'}: {_said(text)} (is the server's profiler on? SGLang: SGLANG_TORCH_PROFILER_DIR, vLLM: VLLM_TORCH_PROFILER_DIR)")
+            why = ("SGLang answers 500 when its scheduler refuses (a capture already running, a bad "
+                   "output_dir): its log says why") if status == 500 else "see the server's log"
+            self.warn(f"profiler: /start_profile answered {f'HTTP {status}' if status else 'nothing'}: {_said(text)} ({why})")
             return False, text
         return True, text
 
-    async def stop_profile(self) -> tuple[bool, str]:
-        status, text = await self._post("/stop_profile")
-        if self._lacks("profile", status, "profiler (POST /stop_profile)"):
-            return False, text
-        return status == 200, text
+    async def stop_profile(self, timeout: float = PROFILE_STOP_TIMEOUT_S) -> tuple[int, str]:
+        """(status, the server's answer); 0: no answer within ``timeout``."""
+        status, text = await self._post("/stop_profile", timeout=timeout)
+        if self._lacks("profile", status, text, "profiler (POST /stop_profile)"):
+            return status, text
+        return status, text
 
-    async def server_idle(self, max_s: float = SERVER_IDLE_MAX_S) -> bool | None:
-        """Wait until the server's /metrics report nothing running or queued (True), the wait
-        passes max_s (False), or the server has no such metrics (None)."""
-        t_end = time.monotonic() + max_s
-        while True:
-            try:
-                r = await self.client.get(self.base + "/metrics", timeout=2.0)
-                s = parse_server_metrics(r.text, time.perf_counter()) if r.status_code == 200 else None
-            except Exception:  # noqa: BLE001 - no metrics: the caller judges by its own count
-                s = None
-            if s is None or s.running is None:
-                return None
-            if not s.running and not s.queued:
-                return True
-            if time.monotonic() >= t_end:
-                return False
-            await asyncio.sleep(0.1)
-
-    async def flush_cache(self) -> FlushResult:
-        """Flush the prefix cache (call only with nothing in flight)."""
+    async def flush_cache(self, max_s: float = FLUSH_MAX_S) -> FlushResult:
+        """Flush the prefix cache (call with nothing of redline's in flight): asked again while
+        the server refuses (400), up to ``max_s``."""
         path = FLUSH_PATHS.get(self.kind)
         if path is None:
             if "flush" not in self.unsupported:
@@ -170,16 +217,22 @@ class ServerOps:
             return FlushResult(False, skipped=True)
         if "flush" in self.unsupported:
             return FlushResult(False, path, skipped=True)
-        for attempt in range(FLUSH_TRIES):
-            if attempt:  # refused: the server still held a request (a handler ending after our
-                await asyncio.sleep(FLUSH_RETRY_S)  # stream did): wait for it to say it holds none
-                await self.server_idle()
-            status, text = await self._post(path)
-            if self._lacks("flush", status, f"cache flush (POST {path}{'; vLLM serves it with VLLM_SERVER_DEV_MODE=1' if self.kind == 'vllm' else ''})"):
-                return FlushResult(False, path, status, _said(text), skipped=True)
-            if status != 400:
+        sglang = self.kind == "sglang"
+        params = {"timeout": f"{min(FLUSH_SERVER_WAIT_S, max_s):g}"} if sglang else None
+        what = f"cache flush (POST {path}{'; vLLM serves it with VLLM_SERVER_DEV_MODE=1' if not sglang else ''})"
+        t0 = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            wait = FLUSH_SERVER_WAIT_S if sglang else 0.0
+            status, text = await self._post(path, params=params, timeout=OPS_TIMEOUT_S + wait)
+            if self._lacks("flush", status, text, what):
+                return FlushResult(False, path, status, _said(text), skipped=True, tries=tries)
+            left = max_s - (time.monotonic() - t0)
+            if status != 400 or left <= 0:
                 break
-        return FlushResult(status == 200, path, status, _said(text))
+            await asyncio.sleep(min(left, FLUSH_RETRY_S[min(tries - 1, len(FLUSH_RETRY_S) - 1)]))
+        return FlushResult(status == 200, path, status, _said(text), tries=tries, waited_s=time.monotonic() - t0)
 
 
 def server_ops(engine: Engine) -> ServerOps:
@@ -195,9 +248,18 @@ def server_ops(engine: Engine) -> ServerOps:
             engine.client, engine.target.url, kind, engine.log,
             lambda text: engine.warn(text, key=f"server ops {text[:40]}"),
             output_dir=getattr(engine.config, "profile_dir", None),
+            admin_key=getattr(engine.config, "admin_key", None),
+            info_raw=engine.target.info.raw,
         )
         engine._server_ops = ops  # type: ignore[attr-defined]
     return ops
+
+
+def trace_being_written(engine: Engine) -> bool:
+    """A /stop_profile awaits its answer: SGLang's scheduler is writing the trace and makes no
+    token meanwhile (a silence of redline's own making, not a stall)."""
+    ops = getattr(engine, "_server_ops", None)
+    return ops is not None and ops.capture is not None and ops.capture.t_end is not None
 
 
 def _step_now(engine: Engine) -> StepAccumulator | None:
@@ -232,10 +294,17 @@ async def capture_started(engine: Engine) -> str:
     return "not started: the server has no profiler endpoint" if "profile" in ops.unsupported else "not started: the server refused (see the log)"
 
 
+def _mark_profiled(acc: StepAccumulator | None) -> None:
+    """The step's figures include the profiler's cost (its export stalls the scheduler)."""
+    if acc is not None:
+        acc.profiled = True
+
+
 async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccumulator | None) -> ProfileCapture | None:
     load = engine.load_text if acc is None else _load_of(engine, acc)
+    prefix = ops.new_prefix()
     try:
-        ok, said = await ops.start_profile()
+        ok, said = await ops.start_profile(prefix)
     except BaseException:
         if ops.started is not None and not ops.started.done():
             ops.started.set_result(False)
@@ -244,8 +313,9 @@ async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccu
         ops.started.set_result(ok)
     if not ok:
         return None
-    cap = ProfileCapture(load=load, step=acc.index if acc is not None else 0, t_start=time.time())
+    cap = ProfileCapture(load=load, step=acc.index if acc is not None else 0, t_start=time.time(), prefix=prefix)
     ops.capture = cap
+    _mark_profiled(acc)
     engine.log("notice", f"profiler started at {load} for up to {seconds:g} s ({_said(said) or 'started'})")
     t_end = time.monotonic() + seconds
     stopped_by = "profile_s"
@@ -259,22 +329,39 @@ async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccu
                 break
             await asyncio.sleep(POLL_S)
     finally:
-        cap.t_end = time.time()
-        cap.stopped_by = stopped_by
-        ok, said = await ops.stop_profile()
-        cap.ok = ok
-        cap.server_said = _said(said)
-        cap.trace = _trace_place(said, ops.output_dir)
-        ops.capture = None
-        ops.captures.append(cap)
-        if acc is not None:
-            acc.profiles.append(cap.to_dict())
-        window = f"{time.strftime('%H:%M:%S', time.localtime(cap.t_start))}–{time.strftime('%H:%M:%S', time.localtime(cap.t_end))}"
-        if ok:
-            engine.log("notice", f"profiler stopped: {load}, {window} ({cap.t_end - cap.t_start:.1f} s, {stopped_by}); trace on the server: {cap.trace}")
-        else:
-            engine.warn(f"profiler: /stop_profile failed at {load} ({cap.server_said or 'no answer'})", key="profiler stop")
+        await _stop(engine, ops, cap, acc, stopped_by)
     return cap
+
+
+async def _stop(engine: Engine, ops: ServerOps, cap: ProfileCapture, acc: StepAccumulator | None, stopped_by: str) -> None:
+    """/stop_profile, waited for while the server writes the trace; the steps it stalls marked."""
+    cap.t_end = time.time()
+    cap.stopped_by = stopped_by
+    live = _step_now(engine)
+    if live is not None and not live.closed:
+        _mark_profiled(live)
+    t0 = time.monotonic()
+    status, said = await ops.stop_profile(OPS_TIMEOUT_S if stopped_by == "stop" else PROFILE_STOP_TIMEOUT_S)
+    cap.stop_s = time.monotonic() - t0
+    after = _step_now(engine)
+    if after is not None and after is not live:
+        _mark_profiled(after)  # a step that opened while the trace was written
+    cap.ok = status == 200
+    cap.server_said = _said(said)
+    cap.trace = _trace_place(ops, cap, said if cap.ok else "")
+    ops.capture = None
+    ops.captures.append(cap)
+    if acc is not None:
+        acc.profiles.append(cap.to_dict())
+    window = f"{time.strftime('%H:%M:%S', time.localtime(cap.t_start))}–{time.strftime('%H:%M:%S', time.localtime(cap.t_end))}"
+    if cap.ok:
+        took = f"; the server took {cap.stop_s:.1f} s to write it" if cap.stop_s >= 1.0 else ""
+        engine.log("notice", f"profiler stopped: {cap.load}, {window} ({cap.t_end - cap.t_start:.1f} s, {stopped_by}); trace on the server: {cap.trace}{took}")
+    elif status == 0:
+        engine.warn(f"profiler: /stop_profile at {cap.load}: {cap.server_said} (the server may still be writing the trace: {cap.trace})", key="profiler stop")
+    else:
+        hint = " (SGLang answers 500 when its scheduler fails to stop or write the trace: its log says why)" if status == 500 else ""
+        engine.warn(f"profiler: /stop_profile failed at {cap.load}: HTTP {status}: {cap.server_said or 'no text'}{hint}", key="profiler stop")
 
 
 def _load_of(engine: Engine, acc: StepAccumulator) -> str:
@@ -285,21 +372,23 @@ def _load_of(engine: Engine, acc: StepAccumulator) -> str:
     return f"C={acc.concurrency}"
 
 
-def _trace_place(said: str, output_dir: str | None) -> str:
-    """Where the trace is: the path the server named in its answer, else the directory
-    redline asked for, else the server's default."""
+def _trace_place(ops: ServerOps, cap: ProfileCapture, said: str) -> str:
+    """Where the trace is: a path the server named in its answer; else the files found in the
+    profiler's directory (a server on this host); else the pattern its files follow there."""
     for word in said.split():
         if "/" in word and ("trace" in word or word.endswith((".json", ".gz", ".pt"))):
             return word.rstrip(".,;")
-    if output_dir:
-        return output_dir
-    text = _said(said)
-    return f"the server's profiler directory (SGLANG_TORCH_PROFILER_DIR / VLLM_TORCH_PROFILER_DIR){f'; it said: {text}' if text else ''}"
+    local = cap.ok and httpx.URL(ops.base).host in ("127.0.0.1", "localhost", "::1")  # a failed stop wrote nothing
+    found = find_traces(ops.kind, ops.output_dir, ops.info_raw, cap.prefix, cap.t_start) if local else []
+    if found:
+        more = f" (and {len(found) - 1} more: one per rank)" if len(found) > 1 else ""
+        return f"{found[0]}{more}"
+    return trace_pattern(ops.kind, ops.output_dir, ops.info_raw, cap.prefix)
 
 
 async def drain_and_flush(engine: Engine, label: str) -> dict | None:
-    """Drain the load to zero (sending paused: the caller's next step resumes it), wait for
-    the server to hold nothing, flush its prefix cache. Returns the step's `cache_flush`
+    """Drain the load to zero (sending paused: the caller's next step resumes it), then flush
+    the server's prefix cache, asking again while it refuses. Returns the step's `cache_flush`
     record (None when skipped). Never flushes while a request of redline's is in flight."""
     ops = server_ops(engine)
     ctl = engine.controller
@@ -313,17 +402,18 @@ async def drain_and_flush(engine: Engine, label: str) -> dict | None:
     if ctl.in_flight > 0:
         engine.warn(f"cache flush before {label}: {ctl.in_flight} requests still in flight after {DRAIN_MAX_S:.0f} s; not flushed")
         return None
-    idle = await ops.server_idle()
-    if idle is False:
-        engine.warn(f"cache flush before {label}: the server still reports requests running or queued; not flushed")
-        return None
     drain_s = time.perf_counter() - t0
     res = await ops.flush_cache()
     if res.skipped:
         return None
-    rec = {"t": round(time.time(), 3), "drain_s": round(drain_s, 3), "drained": was, "path": res.path, "ok": res.ok}
+    rec = {"t": round(time.time(), 3), "drain_s": round(drain_s, 3), "drained": was, "path": res.path, "ok": res.ok,
+           "tries": res.tries}
     if res.ok:
-        engine.log("notice", f"cache flushed before {label} ({res.path}; drained {was} in flight in {drain_s:.1f} s, no step's time)")
+        refused = f", refused {res.tries - 1}× first (the server still held requests)" if res.tries > 1 else ""
+        engine.log("notice", f"cache flushed before {label} ({res.path}; drained {was} in flight in {drain_s:.1f} s{refused}, no step's time)")
+    elif res.status == 400:
+        engine.warn(f"cache flush before {label}: {res.path} refused {res.tries}× over {res.waited_s:.0f} s (HTTP 400: the server "
+                    f"holds requests; it said: {res.said}); not flushed", key="cache flush refused")
     else:
-        engine.warn(f"cache flush before {label}: {res.path} answered HTTP {res.status or 'nothing'}: {res.said}", key="cache flush refused")
+        engine.warn(f"cache flush before {label}: {res.path} answered {f'HTTP {res.status}' if res.status else 'nothing'}: {res.said}; not flushed", key="cache flush refused")
     return rec

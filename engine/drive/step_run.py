@@ -110,9 +110,18 @@ async def _measure(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
             return False
         return acc.completed >= min_requests or not completions_can_come(acc, now, min_requests, max_hold_s)
 
-    held = "" if plan.num_requests is not None else f"/{plan.hold_s:.0f}"
-    return await hold(engine, acc, done, lambda el: f"{label} measuring {el:.0f}{held}s, {acc.completed}/{min_requests} own done",
-                      watch, where(plan))
+    def line(el: float) -> str:
+        took = f"{el:.0f}s" if plan.num_requests is not None else elapsed_text(el, plan.hold_s)
+        return f"{label} measuring {took}, {acc.completed}/{min_requests} own done"
+
+    return await hold(engine, acc, done, line, watch, where(plan))
+
+
+def elapsed_text(el: float, hold_s: float) -> str:
+    """How long a step has measured: `12/30s` within its hold, `26 s (hold 10 s)` past it (a
+    step held on for steadiness or its own completions, a probe waiting for its answer:
+    never `26/10s`)."""
+    return f"{el:.0f}/{hold_s:.0f}s" if round(el) <= round(hold_s) else f"{el:.0f} s (hold {hold_s:.0f} s)"
 
 
 def completions_can_come(acc: StepAccumulator, now: float, need: int, max_hold_s: float) -> bool:

@@ -29,13 +29,13 @@ class PickTarget(Protocol):
     current: float  # smooth weighted round robin's running credit
 
     @property
-    def gone(self) -> bool: ...
+    def down(self) -> bool: ...  # gone, or not ready (its /health answers 503)
 
 
 def pick(targets: Sequence[PickTarget]) -> PickTarget | None:
-    """The next target (smooth weighted round robin over the targets not gone); None when
-    every target is gone."""
-    live = [t for t in targets if not t.gone]
+    """The next target (smooth weighted round robin over the targets not down: gone or not
+    ready); None when every target is down."""
+    live = [t for t in targets if not t.down]
     if not live:
         return None
     if len(live) == 1:

@@ -3,11 +3,15 @@
 - Each request gets an id, the current step's index and phase, and its send time; its
   record goes to every listener as it progresses (sent, first token, tokens, ended).
 - A slot that failed fast holds its place FAST_FAIL_S first (no hot loop against a failing
-  server). A slot answered 429/503 (the server says it is overloaded) backs off, doubling
+  server). A slot answered 429/503 (the server says it is overloaded), or shed inside a 200
+  stream (SGLang's in-stream abort, kind `shed`), backs off, doubling
   from FAST_FAIL_S up to OVERLOAD_BACKOFF_MAX_S, until one of its own requests succeeds.
   The streak belongs to the slot, not to the whole pool; `backing_off` counts the slots
   waiting now, so the screen (and the cap detector) can tell them from a server cap.
 - In-flight records are kept so their chunk gaps can be harvested (twenty times a second), by arrival.
+- A request that could not reach the server or whose stream broke waits, before its end is
+  told, for the verdict of its target's health watch (`watch`, engine/client/server_watch.py):
+  it is `server_gone` when the server died.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import itertools
 import json
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import httpx
 
@@ -29,8 +33,11 @@ from ..measure import records as R
 from ..measure.records import RequestRecord
 from ..workload.prompts import WorkloadConfig
 
+if TYPE_CHECKING:
+    from ..client.server_watch import ServerWatch
+
 FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
-OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503)
+OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503, R.ERR_SHED)  # the server says it is overloaded: back off
 
 
 class Listener(Protocol):
@@ -75,6 +82,7 @@ class Sender:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
         self.continuous_usage = True
+        self.watch: ServerWatch | None = None  # the target's health watch (engine/run/target_set.py)
         # request shaping every body carries (--extra-body, --no-ignore-eos; engine/workload/request_shape.py)
         self.extra_body: dict | None = None
         self.ignore_eos = True
@@ -132,6 +140,9 @@ class Sender:
                 self._wall_offset,
                 on_first=lis.on_first,
             )
+            watch = self.watch
+            if watch is not None and rec.status == R.FAILED:
+                await watch.judge(rec)  # connect / disconnect: server_gone if the server died
         finally:
             lis.on_end(rec)
             self.in_flight.pop(rec.rid, None)

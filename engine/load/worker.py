@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from ..client.http import make_client
+from ..client.server_watch import ServerWatch
 from ..client.target import Target
 from ..loop import new_event_loop, read_pipe
 from ..measure import records as R
@@ -229,6 +230,10 @@ class _TargetListener:
         ))
 
 
+def _nothing() -> None:
+    pass
+
+
 class _Target:
     """One of this worker's targets, as the pick sees it (engine/load/holder.py PickTarget)."""
 
@@ -236,6 +241,11 @@ class _Target:
 
     def __init__(self, sender: Sender, weight: float) -> None:
         self.sender, self.weight, self.current, self.gone = sender, weight, 0.0, False
+
+    @property
+    def down(self) -> bool:
+        """The coordinator's word (`gone` in its orders): gone or not ready."""
+        return self.gone
 
 
 class Worker:
@@ -257,6 +267,9 @@ class Worker:
                        ids=ids, workload=spec.workload)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
+            # a judge of its own requests' deaths (server_gone, as in one process); holding the
+            # load when the server is gone is the coordinator's (its own watch)
+            s.watch = ServerWatch(client, tgt.url + "/health", _nothing, _nothing, lambda kind, text: None)
             self.clients.append(client)
             self.targets.append(_Target(s, w))
         # the one load holder: the same class as a one-process engine's (its targets, the
@@ -355,9 +368,15 @@ class Worker:
     async def close(self) -> int:
         """Stop sending, cancel what is in flight; returns how many were cancelled."""
         n = await self.ctl.stop()
+        await self._close_clients()
+        return n
+
+    async def _close_clients(self) -> None:
+        for t in self.targets:
+            if t.sender.watch is not None:
+                await t.sender.watch.stop()
         for c in self.clients:
             await c.aclose()
-        return n
 
     async def run(self) -> None:
         assert self.conn is not None
@@ -403,8 +422,7 @@ class Worker:
             n = await self.ctl.stop()
             self.report("stopped")
             self.conn.send(Done(STOP, 0, self.spec.index, n))
-            for c in self.clients:
-                await c.aclose()
+            await self._close_clients()
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:

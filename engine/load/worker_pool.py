@@ -424,7 +424,7 @@ class WorkerPool(LoadControl):
             if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's recorder takes them out)
                 rec.remote_credits = unbucket_tokens(x.failed_tokens)
                 st.tokens -= sum(n for _, n in x.failed_tokens)
-            stats[ti].on_end(rec)
+            stats[ti].on_remote_end(rec)  # a failure asks the target's health watch
         st.in_flight, st.backing_off, st.backlog = msg.in_flight, msg.backing_off, msg.backlog
         st.delayed, st.dropped = msg.delayed, msg.dropped
         gen, taken = msg.fed

@@ -23,12 +23,16 @@ ends (begin_measure) once the batch has settled; requests sent during warm-up ar
   (`warmup_stand_in`), so that its TTFT and SLO still describe its load.
 - **SLO attainment** (engine/rules/verdicts.py judge_request): each own request is judged once, on
   what it did in the window: when it ends inside it, at the close when it answered by then,
-  else when it answers. (The own-request half lives in engine/measure/own_requests.py.)
+  else when it answers; a failed one misses every bound, whatever bounds are set (one judged
+  good at the close that fails after it becomes a miss). (The own-request half lives in
+  engine/measure/own_requests.py.)
 - **Its window** [t0, t_end] (what arrived, whoever sent it: the server's state at that
   load): output tokens, counted when they arrive; inter-token latencies, by the arrival time
-  of the chunk that ends each gap (a request that fails takes its gaps back out; a cancelled
-  one keeps what the server served it); completions
-  (request throughput) and those that met the SLO (goodput).
+  of the chunk that ends each gap (a request that fails takes its gaps back out, and its
+  tokens, which become failed_output_tok_s: `remove_tokens`; a cancelled one keeps what the
+  server served it); completions (request throughput) and those that met the SLO (goodput,
+  by each request's one verdict, `RequestRecord.slo_met`; a failure that ends in the window
+  is a miss with its tokens in goodput's share).
 
 Percentiles are linear interpolations (numpy's default, as bench_serving), exact while a
 series is small and from a log histogram beyond (engine/measure/histogram.py Digest), so a long step
@@ -111,6 +115,7 @@ class StepAccumulator(OwnRequests):
         self.cached_prompt_tokens = 0  # ... and their prompt tokens
         self.cached_reports = 0  # own requests whose server said how many were cached
         self.profiles: list[dict] = []  # profiler captures during the step (engine/drive/server_ops.py)
+        self.profiled = False  # ... or one whose trace the server wrote while the step was live
         self.cache_flush: dict | None = None  # the flush done before it (engine/drive/server_ops.py)
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/load/probe_lane.py), in the window
         self.lane_itl = Digest()
@@ -466,6 +471,7 @@ class StepAccumulator(OwnRequests):
             **self.server_view.result(),
             profiles=[dict(p) for p in self.profiles] or None,
             cache_flush=dict(self.cache_flush) if self.cache_flush else None,
+            profiled=self.profiled,
             **self._shape(),
             censored_ttft=len(c_ttft),
             censored_e2e=len(c_e2e),
@@ -542,5 +548,5 @@ class StepAccumulator(OwnRequests):
         return {
             "request_goodput": round(self.win_good / d, 4) if d > 0 else 0.0,
             "output_goodput": round(out_tps * share, 3) if d > 0 else 0.0,
-            "slo_attainment": round(self.good / judged, 4) if judged else None,
+            "slo_attainment": self.good / judged if judged else None,  # unrounded: the 0.9 comparison reads it (verdicts.slo_rule)
         }

@@ -31,6 +31,15 @@ ERR_DISCONNECT = "disconnect"  # the stream ended before its end marker
 ERR_MALFORMED = "malformed"  # an SSE event that is not the JSON the API promises
 ERR_TIMEOUT = "timeout"  # --request-timeout passed (a stalled stream)
 ERR_SERVER = "server_error"  # an error object inside a 200 stream
+# the server refused it inside a 200 stream: SGLang's in-stream abort (`finish_reason` "abort",
+# /generate's meta_info.finish_reason.type "abort", an error event with status 503 or 429),
+# as SGLang sheds load (--max-queued-requests); the sender backs off as for an HTTP 503
+ERR_SHED = "shed"
+ERR_EMPTY = "empty"  # the stream ended ok with 0 output tokens when tokens were asked for
+# it failed because the server died: refused or broken while the server was gone, or while
+# its health check was deciding that it was (engine/client/server_watch.py); not an error of
+# the step that sent it
+ERR_SERVER_GONE = "server_gone"
 ERR_OTHER = "other"
 
 ERROR_KINDS = (
@@ -44,6 +53,9 @@ ERROR_KINDS = (
     ERR_MALFORMED,
     ERR_TIMEOUT,
     ERR_SERVER,
+    ERR_SHED,
+    ERR_EMPTY,
+    ERR_SERVER_GONE,
     ERR_OTHER,
 )
 

@@ -4,7 +4,9 @@ headless run (a fixed-size run's, and what finished when a signal stops one).
 
 Definitions are bench_serving's (docs/numbers.md): TTFT, TPOT and E2E per completed request;
 ITL over every gap of every completed request; duration from the first send to the last end;
-throughputs over it. Failed requests count apart; cancelled ones (the run's end) are neither.
+throughputs over it. Failed requests count apart; cancelled ones (the run's end) are neither,
+but their output tokens are counted beside (`all_output_throughput`: every output token that
+arrived, as a step's out tok/s counts them, where bench_serving's counts completed requests).
 A worker process's request carries its figures, not its chunk times: its gaps are not in ITL.
 """
 
@@ -54,6 +56,7 @@ class RunTotals:
         self.cancelled = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cancelled_output_tokens = 0  # what the cancelled requests had streamed: throughput of no completed request
         self.ttft = _Series()
         self.tpot = _Series()
         self.itl = _Series()
@@ -74,6 +77,7 @@ class RunTotals:
             return
         if rec.status == R.CANCELLED:
             self.cancelled += 1
+            self.cancelled_output_tokens += rec.output_tokens
             return
         self.completed += 1
         self.input_tokens += rec.input_tokens
@@ -98,6 +102,7 @@ class RunTotals:
             "total_input_tokens": self.input_tokens, "total_output_tokens": self.output_tokens,
             "request_throughput": _r(self.completed / dd), "output_throughput": _r(self.output_tokens / dd),
             "total_token_throughput": _r((self.input_tokens + self.output_tokens) / dd),
+            "all_output_throughput": _r((self.output_tokens + self.cancelled_output_tokens) / dd),
         }
         for name, series in (("ttft", self.ttft), ("tpot", self.tpot), ("itl", self.itl), ("e2e_latency", self.e2e)):
             dig = series.d

@@ -36,6 +36,15 @@ FLAG_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_
              "ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
 
 
+def over(value_s: float, limit_ms: float) -> bool:
+    """A value in seconds is over a bound given in ms: the one comparison of every SLO
+    judgement (a request's verdict, which attainment and goodput share; a request still
+    waiting). A value at its bound meets it, to the nanosecond, so that a value's floating-point
+    spelling never decides: 0.043 s meets ttft=43ms (0.043 x 1000 is 43.00000000000001),
+    10.141 - 10.0 s meets ttft=141ms (0.14100000000000001 s is above 0.141)."""
+    return round(value_s * 1000.0, 6) > limit_ms
+
+
 class SloError(ValueError):
     """A bad --slo value; the message names it and what is accepted (one line)."""
 
@@ -64,15 +73,14 @@ class Slo:
         (perf_counter seconds)."""
         if self.ttft_ms is not None:
             ttft = rec.ttft if rec.ttft is not None else now - rec.t_start
-            if ttft * 1000.0 > self.ttft_ms:
+            if over(ttft, self.ttft_ms):
                 return True
-        return self.e2e_ms is not None and (now - rec.t_start) * 1000.0 > self.e2e_ms
+        return self.e2e_ms is not None and over(now - rec.t_start, self.e2e_ms)
 
     def missed_wait(self, wait_s: float) -> bool:
         """A request that has waited `wait_s` with no first token (or no end) has missed
         the TTFT (or E2E) bound: a censored request past a bound is a miss."""
-        ms = wait_s * 1000.0
-        return (self.ttft_ms is not None and ms > self.ttft_ms) or (self.e2e_ms is not None and ms > self.e2e_ms)
+        return (self.ttft_ms is not None and over(wait_s, self.ttft_ms)) or (self.e2e_ms is not None and over(wait_s, self.e2e_ms))
 
     def describe_requests(self) -> str:
         return ", ".join(f"{LABELS[k]}≤{ms_text(getattr(self, k))}" for k in PER_REQUEST if getattr(self, k) is not None)

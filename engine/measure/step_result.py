@@ -72,10 +72,13 @@ class StepResult:
     spec_accept_length: float | None = None  # speculative decoding: tokens per verify step
     spec_acceptance_rate: float | None = None  # ... accepted / draft tokens
     # server operations during the step (engine/drive/server_ops.py): profiler captures, each
-    # {"load", "t_start", "t_end", "duration_s", "trace", "server_said", "stopped_by"}; and the
-    # cache flush done before it ({"t", "drain_s", "drained", "path"}), the drain in no step
+    # {"load", "t_start", "t_end", "duration_s", "trace", "server_said", "stopped_by", "ok", "stop_s"};
+    # and the cache flush done before it ({"t", "drain_s", "drained", "path", "ok", "tries"}), the drain in no step
     profiles: list[dict] | None = None
     cache_flush: dict | None = None
+    # a profiler capture ran in the step, or its trace was written while the step was live:
+    # SGLang's scheduler makes no token while it writes the trace, so the figures carry its cost
+    profiled: bool = False
     # load shape (engine/load/controller.py): "concurrency" (closed loop at C), "rate" (open loop at
     # request_rate req/s, C = the in-flight cap) or "trace" (a trace replayed at trace_speed)
     mode: str = "concurrency"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..constants import DEFAULT_PLATEAU_GAIN
 from .parse import parse_preset
 from .spec import Preset
 
@@ -12,7 +13,6 @@ from .spec import Preset
 KNEE_WARMUP_S = 5
 KNEE_HOLD_S = 10
 KNEE_MIN_REQUESTS = 10
-KNEE_PLATEAU_GAIN = 0.05
 
 
 def knee_search_preset(start: int, max_concurrency: int, workload: Any = None) -> Preset:
@@ -23,6 +23,6 @@ def knee_search_preset(start: int, max_concurrency: int, workload: Any = None) -
         {"name": "knee search", "workload": lengths,
          "ramp": {"mode": "search", "start": start, "max": max(start, max_concurrency), "warmup_s": KNEE_WARMUP_S,
                   "hold_s": KNEE_HOLD_S, "min_requests": KNEE_MIN_REQUESTS},
-         "stop": {"plateau_gain": KNEE_PLATEAU_GAIN}},
+         "stop": {"plateau_gain": DEFAULT_PLATEAU_GAIN}},
         "knee-search",
     )

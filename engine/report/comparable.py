@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..measure.step_result import StepResult
+from ..rules.workloads import workload_key as _items, workload_text as _text
 
 
 class SessionSummary(Protocol):
@@ -35,31 +36,7 @@ class SessionSummary(Protocol):
     def by_load(self) -> Mapping[Any, StepResult]: ...
 
 
-_LENGTHS = ("input_len", "output_len")
-_SHOWN = ("dataset", "trace", *_LENGTHS)
-_DEFAULT_DATASET = "random"
 _DEFAULT_MODE = "concurrency"
-
-
-def _plain(v: Any) -> Any:
-    """A workload value as compared: a file's path by its name (sharegpt:/data/a.json and
-    sharegpt:/other/a.json are the same data set on two machines)."""
-    if isinstance(v, str) and "/" in v:
-        kind, sep, path = v.partition(":")
-        if not sep or "/" in kind:
-            kind, sep, path = "", "", v
-        return kind + sep + path.rstrip("/").rsplit("/", 1)[-1]
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return v
-
-
-def _items(d: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
-    """A workload dict as a hashable, comparable key (empty values left out)."""
-    if not isinstance(d, dict):
-        return ()
-    return tuple(sorted((str(k), _plain(v)) for k, v in d.items()
-                        if v not in (None, "", {}, []) and not isinstance(v, (dict, list))))
 
 
 @dataclass(frozen=True)
@@ -80,26 +57,13 @@ class Workload:
     def text(self, show_dataset: bool = False, show_mode: bool = False) -> str:
         """`1024 in / 2048 out, chat`; the dataset when it is not random (or `show_dataset`),
         the mode when it is not concurrency (or `show_mode`), any other setting (turns) named."""
-        pieces = [_part_text(dict(p), show_dataset) for p in self.parts] or ["workload not recorded"]
+        pieces = [_text(p, show_dataset) for p in self.parts] or ["workload not recorded"]
         out = " then ".join(pieces)
         if self.api:
             out += f", {self.api}"
         if self.modes and (show_mode or self.modes != (_DEFAULT_MODE,)):
             out += ", " + "+".join(self.modes)
         return out
-
-
-def _part_text(d: dict[str, Any], show_dataset: bool) -> str:
-    bits = []
-    if d.get("trace") is not None:
-        bits.append(f"trace {d['trace']}")
-    elif any(d.get(k) is not None for k in _LENGTHS):
-        bits.append(f"{d.get('input_len', '?')} in / {d.get('output_len', '?')} out")
-    ds = d.get("dataset")
-    if ds is not None and (show_dataset or ds != _DEFAULT_DATASET):
-        bits.append(str(ds))
-    bits += [f"{k} {v}" for k, v in d.items() if k not in _SHOWN]
-    return ", ".join(bits) or "workload not recorded"
 
 
 def session_workload(session: SessionSummary) -> Workload:

@@ -11,16 +11,18 @@ Definitions, so the report, the curves and the tests agree:
   replay. Steps are aligned, tabled and drawn by it: rate steps by R, never at the cap.
 - A session's curve has one point per load (engine/rules/verdicts.py one_per_load). When a
   session measured the same load more than once (the operator came back to it in the TUI,
-  or a replay preset), the step with the highest output tok/s stands for it (the later one
-  on a tie); a short period (StepResult.short) is no point of the curve.
+  a replay preset, a knee search confirming a stall), its latest step that decides (steady,
+  noise known, output tokens) stands for it, else its latest (verdicts.stand_for: the search
+  keeps its points by the same rule); a short period (StepResult.short) is no point of the curve.
 - Best session at a load: the highest output tok/s among the sessions with a step there; a
   tie (equal to 0.1 tok/s, the precision shown) goes to the lower p99 TTFT, then to the fewer
   failed requests, then to the session named first. No session is marked where fewer than
   two sessions have a step at that load (nothing to compare), nor anywhere when the sessions
   ran different workloads (engine/report/comparable.py: their figures are not comparable).
 - Knee: engine/rules/verdicts.py's, the one definition: what summary.json recorded
-  (knee_concurrency, knee_reason, max_throughput_concurrency; knee_rate over rates), else
-  (a session written before it did) the same verdict over its steps, by load.
+  (knee_concurrency, knee_reason, max_throughput_concurrency; knee_rate over rates; `knees`,
+  one per workload, when the session ran more than one), else (a session written before it
+  did) the same verdict over its steps, by load, one per workload.
 - Efficiency: tok/s per W is output tokens per joule (tok/s / W = tok/J); J per output
   token is its inverse. From the step's own fields, else from its mean GPU power; None
   without GPU telemetry.
@@ -36,7 +38,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 from ..measure.step_result import BreakResult, StepResult
 from ..rules.step_text import as_break
-from ..rules.verdicts import KINDS as VERDICT_KINDS, Knee, knee_from_summary, load_key, one_per_load, session_knee
+from ..rules.verdicts import KINDS as VERDICT_KINDS, Knee, knees_from_summary, load_key, one_per_load, session_knees
 from ..session.paths import META, SessionError, check_session_dir
 from .comparable import same_workload
 from .session_text import _load_json, load_summary
@@ -89,13 +91,19 @@ class SessionSummary:
     path: Path | None = None  # None for the live session in the TUI
     target: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
-    knee_record: Knee | None = None  # the knee summary.json recorded (None: it recorded none)
+    knees_record: tuple[Knee, ...] = ()  # the knees summary.json recorded, one per workload, the session's last (none: it recorded none)
     workload: dict[str, Any] = field(default_factory=dict)  # meta.json's (the steps' own come first: comparable.py)
 
     @property
+    def knees(self) -> tuple[Knee, ...]:
+        """The session's knees (engine/rules/verdicts.py), one per workload it ran, the last the
+        session's: as recorded, else over its steps."""
+        return self.knees_record or tuple(session_knees(self.steps))
+
+    @property
     def knee(self) -> Knee:
-        """The session's knee (engine/rules/verdicts.py): as recorded, else over its steps."""
-        return self.knee_record if self.knee_record is not None else session_knee(self.steps)
+        """The session's knee (engine/rules/verdicts.py): its last workload's, as recorded, else over its steps."""
+        return self.knees[-1]
 
     def by_load(self) -> dict[Load, StepResult]:
         """One step per load, concurrencies first, then rates, then trace speeds, each
@@ -195,7 +203,7 @@ def load_session(session_dir: str | os.PathLike) -> SessionSummary:
         path=d,
         target=target if isinstance(target, dict) else {},
         server_info=info if isinstance(info, dict) else {},
-        knee_record=knee_from_summary(summ),
+        knees_record=tuple(knees_from_summary(summ)),
         workload=workload if isinstance(workload, dict) else {},
     )
 
@@ -233,13 +241,17 @@ def session_from_steps(
     steps: Iterable[StepResult],
     break_result: BreakResult | None = None,
     probe: StepResult | None = None,
+    knee: Knee | None = None,
 ) -> SessionSummary:
-    """A SessionSummary of steps held in memory (the live session in the TUI)."""
+    """A SessionSummary of steps held in memory (the live session in the TUI); `knee`: the
+    session's verdict as the engine gives it (Snapshot.knee: its search, its plateau_gain),
+    else the knee over these steps."""
     return SessionSummary(
         label=label,
         steps=tuple(s for s in steps if s.phase != "probe"),
         break_result=break_result,
         probe=probe,
+        knees_record=(knee,) if knee is not None else (),
     )
 
 

@@ -1,4 +1,5 @@
-"""Reading session tables back with polars, and exporting them (parquet, csv, ndjson)."""
+"""Reading session tables back with polars, and exporting them (parquet, csv, ndjson: a file
+per table; json: one document of the whole session)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from pathlib import Path
 
 import polars as pl
 
-from ..session.paths import EXPORT_DIR, FORMATS, TABLES, SessionError, check_session_dir, table_path
-from ..session.rows import COLUMNS, GPU_COLUMN, IDLE_STATES, gpu_sort_key
+from ..session.paths import EXPORT_DIR, FORMATS, META, SUMMARY, TABLES, SessionError, check_session_dir, table_path
+from ..session.rows import COLUMNS, GPU_COLUMN, IDLE_STATES, dumps_doc, gpu_sort_key
+
+JSON_FORMAT = "json"  # one document: meta, summary and every table (session.json)
+EXPORT_FORMATS = (*FORMATS, JSON_FORMAT)
+JSON_DOCUMENT = "session.json"
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
 
@@ -232,7 +237,7 @@ def export_session(
 ) -> list[Path]:
     """Write OUT/<table>.<fmt> for requests, timeline and events, and steps.<fmt> (one row
     per step as summary.json has it, the percentiles asked for included) once a step was
-    recorded; return the paths.
+    recorded; return the paths. `json`: one document, OUT/session.json (json_document).
 
     `out` is a directory, created if needed; default <session_dir>/export/. Each file is
     written to a temporary name and renamed, so a reader never sees half an export, and a
@@ -240,8 +245,8 @@ def export_session(
     the table files that had lines left out, and how many.
     """
     f = str(fmt).strip().lower()
-    if f not in FORMATS:
-        raise SessionError(f"unknown export format {fmt!r}: accepted {', '.join(FORMATS)}")
+    if f not in EXPORT_FORMATS:
+        raise SessionError(f"unknown export format {fmt!r}: accepted {', '.join(EXPORT_FORMATS)}")
     d = check_session_dir(session_dir)
     out_dir = Path(out) if out is not None else d / EXPORT_DIR
     if out_dir.exists() and not out_dir.is_dir():
@@ -250,6 +255,15 @@ def export_session(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SessionError(f"cannot create export directory {out_dir}: {e.strerror}") from None
+    if f == JSON_FORMAT:
+        p = out_dir / JSON_DOCUMENT
+        tmp = p.with_name(f".{p.name}.tmp")
+        try:
+            tmp.write_text(dumps_doc(json_document(d, dropped)) + "\n", encoding="utf-8")
+            os.replace(tmp, p)
+        except OSError as e:
+            raise SessionError(f"cannot write {p}: {e.strerror}") from None
+        return [p]
     frames = [(table, read_table(d, table, dropped)) for table in TABLES]
     steps = steps_frame(d)
     if steps is not None:
@@ -263,6 +277,25 @@ def export_session(
             raise SessionError(f"cannot write {p}: {e.strerror}") from None
         paths.append(p)
     return paths
+
+
+def json_document(session_dir: Path, dropped: dict[Path, int] | None = None) -> dict:
+    """The whole session as one JSON document (`redline export --format json`): meta.json and
+    summary.json as they are (null before the first step), then each table's rows with the
+    documented columns: requests, timeline, events, and steps (summary.json's, flat, as
+    steps.<fmt> has them; [] before the first step)."""
+    def doc(name: str) -> object:
+        try:
+            return json.loads((session_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    out: dict = {"meta": doc(META), "summary": doc(SUMMARY)}
+    for table in TABLES:
+        out[table] = read_table(session_dir, table, dropped).to_dicts()
+    steps = steps_frame(session_dir)
+    out["steps"] = steps.to_dicts() if steps is not None else []
+    return out
 
 
 def steps_frame(session_dir: Path) -> pl.DataFrame | None:

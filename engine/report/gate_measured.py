@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fmt import BOUND
-from ..measure.slo import Slo
 from ..measure.step_result import StepResult
 from ..rules.gate_conditions import Condition, Figure
-from ..rules.verdicts import meets_slo
+from ..rules.verdicts import recorded_max_slo
 
 
 @dataclass(frozen=True)
@@ -85,40 +84,30 @@ class GateSession:
     # the session figures
     def knee(self) -> Measured:
         """The session's knee (engine/rules/verdicts.py, as summary.json recorded it): a load, a
-        lower bound when the curve was still rising at its top load, or why there is none."""
+        lower bound when the curve was still rising at its top load that decided (its max
+        throughput), or why there is none (no step produced output tokens, none steady, an
+        unfinished search: such a knee proves no `knee>=N`)."""
         k = self.session.knee
         kind = "R" if k.kind == "R" else "C"
         if k.value is not None:
             return Measured(float(k.value), where=f"({k.reason})", kind=kind)
         if k.reason.startswith("still rising"):
-            loads = self.loads(kind)
-            if loads:
-                return Measured(loads[-1], bound=True, where=f"({k.reason})", kind=kind)
+            top = k.max_throughput
+            if top is None:  # a session written before: its top load
+                loads = self.loads(kind)
+                top = loads[-1] if loads else None
+            if top is not None:
+                return Measured(float(top), bound=True, where=f"({k.reason})", kind=kind)
         return Measured(None, note=f"no knee ({k.reason})")
 
     def max_slo(self) -> Measured:
-        search = self.summary.get("search")
-        slo_d = self.summary.get("slo")
-        if isinstance(search, dict) and "max_slo_concurrency" in search and slo_d:
-            rate = search.get("max_slo_rate") is not None or bool(search.get("rates"))
-            v = search.get("max_slo_rate") if rate else search.get("max_slo_concurrency")
-            kind = "R" if rate else "C"
-            if v is None:
-                return Measured(None, note="no load met the SLO")
-            return Measured(float(v), where="(knee search)", kind=kind)
-        if not isinstance(slo_d, dict) or not slo_d:
-            return Measured(None, note="no SLO recorded (give --slo or [slo])")
-        try:
-            slo = Slo(**slo_d)
-        except TypeError:
-            return Measured(None, note="summary.json's slo is not readable")
+        """The largest load meeting the SLO (engine/rules/verdicts.py recorded_max_slo, the one
+        judge the search, the HTML page and the sweep use)."""
         kind = self.kind()
-        # met: no bound missed, and with per-request bounds an attainment measured
-        good = [v for (k, v), s in self.by_load().items()
-                if k == kind and meets_slo(slo, s)]
-        if not good:
-            return Measured(None, note="no step met the SLO")
-        return Measured(max(good), kind=kind)
+        v, how = recorded_max_slo(self.summary, self.steps, kind)
+        if v is None:
+            return Measured(None, note=how)
+        return Measured(float(v), where="(knee search)" if how == "knee search" else "", kind=kind)
 
     def errors(self, rate: bool, step: StepResult | None = None) -> Measured:
         steps = [step] if step is not None else list(self.steps)

@@ -54,10 +54,11 @@ from .html_data import (
     describe_slo,
     gpu_count,
     main_kind,
-    meets_slo,
+    recorded_slo,
     session_data,
     step_data,
 )
+from .html_pareto import mark_front
 
 # plotly.js's basic bundle (scatter, bar, pie), vendored as package data: assets/README.md
 PLOTLY_ASSET = "assets/plotly-basic.min.js"
@@ -116,8 +117,9 @@ STEP_COLUMNS = ("load", "s", "done", "fail", "tok/s", "good tok/s", "SLO met", "
 def _step_table(i: int, rs: ReportSession, kind: str) -> str:
     s = rs.session
     rows = []
+    slo = recorded_slo(rs.summary)
     for key, st in s.by_load().items():
-        d = step_data(st, kind)
+        d = step_data(st, kind, slo)
         cells = [
             esc(key.label), _n(st.duration_s), str(st.completed), str(st.failed), _n(st.output_throughput),
             _n(st.output_goodput), "-" if st.slo_attainment is None else f"{st.slo_attainment * 100:.0f} %",
@@ -135,7 +137,8 @@ def _step_table(i: int, rs: ReportSession, kind: str) -> str:
             flags.append("unsteady")
         note = f' title="{esc(", ".join(flags))}"' if flags else ""
         attrs = json.dumps({k: d[k] for k in ("ttft_p99", "ttft_p99_bound", "itl_p99", "e2e_p99", "e2e_p99_bound",
-                                               "tpot", "error_rate", "attainment", "load")})
+                                               "tpot", "error_rate", "attainment", "load") if k in d}
+                           | {k: d[k] for k in ("slo_state", "slo_why") if k in d})
         rows.append(f'<tr class="step" data-step="{esc(attrs)}"{note}>'
                     + "".join(f"<td>{c}</td>" for c in cells) + '<td class="verdict">-</td></tr>')
     probe = ""
@@ -164,10 +167,14 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
 
     def brk(rs: ReportSession) -> str:
         b = rs.session.break_result
-        return "none (no stop rule fired)" if b is None else f"{b.reason} at {b.where}, last good {b.last_good}: {b.detail}"
+        if b is None:
+            return "none (no stop rule fired)"
+        good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
+        return f"{b.reason} at {b.where}, {good}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
-        return rs.session.knee.describe()  # engine/rules/verdicts.py, as summary.json recorded it
+        # engine/rules/verdicts.py, as summary.json recorded it: one per workload, the session's last
+        return "; then ".join(k.describe() for k in rs.session.knees)
 
     def parallel(rs: ReportSession) -> str:
         parts = [f"{k.split('_')[0]} {info(rs, k)}" for k in ("tp_size", "pp_size", "dp_size") if info(rs, k) is not None]
@@ -181,7 +188,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         ("max running requests", lambda rs: info(rs, "max_running_requests")),
         ("GPUs", lambda rs: gpu_count(rs.meta, rs.timeline)),
         ("SLO", lambda rs: describe_slo(rs.summary["slo"]) if isinstance(rs.summary.get("slo"), dict) and rs.summary["slo"] else "none"),
-        ("break", brk), ("knee", knee),
+        ("break", brk), ("knee", knee), ("cause", lambda rs: rs.summary.get("cause") or "-"),
         ("redline", lambda rs: rs.meta.get("redline_version")),
         ("started", lambda rs: rs.meta.get("started_at")),
         ("ended", lambda rs: f"{rs.meta.get('ended_at') or 'not closed'} ({rs.meta.get('end_reason') or '-'})"),
@@ -228,6 +235,7 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
         "slo": default_slo(sessions),
         "warning": warning,
     }
+    mark_front(data["sessions"])  # the Pareto front across the page's sessions (html_pareto.py)
     labels = [rs.session.label for rs in sessions]
     title = title or ("redline: " + " vs ".join(labels) if labels else "redline report")
     when = (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
@@ -288,7 +296,7 @@ waiting when the step closed): above a bound it fails, under it the step is "not
 waiting when the step closed) is an open marker on a dashed segment rising from it, never joined to the measured line.</p>
 <div class="chart tall" id="chart-latency" data-chart="latency"></div></section>
 <section class="card"><h2>Pareto: per-user speed against throughput</h2>
-<p class="note">tok/s per user (output tok/s ÷ C; a rate step: 1 ÷ TPOT) against {pareto_note}. Up and right is better.</p>
+<p class="note">tok/s per user (1000 ÷ TPOT: how fast one answer streams) against {pareto_note}. Up and right is better; the black line joins the Pareto front across the sessions (nothing beats its points on both), the points it beats are dimmed.</p>
 <div class="chart" id="chart-pareto" data-chart="pareto"></div></section>
 <section class="card"><h2>SLO attainment per step</h2>
 {att_section}</section>
@@ -322,4 +330,4 @@ def write_html(sessions: Sequence[ReportSession], path: str | os.PathLike, plotl
 
 __all__ = ["HTML_MISSING", "PLOTLY_ASSET", "HtmlUnavailable", "ReportSession", "collect", "gpu_count", "html_available",
            "plotly_js", "render", "write_html", "SessionError", "COLOURS", "EVENT_KINDS", "LAT",
-           "MAX_TIMELINE_POINTS", "meets_slo", "CSS", "PAGE_JS", "PROBE_JS"]
+           "MAX_TIMELINE_POINTS", "recorded_slo", "CSS", "PAGE_JS", "PROBE_JS"]

@@ -159,15 +159,29 @@ PAGE_JS = r"""
     return {state: fails.length ? 'fail' : unknown.length ? 'unknown' : 'pass', why: fails.concat(unknown).join('; ')};
   }
   var satIndex = [];  // session -> the index of its tok/s trace in the saturation chart
+  function sameBounds(a, b){  // the selector holds exactly a session's recorded SLO
+    var ka = Object.keys(a), kb = Object.keys(b || {});
+    return ka.length === kb.length && ka.every(function(k){ return +b[k] === a[k]; });
+  }
+  function engineVerdict(p){ return {state: p.slo_state, why: p.slo_why || ''}; }
+  function largest(steps, verdicts){  // engine/rules/verdicts.py max_slo_load: the largest passing below the first that did not
+    var best = null;
+    for (var j = 0; j < steps.length && verdicts[j].state === 'pass'; j++) best = steps[j].x;
+    return best;
+  }
   function applySlo(){
     var b = bounds(), any = Object.keys(b).length > 0;
     var items = [];
     S.forEach(function(s, i){
-      var verdicts = s.steps.map(function(p){ return judge(p, b); });
-      var best = null;
-      s.steps.forEach(function(p, j){ if (verdicts[j].state === 'pass' && (best === null || p.x > best)) best = p.x; });
+      // while the selector holds the session's recorded SLO, the engine's own verdict on each
+      // step (the one judge of attainment, goodput, the gate and the search); other bounds: the page's
+      var recorded = s.slo_form && sameBounds(b, s.slo_form) && s.steps.every(function(p){ return p.slo_state; });
+      var judgeOf = recorded ? engineVerdict : function(p){ return judge(p, b); };
+      var verdicts = s.steps.map(judgeOf);
+      var best = recorded ? (s.max_slo ? s.max_slo.x : null) : largest(s.steps, verdicts);
       items.push('<li><span class="swatch" style="background:' + s.color + '"></span>' + esc(s.label) + ': ' +
-        (!any ? 'no bound set' : best === null ? 'no step passes' : 'largest load passing: ' + loadLabel(best)) + '</li>');
+        (!any ? 'no bound set' : best === null ? 'no step passes' : 'largest load passing: ' + loadLabel(best)) +
+        (recorded ? ' (the recorded SLO, as redline judged it)' : '') + '</li>');
       var gd = document.getElementById('chart-saturation');
       if (gd && gd.data && satIndex[i] !== undefined) {
         Plotly.restyle(gd, {
@@ -177,7 +191,7 @@ PAGE_JS = r"""
       }
       var rows = document.querySelectorAll('table.steps[data-session="' + i + '"] tr.step');
       rows.forEach(function(tr){
-        var p = JSON.parse(tr.getAttribute('data-step')), v = judge(p, b), cell = tr.querySelector('td.verdict');
+        var p = JSON.parse(tr.getAttribute('data-step')), v = judgeOf(p), cell = tr.querySelector('td.verdict');
         tr.classList.remove('pass', 'fail', 'unknown');
         if (!any) { cell.textContent = '-'; return; }
         tr.classList.add(v.state);
@@ -219,7 +233,9 @@ PAGE_JS = r"""
           bordercolor: s.color, borderwidth: 1, borderpad: 2, session: i});
         top = Math.max(top, y);
       }
-      mark(s.knee, 'diamond', 'knee', '\u25c6');
+      // one knee per workload when the session ran more than one (engine/rules/knee.py), each named by it
+      if (s.knees && s.knees.length) s.knees.forEach(function(k){ mark(k, 'diamond', 'knee (' + k.workload + ')', '\u25c6'); });
+      else mark(s.knee, 'diamond', 'knee', '\u25c6');
       mark(s.max_slo, 'star', 'max SLO', '\u2605');
       if (s.break) mark({x: s.break.x, how: s.break.reason + ': ' + s.break.detail}, 'x-thin-open', 'break', '\u2715');
     });
@@ -287,17 +303,24 @@ PAGE_JS = r"""
 
   (function pareto(){
     var perGpu = S.every(function(s){ return s.gpus; });
+    var front = [];
     var traces = S.map(function(s, i){
-      var pts = s.steps.filter(function(p){ return p.per_user !== null; });
+      var idx = s.steps.map(function(p, j){ return j; }).filter(function(j){ return s.steps[j].per_user !== null; });
+      var pts = idx.map(function(j){ return s.steps[j]; });
+      var on = idx.map(function(j){ return !!(s.front && s.front[j]); });
       var g = perGpu ? s.gpus : 1;
+      pts.forEach(function(p, k){ if (on[k]) front.push({x: p.tok_s / g, y: p.per_user}); });
       return {x: pts.map(function(p){ return p.tok_s / g; }), y: pts.map(function(p){ return p.per_user; }), name: s.label,
         mode: 'lines+markers+text', text: pts.map(function(p){ return p.load; }), textposition: 'top right', textfont: {size: 10, color: s.color},
-        line: {color: s.color, width: 2}, marker: {color: s.color, size: 9},
-        customdata: pts.map(function(p){ return [p.load, p.tok_s, p.tok_s / g]; }),
-        hovertemplate: '%{customdata[0]}<br>%{y:.2f} tok/s per user<br>%{customdata[1]:.1f} tok/s total' + (perGpu ? ', %{customdata[2]:.1f} per GPU' : '') + '<extra>' + esc(s.label) + '</extra>'};
+        line: {color: s.color, width: 2}, marker: {color: s.color, size: 9, opacity: on.map(function(f){ return f ? 1 : 0.3; })},
+        customdata: pts.map(function(p, k){ return [p.load, p.tok_s, p.tok_s / g, on[k] ? 'on the Pareto front' : 'beaten on both axes']; }),
+        hovertemplate: '%{customdata[0]}<br>%{y:.2f} tok/s per user<br>%{customdata[1]:.1f} tok/s total' + (perGpu ? ', %{customdata[2]:.1f} per GPU' : '') + '<br>%{customdata[3]}<extra>' + esc(s.label) + '</extra>'};
     });
+    front.sort(function(a, b){ return a.x - b.x; });
+    if (front.length) traces.push({x: front.map(function(p){ return p.x; }), y: front.map(function(p){ return p.y; }), name: 'Pareto front',
+      mode: 'lines', line: {color: '#000', width: 1.5, dash: 'dot'}, hoverinfo: 'skip', meta: 'pareto-front'});
     jobs.push(plot('chart-pareto', traces, {xaxis: {title: {text: perGpu ? 'output tok/s per GPU' : 'output tok/s'}, rangemode: 'tozero', automargin: true},
-      yaxis: {title: {text: 'output tok/s per user'}, rangemode: 'tozero', automargin: true}}));
+      yaxis: {title: {text: 'output tok/s per user (1000 / TPOT)'}, rangemode: 'tozero', automargin: true}}));
   })();
 
   (function attainment(){

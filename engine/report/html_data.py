@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ..measure.slo import Slo
 from ..measure.step_result import StepResult
-from ..rules.verdicts import meets_slo
+from ..rules.verdicts import recorded_max_slo, slo_verdict
 from ..session.paths import META, SUMMARY
 from .compare import SessionSummary, load_session, step_load
 
@@ -83,28 +83,28 @@ LAT = (  # (key in the page, StepResult field)
 )
 
 
-def step_data(s: StepResult, kind: str) -> dict[str, Any]:
+def step_data(s: StepResult, kind: str, slo: Slo | None = None) -> dict[str, Any]:
+    """One step as the page reads it; with the session's recorded SLO, the engine's own
+    verdict on it (`slo_state`: pass, fail or unknown, and `slo_why`: engine/rules/verdicts.py
+    slo_verdict), which the page shows while its selector holds that SLO."""
     load = step_load(s)
     total = s.completed + s.failed
     d: dict[str, Any] = {
         "x": load.value, "load": load.label, "kind": load.kind, "c": s.concurrency,
         "tok_s": _r(s.output_throughput, 2), "goodput": _r(s.output_goodput, 2), "req_s": _r(s.request_throughput),
-        "attainment": _r(s.slo_attainment, 4), "completed": s.completed, "failed": s.failed,
+        "attainment": s.slo_attainment, "completed": s.completed, "failed": s.failed,
         "error_rate": _r(s.failed / total, 5) if total else None, "duration_s": _r(s.duration_s, 1),
         "running": _r(s.server_max_running, 1), "power_w": _r(s.mean_power_w, 1), "steady": s.steady,
         "client_limited": s.client_limited, "index": s.index,
     }
+    if slo is not None:
+        d["slo_state"], d["slo_why"] = slo_verdict(slo, s)
     for key, name in LAT:
         d[key] = _r(getattr(s, name))
         d[key + "_bound"] = s.bound(name)
-    # tok/s per user: a closed-loop step shares its tok/s among C users; an open-loop one's
-    # user sees 1 token per TPOT
-    if load.kind == "C" and s.concurrency:
-        d["per_user"] = _r(s.output_throughput / s.concurrency, 3)
-    elif s.mean_tpot_ms:
-        d["per_user"] = _r(1000.0 / s.mean_tpot_ms, 3)
-    else:
-        d["per_user"] = None
+    # tok/s per user: one answer streams 1 token per TPOT (DESIGN.md "Verdicts": the Pareto
+    # front's axis, the sweep's too: engine/sweep/points.py)
+    d["per_user"] = _r(1000.0 / s.mean_tpot_ms, 3) if s.mean_tpot_ms else None
     return d
 
 
@@ -171,26 +171,28 @@ def describe_slo(d: dict[str, Any]) -> str:
         return json.dumps(d)
 
 
+def recorded_slo(summary: dict[str, Any]) -> Slo | None:
+    """The SLO summary.json recorded (None: none, or not readable)."""
+    d = summary.get("slo")
+    if not isinstance(d, dict) or not d:
+        return None
+    try:
+        return Slo(**d)
+    except TypeError:
+        return None
+
+
 def session_data(i: int, rs: ReportSession, kind: str) -> dict[str, Any]:
     s = rs.session
-    steps = [step_data(st, kind) for key, st in s.by_load().items() if key.kind == kind]
+    slo = recorded_slo(rs.summary)
+    steps = [step_data(st, kind, slo) for key, st in s.by_load().items() if key.kind == kind]
     other = sum(1 for key in s.by_load() if key.kind != kind)
-    search = rs.summary.get("search") if isinstance(rs.summary.get("search"), dict) else None
-    k = s.knee  # engine/rules/verdicts.py: the one knee, as summary.json recorded it
+    # engine/rules/verdicts.py: the one knee (one per workload), as summary.json recorded it
+    knees = [{"x": k.value, "how": k.reason, "workload": k.workload} for k in s.knees if k.value is not None and k.kind == kind]
+    k = s.knee
     knee = {"x": k.value, "how": k.reason} if k.value is not None and k.kind == kind else None
-    max_slo = None
-    if search is not None:
-        v = search.get("max_slo_rate") if kind == "R" else search.get("max_slo_concurrency")
-        if v is not None:
-            max_slo = {"x": v, "how": "knee search"}
-    elif isinstance(rs.summary.get("slo"), dict) and rs.summary["slo"]:
-        try:
-            slo = Slo(**rs.summary["slo"])
-            good = [key.value for key, st in s.by_load().items() if key.kind == kind and meets_slo(slo, st)]
-            if good:
-                max_slo = {"x": max(good), "how": "largest load whose step met the recorded SLO"}
-        except TypeError:
-            pass
+    v, how = recorded_max_slo(rs.summary, s.steps, kind)
+    max_slo = {"x": v, "how": how} if v is not None else None
     brk = None
     b = s.break_result
     if b is not None:
@@ -199,11 +201,14 @@ def session_data(i: int, rs: ReportSession, kind: str) -> dict[str, Any]:
     gpus = gpu_count(rs.meta, rs.timeline)
     return {
         "label": s.label, "color": COLOURS[i % len(COLOURS)], "steps": steps, "left_out": other,
-        "knee": knee, "max_slo": max_slo, "break": brk, "gpus": gpus,
+        "knee": knee, "knees": knees if len(s.knees) > 1 else [], "max_slo": max_slo, "break": brk, "gpus": gpus,
         "knee_reason": k.reason,
         "max_throughput": k.max_throughput if k.kind == kind else None,
         "timeline": timeline_data(rs.timeline, rs.events),
         "slo": rs.summary.get("slo") if isinstance(rs.summary.get("slo"), dict) else None,
+        # the selector's values that stand for the recorded SLO: while it holds them, the page
+        # shows the engine's verdicts (slo_state), not its own
+        "slo_form": slo_form(rs.summary.get("slo")) if slo is not None else None,
     }
 
 
@@ -217,16 +222,24 @@ def main_kind(sessions: Sequence[ReportSession]) -> str:
     return max(counts, key=lambda k: (counts[k], k == "C"))
 
 
+def slo_form(d: Any) -> dict[str, Any]:
+    """A recorded SLO as the selector's values: its step bounds, and the attainment when it
+    has per-request bounds."""
+    out: dict[str, Any] = {}
+    if not isinstance(d, dict):
+        return out
+    for k, page in (("ttft_p99_ms", "ttft_p99"), ("itl_p99_ms", "itl_p99"), ("e2e_p99_ms", "e2e_p99")):
+        if d.get(k):
+            out[page] = d[k]
+    if any(d.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")):
+        out["attainment"] = round(100 * float(d.get("attainment", 0.9)), 2)
+    return out
+
+
 def default_slo(sessions: Sequence[ReportSession]) -> dict[str, Any]:
     """The selector's starting bounds: the first recorded SLO's step bounds and attainment."""
     for rs in sessions:
         d = rs.summary.get("slo")
         if isinstance(d, dict) and d:
-            out: dict[str, Any] = {}
-            for k, page in (("ttft_p99_ms", "ttft_p99"), ("itl_p99_ms", "itl_p99"), ("e2e_p99_ms", "e2e_p99")):
-                if d.get(k):
-                    out[page] = d[k]
-            if any(d.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")):
-                out["attainment"] = round(100 * float(d.get("attainment", 0.9)), 2)
-            return out
+            return slo_form(d)
     return {}

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, Sequence
 
 from ..fmt import ms, num, rate, step_ms
 from ..measure.step_result import BreakResult, StepResult
-from .verdicts import Knee, session_knee
+from .verdicts import Knee, session_knees
 
 
 def as_step(s: StepResult | dict[str, Any]) -> StepResult:
@@ -70,7 +70,8 @@ def _judged(s: StepResult) -> str:
 
 CLIENT_LIMITED = "client-limited"
 CLIENT_LIMITED_NOTE = (f"{CLIENT_LIMITED} = measured while redline's own timings were suspect (its CPU, its event loop "
-                       "or the machine busy: the warnings in events.ndjson); its latencies may be too high")
+                       "or the machine busy: the warnings in events.ndjson), by enough to move a figure past its limit "
+                       "or by 10 %: its latencies may be too high")
 
 
 _COLUMNS = (  # header, right-aligned
@@ -97,8 +98,7 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
     b = as_break(break_)
     if b is None:
         return "break: none (no stop rule fired)"
-    good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
-    line = f"break: {b.reason} at {b.where}, {good}"
+    line = f"break: {b.reason} at {b.where}, {b.good_text}"
     return f"{line} ({b.detail})" if b.detail else line
 
 
@@ -106,23 +106,28 @@ def format_step_table(
     steps: list[StepResult | dict[str, Any]],
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
-    knee: Knee | None = None,
+    knee: Knee | Sequence[Knee] | None = None,
+    cause: str | None = None,
 ) -> str:
     """The final summary: an aligned step table (latencies in ms), the break line, the knee
-    (as summary.json recorded it; else engine/rules/verdicts.py's over these steps), the probe."""
+    (as summary.json recorded it, one line per workload; else engine/rules/verdicts.py's over
+    these steps), the cause beside them (summary.json's `cause`: "plateau at C=16: server runs 8
+    a micro-batch: micro-batches of 8 from ..."), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
     notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
     if b is not None:
-        def at(s: StepResult, c: int | None, r: float | None) -> bool:
-            return s.request_rate == r if r is not None else s.concurrency == c
+        def at(s: StepResult, c: int | None, r: float | None, x: float | None) -> bool:
+            if x is not None:
+                return s.trace_speed == x
+            return s.request_rate == r if r is not None else s.concurrency == c and s.mode == "concurrency"
 
-        if b.last_good_concurrency is not None:
-            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate)]
+        if b.last_good != "none":
+            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate, b.last_good_speed)]
             if good:
                 best = max(good, key=lambda i: ss[i].output_throughput)
                 notes[best] = "<- last good"
-        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
+        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate, b.speed)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
     notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
@@ -153,10 +158,14 @@ def format_step_table(
     else:
         out.append("(no steps)")
     out.append("latencies in ms; srv run = most requests the server reported running")
+    out.append(STEP_COUNTS_NOTE)
     if any(s.client_limited for s in ss) or (probe is not None and as_step(probe).client_limited):
         out.append(CLIENT_LIMITED_NOTE)
     out.append(format_break_line(b))
-    out.append((knee if knee is not None else session_knee([s for s in ss if s.phase != "probe"])).describe())
+    knees = [knee] if isinstance(knee, Knee) else list(knee or ()) or session_knees([s for s in ss if s.phase != "probe"])
+    out += [k.describe() for k in knees]
+    if cause:
+        out.append(f"cause: {cause}")
     if any(not s.steady and not s.short for s in ss):
         out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
     if probe is not None:
@@ -186,6 +195,8 @@ def format_run_summary(s: dict[str, Any], percentiles: Sequence[float] = (50.0, 
     out.append(row("Total generated tokens:", s.get("total_output_tokens")))
     out.append(row("Request throughput (req/s):", s.get("request_throughput")))
     out.append(row("Output token throughput (tok/s):", s.get("output_throughput")))
+    if s.get("cancelled") and s.get("all_output_throughput") is not None:  # what the step table's out tok/s counts
+        out.append(row("Output tok/s incl. cancelled (tok/s):", s.get("all_output_throughput")))
     out.append(row("Total token throughput (tok/s):", s.get("total_token_throughput")))
     for name, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
                       ("Inter-token Latency", "itl"), ("End-to-end Latency", "e2e_latency")):
@@ -197,7 +208,16 @@ def format_run_summary(s: dict[str, Any], percentiles: Sequence[float] = (50.0, 
             if q != 50.0:
                 out.append(row(f"P{q:g} {short} (ms):", s.get(f"p{q:g}_{key}_ms")))
     out.append(rule(ch="="))
+    if s.get("cancelled"):
+        out.append(RUN_THROUGHPUT_NOTE)
     return "\n".join(out)
+
+
+RUN_THROUGHPUT_NOTE = ("throughputs: of the successful requests, as bench_serving counts them;\n"
+                       "incl. cancelled: every output token that arrived, as the step table's out tok/s")
+STEP_COUNTS_NOTE = ("done = the step's own requests (sent at its load) that completed, whenever they ended\n"
+                    "req/s = requests completed per second inside its window, whichever step sent them\n"
+                    "out tok/s = every output token that arrived in its window, of requests still running too")
 
 
 def session_percentiles(meta: dict[str, Any]) -> tuple[float, ...]:

@@ -1,14 +1,16 @@
 """Verdicts: the knee, steadiness, the stop rules, last good and the step's SLO, one
 definition each (DESIGN.md "Verdicts"; docs: "Finding the limit"). Everything that names a
 verdict calls here: the preset runner and the knee search, summary.json, the report, the
-HTML page, the gate, the TUI and the control API.
+HTML page, the gate, the sweep, the TUI and the control API. The knee, its points and which
+steps decide live in engine/rules/knee.py; every name of it is given here too.
 
-**Knee** (`knee`): the smallest load whose output tok/s is within `plateau_gain` (default
-5 %) of the most any load gave, noise counted in its favour (`within_gain`); "no knee: still
-rising at max" when the top load still gained more than `plateau_gain` over the best below
-it, beyond the noise (`gains_over`). `max_throughput` is the load with the most tok/s. The
-same for a staircase, a search, a report, a gate and a sweep; over rates (req/s) and trace
-speeds alike.
+**Knee** (`knee`, `session_knee`, `session_knees`, `summary_knee`: engine/rules/knee.py): the
+smallest load whose output tok/s is within `plateau_gain` (default 5 %) of the most any load
+gave, noise counted in its favour (`within_gain`); "no knee: still rising at max" when the top
+load still gained more than `plateau_gain` over the best below it, beyond the noise
+(`gains_over`). Only steps that decide count (`decides`: produced output tokens, steady, noise
+known); one step per load (`one_per_load`, `stand_for`: its latest step that decides); one knee
+per workload; an unfinished knee search gives none.
 
 **Steady** (`steadiness`): the step's per-second output tok/s in its window, silent seconds
 included, has settled: at least `min_s` whole seconds, its standard error within
@@ -19,7 +21,7 @@ ones. A step that is not steady says why (StepResult.unjudged).
 
 **Stop rules** (`StopRules`; each off unless its [stop] key is set, except server_gone
 which is always on); "best earlier" is the highest output_throughput among the steps
-before the current one:
+before the current one that decide (`decides`: an unsteady burst is no yardstick):
 
 - server_gone: the target stopped answering (connection refused, health failing).
 - errors:      failed / (completed + failed) of the step > error_rate.
@@ -34,8 +36,9 @@ before the current one:
 per-second throughput (StepResult.output_throughput_se). A collapse must be a drop larger
 than the noise; a gain counts only when it clears the threshold by more than the noise (a
 step whose gain is lost in the noise has not shown that more load buys more tokens). A
-step that was not steady is never judged by them (the runner held it as long as it could;
-it says why); the error and latency rules still apply to it.
+step that does not decide (not steady, its noise unknown, no output token) is never judged
+by them (the runner held it as long as it could; it says why); the error and latency rules
+still apply to it.
 
 - slo:         the step misses its SLO (`slo_rule`: too few of its own requests met the
                per-request bounds, or a p99 bound is exceeded).
@@ -45,9 +48,10 @@ server_gone, errors, latency, slo, collapse, plateau (the most severe first; a c
 always a plateau).
 
 **Last good**: the highest-output-throughput step, among the history and the current step,
-on which no rule fired (each step judged against the steps before it). The step that fired
-is therefore never the last good one, whatever the rule; for a plateau this makes it the best
-step before the plateau. Ties go to the lower concurrency. None when no step qualifies.
+whose own figures fired no rule (each step judged against the steps before it), that decides
+(steady, noise known, output tokens) and did not fail every request it finished. The step that
+fired is therefore never the last good one, whatever the rule; for a plateau this makes it the
+best step before the plateau. Ties go to the lower concurrency. None when no step qualifies.
 
 **SLO attainment** (`judge_request`): the share of the step's own requests meeting every
 per-request bound, judged on what they did in the step's window: TTFT (completed when the
@@ -56,7 +60,15 @@ request's own p99 ITL from its chunks inside the window, E2E (a bound when it en
 the close: past the E2E limit it is a miss, below it the window shows none). A request
 censored past a TTFT or E2E bound is a miss; a failed one misses every bound; one that did
 nothing inside the window a bound reads (queued through it, with only a TPOT bound set) is
-not judged.
+not judged. A value at its bound meets it (`over`, engine/measure/slo.py: the one comparison,
+goodput's too). Attainment is compared unrounded.
+
+**Meeting the SLO** (`slo_verdict`, `meets_slo`): a step passes when no bound is missed, an
+attainment was measured (with per-request bounds) and every p99 bound's figure was measured
+and is no lower bound under its limit; "unknown" when one of those is missing, "fail" when a
+bound is missed. **The largest load meeting the SLO** (`max_slo_load`; `recorded_max_slo`
+for a session read back): the largest load that passed, below the first one that did not
+(failed or not proven). One judge for the search, the gate, the HTML page and the sweep.
 
 `history` holds the ramp's earlier measured steps in order (not the current one; leave out
 the C=1 probe).
@@ -66,15 +78,41 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from .. import fmt
-from ..constants import DEFAULT_PLATEAU_GAIN, NOISE_SIGMAS, STEADY_MAX_SE, STEADY_TOLERANCE
-from ..measure.slo import LABELS, PER_REQUEST, Slo, ms_text
+from ..constants import STEADY_MAX_SE, STEADY_TOLERANCE
+from ..measure.slo import LABELS, PER_REQUEST, Slo, ms_text, over
 from ..measure.step_result import BreakResult, StepResult
+from .knee import (
+    KINDS,
+    SUMMARY_KNEE_KEYS,
+    Knee,
+    by_workload,
+    decides,
+    gains_over,
+    knee,
+    knee_from_summary,
+    knees_from_summary,
+    load_key,
+    load_label,
+    main_kind,
+    noise_known,
+    noise_margin,
+    one_per_load,
+    session_knee,
+    session_knees,
+    stand_for,
+    summary_knee,
+    unfinished_search,
+    within_gain,
+)
 
-__all__ = ["PRECEDENCE", "Knee", "StopRules", "gains_over", "judge_request", "knee", "last_good", "load_key",
-           "noise_margin", "one_per_load", "session_knee", "slo_rule", "steadiness", "within_gain"]
+__all__ = ["KINDS", "PRECEDENCE", "SUMMARY_KNEE_KEYS", "Knee", "StopRules", "by_workload", "decides", "gains_over",
+           "judge_request", "knee", "knee_from_summary", "knees_from_summary", "last_good", "load_key", "load_label",
+           "main_kind", "max_slo_load", "meets_slo", "noise_known", "noise_margin", "one_per_load", "recorded_max_slo",
+           "session_knee", "session_knees", "slo_rule", "slo_verdict", "stand_for", "steadiness", "summary_knee",
+           "unfinished_search", "within_gain"]
 
 
 @dataclass(frozen=True)
@@ -109,9 +147,11 @@ def _ms(x: float) -> str:
 
 
 def _best(steps: Sequence[StepResult]) -> StepResult | None:
-    """Highest output_throughput; ties go to the lower concurrency."""
+    """Highest output_throughput among the steps that decide; ties go to the lower concurrency."""
     best = None
     for s in steps:
+        if not decides(s):
+            continue
         if best is None or s.output_throughput > best.output_throughput or (
             s.output_throughput == best.output_throughput and s.concurrency < best.concurrency
         ):
@@ -156,7 +196,7 @@ class StopRules:
     def _collapse(self, history: Sequence[StepResult], cur: StepResult) -> str | None:
         frac = self.spec.collapse
         best = _best(history)
-        if frac is None or best is None or not cur.steady:
+        if frac is None or best is None or not decides(cur):
             return None
         if not cur.output_throughput + noise_margin(cur, best) < best.output_throughput * (1 - frac):
             return None
@@ -170,7 +210,7 @@ class StopRules:
     def _plateau(self, history: Sequence[StepResult], cur: StepResult) -> str | None:
         gain = self.spec.plateau_gain
         best = _best(history)
-        if gain is None or best is None or not cur.steady:
+        if gain is None or best is None or not decides(cur):
             return None
         if not cur.output_throughput - noise_margin(cur, best) < best.output_throughput * (1 + gain):
             return None
@@ -197,12 +237,15 @@ class StopRules:
         return out
 
     def good_steps(self, steps: Sequence[StepResult]) -> list[StepResult]:
-        """The steps on which no rule fired, each judged against the steps before it."""
+        """The steps that may be last good: each decides (steady, noise known, output tokens),
+        did not fail every request it finished, and fired no rule on its own figures (judged
+        against the steps before it)."""
         steps = list(steps)
-        return [s for i, s in enumerate(steps) if not self.fired(steps[:i], s)]
+        return [s for i, s in enumerate(steps)
+                if decides(s) and not _all_failed(s) and not self.fired(steps[:i], s)]
 
     def last_good(self, steps: Sequence[StepResult]) -> StepResult | None:
-        """The highest-throughput step on which no rule fired (ties: lower concurrency)."""
+        """The highest-throughput good step (good_steps; ties: lower concurrency)."""
         return _best(self.good_steps(steps))
 
     def evaluate(
@@ -255,12 +298,9 @@ class StopRules:
         )
 
 
-def noise_margin(cur: StepResult, best: StepResult) -> float:
-    """NOISE_SIGMAS standard errors of the difference of two steps' mean tok/s (0 when
-    neither step measured its spread)."""
-    a = cur.output_throughput_se or 0.0
-    b = best.output_throughput_se or 0.0
-    return NOISE_SIGMAS * math.sqrt(a * a + b * b)
+def _all_failed(s: StepResult) -> bool:
+    """Every request the step finished failed."""
+    return s.failed > 0 and s.completed == 0
 
 
 def _change(cur: float, best: float) -> str:
@@ -272,9 +312,10 @@ def _change(cur: float, best: float) -> str:
 def last_good(
     history: Sequence[StepResult], rules: StopRules | StopSpec | None = None
 ) -> StepResult | None:
-    """The highest-throughput step of `history` on which no rule of `rules` fired (each
-    step judged against the ones before it). With no rules: simply the highest-throughput
-    step. Ties go to the lower concurrency. None for an empty history."""
+    """The highest-throughput good step of `history` (StopRules.good_steps: it decides, did not
+    fail every request, and no rule of `rules` fired on it, judged against the ones before it).
+    With no rules: the highest-throughput step that decides and did not fail everything. Ties
+    go to the lower concurrency. None when none qualifies."""
     if not isinstance(rules, StopRules):
         rules = StopRules(rules)
     return rules.last_good(history)
@@ -303,179 +344,93 @@ def steadiness(per_second: Sequence[float], min_s: int) -> str | None:
     return None
 
 
-# -- the knee --------------------------------------------------------------------------------
-
-KINDS = ("C", "R", "x")  # concurrency, offered request rate (req/s), trace speed
-
-
-def load_key(s: StepResult) -> tuple[str, float]:
-    """Where a step stands on the curve: ("C", concurrency), ("R", offered req/s) or ("x",
-    a trace's speed); a rate step is never placed at its in-flight cap."""
-    if s.mode == "rate" and s.request_rate is not None:
-        return "R", float(s.request_rate)
-    if s.mode == "trace" and s.trace_speed is not None:
-        return "x", float(s.trace_speed)
-    return "C", float(s.concurrency)
-
-
-def load_label(key: tuple[str, float]) -> str:
-    kind, v = key
-    return f"R={v:g}/s" if kind == "R" else f"x{v:g}" if kind == "x" else f"C={v:g}"
-
-
-def one_per_load(steps: Iterable[StepResult]) -> dict[tuple[str, float], StepResult]:
-    """One step per load, in increasing load (concurrencies, then rates, then speeds). A load
-    measured more than once is stood for by its step with the most output tok/s (the later
-    on a tie). The probe and short periods (StepResult.short) are no point of the curve."""
-    out: dict[tuple[str, float], StepResult] = {}
-    for s in steps:
-        if s.phase == "probe" or s.short:
-            continue
-        key = load_key(s)
-        old = out.get(key)
-        if old is None or s.output_throughput >= old.output_throughput:
-            out[key] = s
-    return dict(sorted(out.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1])))
-
-
-def within_gain(cur: StepResult, best: StepResult, gain: float) -> bool:
-    """`cur` gives within `gain` of `best`'s tok/s (or more), the noise counted in its favour."""
-    return cur.output_throughput + noise_margin(cur, best) >= (1 - gain) * best.output_throughput
-
-
-def gains_over(cur: StepResult, best: StepResult, gain: float) -> bool:
-    """`cur` gives more than `gain` over `best`'s tok/s, beyond the noise of the two."""
-    return cur.output_throughput - noise_margin(cur, best) >= best.output_throughput * (1 + gain)
-
-
-@dataclass(frozen=True)
-class Knee:
-    """The knee of one curve (see the module docstring)."""
-
-    kind: str  # "C", "R" (req/s) or "x" (trace speed)
-    value: float | None  # the knee's load; None: no knee (reason says why)
-    reason: str
-    max_throughput: float | None = None  # the load that gave the most output tok/s
-
-    @property
-    def label(self) -> str:
-        return "none" if self.value is None else load_label((self.kind, self.value))
-
-    def describe(self) -> str:
-        """"knee C=128 (within 5 % of ...); max throughput C=192" or "no knee: ..."."""
-        top = "" if self.max_throughput is None else f"; max throughput {load_label((self.kind, self.max_throughput))}"
-        if self.value is None:
-            return f"no knee: {self.reason}{top}"
-        return f"knee {self.label} ({self.reason}){top}"
-
-    def summary_fields(self) -> dict:
-        """summary.json's knee_concurrency, knee_reason, max_throughput_concurrency (over
-        rates: knee_rate and max_throughput_rate beside them; over trace speeds, *_speed)."""
-        def num(v: float | None) -> float | int | None:
-            return None if v is None else (int(v) if self.kind == "C" else v)
-
-        out: dict = {"knee_concurrency": num(self.value) if self.kind == "C" else None, "knee_reason": self.reason,
-                     "max_throughput_concurrency": num(self.max_throughput) if self.kind == "C" else None}
-        if self.kind == "R":
-            out.update(knee_rate=self.value, max_throughput_rate=self.max_throughput)
-        elif self.kind == "x":
-            out.update(knee_speed=self.value, max_throughput_speed=self.max_throughput)
-        return out
-
-
-def knee(points: Iterable[StepResult], plateau_gain: float | None = None,
-         at: Callable[[StepResult], float] | None = None, label: Callable[[StepResult], str] | None = None,
-         cut: str | None = None) -> Knee:
-    """The knee of `points`, one step per load of one kind (see one_per_load). `at` places
-    a point (by default its load; the knee search passes its own levels) and `label` names it
-    in the reason. `cut`: the loads above `points` broke a rule (a knee search bounded by its
-    [stop] rules, engine/rules/knee_search.py: "C=32 broke a [stop] rule (latency)"): the curve
-    ends at its top point, so a top that still gains is not "still rising" but the most the
-    server gives within the rules, and the reason says where it was cut."""
-    gain = DEFAULT_PLATEAU_GAIN if plateau_gain is None else plateau_gain
-    pos = at or (lambda s: load_key(s)[1])
-    name = label or (lambda s: load_label(load_key(s)))
-    pts = sorted(points, key=pos)
-    kind = load_key(pts[0])[0] if pts else "C"
-    if not pts:
-        return Knee(kind, None, "no step measured")
-    best = max(pts, key=lambda s: (s.output_throughput, -pos(s)))
-    if len(pts) == 1:
-        if cut is not None:  # the one load that held the rules is the most the server gives within them
-            return Knee(kind, pos(best), f"the only load measured below the break; {cut}", pos(best))
-        return Knee(kind, None, f"one load measured ({name(pts[0])}): nothing to compare", pos(best))
-    top, below = pts[-1], max(pts[:-1], key=lambda s: s.output_throughput)
-    if cut is None and gains_over(top, below, gain):
-        return Knee(kind, None, f"still rising at max {name(top)}", pos(best))
-    first = next(s for s in pts if within_gain(s, best, gain))
-    # a knee that is within the gain only once the noise of the two is counted says so
-    noisy = "" if first.output_throughput >= (1 - gain) * best.output_throughput else \
-        f", counting the noise of both (±{noise_margin(first, best):.1f} tok/s)"
-    where = "" if cut is None else f"; {cut}"
-    return Knee(kind, pos(first), f"within {gain * 100:g} % of the most output tok/s ({best.output_throughput:.1f} at {name(best)}){noisy}{where}", pos(best))
-
-
-def session_knee(steps: Iterable[StepResult], plateau_gain: float | None = None) -> Knee:
-    """A session's knee: over one step per load (one_per_load) of its main kind (the kind it
-    measured most loads of; C on a tie)."""
-    per = one_per_load(steps)
-    counts = {k: sum(1 for key in per if key[0] == k) for k in KINDS}
-    kind = max(KINDS, key=lambda k: (counts[k], -KINDS.index(k)))
-    return knee([s for key, s in per.items() if key[0] == kind], plateau_gain)
-
-
-def summary_knee(steps: Iterable[StepResult], search: dict | None = None, plateau_gain: float | None = None) -> dict:
-    """summary.json's knee fields for a session: a finished knee search's own answer (its
-    points, its levels), else the knee over the session's steps (session_knee). A cancelled
-    search answers nothing: the steps do."""
-    if search is not None and not search.get("cancelled") and "knee_reason" in search:
-        return {k: search.get(k) for k in SUMMARY_KNEE_KEYS if k in search}
-    return session_knee(steps, plateau_gain).summary_fields()
-
-
-SUMMARY_KNEE_KEYS = ("knee_concurrency", "knee_reason", "max_throughput_concurrency", "knee_rate", "max_throughput_rate",
-                     "knee_speed", "max_throughput_speed")
-
-
-def knee_from_summary(d: dict[str, Any]) -> Knee | None:
-    """The knee summary.json recorded (a session written before the top-level fields: its
-    finished knee search's answer); None when it recorded none."""
-    if not isinstance(d, dict):
-        return None
-    if "knee_reason" not in d:
-        search = d.get("search")
-        if isinstance(search, dict) and "knee_reason" in search and not (search.get("cancelled") or search.get("in_progress")):
-            return knee_from_summary({k: search.get(k) for k in SUMMARY_KNEE_KEYS if k in search})
-        return None
-    for kind, value, top in (("R", "knee_rate", "max_throughput_rate"), ("x", "knee_speed", "max_throughput_speed")):
-        if d.get(value) is not None or d.get(top) is not None:
-            return Knee(kind, d.get(value), str(d.get("knee_reason") or ""), d.get(top))
-    return Knee("C", d.get("knee_concurrency"), str(d.get("knee_reason") or ""), d.get("max_throughput_concurrency"))
-
-
 # -- SLO -------------------------------------------------------------------------------------
+
+STEP_BOUNDS = (("ttft_p99_ms", "p99_ttft_ms"), ("itl_p99_ms", "p99_itl_ms"), ("e2e_p99_ms", "p99_e2e_latency_ms"))
+
 
 def slo_rule(slo: Slo, step: StepResult) -> str | None:
     """A one-line reason when the step misses the SLO, else None: too few of its own
-    requests met the per-request bounds (slo.attainment), or a p99 bound is exceeded."""
+    requests met the per-request bounds (slo.attainment, compared unrounded), or a p99 bound
+    is exceeded (a lower bound over it too)."""
     parts = []
     att = step.slo_attainment
     if slo.per_request and att is not None and att < slo.attainment:
-        parts.append(f"{att * 100:.0f} % of requests met {slo.describe_requests()} (needs {slo.attainment * 100:g} %)")
-    for k, field_ in (("ttft_p99_ms", "p99_ttft_ms"), ("itl_p99_ms", "p99_itl_ms"), ("e2e_p99_ms", "p99_e2e_latency_ms")):
+        parts.append(f"{math.floor(att * 1000 + 1e-9) / 10:g} % of requests met {slo.describe_requests()} (needs {slo.attainment * 100:g} %)")
+    for k, field_ in STEP_BOUNDS:
         limit = getattr(slo, k)
         v = getattr(step, field_)
         if limit is not None and v is not None and v > limit:
-            parts.append(f"{LABELS[k]} {ms_text(v)} over {ms_text(limit)}")
+            parts.append(f"{LABELS[k]} {'≥' if step.bound(field_) else ''}{ms_text(v)} over {ms_text(limit)}")
     if not parts:
         return None
     return f"slo: {'; '.join(parts)} at {step.load}"
 
 
+def slo_verdict(slo: Slo, step: StepResult) -> tuple[str, str]:
+    """("pass" | "fail" | "unknown", why): "fail" when a bound is missed (slo_rule), "unknown"
+    when nothing proves it met (with per-request bounds no attainment measured; a p99 bound
+    whose figure was not measured, or is a lower bound under its limit), else "pass"."""
+    miss = slo_rule(slo, step)
+    if miss is not None:
+        return "fail", miss.removeprefix("slo: ")
+    unknown = []
+    if slo.per_request and step.slo_attainment is None:
+        unknown.append("no own request judged")
+    for k, field_ in STEP_BOUNDS:
+        if getattr(slo, k) is None:
+            continue
+        if getattr(step, field_) is None:
+            unknown.append(f"{LABELS[k]} not measured")
+        elif step.bound(field_):
+            unknown.append(f"{LABELS[k]} ≥{ms_text(getattr(step, field_))} (a lower bound)")
+    if unknown:
+        return "unknown", "; ".join(unknown)
+    return "pass", ""
+
+
 def meets_slo(slo: Slo, step: StepResult) -> bool:
-    """The step met the SLO: no bound missed, and with per-request bounds an attainment was
+    """The step met the SLO (slo_verdict "pass"): no bound missed, and what the bounds read was
     measured (a step none of whose own requests was judged proves nothing)."""
-    return slo_rule(slo, step) is None and (not slo.per_request or step.slo_attainment is not None)
+    return slo_verdict(slo, step)[0] == "pass"
+
+
+def max_slo_load(steps: Iterable[StepResult], slo: Slo, kind: str | None = None) -> tuple[str, float] | None:
+    """The largest load meeting the SLO: over one step per load (one_per_load) of the last
+    workload, of `kind` (the main kind by default), the largest that passed (slo_verdict) below
+    the first that did not (failed, or not proven); a load that passes above it is not believed
+    (the knee search's SLO bracket, engine/rules/knee_search.py, is the same rule). None: none did."""
+    groups = list(by_workload(steps).values())
+    per = one_per_load(groups[-1] if groups else [])
+    kind = kind or main_kind(per)
+    best = None
+    for key, st in per.items():
+        if key[0] != kind:
+            continue
+        if slo_verdict(slo, st)[0] != "pass":
+            break
+        best = key
+    return best
+
+
+def recorded_max_slo(summary: dict, steps: Sequence[StepResult], kind: str | None = None) -> tuple[float | None, str]:
+    """A session's largest load meeting the SLO, read back: (value or None, how, or why
+    none). A finished knee search's own answer where it gave one, else max_slo_load over the
+    steps with the SLO summary.json recorded."""
+    search = summary.get("search") if isinstance(summary.get("search"), dict) else None
+    slo_d = summary.get("slo")
+    if not isinstance(slo_d, dict) or not slo_d:
+        return None, "no SLO recorded (give --slo or [slo])"
+    if search is not None and "max_slo_concurrency" in search and unfinished_search(search) is None:
+        rate = kind == "R" if kind is not None else (search.get("max_slo_rate") is not None or bool(search.get("rates")))
+        v = search.get("max_slo_rate") if rate else search.get("max_slo_concurrency")
+        return (None, "no load met the SLO") if v is None else (float(v), "knee search")
+    try:
+        slo = Slo(**slo_d)
+    except TypeError:
+        return None, "summary.json's slo is not readable"
+    best = max_slo_load(steps, slo, kind)
+    return (None, "no step met the SLO") if best is None else (best[1], "largest load whose step met the recorded SLO")
 
 
 def judge_request(slo: Slo, ttft: float | None, tpot: float | None, itl_p99: float | None,
@@ -495,7 +450,7 @@ def judge_request(slo: Slo, ttft: float | None, tpot: float | None, itl_p99: flo
             if k == "ttft_ms" or (k == "e2e_ms" and not e2e_bound):
                 return False
             continue  # no decoding inside the window: nothing to miss, nothing met
-        if v * 1000.0 > limit:
+        if over(v, limit):
             return False
         if not (k == "e2e_ms" and e2e_bound):  # a bound under the limit proves no E2E
             judged = True

@@ -56,6 +56,9 @@ class EngineConfig:
     # cache before each preset step and the probe
     profile_s: float = 5.0
     flush_cache: bool = False
+    # SGLang's --admin-api-key (`--admin-key`, REDLINE_ADMIN_KEY): the bearer for /flush_cache
+    # and the profiler, never printed, logged or written
+    admin_key: str | None = field(default=None, repr=False)
     # written into meta.json as is (a sweep's configuration: its values, label, server command,
     # startup time; engine/sweep/)
     meta_extra: dict | None = None

@@ -28,6 +28,8 @@ from ..measure.timeline import timeline_row
 from ..telemetry.cap import CapDetector, cap_warning
 from ..telemetry.client_health import ClientHealth, LoopLagMonitor
 from ..telemetry.efficiency import total_power_w
+from ..telemetry.server_info import cache_report_hint
+from ..workload.prompts import is_prefix_spec
 
 if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample, ServerSample
@@ -48,6 +50,7 @@ class Ticker:
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
         self._kernel: bool | None = None  # the load's reads carry the kernel's receive time (worker_count.py)
+        self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
     # -- start / stop -------------------------------------------------------------------------
     def start_watching(self, tasks: list[asyncio.Task]) -> None:
@@ -98,7 +101,7 @@ class Ticker:
             if warning:
                 ev.warn(warning, key="server cap")
             elif srv is not None and srv.running is not None and srv.queued is not None:
-                if self.cap.active and CapDetector.condition(target, e.in_flight, srv):
+                if self.cap.active and self.cap.holding:  # the condition at this update, server info read
                     # the warning stays while the cap holds, with today's numbers
                     ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, srv), now)
                 else:  # its condition ended (the probe: the server runs 1, queue 0): off the screen now
@@ -117,11 +120,30 @@ class Ticker:
         elif self._session_error is not None:
             ev.hold("session write", f"session log: {self._session_error}; {session.lost_rows if session else 0} rows lost", now)
         self._check_crowded(now)
+        self._check_cache_report()
         self._check_guard(now)
         ev.each_second(now)
         self.timeline_row(now)
         if session is not None:
             e.to_disk(session.flush)
+
+    def _check_cache_report(self) -> None:
+        """A workload that asks for cached tokens (shared prefixes, several turns) on a server
+        that reports none: one notice saying what to enable (engine/telemetry/server_info.py)."""
+        e = self.e
+        if self._cache_hint_done or e.target is None:
+            return
+        w = e.config.workload
+        if not (is_prefix_spec(w.dataset) or w.turns > 1):
+            self._cache_hint_done = True
+            return
+        acc = e.book.live or e.book.current
+        done = acc.completed if acc is not None else None
+        hint = cache_report_hint(e.target.info, e.target.api, completed=done, reported=acc.cached_reports if acc is not None else 0)
+        if hint:
+            e.log("notice", hint)
+        if hint or e.target.info.cache_report is not None or (acc is not None and acc.cached_reports):
+            self._cache_hint_done = True
 
     def _check_crowded(self, now: float) -> None:
         """More streams in flight per load process than one stamps truly (engine/load/worker_count.py):

@@ -62,6 +62,7 @@ from .each_second import Ticker
 from .event_log import EventLog
 from .live_steps import LiveSteps
 from .load_start import fixed_size, make_load, prepare, start_telemetry
+from .provenance import close_fingerprint, open_fingerprint
 from .publisher import build_snapshot
 from .recording import LaneListener, Recorder
 from .snapshot import Snapshot
@@ -70,6 +71,7 @@ from .target_set import TargetSet
 from .target_stats import TargetState, parse_weights
 
 SERVER_GONE = "server gone"
+SERVER_NOT_READY = "server not ready"  # every target's /health answers 503 (engine/client/server_watch.py)
 
 
 class Engine:
@@ -150,7 +152,7 @@ class Engine:
         cfg = self.config
         self.target = await detect(self.client, base, cfg.api, cfg.model)
         if cfg.out_dir is not None:
-            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", *cfg.workload.secret_values()])
+            self.session = SessionWriter(cfg.out_dir, session_meta(cfg, self.target), secrets=[cfg.api_key or "", cfg.control_token or "", cfg.admin_key or "", *self.target.info.secrets, *cfg.workload.secret_values()])
             self.recorder.session = self.session
             self.events.session = self.session
         if cfg.insecure:
@@ -175,6 +177,7 @@ class Engine:
         await prepare(self)
         if cfg.telemetry:
             await start_telemetry(self, base)
+        await open_fingerprint(self, base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         self.controller = await make_load(self, c0)
@@ -218,6 +221,7 @@ class Engine:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        close_fingerprint(self)
         await self.target_set.close(self.telemetry)
         if self.telemetry is not None:
             await self.telemetry.stop()
@@ -469,6 +473,10 @@ class Engine:
     def server_gone(self) -> bool:
         return self.target_set.all_gone
 
+    @property
+    def failure_streak(self):  # the load's failures in a row, the last reason: recording.py FailureStreak
+        return self.recorder.streak
+
     # -- steps -------------------------------------------------------------------------
     @property
     def steps(self) -> list[StepResult]:
@@ -556,6 +564,8 @@ class Engine:
             return "stopped"
         if self.server_gone:
             return SERVER_GONE
+        if self.target_set.all_down:
+            return SERVER_NOT_READY
         s = self.controller.state
         if self.preset_line and s not in (PAUSED, PROBE):
             return "preset"

@@ -1,11 +1,17 @@
 """The engine's event log: lines on screen and in events.ndjson, warnings that stay a while,
 and failed requests folded into one line per distinct error per second.
+
+An error's variable parts (counts, ids, numbers: fragile's 503 says `(48 requests in
+flight)`, then `(49 ...)`) do not make it another error: errors are told apart by their text
+with each number and id taken out, and the line shows the range each number took
+(`40 × http_503: HTTP 503: server overloaded (48-87 requests in flight)`).
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections import Counter, deque
+from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from .snapshot import LogLine
@@ -17,6 +23,58 @@ WARNING_HOLD_S = 10.0  # a warning stays on screen this long after its condition
 LOG_LINES = 200  # lines kept in memory for the screen
 SUPERSEDED_BY_GONE = ("overloaded",)  # warning keys (engine/run/engine.py) moot once the server is gone
 SOURCED = ("key", "probe", "workload")  # the kinds an operator command logs (see `source`)
+ERROR_TEXT = 120  # characters of an error's text a folded line keeps
+
+# the variable parts of an error's text: a UUID, a long hex id, a number (3, 48, 0.25)
+_VARIABLE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+                       r"|\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{12,}\b|\d+(?:\.\d+)?")
+
+
+class _Fold:
+    """The failures of one second that read as one error: how many, and each variable part's
+    values (numbers as their range)."""
+
+    __slots__ = ("n", "parts", "values")
+
+    def __init__(self, parts: list[str]) -> None:
+        self.n = 0
+        self.parts = parts  # the text between the variable parts
+        self.values: list[list[str]] = []
+
+    def add(self, values: list[str]) -> None:
+        self.n += 1
+        if not self.values:
+            self.values = [[v] for v in values]
+        else:
+            for seen, v in zip(self.values, values):
+                if v not in seen and len(seen) < 64:
+                    seen.append(v)
+
+    def text(self) -> str:
+        out = [self.parts[0]]
+        for seen, tail in zip(self.values, self.parts[1:]):
+            out.append(_span(seen))
+            out.append(tail)
+        return "".join(out)
+
+
+def _span(seen: list[str]) -> str:
+    """One variable part as shown: its value, the range its numbers took, or … for ids."""
+    if len(seen) == 1:
+        return seen[0]
+    try:
+        nums = sorted(float(v) for v in seen)
+    except ValueError:
+        return "…"
+    lo, hi = (seen[[float(v) for v in seen].index(x)] for x in (nums[0], nums[-1]))
+    return f"{lo}-{hi}"
+
+
+def error_key(text: str) -> tuple[str, list[str], list[str]]:
+    """(key, the text between the variable parts, the variable parts) of an error's text."""
+    values = _VARIABLE.findall(text)
+    parts = _VARIABLE.split(text)
+    return "#".join(parts), parts, values
 
 
 class EventLog:
@@ -25,7 +83,7 @@ class EventLog:
         self.lines: deque[LogLine] = deque(maxlen=LOG_LINES)
         self._seq = 0
         self._warnings: dict[str, tuple[float, str]] = {}  # key -> (last raised, text)
-        self._errors: Counter[str] = Counter()
+        self._errors: dict[str, _Fold] = {}
         # called as on_warning(key, text) at each new episode of a warning (the headless
         # runner prints each key once)
         self.on_warning: Callable[[str, str], None] | None = None
@@ -70,12 +128,18 @@ class EventLog:
         return key in self._warnings
 
     def failed(self, kind: str, text: str) -> None:
-        """A failed request: folded into one line per distinct error each second."""
-        self._errors[f"{kind}: {text}"[:120]] += 1
+        """A failed request: folded into one line per distinct error each second (its numbers
+        and ids apart: error_key)."""
+        key, parts, values = error_key(text)
+        fold = self._errors.get(f"{kind}: {key}")  # the kind itself is never folded: http_500 is not http_503
+        if fold is None:
+            fold = self._errors[f"{kind}: {key}"] = _Fold([f"{kind}: {parts[0]}", *parts[1:]])
+        fold.add(values)
 
     def each_second(self, now: float) -> None:
-        for text, n in self._errors.items():
-            self.log("error", f"{n} × {text}" if n > 1 else text)
+        for fold in self._errors.values():
+            text = fold.text()[:ERROR_TEXT]
+            self.log("error", f"{fold.n} × {text}" if fold.n > 1 else text)
         self._errors.clear()
         self._warnings = {k: v for k, v in self._warnings.items() if now - v[0] < WARNING_HOLD_S}
 

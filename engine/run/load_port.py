@@ -30,7 +30,7 @@ class EnginePort:
         return [t.target.url for t in self._e.targets]
 
     def gone(self) -> tuple[bool, ...]:
-        return tuple(t.gone for t in self._e.targets)
+        return tuple(t.down for t in self._e.targets)  # not ready (/health 503) is skipped as gone
 
     def workload(self) -> WorkloadConfig:
         return self._e.config.workload

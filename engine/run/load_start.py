@@ -45,14 +45,20 @@ async def prepare(e: Any) -> None:
             e.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
     if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
 
+        refused: list[str] = []  # the server's reason when a calibration request failed
+
         async def prompt_tokens(prompt: str) -> int | None:
             """One max_tokens=1 request; the server's prompt_tokens for `prompt`."""
             rec = await sender.send(prompt, 1, 0, "calibration")
+            if rec.status == R.FAILED:
+                refused.append(rec.error_text or rec.error_kind)
             return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
 
         e.calibration = await calibrate(prompt_tokens, cfg.seed)
         if e.calibration.measured:
             e.log("notice", f"calibrated prompts: {e.calibration.per_word:.2f} tokens/word + {e.calibration.overhead:.0f}")
+        elif refused:  # not the server's usage: its refusal (a wrong model, a full queue)
+            e.log("warning", f"calibration requests failed ({refused[-1]}): input lengths are approximate (1 token per word)")
         else:
             e.log("warning", "server reported no prompt_tokens: input lengths are approximate (1 token per word)")
     e.source = PromptSource(cfg.workload, e.calibration)

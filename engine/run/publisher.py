@@ -10,6 +10,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
+from ..rules.verdicts import knee_from_summary, summary_knee
 from .snapshot import Snapshot
 
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
@@ -81,11 +82,14 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         failed=m.failed,
         cancelled=m.cancelled,
         errors_by_kind=dict(m.errors_by_kind),
+        failures_in_a_row=engine.recorder.streak.count,
+        last_failure=engine.recorder.streak.reason,
         output_tokens_total=m.output_tokens_total,
         steps=tuple(book.steps),
         current_step=book.live_result,
         break_result=book.break_result,
         probe_result=book.probe_result,
+        knee=knee_from_summary(summary_knee(book.steps, book.search, book.plateau_gain)),  # the one verdict, not the screen's own
         preset=engine.preset_line,
         server=tel.server if tel else None,
         gpus=tuple(tel.gpus) if tel else (),

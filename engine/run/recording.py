@@ -16,6 +16,7 @@ Prometheus figures (prom.py, with --control) and the session log (session/writer
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..load.probe_lane import LaneStats, is_lane
@@ -29,6 +30,30 @@ from ..measure.step_book import StepBook
 if TYPE_CHECKING:
     from ..session import SessionWriter
     from .event_log import EventLog
+
+
+@dataclass
+class FailureStreak:
+    """The load's failed requests in a row (a completed one ends the streak; a cancelled one and
+    start-up's own requests change nothing) and the server's reason for the last one: its status
+    and message where it gave them (`HTTP 404: The model 'llama-3-70b' does not exist.`,
+    `in-stream 503: The request queue is full.`), else what went wrong (`connection refused`).
+    CONSECUTIVE_FAILURES_END of them (engine/constants.py) end a preset's step or probe as
+    `errors`, and a headless run."""
+
+    count: int = 0
+    kind: str = ""  # the last failure's kind (records.ERROR_KINDS)
+    reason: str = ""
+
+    def on_end(self, rec: RequestRecord) -> None:
+        if rec.phase == "calibration":
+            return
+        if rec.status == R.OK:
+            self.count = 0
+        elif rec.status == R.FAILED:
+            self.count += 1
+            self.kind = rec.error_kind
+            self.reason = rec.error_text or rec.error_kind
 
 
 class Recorder:
@@ -46,6 +71,7 @@ class Recorder:
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
+        self.streak = FailureStreak()  # the load's failed requests in a row, and the server's last reason
         # the load's output tokens received, and the arrival of the latest (a preset's stall
         # rule, engine/drive/stall.py, watches the count: worker processes report it late)
         self.tokens_received = 0
@@ -87,6 +113,7 @@ class Recorder:
             self.book.remove_tokens(credits)
         self.book.on_end(rec)  # first: the request's one SLO verdict (rec.slo_met), which the live goodput reads
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
+        self.streak.on_end(rec)
         if self.totals is not None:
             self.totals.on_end(rec)
         if rec.phase != "calibration":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..measure.step_result import BreakResult, StepResult
+from ..rules.knee import Knee
 from ..telemetry.types import GpuSample, ServerSample
 
 
@@ -83,12 +84,19 @@ class Snapshot:
     failed: int = 0
     cancelled: int = 0
     errors_by_kind: dict = field(default_factory=dict)
+    # the load's failed requests in a row (a completed one resets it) and the server's reason for
+    # the last one (engine/run/recording.py FailureStreak)
+    failures_in_a_row: int = 0
+    last_failure: str = ""
     output_tokens_total: int = 0
     # steps
     steps: tuple[StepResult, ...] = ()
     current_step: StepResult | None = None
     break_result: BreakResult | None = None
     probe_result: StepResult | None = None
+    # the session's knee as summary.json records it (engine/rules/verdicts.py summary_knee: its
+    # search, its preset's plateau_gain, its last workload's); the TUI's curve draws this one
+    knee: Knee | None = None
     preset: str = ""  # preset progress line, when a preset runs
     # telemetry
     server: ServerSample | None = None

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..rules.verdicts import summary_knee
+from ..rules.verdicts import slo_verdict, summary_knee
 
 if TYPE_CHECKING:
     from ..client.target import Target
@@ -53,9 +53,10 @@ def summary_doc(e: Any) -> dict:
     return {
         "target": tgt.describe(),
         "label": cfg.label or default_label(tgt),
-        "steps": [s.to_dict() for s in b.steps],
+        "steps": [step_doc(s, cfg.slo) for s in b.steps],
         **summary_knee(b.steps, b.search, b.plateau_gain),
         "break": b.break_result.to_dict() if b.break_result else None,
+        **({"cause": b.cause} if b.cause else {}),  # the cap detector's finding beside it (engine/drive/ramp_record.py)
         "probe": b.probe_result.to_dict() if b.probe_result else None,
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
@@ -64,6 +65,17 @@ def summary_doc(e: Any) -> dict:
         # the whole run at once, as bench_serving reports it (engine/measure/run_totals.py)
         "run": e.totals.summary(cfg.percentiles),
     }
+
+
+def step_doc(s: Any, slo: Any) -> dict:
+    """One step of summary.json: its StepResult, and with an SLO the engine's verdict on it,
+    `meets_slo` (true: met; false: a bound missed; null: not proven, e.g. nothing judged:
+    engine/rules/verdicts.py slo_verdict), which the HTML page and readers take as it is."""
+    d = s.to_dict()
+    if slo is not None and slo.any:
+        state, _ = slo_verdict(slo, s)
+        d["meets_slo"] = {"pass": True, "fail": False}.get(state)
+    return d
 
 
 def _this_process(e: Any) -> dict:

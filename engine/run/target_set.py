@@ -4,6 +4,8 @@ engine does when one goes or comes back.
 
 A target that fails (connections refused and /health failing) is skipped and its share goes
 to the others; when every target is gone the load is held (no new sends) until one answers.
+A target whose /health answers 503 is not ready: skipped the same way (its load held when it
+is the only one) until /health answers 200.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ class TargetSet:
 
     def add(self, client: httpx.AsyncClient, target: Target, sender: Sender, weight: float) -> TargetState:
         st = TargetState(len(self.states), target, client, sender, sender.listener, weight)  # type: ignore[arg-type]
-        st.stats.watch = ServerWatch(client, target.url + "/health", lambda: self._gone(st), lambda: self._back(st), self.e.log)
+        st.stats.watch = sender.watch = ServerWatch(
+            client, target.url + "/health", lambda: self._gone(st), lambda: self._back(st), self.e.log,
+            on_not_ready=lambda: self._not_ready(st),
+        )
         self.states.append(st)
         return st
 
@@ -71,23 +76,41 @@ class TargetSet:
         return bool(self.states) and all(t.gone for t in self.states)
 
     @property
+    def all_down(self) -> bool:
+        """Every target gone or not ready (its /health answers 503): the load is held."""
+        return bool(self.states) and all(t.down for t in self.states)
+
+    @property
     def backing_off(self) -> int:
         return sum(t.sender.backing_off for t in self.states)
 
     def _gone(self, st: TargetState) -> None:
         e = self.e
-        if self.all_gone:
+        why = st.stats.watch.why if st.stats.watch is not None else ""
+        e.events.clear(f"target not ready {st.index}")
+        if self.all_down:
             if e.controller is not None:
                 e.controller.hold = True
-            e.log("error", "server gone: connections refused and /health fails; holding load until it answers again")
+            e.log("error", f"server gone: requests refused or broken and /health fails ({why}); holding load until it answers again")
         elif len(self.states) > 1:
-            left = [t.target.url for t in self.states if not t.gone]
-            e.events.warn(f"target {st.target.url} gone (connections refused, /health fails): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
+            left = [t.target.url for t in self.states if not t.down]
+            e.events.warn(f"target {st.target.url} gone (requests refused or broken, {why}): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
+
+    def _not_ready(self, st: TargetState) -> None:
+        e = self.e
+        if self.all_down:
+            if e.controller is not None:
+                e.controller.hold = True
+            e.log("error", f"server not ready: requests refused or broken and {st.target.url}/health answers 503; holding load until it answers 200")
+        elif len(self.states) > 1:
+            left = [t.target.url for t in self.states if not t.down]
+            e.events.warn(f"target {st.target.url} not ready (/health answers 503): its share goes to {', '.join(left)}", key=f"target not ready {st.index}")
 
     def _back(self, st: TargetState) -> None:
         e = self.e
         ctl = e.controller
         e.events.clear(f"target gone {st.index}")
+        e.events.clear(f"target not ready {st.index}")
         if ctl is not None and ctl.hold:
             ctl.hold = False
             ctl.poke()

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
+from ..client.server_watch import SUSPECT_KINDS
+from ..constants import ERROR_TEXT_CHARS, LATENCY_WINDOW_S, RATE_WINDOW_S
 from ..measure import records as R
 from ..measure.histogram import Digest, RollingDigest
 from ..measure.live_metrics import RateWindow
@@ -106,12 +107,23 @@ class TargetStats:
             credits = rec.credits()
             self.out_tokens.remove_many(credits)
             self.out_tokens_total -= sum(n for _, n in credits)
-        if watch is not None:
-            if rec.status == R.FAILED and rec.error_kind == R.ERR_CONNECT:
-                watch.connect_failed()
-            elif rec.status == R.OK:
-                watch.succeeded()
+        if watch is not None and rec.status == R.OK:
+            watch.succeeded()  # a failure was judged by the Sender (engine/load/sender.py), or on_remote_end
         self._engine.on_end(rec)
+
+    def on_remote_end(self, rec: RequestRecord) -> None:
+        """A worker's request ended (engine/load/worker_pool.py): its worker judged whether the
+        server had died (engine/load/worker.py: the worker's own watch made it `server_gone`);
+        here a failure that may mean so asks this target's watch, which holds the load, and one
+        still `connect` or `disconnect` is `server_gone` once that watch says the server is gone."""
+        watch = self.watch
+        if watch is not None and rec.status == R.FAILED and rec.error_kind in (*SUSPECT_KINDS, R.ERR_SERVER_GONE):
+            if watch.gone and rec.error_kind != R.ERR_SERVER_GONE:
+                rec.error_kind = R.ERR_SERVER_GONE
+                rec.error_text = f"server gone: {rec.error_text}"[:ERROR_TEXT_CHARS]
+            elif not watch.gone:
+                watch.connect_failed()
+        self.on_end(rec)
 
     # -- reading -----------------------------------------------------------------------
     def live(self, now: float) -> dict:
@@ -162,3 +174,9 @@ class TargetState:
     def gone(self) -> bool:
         w = self.stats.watch
         return w is not None and w.gone
+
+    @property
+    def down(self) -> bool:
+        """Gone or not ready (/health answers 503): no load goes to it."""
+        w = self.stats.watch
+        return w is not None and w.down

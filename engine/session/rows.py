@@ -23,9 +23,9 @@ from .scrub import Scrubber, as_scrubber
 ERROR_TEXT_MAX = 200
 
 PHASES = ("calibration", "warmup", "measure", "live", "probe")
-STATES = ("running", "paused", "probe", "preset", "stopped", "server gone")
+STATES = ("running", "paused", "probe", "preset", "stopped", "server gone", "server not ready")
 # States in which redline sends no request, whatever the set concurrency (target_c) says.
-IDLE_STATES = ("paused", "stopped", "server gone")
+IDLE_STATES = ("paused", "stopped", "server gone", "server not ready")
 EVENT_KINDS = ("key", "preset", "step", "warning", "error", "break", "notice", "probe", "workload", "api")
 
 REQUESTS_COLUMNS: dict[str, str] = {

@@ -19,7 +19,7 @@ MASK = "***"
 
 # Command-line options whose value is a credential: --api-key X, --api-key=X, --token X, ...
 _SECRET_OPT = re.compile(
-    r"^--?[\w-]*(api[-_]?key|token|secret|passw(or)?d|auth(orization)?|bearer|credential)[\w-]*$",
+    r"^--?[\w-]*(api[-_]?key|admin[-_]?key|token|secret|passw(or)?d|auth(orization)?|bearer|credential)[\w-]*$",
     re.IGNORECASE,
 )
 _SECRET_HEADER = re.compile(r"(authorization\s*:\s*(bearer\s+)?|x-api-key\s*:\s*|api-key\s*:\s*)\S.*", re.I)

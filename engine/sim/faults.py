@@ -25,6 +25,7 @@ class FaultKind(Enum):
     HTTP_429 = "http_429"
     DISCONNECT = "disconnect"
     MALFORMED = "malformed"
+    MIDSTREAM = "midstream"  # the scheduler aborts it half-way (status 500, refusals.py)
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class FaultPlan:
     """The fault of one request and where in the stream it strikes."""
 
     kind: FaultKind
-    #: For DISCONNECT / MALFORMED: content tokens sent before the fault.
+    #: For DISCONNECT / MALFORMED: content tokens sent before the fault; MIDSTREAM: half of
+    #: max_tokens (rounded down).
     at_token: int
     #: Uniform 0..1 draw compared with the overload reject fraction.
     reject_draw: float
@@ -50,11 +52,14 @@ def draw_fault(profile: SimProfile, rng: random.Random, max_tokens: int) -> Faul
         (profile.error_429_rate, FaultKind.HTTP_429),
         (profile.disconnect_rate, FaultKind.DISCONNECT),
         (profile.malformed_rate, FaultKind.MALFORMED),
+        (profile.fail_midstream_rate, FaultKind.MIDSTREAM),
     ):
         edge += rate
         if u < edge:
             kind = k
             break
+    if kind is FaultKind.MIDSTREAM:
+        at_token = max_tokens // 2
     return FaultPlan(kind=kind, at_token=at_token, reject_draw=reject_draw)
 
 

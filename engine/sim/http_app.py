@@ -24,6 +24,7 @@ from .metrics import PROMETHEUS_CONTENT_TYPE, make_registry, render_dcgm, render
 from .model import BatchModel, ModelSnapshot, SimRequest, SimShutdown
 from .ops import SimOps
 from .profiles import SimProfile
+from .refusals import MIDSTREAM_FAILURE, QUEUE_FULL, Abort, abort_events
 from .stats import RequestCounters, RequestTracker
 from .tokens import TokenStream
 from .truth import TruthLog, TruthRecord
@@ -67,6 +68,7 @@ class SimService:
         self.counters = RequestCounters()
         self.guard = OverloadGuard(profile, self._crashed)
         self.created = int(time.time())
+        self._t0 = time.monotonic()  # for startup_s: /health answers 503 until it passed
         self._on_crash = on_crash
         self._arrivals = 0
         self.truth = TruthLog()  # per-request ground truth, /sim/requests
@@ -158,6 +160,7 @@ class SimService:
             **self.ops.state(),
             "overloaded": self.guard.overloaded(snap.running + snap.queued),
             "crashed": self.guard.crashed,
+            "hung": self.model.hung,
         }
 
     def server_args(self) -> dict[str, Any]:
@@ -197,9 +200,20 @@ class SimService:
     # ---- GET endpoints --------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        """200 OK, or 503 while the profile is overloaded or crashed."""
+        """200 after ``health_delay_s`` (SGLang's one-token generation); 503 while starting
+        (``startup_s``), while the profile is overloaded or crashed, and, with
+        ``health_watchdog_s``, after that long when the scheduler is hung (SGLang's
+        HEALTH_CHECK_TIMEOUT: no output from the scheduler)."""
+        p = self.profile
+        if time.monotonic() - self._t0 < p.startup_s:
+            return web.Response(status=503)
         if self.guard.overloaded(self.model.load):
             return web.Response(status=503, text="overloaded")
+        if self.model.hung and p.health_watchdog_s is not None:
+            await asyncio.sleep(p.health_watchdog_s)
+            return web.Response(status=503)
+        if p.health_delay_s > 0:
+            await asyncio.sleep(p.health_delay_s)
         return web.Response(text="OK")
 
     async def models(self, request: web.Request) -> web.Response:
@@ -286,6 +300,10 @@ class SimService:
         except BadRequest as exc:
             tracker.fail("bad_request")
             return _error(400, str(exc), "BadRequestError")
+        if self.profile.strict_model and api != "generate" and req.model != self.profile.model_name:
+            tracker.fail("model_not_found")  # vLLM's answer to a model it does not serve
+            return _json({"object": "error", "message": f"The model '{req.model}' does not exist.",
+                          "type": "NotFoundError", "param": None, "code": 404}, status=404)
 
         plan = draw_fault(self.profile, rng, req.max_tokens)
         load = self.model.load
@@ -301,6 +319,17 @@ class SimService:
             resp.headers["Retry-After"] = "1"
             return resp
 
+        limit = self.profile.max_queued_requests
+        if limit is not None and self.model.queued + 1 > limit:  # SGLang's _abort_on_queued_limit
+            tracker.fail("shed")
+            shed = Abort(503, QUEUE_FULL)
+            if not req.stream:
+                return _error(503, shed.message, "SERVICE_UNAVAILABLE")
+            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()), cache_report=self.profile.cache_report)
+            resp = web.StreamResponse(headers=_SSE_HEADERS)
+            await resp.prepare(request)
+            await self._end_aborted(request, resp, shape, shed, 0, truth)
+            return resp
         try:
             sim_req = self.model.submit(req.prompt_tokens, req.max_tokens)
         except ValueError as exc:
@@ -338,8 +367,13 @@ class SimService:
         chunk_all = self.profile.spec_accept_length is not None  # one chunk per verify step
         stall_at = self.profile.stall_after_tokens
         malformed_pending = plan.kind is FaultKind.MALFORMED
+        midstream = plan.kind is FaultKind.MIDSTREAM
         total = req.max_tokens
         try:
+            if midstream and plan.at_token == 0:  # max_tokens 1: aborted before its one token
+                tracker.fail("midstream")
+                await self._end_aborted(request, resp, shape, Abort(500, MIDSTREAM_FAILURE), 0, truth)
+                return resp
             opening = shape.opening()
             if opening is not None:
                 await _send(resp, opening)
@@ -368,6 +402,10 @@ class SimService:
                         malformed_pending = False
                         tracker.fail("malformed")
                         await resp.write(_malformed(chunk))
+                    if midstream and sent >= plan.at_token and sent < total:
+                        tracker.fail("midstream")
+                        await self._end_aborted(request, resp, shape, Abort(500, MIDSTREAM_FAILURE), sent, truth)
+                        return resp
                     if stall_at is not None and sent >= stall_at and sent < total:
                         await self._stall(sim_req, tracker)
                         return resp
@@ -400,6 +438,9 @@ class SimService:
         stall_at = self.profile.stall_after_tokens
         produced = 0
         while produced < total:
+            if plan.kind is FaultKind.MIDSTREAM and produced >= max(plan.at_token, 1):
+                tracker.fail("midstream")  # a non-streaming abort is an HTTP error
+                return _error(500, MIDSTREAM_FAILURE, "INTERNAL_SERVER_ERROR")
             if stall_at is not None and produced >= stall_at:
                 await self._stall(sim_req, tracker)
                 return web.Response()
@@ -421,6 +462,19 @@ class SimService:
         tracker.sent_tokens(total)
         tracker.complete()
         return resp
+
+    async def _end_aborted(self, request: web.Request, resp: web.StreamResponse, shape: ResponseShape,
+                           abort: Abort, sent: int, truth: TruthRecord) -> None:
+        """End a prepared stream whose request the scheduler aborted after ``sent`` tokens, as
+        the profile's SGLang version does (engine/sim/refusals.py): its last events and
+        [DONE], or a broken connection."""
+        events = abort_events(shape, self.profile.sglang_version, abort, sent, truth.t_arrive)
+        if events is None:
+            _close_connection(request)
+            return
+        for event in events:
+            await _send(resp, event)
+        await resp.write(DONE_EVENT)
 
     async def _stall(self, sim_req: SimRequest, tracker: RequestTracker) -> None:
         """Stop sending without closing: free the slot, then hold until the client leaves."""

@@ -301,6 +301,7 @@ class BatchModel:
         self._started = clock()
         self._batch_reported = -1
         self._closed = False
+        self._stopped = asyncio.Event()  # set by close(): a hung scheduler waits for it alone
 
     # ---- handler side ---------------------------------------------------------------
 
@@ -313,6 +314,13 @@ class BatchModel:
     def queued(self) -> int:
         """Requests waiting for admission."""
         return len(self._queue)
+
+    @property
+    def hung(self) -> bool:
+        """Whether the scheduler hangs now (``hang_after`` completions reached): no token is
+        produced again; requests are still accepted, queued, and released when they leave."""
+        n = self._profile.hang_after
+        return n is not None and self._finished_total >= n
 
     @property
     def load(self) -> int:
@@ -396,6 +404,7 @@ class BatchModel:
             self.release(req)
         self._report_batch(0)
         self._wake.set()
+        self._stopped.set()
 
     # ---- scheduler side -------------------------------------------------------------
 
@@ -404,6 +413,9 @@ class BatchModel:
         loop = asyncio.get_running_loop()
         next_start: float | None = None
         while not self._closed:
+            if self.hung:
+                await self._stopped.wait()
+                continue
             prefill = self._admit()
             batch = len(self._running)
             if batch == 0:

@@ -2,7 +2,7 @@
 
 A :class:`SimProfile` holds every number the simulator uses: the parallel layout reported by
 ``/get_server_info``, the continuous-batching performance model, the simulated GPUs and the
-fault knobs. The four shipped profiles live in :data:`PROFILES`; tests build their own with
+fault knobs. The shipped profiles live in :data:`PROFILES`; tests build their own with
 ``dataclasses.replace(get_profile("healthy"), ...)`` or the ``--set FIELD=VALUE`` option.
 """
 
@@ -14,7 +14,11 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["SimProfile", "PROFILES", "get_profile", "profile_names", "apply_overrides"]
+__all__ = ["SimProfile", "PROFILES", "SGLANG_VERSIONS", "get_profile", "profile_names", "apply_overrides"]
+
+#: SGLang versions whose answers the sim can give (engine/sim/refusals.py: how each ends a
+#: request its scheduler refuses or aborts inside a 200 stream).
+SGLANG_VERSIONS = ("0.5.9", "0.5.23")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,29 @@ class SimProfile:
     # generation requests is refused with 503 (the rest still get in: load can grow).
     overload_above: int | None = None
     overload_reject_fraction: float = 1.0
+    # Which SGLang's answers the sim gives where versions differ (engine/sim/refusals.py):
+    # how a request the scheduler sheds or aborts ends inside its 200 stream.
+    sglang_version: str = "0.5.23"
+    # SGLang --max-queued-requests: a request that finds this many already waiting in the
+    # queue is shed inside a 200 stream (status 503, "The request queue is full.").
+    max_queued_requests: int | None = None
+    # This fraction of requests fails half-way (after max_tokens // 2 tokens) as SGLang ends a
+    # request its scheduler aborts with status 500 (the version's in-stream shape).
+    fail_midstream_rate: float = 0.0
+    # A hung scheduler: after this many completed requests no token is produced again
+    # (connections accepted, requests queued, /health still answers 200). None: never.
+    hang_after: int | None = None
+    # /health (and /health_generate): answers after this many seconds (SGLang runs a
+    # one-token generation and answers after >= 1 s), 503 for ``startup_s`` after the start
+    # (SGLang while it starts); with ``health_watchdog_s`` (SGLang's HEALTH_CHECK_TIMEOUT,
+    # 20 s) a /health asked while the scheduler is hung waits that long and answers 503.
+    health_delay_s: float = 0.0
+    startup_s: float = 0.0
+    health_watchdog_s: float | None = None
+    # vLLM's check of the request's model: a chat or completions request naming a model the
+    # sim does not serve gets HTTP 404 "The model 'X' does not exist." (False: any name).
+    strict_model: bool = False
+
     # Crash: the server dies when its load stays above ``crash_sustained_above`` for
     # ``crash_sustain_s`` seconds, or at once when it passes ``crash_above``.
     crash_sustained_above: int | None = None
@@ -129,12 +156,23 @@ class SimProfile:
         if self.pp_max_micro_batch_size is not None and self.pp_max_micro_batch_size < 1:
             problems.append("pp_max_micro_batch_size must be >= 1 or None")
         for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",
-                     "overload_reject_fraction", "util_ceiling"):
+                     "fail_midstream_rate", "overload_reject_fraction", "util_ceiling"):
             if not 0.0 <= getattr(self, attr) <= 1.0:
                 problems.append(f"{attr} must be within 0..1")
         if (self.error_500_rate + self.error_429_rate + self.disconnect_rate
-                + self.malformed_rate) > 1.0:
+                + self.malformed_rate + self.fail_midstream_rate) > 1.0:
             problems.append("the fault rates must add up to at most 1")
+        if self.sglang_version not in SGLANG_VERSIONS:
+            problems.append(f"sglang_version {self.sglang_version!r} must be one of: {', '.join(SGLANG_VERSIONS)}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 0:
+            problems.append("max_queued_requests must be >= 0 or None")
+        if self.hang_after is not None and self.hang_after < 0:
+            problems.append("hang_after must be >= 0 or None")
+        for attr in ("health_delay_s", "startup_s"):
+            if not 0.0 <= getattr(self, attr) < float("inf"):
+                problems.append(f"{attr} must be >= 0")
+        if self.health_watchdog_s is not None and not 0.0 <= self.health_watchdog_s < float("inf"):
+            problems.append("health_watchdog_s must be >= 0 or None")
         if self.decode_base_s < 0 or self.decode_per_seq_s < 0 or self.prefill_per_token_s < 0:
             problems.append("step times must be >= 0")
         if not self.time_scale > 0:
@@ -150,6 +188,18 @@ class SimProfile:
         if self.pp_max_micro_batch_size is None:
             return self.max_running_requests
         return min(self.max_running_requests, self.pp_max_micro_batch_size)
+
+    @property
+    def has_faults(self) -> bool:
+        """Whether any fault knob is set: errors, disconnects, malformed events, stalls, mid-stream
+        aborts, shedding, overload, a crash or a hang (the performance model alone cannot
+        forecast how such a server breaks: engine/drive/estimate.py)."""
+        return bool(
+            self.error_500_rate or self.error_429_rate or self.disconnect_rate or self.malformed_rate
+            or self.fail_midstream_rate or self.stall_after_tokens is not None or self.max_queued_requests is not None
+            or self.overload_above is not None or self.crash_above is not None
+            or self.crash_sustained_above is not None or self.hang_after is not None
+        )
 
     @property
     def prefix_cache_capacity(self) -> int:
@@ -210,6 +260,20 @@ PROFILES: dict[str, SimProfile] = {
         error_500_rate=0.05,
         disconnect_rate=0.03,
         malformed_rate=0.02,
+    ),
+    # Serves 200 requests, then its scheduler hangs: connections are accepted and queued, no
+    # token ever comes again, and /health still answers 200 (a hang SGLang's own health check
+    # does not see).
+    "hung": dataclasses.replace(_HEALTHY, name="hung", hang_after=200),
+    # SGLang with --max-running-requests 32 --max-queued-requests 16: a request that finds 16
+    # waiting is shed inside its 200 stream (503, "The request queue is full."); /health takes
+    # 1 s, as SGLang's one-token health generation does.
+    "shedding": dataclasses.replace(
+        _HEALTHY,
+        name="shedding",
+        max_running_requests=32,
+        max_queued_requests=16,
+        health_delay_s=1.0,
     ),
 }
 

@@ -290,6 +290,11 @@ class GenerateShape(ResponseShape):
         super().__init__(rid, created, req, cache_report)
         self._text = ""
 
+    @property
+    def text(self) -> str:
+        """The whole text sent so far (what an abort's last event carries)."""
+        return self._text
+
     def _meta(self, completion_tokens: int, last: bool) -> dict[str, Any]:
         finish = {"type": "length", "length": completion_tokens} if last else None
         return {"id": self.rid, "prompt_tokens": self.req.prompt_tokens,

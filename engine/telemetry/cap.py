@@ -9,11 +9,21 @@ The condition, per observation:
 
 - the client holds its concurrency: ``in_flight >= IN_FLIGHT_HELD * target_c``;
 - the server runs clearly fewer: ``running < RUNNING_SHORT * in_flight`` and ``running < target_c``;
-- the server's queue is non-empty.
+- the server's queue is non-empty, or (SGLang pipeline parallelism) its running gauge sits at
+  the micro-batch cap.
+
+Under pipeline parallelism SGLang keeps ``pp_size + pp_async_batch_depth`` micro-batches in
+flight, each of at most ``pp_max_micro_batch_size`` requests (``scheduler_pp_mixin.py``
+``pp_loop_size``, ``scheduler.py`` ``get_num_allocatable_reqs``), and the running gauge of a
+``pp_rank`` is the micro-batch it last logged (``log_decode_stats`` reads ``self.running_batch``,
+one of ``running_mbs``). With pp 8 and max_running_requests 64 the gauge reads 8 while 64 run,
+and the queue is empty: the GPUs are underfed by micro-batches of 8, not held back by a queue.
+The gauge is read as one micro-batch, and that is the cause named.
 
 The cause named first: preemptions in the poller's recent window (requests the server sent back
-to its queue because its KV cache filled: "KV cache full: the server preempts"), then a cap
-the server info names, then a full KV cache.
+to its queue because its KV cache filled: "KV cache full: the server preempts"), then the pp
+micro-batch, then a cap the server info names (times its data-parallel schedulers, attention DP
+included), then a full KV cache.
 
 It must hold for SUSTAIN_S seconds across at least MIN_SERVER_SAMPLES distinct server
 samples (a stale sample repeated does not count), restarting whenever the target changes,
@@ -29,7 +39,7 @@ from .server_info import ServerInfo
 from .server_metrics import PREFIX_WINDOW_S
 from .types import ServerSample
 
-__all__ = ["CapDetector", "cap_cause", "cap_warning"]
+__all__ = ["CapDetector", "cap_cause", "cap_finding", "cap_warning", "micro_batch_bound", "micro_batch_text"]
 
 IN_FLIGHT_HELD = 0.9
 RUNNING_SHORT = 0.75
@@ -45,23 +55,43 @@ def _near(running: float, cap: int) -> bool:
     return abs(running - cap) <= max(1.0, 0.1 * cap)
 
 
+def micro_batch_bound(info: ServerInfo | None, server: ServerSample) -> bool:
+    """The running gauge sits at SGLang's pp micro-batch cap: it reads one micro-batch."""
+    if info is None or not info.pp_micro_batch_cap or server.running is None:
+        return False
+    cap = info.pp_micro_batch_cap
+    if info.max_running_requests and cap >= info.max_running_requests:
+        return False  # a micro-batch as large as the whole cap: that cap is the one met
+    return _near(server.running, cap) or info.dp_ranks > 1 and _near(server.running, cap * info.dp_ranks)
+
+
+def micro_batch_text(info: ServerInfo) -> str:
+    """``micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set
+    --pp-max-micro-batch-size`` (SGLang's default derivation), else the cap as set."""
+    cap, mrr, pp = info.pp_micro_batch_cap, info.max_running_requests, info.pp_size
+    if mrr and pp and pp > 1 and cap == max(mrr // pp, 1):
+        return f"micro-batches of {cap} from max_running_requests {mrr} / pp {pp}: GPUs underfed; set --pp-max-micro-batch-size"
+    n = info.pp_micro_batches
+    return f"micro-batches of {cap} (pp_max_micro_batch_size {cap}{f', {n} micro-batches' if n else ''})"
+
+
+def _dp_text(info: ServerInfo) -> str:
+    n = info.dp_ranks
+    attn = info.attn_dp_size if info.attn_dp_size and info.attn_dp_size > 1 else 0
+    return f" × dp {n}" + (" (attention DP)" if attn and n == attn else f" (dp {info.dp_size} × attention DP {attn})" if attn else "")
+
+
 def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     """The likely reason the server runs only ``server.running`` requests."""
     running = server.running or 0.0
     if server.preemptions_recent:  # requests sent back to the queue: the KV cache is the limit
         kv = f", KV {100 * server.kv_usage:.0f} % used" if server.kv_usage is not None else ""
         return f"KV cache full: the server preempts ({num(server.preemptions_recent)} preempted in the last {PREEMPT_WINDOW_S:.0f} s{kv})"
+    if info is not None and micro_batch_bound(info, server):
+        return micro_batch_text(info)
     if info is not None:
-        dp = info.dp_size if info.dp_size and info.dp_size > 1 else 1
+        dp = info.dp_ranks
         candidates: list[tuple[int, str]] = []
-        if info.pp_micro_batch_cap:
-            cap = info.pp_micro_batch_cap
-            if info.max_running_requests and info.pp_size:
-                mrr, pp = info.max_running_requests, info.pp_size
-                why = f"pp micro-batch cap {cap} (max_running_requests {mrr} // pp {pp})"
-            else:
-                why = f"pp micro-batch cap {cap}"
-            candidates.append((cap, why))
         if info.max_num_seqs:
             candidates.append((info.max_num_seqs, f"vLLM max-num-seqs {info.max_num_seqs}"))
         if info.max_running_requests:
@@ -72,7 +102,7 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
         if dp > 1:
             for cap, why in candidates:
                 if _near(running, cap * dp):
-                    return f"{why} × dp {dp}"
+                    return f"{why}{_dp_text(info)}"
     if server.kv_usage is not None and server.kv_usage >= KV_FULL:
         return f"KV cache full ({100 * server.kv_usage:.0f} % used): the token budget limits the batch"
     if server.kind == "vllm" and (info is None or not info.max_num_seqs):
@@ -83,12 +113,28 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     return f"unknown cause (server info: {caps})" if caps else "unknown cause (server info names no cap)"
 
 
+def _runs(info: ServerInfo | None, server: ServerSample) -> str:
+    """"8", or under pp "8 a micro-batch" (the gauge is one of its micro-batches)."""
+    runs = num(server.running or 0.0)
+    if info is not None and not server.preemptions_recent and micro_batch_bound(info, server):
+        runs += " a micro-batch"
+    return runs
+
+
+def cap_finding(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
+    """What a run's answer names as its cause: ``"server runs 8 a micro-batch: micro-batches of
+    8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"``,
+    ``"server runs 32 of 64 in flight: max_running_requests 32"``."""
+    runs = _runs(info, server)
+    of = "" if runs.endswith("micro-batch") else f" of {in_flight} in flight"
+    return f"server runs {runs}{of}: {cap_cause(info, server)}"
+
+
 def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
-    """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``."""
-    return (
-        f"server cap: client holds {in_flight} in flight, server runs {num(server.running or 0.0)}, "
-        f"queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
-    )
+    """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``; under
+    pp, ``server runs 8 a micro-batch`` (the gauge is one of its micro-batches; the cause says
+    how many run)."""
+    return f"server cap: client holds {in_flight} in flight, server runs {_runs(info, server)}, queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
 
 
 class CapDetector:
@@ -101,6 +147,8 @@ class CapDetector:
         self.info = info
         self.active = False  # a warning has fired and the condition has not cleared since
         self.last_warning: str | None = None
+        self.holding = False  # the condition held at the last observation
+        self.finding: str | None = None  # while active: cap_finding with the latest numbers
         self._start: float | None = None  # when the pending episode began
         self._target: int | None = None
         self._last_true: float = 0.0
@@ -108,7 +156,7 @@ class CapDetector:
         self._false_since: float | None = None
 
     @staticmethod
-    def condition(target_c: int, in_flight: int, server: ServerSample) -> bool:
+    def condition(target_c: int, in_flight: int, server: ServerSample, info: ServerInfo | None = None) -> bool:
         """The per-observation test (see the module docstring)."""
         if server.running is None or server.queued is None:
             return False
@@ -118,7 +166,7 @@ class CapDetector:
             and in_flight >= IN_FLIGHT_HELD * target_c
             and server.running < RUNNING_SHORT * in_flight
             and server.running < target_c
-            and server.queued > 0
+            and (server.queued > 0 or micro_batch_bound(info, server))
         )
 
     def update(self, t: float, target_c: int, in_flight: int, server: ServerSample | None) -> str | None:
@@ -126,7 +174,8 @@ class CapDetector:
         text the moment a sustained cap is established, else None."""
         if server is None or server.running is None or server.queued is None:
             return None  # no evidence either way
-        if not self.condition(target_c, in_flight, server):
+        self.holding = self.condition(target_c, in_flight, server, self.info)
+        if not self.holding:
             self._start = None
             self._server_ts.clear()
             if self.active:
@@ -134,10 +183,12 @@ class CapDetector:
                     self._false_since = t
                 elif t - self._false_since >= CLEAR_S:
                     self.active = False
+                    self.finding = None
                     self._false_since = None
             return None
         self._false_since = None
         if self.active:
+            self.finding = cap_finding(self.info, in_flight, server)
             return None
         if self._start is None or target_c != self._target or t - self._last_true > MAX_GAP_S:
             self._start = t
@@ -148,6 +199,7 @@ class CapDetector:
         if t - self._start >= SUSTAIN_S and len(self._server_ts) >= MIN_SERVER_SAMPLES:
             self.active = True
             self._start = None
+            self.finding = cap_finding(self.info, in_flight, server)
             self.last_warning = cap_warning(self.info, in_flight, server)
             return self.last_warning
         return None

@@ -42,6 +42,7 @@ from .types import ServerSample
 
 __all__ = [
     "CounterWindow",
+    "PREFIX_LOOKBACK_S",
     "PREFIX_WINDOW_S",
     "SGLANG_METRICS",
     "VLLM_METRICS",
@@ -87,14 +88,27 @@ VLLM_METRICS = {
     "spec_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
 }
 
-#: Seconds of scrapes the poller's prefix-cache hit rate covers (at least two scrapes).
+#: Seconds of scrapes the poller's prefix-cache hit rate covers (at least two scrapes) ...
 PREFIX_WINDOW_S = 10.0
+#: ... reaching back this far when no prompt token was counted in it (SGLang counts at a finish)
+PREFIX_LOOKBACK_S = 60.0
 
 _WANTED = tuple(SGLANG_METRICS.values()) + tuple(VLLM_METRICS.values())
 
 
 def _finite(series: list[tuple[dict[str, str], float]] | None) -> list[tuple[dict[str, str], float]]:
     return [(lab, v) for lab, v in (series or ()) if math.isfinite(v)]
+
+
+def _totals(series: list[tuple[dict[str, str], float]] | None) -> list[tuple[dict[str, str], float]] | None:
+    """A request count's totals only. Under ``--enable-priority-scheduling`` (0.5.23) SGLang
+    writes a queue count's total under ``priority=""`` and one series per priority beside it
+    (observability/metrics_collector.py ``_log_gauge_queue_count``): those are left out. (Its
+    counters are split by the request's priority instead, ``tokenizer_manager.collect_metrics``:
+    their series are parts, summed as any.)"""
+    if not series or not any("priority" in lab for lab, _ in series):
+        return series
+    return [(lab, v) for lab, v in series if not lab.get("priority")]
 
 
 def _per_replica(series: list[tuple[dict[str, str], float]] | None) -> list[float]:
@@ -134,21 +148,30 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
     if any(samples.get(sg[k]) for k in ("running", "queued", "kv_usage", "gen_throughput")):
         prompts = _sum_replicas(samples.get(sg["prompt_tokens_total"]))
         hits = _sum_replicas(samples.get(sg["prefix_hits_total"]))
+        if hits is None and prompts is not None:
+            # both counted when a request finishes (TokenizerMetricsCollector
+            # observe_one_finished_request), cached_tokens_total only when it is > 0: a series
+            # absent beside its prompt tokens is 0 cached so far
+            hits = 0.0
+        # the last prefill batch's hit rate; 0.5.9 writes 0 at every decode log
+        # (scheduler_metrics_mixin.py log_decode_stats), so a 0 says nothing
+        gauge = _mean_replicas(samples.get(sg["prefix_hit_rate"]))
+        length, rate = _spec_gauges(samples)
         return ServerSample(
             t=t,
             kind="sglang",
-            running=_sum_replicas(samples.get(sg["running"])),
-            queued=_sum_replicas(samples.get(sg["queued"])),
+            running=_sum_replicas(_totals(samples.get(sg["running"]))),
+            queued=_sum_replicas(_totals(samples.get(sg["queued"]))),
             kv_usage=_max(samples.get(sg["kv_usage"])),
             gen_throughput=_sum_replicas(samples.get(sg["gen_throughput"])),
             gen_tokens_total=_sum_replicas(samples.get(sg["gen_tokens_total"])),
             prompt_tokens_total=prompts,
-            prefix_hit_rate=_ratio(_mean_replicas(samples.get(sg["prefix_hit_rate"]))),
+            prefix_hit_rate=_ratio(gauge) if gauge else None,
             prefix_queries_total=prompts if hits is not None else None,
             prefix_hits_total=hits,
             preemptions_total=_sum_replicas(samples.get(sg["preemptions_total"])),
-            spec_accept_length=_mean_replicas(samples.get(sg["spec_accept_length"])),
-            spec_acceptance_rate=_ratio(_mean_replicas(samples.get(sg["spec_accept_rate"]))),
+            spec_accept_length=length,
+            spec_acceptance_rate=rate,
         )
     vl = VLLM_METRICS
     if any(samples.get(vl[k]) for k in ("running", "queued", "kv_usage", "kv_usage_old")):
@@ -177,6 +200,17 @@ def server_sample_from_samples(samples: PromSamples, t: float) -> ServerSample |
     return None
 
 
+def _spec_gauges(samples: PromSamples) -> tuple[float | None, float | None]:
+    """SGLang's speculative-decoding gauges, None when it is off. SGLang exports them always,
+    0.0 without speculative decoding (both versions: ``spec_accept_length = 0`` when
+    ``spec_algorithm.is_none()``); on, a verify step yields at least one token, so a length
+    below 1 (0 before its first decode log too) is no reading."""
+    length = _mean_replicas(samples.get(SGLANG_METRICS["spec_accept_length"]))
+    if length is None or length < 1.0:
+        return None, None
+    return length, _ratio(_mean_replicas(samples.get(SGLANG_METRICS["spec_accept_rate"])))
+
+
 def server_metrics_parser() -> PromParser:
     """A caching parser restricted to the metrics read here (one per scraped endpoint)."""
     return PromParser(names=_WANTED)
@@ -196,60 +230,78 @@ def parse_server_metrics(text: str, t: float, *, parser: PromParser | None = Non
 
 class PrefixRateWindow:
     """The prefix-cache hit rate over the last ``window_s`` seconds of samples, from the
-    server's cumulative counters of prompt tokens looked up and found."""
+    server's cumulative counters of prompt tokens looked up and found.
 
-    def __init__(self, window_s: float = PREFIX_WINDOW_S) -> None:
+    SGLang counts both when a request *finishes* (TokenizerMetricsCollector
+    ``observe_one_finished_request``): with long outputs a 10 s window may hold no finish. The
+    window then reaches further back, up to ``lookback_s``, to the last prompt tokens counted."""
+
+    def __init__(self, window_s: float = PREFIX_WINDOW_S, lookback_s: float = PREFIX_LOOKBACK_S) -> None:
         self.window_s = window_s
+        self.lookback_s = max(lookback_s, window_s)
         self._points: deque[tuple[float, float, float]] = deque()  # (t, queries, hits)
+        self._seen = False  # the counters have been in a sample of this server
 
     def update(self, sample: ServerSample) -> ServerSample:
         """``sample`` with ``prefix_hit_rate`` from its counters: hits over queries since the
         oldest sample of the window (the latest one at or before ``t - window_s`` where there
-        is one). None until two samples, and while no prompt token came in the window. A
-        sample without the counters keeps the server's gauge; a counter going back (a
-        restarted server) starts the window again."""
+        is one; further back while no prompt token came since). None until two samples, and
+        while no prompt token came in the lookback. A counter absent from a sample counts 0 (SGLang's
+        series appear with their first increment: the first hits are counted); until the
+        counters were ever there, the server's gauge stays. A counter going back (a restarted
+        server) starts the window again."""
         q, h = sample.prefix_queries_total, sample.prefix_hits_total
         points = self._points
-        if q is None or h is None:
-            points.clear()
-            return sample
+        self._seen = self._seen or (q is not None and h is not None)
+        q, h = q or 0.0, h or 0.0
         if points and (q < points[-1][1] or h < points[-1][2]):
             points.clear()
         points.append((sample.t, q, h))
-        while len(points) >= 2 and points[1][0] <= sample.t - self.window_s:
+        while len(points) >= 2 and points[1][0] <= sample.t - self.lookback_s:
             points.popleft()
-        _, q0, h0 = points[0]
-        dq, dh = q - q0, h - h0
-        rate = _ratio(dh / dq) if len(points) >= 2 and dq > 0 else None
+        if not self._seen:
+            return sample
+        cut = sample.t - self.window_s
+        start = max((i for i, p in enumerate(points) if p[0] <= cut), default=0)
+        rate = None
+        for i in range(start, -1, -1):  # a window with no prompt token counted reaches back
+            _, q0, h0 = points[i]
+            if q - q0 > 0:
+                rate = _ratio((h - h0) / (q - q0))
+                break
         return dataclasses.replace(sample, prefix_hit_rate=rate)
 
 
 class CounterWindow:
     """Deltas of some cumulative counters over the last ``window_s`` seconds of samples (the
-    oldest point kept is the latest at or before ``t - window_s``). A counter going back (a
-    restarted server) starts the window again; a sample without them clears it."""
+    oldest point kept is the latest at or before ``t - window_s``). A counter absent from a
+    sample counts 0: SGLang's counters have no series until their first increment
+    (``sglang:num_retracted_requests_total`` appears with the first retraction), so the first
+    burst is counted, not taken for the baseline. Nothing is reported until the counters have
+    been seen; a counter going back (a restarted server) starts the window again."""
 
     def __init__(self, names: tuple[str, ...], window_s: float = PREFIX_WINDOW_S) -> None:
         self.names = names
         self.window_s = window_s
         self._points: deque[tuple[float, tuple[float, ...]]] = deque()
+        self._seen = False
 
     def update(self, sample: ServerSample) -> tuple[float, ...] | None:
-        """The counters' increase over the window, None until two samples carry them."""
-        values = tuple(getattr(sample, n) for n in self.names)
+        """The counters' increase over the window, None until two samples and until they
+        were first seen."""
+        raw = tuple(getattr(sample, n) for n in self.names)
+        self._seen = self._seen or any(v is not None for v in raw)
+        values = tuple(v or 0.0 for v in raw)
         points = self._points
-        if any(v is None for v in values):
-            points.clear()
-            return None
         if points and any(v < p for v, p in zip(values, points[-1][1])):
             points.clear()
-        points.append((sample.t, values))  # type: ignore[arg-type]
+        points.append((sample.t, values))
         while len(points) >= 2 and points[1][0] <= sample.t - self.window_s:
             points.popleft()
-        if len(points) < 2:
+        if len(points) < 2 or not self._seen:
             return None
         first = points[0][1]
-        return tuple(v - f for v, f in zip(values, first))  # type: ignore[operator]
+        return tuple(v - f for v, f in zip(values, first))
 
 
 def spec_from_counters(accepted: float, drafts: float, draft_tokens: float) -> tuple[float | None, float | None]:

@@ -9,10 +9,11 @@ own figures:
 - ``server_kv_usage`` / ``server_kv_usage_max``: the mean and the highest KV-cache use, 0..1;
 - ``server_preemptions``: requests the server preempted during the window (its cumulative
   counter's increase from the first sample to the last: vLLM ``num_preemptions_total``, SGLang
-  retractions);
+  retractions; a series that appears during the window, as SGLang's does at its first
+  retraction, counts from 0);
 - ``spec_accept_length`` / ``spec_acceptance_rate``: speculative decoding. From vLLM's counters
   over the window (1 + accepted / drafts, accepted / draft tokens) where the server gives them,
-  else the mean of SGLang's gauges.
+  else the mean of SGLang's gauges (none while they read 0.0: speculative decoding off).
 
 Every figure is None when no sample in the window carried it.
 """
@@ -45,20 +46,27 @@ class _Mean:
 
 
 class _Delta:
-    """A cumulative counter's increase over the samples seen (restarts: counted anew)."""
+    """A cumulative counter's increase over the samples seen (restarts: counted anew). A
+    sample without the counter before its first one counts it 0: SGLang's counters have no
+    series until their first increment, so a step whose first retractions make the series
+    appear counts them (the series' first value is their number)."""
 
-    __slots__ = ("first", "last", "before")
+    __slots__ = ("first", "last", "before", "absent")
 
     def __init__(self) -> None:
         self.first: float | None = None
         self.last: float | None = None
         self.before = 0.0  # increase counted before a restart
+        self.absent = False  # a sample of the window lacked the counter before it appeared
 
     def add(self, v: float | None) -> None:
         if v is None:
+            if self.first is None:
+                self.absent = True
             return
         if self.first is None:
-            self.first = self.last = v
+            self.first = 0.0 if self.absent else v
+            self.last = v
             return
         if self.last is not None and v < self.last:  # the server restarted
             self.before += self.last - (self.first or 0.0)

@@ -2,7 +2,8 @@
 dataset, or a prefix ratio, applied to the running workload. The engine starts a new step
 with it, logs it (kind `workload`), and summary.json's steps and `preset-from` carry it.
 
-    output_len=N    max_tokens of every request from now on
+    output_len=N    max_tokens of every request from now on (a ShareGPT dataset's too, instead
+                    of each reply's length)
     input_len=N     prompt tokens (random and prefix datasets, in the server's tokens)
     dataset=SPEC    random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S
     prefix_ratio=X  0 <= X < 1: the share of each prompt's input_len that its group shares
@@ -45,7 +46,10 @@ class WorkloadChange:
             parse_dataset_spec(self.dataset)  # checks the spec (a file's contents: PromptSource)
             new = dataclasses.replace(new, dataset=self.dataset)
         if self.output_len is not None:
-            new = dataclasses.replace(new, output_len=_length("output_len", self.output_len))
+            n = _length("output_len", self.output_len)
+            new = dataclasses.replace(new, output_len=n)
+            if new.dataset.startswith("sharegpt:"):  # ShareGPT asks each reply's length unless one is given
+                new = dataclasses.replace(new, sharegpt_output_len=n)
         if self.input_len is not None:
             n = _length("input_len", self.input_len)
             new = dataclasses.replace(new, input_len=n)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..constants import CALIBRATION_WORDS, DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
+from .sharegpt import MIN_TOKENS, ShareGPTError, read_pairs, requests_of
 from .request_shape import (
     Headers,
     RequestShapeError,
@@ -99,6 +100,10 @@ class WorkloadConfig:
     ignore_eos: bool = True
     extra_body: str = ""
     headers: Headers = field(default=(), repr=False)
+    # a ShareGPT dataset (engine/workload/sharegpt.py): every request's max_tokens (None: its
+    # reply's length, as bench_serving), and the context length past which a pair is left out
+    sharegpt_output_len: int | None = None
+    sharegpt_context_len: int | None = None
 
     def __post_init__(self) -> None:
         """The engine's own check of the request shaping (the CLI and presets check first,
@@ -134,6 +139,10 @@ class WorkloadConfig:
             d["extra_body"] = json.loads(self.extra_body) if self.extra_body else {}
         if full or self.headers:
             d["headers"] = shown_headers(self.headers)
+        if self.dataset.startswith("sharegpt:"):  # its output lengths are the replies' unless fixed
+            d["sharegpt_output_len"] = self.sharegpt_output_len
+            if full or self.sharegpt_context_len is not None:
+                d["sharegpt_context_len"] = self.sharegpt_context_len
         if full:
             d["seed"] = self.seed
         return d
@@ -160,8 +169,20 @@ class Calibration:
     def tokens_for(self, words: int) -> int:
         return round(self.overhead + self.per_word * words)
 
+    @property
+    def tokens_per_char(self) -> float | None:
+        """The server's tokens per character of text, from its tokens per word of the
+        calibration prompts (random words and their spaces); None when not measured."""
+        return self.per_word / calibration_chars_per_word() if self.measured else None
+
 
 DEFAULT_CALIBRATION = Calibration(overhead=0.0, per_word=1.0, measured=False)
+
+
+def calibration_chars_per_word() -> float:
+    """Characters per word of the calibration prompts (random words and their spaces): what
+    turns the server's tokens per word into tokens per character (engine/workload/sharegpt.py)."""
+    return sum(len(w) + 1 for w in _WORDS) / len(_WORDS)
 
 
 def _random_text(rng: random.Random, words: int) -> str:
@@ -193,8 +214,9 @@ def is_prefix_spec(spec: str) -> bool:
 
 
 def needs_calibration(spec: str) -> bool:
-    """Datasets whose lengths are in the server's tokens: `random` and `prefix:...`."""
-    return spec == "random" or is_prefix_spec(spec)
+    """Datasets whose lengths are in the server's tokens: `random` and `prefix:...`; and
+    `sharegpt:`, whose replies' lengths are estimated at the server's rate."""
+    return spec == "random" or is_prefix_spec(spec) or spec.startswith("sharegpt:")
 
 
 _WHOLE = re.compile(r"[0-9]+")
@@ -297,7 +319,7 @@ class PromptSource:
         if is_prefix_spec(config.dataset):
             self._prefix = PrefixPrompts(parse_prefix_spec(config.dataset), calibration, config.seed, config.output_len)
         elif config.dataset != "random":
-            self._items = load_dataset(config.dataset, config.output_len)
+            self._items = load_dataset(config.dataset, config.output_len, calibration, config)
 
     def next(self) -> Prompt:
         if self._prefix is not None:
@@ -348,10 +370,13 @@ def check_file(path: Path, where: str, expected: str, error: type[Exception]) ->
         raise error(f"{where}: not a regular file; {expected}")
 
 
-def load_dataset(spec: str, output_len: int) -> list[Prompt]:
+def load_dataset(spec: str, output_len: int, calibration: Calibration = DEFAULT_CALIBRATION,
+                 config: WorkloadConfig | None = None) -> list[Prompt]:
     """The prompts of a dataset file, checked (WorkloadError, one line). A prefix dataset is
     generated without end: this checks its spec and returns one prompt of each group (of the
-    first 1000), built with the uncalibrated default (PromptSource makes the real ones)."""
+    first 1000), built with the uncalibrated default (PromptSource makes the real ones).
+    A ShareGPT file's lengths are estimated at `calibration`'s rate, its fixed output length,
+    context length and shuffle from `config` (engine/workload/sharegpt.py)."""
     kind, path = parse_dataset_spec(spec)
     if kind == "prefix":
         p = PrefixPrompts(parse_prefix_spec(spec), DEFAULT_CALIBRATION, 0, output_len)
@@ -359,7 +384,7 @@ def load_dataset(spec: str, output_len: int) -> list[Prompt]:
     assert path is not None
     name = str(path)
     shown = repr(name) if len(name) <= 120 else repr(name[:117]) + "..."
-    expected = "expected a ShareGPT JSON file" if kind == "sharegpt" else "expected a JSONL file (one prompt per line)"
+    expected = "expected a ShareGPT JSON file (a human turn and its reply in each conversation)" if kind == "sharegpt" else "expected a JSONL file (one prompt per line)"
     check_file(path, f"dataset file {shown}", expected, WorkloadError)
     try:
         raw = path.read_bytes().decode("utf-8")
@@ -371,34 +396,23 @@ def load_dataset(spec: str, output_len: int) -> list[Prompt]:
         raw = raw[1:]
     if not raw.strip():
         raise WorkloadError(f"dataset file {shown}: empty; {expected}")
-    items = _sharegpt(path, raw, output_len) if kind == "sharegpt" else _jsonl(path, raw, output_len)
+    if kind == "sharegpt":
+        c = config or WorkloadConfig(dataset=spec)
+        try:
+            pairs = read_pairs(path, raw)
+        except ShareGPTError as exc:
+            raise WorkloadError(str(exc)) from None
+        items = [Prompt(text, n) for text, n in requests_of(pairs, calibration.tokens_per_char, output_len=c.sharegpt_output_len,
+                                                             context_len=c.sharegpt_context_len, seed=c.seed)]
+        if pairs and not items:
+            too = f"shorter than {MIN_TOKENS} tokens" + (f" or longer than --sharegpt-context-len {c.sharegpt_context_len}"
+                                                         if c.sharegpt_context_len is not None else "")
+            raise WorkloadError(f"dataset file {shown}: all {len(pairs)} conversations left out (prompt or reply {too})")
+    else:
+        items = _jsonl(path, raw, output_len)
     if not items:
         raise WorkloadError(f"dataset file {shown}: no usable prompts; {expected}")
     return items
-
-
-def _sharegpt(path: Path, raw: str, output_len: int) -> list[Prompt]:
-    """ShareGPT JSON: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise WorkloadError(
-            f"dataset file {str(path)!r}: not JSON ({exc}); expected a ShareGPT list of "
-            '{"conversations": [{"from": "human", "value": ...}]}'
-        ) from exc
-    if not isinstance(data, list):
-        raise WorkloadError(f"dataset file {str(path)!r}: expected a JSON list of ShareGPT conversations")
-    out = []
-    for item in data:
-        conv = item.get("conversations") if isinstance(item, dict) else None
-        if not isinstance(conv, list):
-            continue
-        for turn in conv:
-            if isinstance(turn, dict) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str):
-                if turn["value"].strip():
-                    out.append(Prompt(turn["value"], output_len))
-                break
-    return out
 
 
 def _jsonl(path: Path, raw: str, output_len: int) -> list[Prompt]:

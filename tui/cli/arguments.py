@@ -126,8 +126,6 @@ class OneLineParser(argparse.ArgumentParser):
     def _unknown_option(self) -> tuple[str, str] | None:
         """(prog, message) for the first option in the arguments that no parser knows, with the
         closest real one; None when every option is known."""
-        import difflib
-
         subs: dict[str, argparse.ArgumentParser] = {}
         for a in self._actions:
             if isinstance(a, argparse._SubParsersAction):
@@ -150,19 +148,41 @@ class OneLineParser(argparse.ArgumentParser):
             known = parser._option_string_actions
             if name in known or (not tok.startswith("--") and tok[:2] in known):  # -c32
                 continue
-            elsewhere = [p.prog for p in (self, *subs.values()) if p is not parser and name in p._option_string_actions]
-            longs = [o for o in known if o.startswith("--")]
-            close = [o for o in longs if o.startswith(name)] if name.startswith("--") else []
-            if len(close) != 1:  # `--conc` is the start of --concurrency alone: that one, not --control
-                close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, longs, n=1, cutoff=0.6)
-            if elsewhere:
-                hint = f"; it is an option of {elsewhere[0]}, not of {parser.prog}"
-            elif close:
-                hint = f"; did you mean {close[0]}?"
-            else:
-                hint = ""
-            return parser.prog, f"unknown option {name!r}{hint}"
+            others = [p for p in (self, *subs.values()) if p is not parser]
+            return parser.prog, f"unknown option {name!r}{_option_hint(name, parser, others)}"
         return None
+
+
+def _option_hint(name: str, parser: argparse.ArgumentParser, others: Sequence[argparse.ArgumentParser]) -> str:
+    """The tail of an unknown option's refusal, best first: another tool's name for one of
+    ours (bench_serving's --qps, --output-file; tui/cli/refusals.py KNOWN_ELSEWHERE), the option
+    of another command, the start of exactly one option, the nearest spelling here, or the
+    nearest spelling of another command's option when that one is nearer."""
+    import difflib
+
+    known = parser._option_string_actions
+    alias = refusals.known_elsewhere(name, parser.prog, [o for o in known if o.startswith("--")])
+    if alias:
+        return alias
+    elsewhere = [p.prog for p in others if name in p._option_string_actions]
+    if elsewhere:
+        return f"; it is an option of {elsewhere[0]}, not of {parser.prog}"
+    longs = [o for o in known if o.startswith("--")]
+    word = name if name.startswith("--") else "-" + name
+    close = [o for o in longs if o.startswith(name)] if name.startswith("--") else []
+    if len(close) == 1:  # `--conc` is the start of --concurrency alone: that one, not --control
+        return f"; did you mean {close[0]}?"
+
+    def best(options: Sequence[str]) -> tuple[float, str]:
+        near = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+        return (difflib.SequenceMatcher(None, word, near[0]).ratio(), near[0]) if near else (0.0, "")
+
+    here = best(longs)
+    there = max(((*best([o for o in p._option_string_actions if o.startswith("--")]), p.prog) for p in others),
+                default=(0.0, "", ""))
+    if there[0] > here[0] + 0.05:  # `redline run quick --concurency 8`: redline's --concurrency, not run's --max-concurrency
+        return f"; did you mean {there[1]}? it is an option of {there[2]}, not of {parser.prog}"
+    return f"; did you mean {here[1]}?" if here[1] else ""
 
 
 def _is_number(s: str) -> bool:
@@ -212,6 +232,8 @@ def _rate(name: str, lo: float | None = None):
         try:
             return api.check_rate(s, name, lo=lo)
         except api.ArrivalError as exc:
+            if lo is None and s.strip().lower() in ("inf", "+inf", "infinity"):  # bench_serving's default: all at once
+                raise argparse.ArgumentTypeError(f"{name} {s!r}: {refusals.ALL_AT_ONCE}") from None
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
@@ -317,7 +339,7 @@ def _seed(s: str) -> int:
 
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
-    g.add_argument("--url", action="append", default=None, metavar="URL", help=url_help)
+    g.add_argument("--url", "--base-url", action="append", default=None, metavar="URL", help=url_help)
     g.add_argument("--workers", type=_workers, default="auto", metavar="N|auto", help="hold the load in N worker processes, each its share of C and its own connections (default auto: this engine process up to 1024 in flight, 256 on https://; above, one worker per as many of the most the run is set to reach, up to the cores)")
     g.add_argument("--ray", default=None, metavar="auto|ADDRESS", help="place the --workers as Ray actors on this Ray cluster (auto: the one this host is in; ADDRESS: its head, host:6379), spread over its nodes; needs redline[ray] on every node")
     g.add_argument("--weights", default=None, metavar="W1,W2,...", help="with --url given several times: split the load by these weights, one positive number per --url in order (default: evenly)")
@@ -339,10 +361,11 @@ def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     ins = p.add_argument_group("inside the server", "the server's profiler and prefix cache at the load held (docs/inside-the-server.md)")
     ins.add_argument("--profile-s", type=_positive_float("--profile-s"), default=5.0, metavar="S", help="a profiler capture (key P, [ramp] profile) stops after S seconds or at its step's end (default 5)")
     ins.add_argument("--flush-cache", action="store_true", help="before each preset step and the probe: drain the load to zero, then flush the server's prefix cache (SGLang /flush_cache, vLLM /reset_prefix_cache)")
+    ins.add_argument("--admin-key", default=None, metavar="KEY", help="SGLang's --admin-api-key, sent as the bearer of /flush_cache and the profiler (default: $REDLINE_ADMIN_KEY; prefer the variable, a command line is visible to other users); never shown, logged or written")
     o = p.add_argument_group("session")
     o.add_argument("--out", type=Path, default=None, metavar="DIR", help="session directory (default ./redline-sessions/<UTC time>)")
     o.add_argument("--label", default=None, help="session label for comparisons (default: model and tp/pp sizes)")
-    o.add_argument("--percentiles", type=_percentiles, default=None, metavar="P,...", help="the percentiles summary.json, the report, exports and the end summary carry for TTFT, ITL, TPOT and E2E (default 50,90,95,99)")
+    o.add_argument("--percentiles", "--metric-percentiles", type=_percentiles, default=None, metavar="P,...", help="the percentiles summary.json, the report, exports and the end summary carry for TTFT, ITL, TPOT and E2E (default 50,90,95,99)")
     o.add_argument("--progress-s", type=_positive_float("--progress-s"), default=None, metavar="S", help="headless without a terminal: a progress line every S seconds (default 10; on a terminal one live line)")
     o.add_argument("--seed", type=_seed, default=None, metavar="N", help="the workload's randomness: prompts, random lengths, arrivals, the built-in sim (default: the preset's [workload].seed, else 0)")
     _request_options(p)
@@ -355,8 +378,18 @@ def _request_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request shaping", "what every request carries beside its prompt (docs/load-shapes.md#request-shaping); each wins over the preset's [workload] key")
     g.add_argument("-H", "--header", action="append", type=_header, default=None, dest="headers", metavar="'NAME: VALUE'", help="a header sent on every request of the load and the probe lane (repeated); a credential's value (Authorization, X-Api-Key, Cookie, names with token, secret, key, auth, password) is never shown or logged")
     g.add_argument("--extra-body", type=_extra_body, default=None, metavar="JSON", help='a JSON object merged into every request body, e.g. \'{"temperature": 0.5, "top_p": 0.9}\' (not the keys redline writes: messages, prompt, model, max_tokens, stream, ...; /generate: its sampling_params merge into redline\'s)')
-    g.add_argument("--no-ignore-eos", action="store_const", const=False, default=None, dest="ignore_eos", help="do not ask the server to ignore EOS: outputs end where the model stops (their lengths from the server's usage), at most max_tokens")
+    g.add_argument("--no-ignore-eos", "--disable-ignore-eos", action="store_const", const=False, default=None, dest="ignore_eos", help="do not ask the server to ignore EOS: outputs end where the model stops (their lengths from the server's usage), at most max_tokens")
     g.add_argument("--random-range-ratio", type=_range_ratio, default=None, metavar="R", help="0 <= R < 1: each random prompt's input and output lengths drawn from [L*(1-R), L*(1+R)] (vllm bench serve's definition; default 0: fixed lengths)")
+    g.add_argument("--sharegpt-output-len", type=_positive_int("--sharegpt-output-len"), default=None, metavar="N", help="a ShareGPT dataset: ask every prompt for N tokens (default: the length of the conversation's own reply, as bench_serving)")
+    g.add_argument("--sharegpt-context-len", type=_positive_int("--sharegpt-context-len"), default=None, metavar="N", help="a ShareGPT dataset: leave out the conversations whose prompt and reply together pass N tokens (bench_serving's; default: none left out for length)")
+
+
+def _result_options(p: argparse.ArgumentParser) -> None:
+    """bench_serving's and `vllm bench serve`'s result file: the run's summary.json (always
+    written in the session directory) copied to a file of the operator's choosing at the end."""
+    g = p.add_argument_group("result file", "bench_serving's names for the summary redline always writes (SESSION/summary.json)")
+    g.add_argument("--result-filename", type=Path, default=None, metavar="FILE", help="at the end, also write the summary (summary.json: the whole run, every step) to FILE")
+    g.add_argument("--save-result", action="store_true", help="accepted for bench_serving's habit: the summary is always saved (SESSION/summary.json); the end names the file")
 
 
 def _control_options(p: argparse.ArgumentParser) -> None:
@@ -371,8 +404,16 @@ def _run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
     r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
     r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
+    _repeat_options(r.add_argument_group("repeats"))
     _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
+    _result_options(r)
     _control_options(r)
+
+
+def _repeat_options(g) -> None:
+    """--repeats and --gpus: `redline sweep` and `redline run` (docs/comparing.md#repeats-and-intervals)."""
+    g.add_argument("--repeats", type=_positive_int("--repeats"), default=None, metavar="N", help="run the preset N times (each configuration's): per load a mean, a 95 %% interval and the CV; comparisons say better, worse or no clear difference (default: the preset's [ramp] repeats, else 1)")
+    g.add_argument("--gpus", type=_positive_int("--gpus"), default=None, metavar="N", help="GPUs the server uses, for tok/s per GPU, when its /server_info says no tp x pp (vLLM, ...)")
 
 
 def _sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -387,6 +428,9 @@ def _sweep_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--url-template", default=None, metavar="URL", help="each server's URL, e.g. http://gpu-host:{port} (default http://127.0.0.1:{port})")
     g.add_argument("--ready-timeout", type=float, default=None, metavar="S", help="wait this long for a server to answer /health and /v1/models (default 900)")
     g.add_argument("--cooldown", type=float, default=None, metavar="S", help="pause between configurations (default 0)")
+    _repeat_options(g)
+    g.add_argument("--restart-each", action="store_true", help="with --repeats: relaunch each configuration's server before each repeat (default: kept up between them)")
+    g.add_argument("--resume", action="store_true", help="go on with the stopped sweep in --out: its completed configurations kept, the others run again (a differing grid or preset is refused)")
     g.add_argument("--dry-run", action="store_true", help="print each configuration's label, command and URL, start nothing")
     g.add_argument("--headless", action="store_true", help="no TUI: print each configuration's progress, its step lines and one comparison")
     g.add_argument("--gate", default=None, metavar="SPEC", help="conditions on every configuration (knee>=64, errors<=1%%), or best:LABEL (that configuration gives the most tok/s); a failed one exits 4")
@@ -395,7 +439,8 @@ def _sweep_arguments(p: argparse.ArgumentParser) -> None:
 
 def _export_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("session_dir", type=Path)
-    e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson"))
+    e.add_argument("--format", "-f", required=True, choices=("parquet", "csv", "ndjson", "json"),
+                   help="parquet, csv or ndjson: a file per table (requests, timeline, events, steps); json: one document, session.json (meta, summary and every table)")
     e.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="output directory (default SESSION_DIR/export)")
 
 
@@ -424,11 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
     w = p.add_argument_group("load")
     w.add_argument("--concurrency", "-c", type=_positive_int("--concurrency"), default=DEFAULT_CONCURRENCY, metavar="N", help=f"starting concurrency (default {DEFAULT_CONCURRENCY})")
     w.add_argument("--step", type=_positive_int("--step"), default=DEFAULT_STEP, metavar="N", help=f"+/- change (default {DEFAULT_STEP})")
-    w.add_argument("--input-len", type=_positive_int("--input-len"), default=DEFAULT_INPUT_LEN, metavar="N", help=f"random prompt length in server tokens (default {DEFAULT_INPUT_LEN})")
-    w.add_argument("--output-len", type=_positive_int("--output-len"), default=DEFAULT_OUTPUT_LEN, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN})")
+    w.add_argument("--input-len", "--random-input-len", type=_positive_int("--input-len"), default=DEFAULT_INPUT_LEN, metavar="N", help=f"random prompt length in server tokens (default {DEFAULT_INPUT_LEN})")
+    # default None: a ShareGPT dataset asks each reply's own length unless --output-len is given (launch.py)
+    w.add_argument("--output-len", "--random-output-len", type=_positive_int("--output-len"), default=None, metavar="N", help=f"max_tokens, with ignore_eos (default {DEFAULT_OUTPUT_LEN}; a ShareGPT dataset: each conversation's reply length unless given)")
     w.add_argument("--dataset", default="random", help="random | sharegpt:PATH | jsonl:PATH | prefix:groups=G,prefix_len=P,suffix_len=S (G groups of prompts sharing a P-token prefix)")
     shape = p.add_argument_group("load shape", "open-loop request rate, multi-turn chat, trace replay (key m switches concurrency <-> rate)")
-    shape.add_argument("--rate", type=_rate("--rate"), default=None, metavar="R", help="start in open-loop rate mode at R requests/s (latencies from each intended send time; --max-concurrency caps what is in flight)")
+    shape.add_argument("--rate", "--request-rate", type=_rate("--rate"), default=None, metavar="R", help="start in open-loop rate mode at R requests/s (latencies from each intended send time; --max-concurrency caps what is in flight)")
     # default None, read as poisson (launch.py): a string default would be parsed, and its module imported, on every start
     shape.add_argument("--arrival", type=_arrival, default=None, metavar="KIND", help="rate mode's arrivals: poisson (default), constant or gamma:K (K < 1 burstier, K > 1 smoother)")
     shape.add_argument("--rate-step", type=_rate("--rate-step", lo=0.0), default=1.0, metavar="R", help="what +/- add and remove in rate mode, in req/s (default 1)")
@@ -438,9 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--speed", type=_speed, default=None, metavar="X", help="with --trace: replay X times as fast as recorded (default 1)")
     w.add_argument("--compare", type=Path, default=None, metavar="SESSION_DIR", help="overlay an earlier session on the saturation curve (key g)")
     fixed = p.add_argument_group("fixed-size run", "stop the load by itself, close the session as q does; headless: a summary in bench_serving's layout")
-    fixed.add_argument("--num-requests", "-n", type=_positive_int("--num-requests"), default=None, metavar="N", help="stop after N requests were sent and ended")
+    fixed.add_argument("--num-requests", "-n", "--num-prompts", type=_positive_int("--num-requests"), default=None, metavar="N", help="stop after N requests were sent and ended")
     fixed.add_argument("--duration", type=_duration("--duration"), default=None, metavar="S", help="stop after S seconds (20, 30s, 5m)")
     p.add_argument("--headless", action="store_true", help="no TUI: hold the starting load until the control API (--control) changes or stops it, or a signal ends it")
+    _result_options(p)
     _control_options(p)
     p.set_defaults(handler=commands.cmd_tui)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

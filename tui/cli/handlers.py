@@ -33,12 +33,45 @@ def _err(text: str) -> None:
 # -- redline (no command): the TUI ---------------------------------------------------------
 def cmd_tui(args: argparse.Namespace) -> int:
     cfg = checked_config(args)
+    check_result_file(args)
     if getattr(args, "headless", False):
         import asyncio  # here, not at the top: `redline --help` and the TUI's first frame do not wait for it
 
         with running_target(cfg, args) as cfg:
-            return asyncio.run(_held(cfg, getattr(args, "progress_s", None)))
-    return _tui(args, cfg, preset=None)
+            return save_result(args, cfg.out_dir, asyncio.run(_held(cfg, getattr(args, "progress_s", None))))
+    return save_result(args, cfg.out_dir, _tui(args, cfg, preset=None))
+
+
+def check_result_file(args: argparse.Namespace) -> None:
+    """--result-filename FILE (bench_serving's and `vllm bench serve`'s name): a file that can
+    be written, checked before anything starts."""
+    path = getattr(args, "result_filename", None)
+    if path is not None:
+        _check_out_file(path, "--result-filename", "result.json")
+
+
+def save_result(args: argparse.Namespace, out_dir: Path | None, rc: int) -> int:
+    """At the end of a run (a signal's too: nothing recorded is lost): --result-filename gets
+    a copy of summary.json; --save-result names where the summary is. The exit status `rc`
+    is kept, unless the copy cannot be written (exit 2, one line)."""
+    path = getattr(args, "result_filename", None)
+    if path is None and not getattr(args, "save_result", False):
+        return rc
+    summary = Path(out_dir) / "summary.json" if out_dir is not None else None
+    if summary is None or not summary.is_file():
+        _err(f"{'--result-filename ' + str(path) if path is not None else '--save-result'}: no summary was written "
+             "(the run stopped before it began)")
+        return rc if rc != EXIT_OK else EXIT_BAD_INPUT
+    if path is None:
+        print(f"redline: summary saved: {summary}", file=sys.stderr, flush=True)
+        return rc
+    try:
+        path.write_bytes(summary.read_bytes())
+    except OSError as exc:
+        _err(f"--result-filename {path}: cannot write: {exc.strerror or exc}")
+        return EXIT_BAD_INPUT
+    print(f"redline: summary written to {path} (a copy of {summary})", file=sys.stderr, flush=True)
+    return rc
 
 
 async def _held(cfg, progress_s: float | None = None) -> int:
@@ -98,17 +131,20 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             ticking.cancel()
             await asyncio.gather(ticking, return_exceptions=True)
         reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else (f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
+        live = getattr(engine.book, "live", None)
+        if caught and live is not None:  # the step the signal cut short (a preset's runner marks its own)
+            live.partial = True
         await engine.stop(reason)
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
     print_run_summary(engine, so_far=bool(caught))
+    if engine.steps or engine.probe_result is not None:  # a signal's too: the step it cut marked partial
+        print()
+        print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result), flush=True)
     if caught:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}",
               file=sys.stderr)
         return 128 + caught[0].value
-    if engine.steps or engine.probe_result is not None:
-        print()
-        print(format_step_table(list(engine.steps), engine.break_result, engine.probe_result))
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
     return ended_status(engine_loss(engine), EXIT_OK)
 
@@ -133,19 +169,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "search", False):
         preset = api.as_search(preset, args.max_concurrency)
     gate = run_gate(args, preset)  # a bad spec: one line, exit 2, before any load
+    repeats = getattr(args, "repeats", None) or preset.repeats
+    if repeats > 1:  # a sweep of one configuration: OUT/sweep.json, OUT/LABEL/r1..rN (issue 44)
+        from .sweep_cmd import run_repeats
+
+        return run_repeats(args, preset, repeats, gate)
     cfg = checked_config(args, preset)
+    check_result_file(args)
     if not args.headless:
         if getattr(args, "gate", None) or getattr(args, "junit", None):
             flag = "--gate" if getattr(args, "gate", None) else "--junit"
             raise UsageError(f"{flag}: a gate is checked at the end of an unattended run; add --headless")
-        return _tui(args, cfg, preset=preset)
+        return save_result(args, cfg.out_dir, _tui(args, cfg, preset=preset))
     import asyncio
 
     from .launch import BUILTIN_SIM
 
     sim_profile = (args.profile or DEFAULT_SIM_PROFILE) if cfg.url == BUILTIN_SIM else None
     with running_target(cfg, args) as cfg:
-        return asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile, getattr(args, "progress_s", None)))
+        rc = asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile, getattr(args, "progress_s", None)))
+    return save_result(args, cfg.out_dir, rc)
 
 
 def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
@@ -212,10 +255,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import report_text
 
-    if len(args.session_dirs) == 1 and api.load_sweep(args.session_dirs[0]) is not None:
-        from .sweep_cmd import sweep_report
+    sweeps = [d for d in args.session_dirs if api.load_sweep(d) is not None]
+    if sweeps:
+        from .sweep_cmd import sweep_report, sweeps_report
 
-        return sweep_report(args, args.session_dirs[0])
+        if len(args.session_dirs) == 1:
+            return sweep_report(args, args.session_dirs[0])
+        return sweeps_report(args, args.session_dirs)  # runs with --repeats (sweeps of one), sweeps, sessions side by side
 
     png: Path | None = args.png
     if png is not None:
@@ -236,6 +282,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         log_warnings(d)
     try:
         print(text)
+        if len(args.session_dirs) > 1:  # their differences with intervals, the Pareto front, the fingerprints (issue 44)
+            more = api.format_answers(api.merged_doc(args.session_dirs))
+            if more:
+                print(f"\n{more}")
         if not args.no_plot:
             print_curves(sessions)
         if png is not None:

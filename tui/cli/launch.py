@@ -339,6 +339,15 @@ def api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
+def admin_key(args: argparse.Namespace) -> str | None:
+    """SGLang's admin key: --admin-key, else $REDLINE_ADMIN_KEY; never echoed."""
+    key = getattr(args, "admin_key", None) or os.environ.get("REDLINE_ADMIN_KEY") or None
+    if key is not None and not all(32 < ord(ch) < 127 for ch in key):
+        where = "--admin-key" if getattr(args, "admin_key", None) else "$REDLINE_ADMIN_KEY"
+        raise UsageError(f"{where}: contains spaces, control or non-ASCII characters; expected a printable token (the admin key SGLang was started with)")
+    return key
+
+
 def check_shape(args: argparse.Namespace) -> None:
     """The load-shape options that only make sense together (each is checked alone by
     argparse): one line naming the option and what is accepted."""
@@ -383,9 +392,14 @@ def check_trace(path: str) -> None:
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
     turns = getattr(args, "turns", None) or 1
-    wl = engine_api.WorkloadConfig(dataset=args.dataset, input_len=args.input_len, output_len=args.output_len, seed=seed_of(args),
+    shaping = request_shaping(args)
+    given = getattr(args, "output_len", None)  # None: not given (a ShareGPT dataset then asks each reply's length)
+    if given is not None and shaping["sharegpt_output_len"] is None and str(args.dataset).startswith("sharegpt:"):
+        shaping["sharegpt_output_len"] = given  # --output-len with ShareGPT: every request asks that many, as --sharegpt-output-len
+    wl = engine_api.WorkloadConfig(dataset=args.dataset, input_len=args.input_len,
+                        output_len=given if given is not None else engine_api.DEFAULT_OUTPUT_LEN, seed=seed_of(args),
                         turns=turns, think_s=getattr(args, "think_s", None) or 0.0, trace=getattr(args, "trace", None),
-                        **request_shaping(args))
+                        **shaping)
     check_workload(wl)
     return wl
 
@@ -430,18 +444,25 @@ def request_shaping(args: argparse.Namespace, preset: Preset | None = None) -> d
     if ratio and (trace is not None or dataset != "random"):
         raise UsageError(f"--random-range-ratio {ratio:g}: spreads the random dataset's input and output lengths; "
                          f"not with {'a trace' if trace is not None else f'dataset {dataset!r}'} (its lengths are its own)")
+    fixed, context = getattr(args, "sharegpt_output_len", None), getattr(args, "sharegpt_context_len", None)
+    for flag, v in (("--sharegpt-output-len", fixed), ("--sharegpt-context-len", context)):
+        if v is not None and (trace is not None or not str(dataset).startswith("sharegpt:")):
+            raise UsageError(f"{flag} {v}: for a ShareGPT dataset (--dataset sharegpt:FILE); "
+                             f"not with {'a trace' if trace is not None else f'dataset {dataset!r}'}")
     return {
         "headers": tuple(headers.values()),
         "extra_body": engine_api.extra_body_text(extra),
         "ignore_eos": ignore_eos if ignore_eos is not None else getattr(w, "ignore_eos", True),
         "random_range_ratio": ratio,
+        "sharegpt_output_len": fixed,
+        "sharegpt_context_len": context,
     }
 
 
 def check_workload(wl: WorkloadConfig) -> None:
     if wl.dataset != "random":
         try:
-            engine_api.load_dataset(wl.dataset, wl.output_len)
+            engine_api.load_dataset(wl.dataset, wl.output_len, config=wl)
         except engine_api.WorkloadError as exc:
             raise UsageError(str(exc)) from None
 
@@ -479,4 +500,5 @@ def engine_config(
         seed=seed_of(args),
         profile_s=getattr(args, "profile_s", 5.0),
         flush_cache=getattr(args, "flush_cache", False),
+        admin_key=admin_key(args),
     )

@@ -5,7 +5,9 @@ curve view through tui/widgets/curve.py), as an image with matplotlib (`--png`, 
 `png` extra).
 
 The load is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the loads
-measured. Sessions that mix kinds (C steps, then rate steps) are drawn on the axis of the kind
+measured. A lower bound (a p99 TTFT of censored requests, `>=` in the tables) is drawn as the
+HTML page draws it: an open marker (BOUND_MARK) on a dotted segment rising from it, joined to
+no measured point; a session's line runs through its measured points only. Sessions that mix kinds (C steps, then rate steps) are drawn on the axis of the kind
 most of their points have; what a point, the best session and the knee are:
 engine/report/compare.py.
 """
@@ -29,6 +31,8 @@ PNG_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "t
 # Point symbols per session: tell the lines apart without color (piped output, NO_COLOR).
 POINT_MARKS = ("o", "x", "+", "#", "%", "@", "&", "=")
 KNEE_MARK = "◆"
+BOUND_MARK = "○"  # a lower bound: at least this (the HTML page's open circle)
+BOUND_RISE = 1.5  # its dotted segment rises to 1.5 times the bound (cut at the plot's top)
 
 MIN_PLOT_W = 30  # below this a side-by-side plot is illegible: stack them instead
 MIN_PLOT_H = 7
@@ -58,6 +62,19 @@ def _points(s: SessionSummary, metric: str, kind: str = "C") -> list[tuple[float
         if key.kind == kind and v is not None and key.value > 0:
             pts.append((key.value, float(v)))
     return pts
+
+
+def _bounds(s: SessionSummary, metric: str, kind: str = "C") -> set[float]:
+    """The loads whose `metric` is a lower bound (censored requests), not a measured value."""
+    return {key.value for key, st in s.by_load().items()
+            if key.kind == kind and key.value > 0 and getattr(st, metric) is not None and st.bound(metric)}
+
+
+def split_bounds(s: SessionSummary, metric: str, kind: str = "C") -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(measured points, lower bounds) of a session's curve: the line joins the first only."""
+    bounds = _bounds(s, metric, kind)
+    pts = _points(s, metric, kind)
+    return [p for p in pts if p[0] not in bounds], [p for p in pts if p[0] in bounds]
 
 
 def _knee_value(s: SessionSummary, metric: str, kind: str = "C") -> tuple[float, float | None] | None:
@@ -142,8 +159,12 @@ def _c_ticks(cs: list[float], canvas_w: int, prefer: Sequence[float] = (), kind:
 
 # -- terminal (plotext) --------------------------------------------------------------------
 
-def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool) -> list[str]:
-    """The legend above the plots: symbol, label and knee of each session, packed into lines."""
+BOUND_LEGEND = f"{BOUND_MARK} = at least (a lower bound: requests still waiting at the step's close)"
+
+
+def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool, kind: str = "C") -> list[str]:
+    """The legend above the plots: symbol, label and knee of each session, packed into lines;
+    what the open marker means when a curve has a lower bound."""
     entries = []
     for i, s in enumerate(sessions):
         k = _knee_text(s)
@@ -152,6 +173,8 @@ def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool) -
         if len(text) > width:
             text = text[: max(width - 1, 1)] + "…"
         entries.append((text, TERM_COLORS[i % len(TERM_COLORS)]))
+    if any(_bounds(s, metric, kind) for s in sessions for metric, _ in METRICS):
+        entries.append((BOUND_LEGEND if len(BOUND_LEGEND) <= width else f"{BOUND_MARK} = at least (a lower bound)"[:width], 244))
     lines: list[list[tuple[str, int]]] = [[]]
     used = 0
     for text, col in entries:
@@ -222,15 +245,24 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
             x = math.log2(k)
             sub.draw(sub.segment((x, x), (0, ytop), marker=plotext.line(1, pix(i), "dotted")))
             knees.append((x, k, i))
-    for i, s, pts in series:
-        if pts:
-            line = sub.signal([math.log2(c) for c, _ in pts], [v for _, v in pts], marker=mk(hd_markers[i % len(hd_markers)], i))
+    split = {i: split_bounds(s, metric, kind) for i, s, _ in series}
+    for i, _s, _pts in series:  # lower bounds: a dotted segment rising from each, joined to nothing
+        for c, v in split[i][1]:
+            x = math.log2(c)
+            sub.draw(sub.segment((x, x), (v, min(v * BOUND_RISE, ytop)), marker=plotext.line(1, pix(i), "dotted")))
+    for i, _s, _pts in series:
+        measured = split[i][0]
+        if len(measured) > 1:
+            line = sub.signal([math.log2(c) for c, _ in measured], [v for _, v in measured], marker=mk(hd_markers[i % len(hd_markers)], i))
             line.lines()
             sub.draw(line)
-    for i, s, pts in series:
-        if pts:
+    for i, _s, _pts in series:
+        measured, bounds = split[i]
+        if measured:
             mark = POINT_MARKS[i % len(POINT_MARKS)]
-            sub.draw(sub.signal([math.log2(c) for c, _ in pts], [v for _, v in pts], marker=mk(mark, i)))
+            sub.draw(sub.signal([math.log2(c) for c, _ in measured], [v for _, v in measured], marker=mk(mark, i)))
+        if bounds:
+            sub.draw(sub.signal([math.log2(c) for c, _ in bounds], [v for _, v in bounds], marker=mk(BOUND_MARK, i)))
     for i, s, pts in series:
         kv = _knee_value(s, metric, kind)
         if kv is not None and kv[1] is not None:
@@ -265,7 +297,7 @@ def render_curves(
     lines: list[str] = []
     if title:
         lines.append(title[:width])
-    lines += _legend_lines(sessions, width, color)
+    lines += _legend_lines(sessions, width, color, axis_kind(sessions))
     avail = height - len(lines)
     side = width >= 2 * MIN_PLOT_W + 1 and avail >= MIN_PLOT_H
     if side:
@@ -323,8 +355,9 @@ def png_available() -> bool:
 
 
 def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, title: str | None = None) -> Path:
-    """Both curves, side by side, as a PNG at path: log2 concurrency axis, one line per session,
-    each knee a dashed line, a diamond and a label, the legend under both plots.
+    """Both curves, side by side, as a PNG at path: log2 concurrency axis, one line per session
+    through its measured points (a lower bound an open marker on a dashed rise, joined to
+    nothing), each knee a dashed line, a diamond and a label, the legend under both plots.
     PngUnavailable without matplotlib; OSError if the file cannot be written."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -362,10 +395,12 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
             if not s.steps:
                 notes.append("no steps")
             lab = s.label + (f"  ({'; '.join(notes)})" if notes else "")
-            xs = [c for c, _ in pts]
-            vs = [v for _, v in pts]
-            ys_all += vs
-            (h,) = ax.plot(xs, vs, marker="o", ms=5, lw=2, color=col)
+            measured, bounds = split_bounds(s, metric, kind)
+            ys_all += [v for _, v in pts]
+            (h,) = ax.plot([c for c, _ in measured], [v for _, v in measured], marker="o", ms=5, lw=2, color=col)
+            for c, v in bounds:  # a lower bound: an open marker on a dashed segment rising from it, joined to nothing
+                ax.plot([c, c], [v, v * BOUND_RISE], ls="--", lw=1.5, color=col)
+                ax.plot([c], [v], marker="o", ms=7, mfc="white", mec=col, mew=2, ls="none")
             if n_ax == 0:
                 handles.append(h)
                 labels.append(lab)

@@ -1,7 +1,9 @@
 """A headless run's progress: on a terminal one live status line, rewritten each second (the
 load, in flight, tok/s, TTFT p50/p99, done/failed, what the preset's step is doing and how
 long it has left); without one (a log, CI) a plain line every `--progress-s` seconds (10).
-Step lines and warnings print above it: `say` clears it first."""
+Step lines and warnings print above it: `say` clears it first, and so does a warning the
+engine raises (printed on stderr, the same terminal: it would land after the live line's
+text, `... · done redline: warning: ...`)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,15 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every_s = 1.0 if self.tty else (every_s or DEFAULT_EVERY_S)
         self._shown = False
+        events = getattr(engine, "events", None)
+        printer = getattr(events, "on_warning", None)
+        if printer is not None:  # the headless warning printer (tui/cli/headless.py): the live line cleared first
+
+            def warn(key: str, text: str) -> None:
+                self.clear()
+                printer(key, text)
+
+            events.on_warning = warn
 
     def line(self) -> str:
         e = self.e

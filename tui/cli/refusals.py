@@ -56,7 +56,7 @@ def choice_refusal(action: argparse.Action, value: object) -> str:
     A subcommand (`redline reprot`, `redline ctl concurency`) is an unknown command or action;
     a built-in preset's name given as a command (`redline quick`) says how to run it."""
     choices = [str(c) for c in (action.choices or ())]
-    near = api.closest(value, choices)
+    near = api.closest(value, choices, aliases=KNOWN_VALUES.get(option_name(action)))
     hint = f"; did you mean {near}?" if near is not None else ""
     if isinstance(action, argparse._SubParsersAction):
         what = "command" if action.dest in ("command", argparse.SUPPRESS, None) else action.dest
@@ -95,3 +95,57 @@ SIM_PROFILE_RENAMED = "--profile is now --sim-profile (the sim's profile; --prof
 def add_renamed_profile(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The sim's old `--profile NAME`, refused with its new name (issue 38)."""
     parser.add_argument("--profile", action=RenamedOption, why=SIM_PROFILE_RENAMED)
+
+
+# -- other tools' names ------------------------------------------------------------------------
+# What SGLang's bench_serving and `vllm bench serve` users type, where redline has the same
+# thing under another name. The ones that are the very same are accepted as aliases
+# (--request-rate, --num-prompts, --base-url, --random-input-len, --random-output-len,
+# --disable-ignore-eos, --metric-percentiles, --save-result, --result-filename,
+# --sharegpt-output-len: tui/cli/arguments.py); these are refused, naming ours, ahead of any
+# near spelling (`--qps` is not --slo, `--output-file` not --output-len).
+ALL_AT_ONCE = ("bench_serving's inf sends every request at once, a closed loop here: give --concurrency N "
+               "(bench_serving's --max-concurrency N) and --num-requests to stop, or a rate in requests per second")
+KNOWN_ELSEWHERE: dict[str, tuple[str, str]] = {
+    # their name: (our option, what it is, in words)
+    "--qps": ("--rate", "the open-loop request rate, also spelt --request-rate"),
+    "--request-rate-range": ("redline run --search", "several rates: a preset's [ramp] rate = [...] or a knee search"),
+    "--output-file": ("--result-filename", "the run's summary written to a file of your choosing"),
+    "--output-json": ("--result-filename", "the run's summary written to a file of your choosing"),
+    "--result-dir": ("--out", "the session directory (--result-filename names the summary's own copy)"),
+    "--dataset-name": ("--dataset", "the prompts: random, sharegpt:PATH, jsonl:PATH or prefix:..."),
+    "--dataset-path": ("--dataset", "sharegpt:PATH (a ShareGPT JSON file) or jsonl:PATH"),
+    "--host": ("--url", "the server, as http://HOST:PORT"),
+    "--port": ("--url", "the server, as http://HOST:PORT"),
+    "--backend": ("--api", "chat, completions or generate (SGLang's /generate)"),
+    "--random-input": ("--input-len", "the random prompts' length in the server's tokens"),
+    "--random-output": ("--output-len", "max_tokens"),
+    "--max-num-requests": ("--num-requests", "stop after N requests"),
+    "--warmup-requests": ("a preset's [ramp] warmup_s", "each step's warm-up, not measured"),
+}
+
+
+# another tool's names for the values of a choice of ours, by option: ranked above a near spelling
+KNOWN_VALUES: dict[str, dict[str, str]] = {
+    "--api": {  # bench_serving's --backend and vllm bench serve's --endpoint-type
+        "openai": "completions", "openai-chat": "chat", "openai-completions": "completions", "sglang-oai": "completions",
+        "sglang-oai-chat": "chat", "sglang": "generate", "sglang-native": "generate", "vllm": "completions",
+        "vllm-chat": "chat",
+    },
+    "--format": {"parq": "parquet", "jsonl": "ndjson"},  # redline export
+}
+
+
+def known_elsewhere(name: str, prog: str, options: Sequence[str]) -> str:
+    """`; redline's name for it is --rate: ...` when `name` (underscores read as dashes) is
+    another tool's name for one of ours; "" otherwise, and where this command has the option
+    under that very name (`redline sweep --port`)."""
+    key = name.replace("_", "-")
+    if key in options:  # `--num_prompts`: the option itself, with underscores
+        return f"; did you mean {key}?"
+    hit = KNOWN_ELSEWHERE.get(key)
+    if hit is None:
+        return ""
+    ours, what = hit
+    where = f", an option of redline, not of {prog}" if ours.startswith("--") and ours not in options and prog != "redline" else ""
+    return f"; redline's name for it is {ours}{where}: {what}"

@@ -187,10 +187,11 @@ def format_goodput_table(sessions: Sequence[SessionSummary], rows: Sequence[Row]
 
 
 def _knee_note(s: SessionSummary) -> str:
-    """The session's knee, as summary.json recorded it (engine/rules/verdicts.py)."""
+    """The session's knee, as summary.json recorded it (engine/rules/verdicts.py): one per
+    workload when it ran more than one, the session's last."""
     if not s.steps:
         return "no knee (no steps)"
-    return s.knee.describe()
+    return "; then ".join(k.describe() for k in s.knees)
 
 
 def format_comparison(sessions: Sequence[SessionSummary]) -> str:

@@ -1,5 +1,6 @@
 """The live saturation curve (key `g`): output tok/s and p99 TTFT against concurrency for the
-steps finished so far, the knee marked, and an earlier session overlaid (`--compare DIR`).
+steps finished so far, the knee marked (the session's own verdict, Snapshot.knee: summary.json's,
+with its preset's plateau_gain and its search), and an earlier session overlaid (`--compare DIR`).
 
 Drawn with plotext (tui/cli/plots.py) into the widget's size; redrawn only when the finished
 steps, the break, or the widget's size change, so a snapshot four times a second costs a
@@ -56,7 +57,7 @@ class CurveView(Static):
         )
         b = snap.break_result
         brk = None if b is None else (b.reason, b.concurrency, b.last_good_concurrency)
-        return steps, brk
+        return steps, brk, snap.knee
 
     def _sessions(self) -> list[SessionSummary]:
         snap = self._snap
@@ -64,6 +65,7 @@ class CurveView(Static):
             self.label,
             snap.steps if snap is not None else (),
             snap.break_result if snap is not None else None,
+            knee=snap.knee if snap is not None else None,  # the session's verdict (its search, its plateau_gain), not one of our own
         )
         out = [live]
         if self.compare is not None:

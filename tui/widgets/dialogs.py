@@ -46,8 +46,8 @@ class ConcurrencyPrompt(LinePrompt):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Concurrency (1-{self.max_concurrency}), now C={self.current}", classes="question")
-            yield Label("Enter sets, Esc cancels", classes="dim")
+            yield Label(f"Concurrency: a whole number, 1 or more (now C={self.current})", classes="question")
+            yield Label(f"above --max-concurrency {self.max_concurrency} it asks first · Enter sets, Esc cancels", classes="dim")
             yield Input(placeholder=str(self.current), id="concurrency-input")
 
 
@@ -86,31 +86,60 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
 
-DESCRIPTION_WIDTH = 60  # the picker's list is 62 columns wide at 80 (redline.tcss .dialog)
+DESCRIPTION_WIDTH = 56  # the descriptions' width before the list is laid out (its text at 80 columns)
+OPTION_PAD = 2  # an option's padding, left and right (Textual's OptionList)
+INDENT = "  "  # a description's lines under the preset's name
 
 
 class PresetPicker(ModalScreen[int | None]):
     """The presets by name, each with its description (or why it cannot be used, in red);
-    returns the index of the one picked, or None."""
+    returns the index of the one picked, or None. A description is wrapped to the width the
+    list has once laid out, every line indented under its name: wider, the list would wrap it
+    again and the overflow would start at the left, where names are (`expected:` read as a
+    preset's name at 80x24)."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, presets: list[tuple[str, str, bool]]) -> None:
         super().__init__()
         self.presets = presets  # (name, description or error, is an error)
+        self.wrapped_at = DESCRIPTION_WIDTH
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Run a preset with its workload: Enter runs it, Esc cancels", classes="question")
-            yield OptionList(*[Option(self._prompt(*p), id=str(i)) for i, p in enumerate(self.presets)], id="preset-list")
+            yield OptionList(*self._options(DESCRIPTION_WIDTH), id="preset-list")
+
+    def _options(self, width: int) -> list[Option]:
+        return [Option(self._prompt(*p, width=width), id=str(i)) for i, p in enumerate(self.presets)]
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.rewrap)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.rewrap)
+
+    def rewrap(self) -> None:
+        """The descriptions wrapped again when the list's text width is not the one they were
+        wrapped for (the first layout, a resize); the highlighted preset stays highlighted."""
+        ol = self.query_one(OptionList)
+        width = ol.scrollable_content_region.width - OPTION_PAD - len(INDENT)
+        if width < 10 or width == self.wrapped_at:
+            return
+        self.wrapped_at = width
+        at = ol.highlighted
+        ol.clear_options()
+        ol.add_options(self._options(width))
+        if at is not None:
+            ol.highlighted = at
 
     @staticmethod
-    def _prompt(name: str, line: str, bad: bool) -> Text:
-        """The name, then its description indented under it (wrapped to the dialog's width
-        at 80 columns, every line indented)."""
+    def _prompt(name: str, line: str, bad: bool, width: int = DESCRIPTION_WIDTH) -> Text:
+        """The name, then its description indented under it (wrapped to `width`, every line
+        indented)."""
         t = Text(name, style="bold")
-        for row in textwrap.wrap(line, DESCRIPTION_WIDTH):
-            t.append("\n  ")
+        for row in textwrap.wrap(line, width):
+            t.append("\n" + INDENT)
             t.append(row, style="red" if bad else "dim")
         return t
 

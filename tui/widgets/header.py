@@ -36,6 +36,7 @@ STATE_STYLE = {
     "probe": "bold magenta",
     "preset": "bold cyan",
     "server gone": "bold white on red",
+    "server not ready": "bold white on red",
     "stopped": "bold red",
     "starting": "dim",
 }

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ...engine.api import Snapshot
+from ...engine.api import MIN_LIVE_STEP_S, Snapshot
 
 # (keys as typed, what they do): the app's BINDINGS, each action once (tests check it)
 KEYS: tuple[tuple[str, str, str], ...] = (
@@ -53,6 +53,11 @@ FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 char
     ("lag p50/p99", "rate mode: actual − intended send time (schedule lag)"),
     ("held / dropped", "sends waiting at the in-flight cap; timed from intent"),
     ("server run/queue", "the server's own running / queued counts (its /metrics)"),
+    ("server gen", "the server's own generation tok/s (its /metrics)"),
+    ("KV %", "the server's KV cache in use (its /metrics)"),
+    ("cache hit", "the server's prefix-cache hit rate, every request's"),
+    ("cached", "this step's prompt tokens its answers said were cached"),
+    ("  … / -", "cached: none of this step ended yet / server reports none"),
     ("N targets", "--url repeated: a row each; GONE = stopped answering"),
     ("done / fail", "requests completed / failed since the start"),
     ("out tok/s", "output tokens per second as they arrive, last 3 s"),
@@ -64,12 +69,17 @@ FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 char
     ("lane", "the C=1 lane beside the load: its p50s, and load ÷ lane"),
     ("sparkline ↑", "a column a second, newest right; from 0 to the top (↑)"),
     ("GPU W / %", "power per GPU, share of its limit; u = utilisation"),
+    ("GPU bar ██░░", "its power as a share of its limit: full = at the limit"),
     ("tok/J", "output tokens per joule of GPU power (J/tok: inverse)"),
     ("client CPU/lag", "redline's own CPU and loop lag: high = timings late"),
     ("workers", "a row each: C share now; requests, tok/s, lag, CPU so far"),
     ("step row", "one per C held: own requests' TTFT, window's tok/s, ITL"),
+    ("  dur", "how long the step was measured (its warm-up apart)"),
     ("  err / srv run", "its failed requests / most the server ran while measured"),
     ("  at / *", "when its C was set / the live row (pauses, probes too)"),
+    ("  short", f"held under {MIN_LIVE_STEP_S:g} s: no point of the curve, judged by no rule"),
+    ("  ≥", "a lower bound: requests still waiting count at their age"),
+    ("  ↑ more ↓ more", "rows out of view above / below: PgUp PgDn scroll"),
 )
 
 

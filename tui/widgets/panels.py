@@ -128,11 +128,14 @@ def server_text(snap: Snapshot) -> str:
     """The server's own view beside the client's (engine/drive/server_ops.py, docs/inside-the-server.md): its generation tok/s and KV use, with what only it knows when it says so:
     preemptions in the last 10 s, speculative decoding's accept length, and its prefix-cache hit
     rate beside the share of the live step's prompt tokens it reported cached. "" when it says
-    none of the latter (its load alone is in the header)."""
+    none of the latter (its load alone is in the header). `cached` reads `…` while none of the
+    live step's requests has ended yet on a server that said it before (a step's share starts
+    anew with it: it read `0 %`, then `-` at each new step), `-` only when it never said."""
     s = snap.server
     step = snap.current_step
     cached = step.cached_prompt_ratio if step is not None else None
-    if s is None and cached is None:
+    said = cached is not None or any(st.cached_prompt_ratio is not None for st in snap.steps)
+    if s is None and not said:
         return ""
     extra = []
     if s is not None and s.preemptions_recent:
@@ -141,8 +144,9 @@ def server_text(snap: Snapshot) -> str:
         acc = f" ({100 * s.spec_acceptance_rate:.0f} %)" if s.spec_acceptance_rate is not None else ""
         extra.append(f"spec {s.spec_accept_length:.2f} tok/step{acc}")
     hit = s.prefix_hit_rate if s is not None else None
-    if hit is not None or cached is not None:
-        extra.append(f"cache hit {'-' if hit is None else f'{100 * hit:.0f} %'}, cached {'-' if cached is None else f'{100 * cached:.0f} %'}")
+    if hit is not None or said:
+        shown = f"{100 * cached:.0f} %" if cached is not None else ("…" if said else "-")
+        extra.append(f"cache hit {'-' if hit is None else f'{100 * hit:.0f} %'}, cached {shown}")
     if not extra:
         return ""
     load = []

@@ -49,7 +49,9 @@ def load_cell(s: StepResult) -> str:
 
 
 def step_cells(s: StepResult, live: bool = False) -> tuple[str, ...]:
-    c = f"{load_cell(s)}{'*' if live else ''}" + (" probe" if s.phase == "probe" else "")
+    """A step's row; a probe says so after its C, and so does a short one (held under
+    MIN_LIVE_STEP_S: no point of the curve, judged by no rule), as the end table marks it."""
+    c = f"{load_cell(s)}{'*' if live else ''}" + (" probe" if s.phase == "probe" else "") + (" short" if s.short and not live else "")
     return (
         c,
         f"{s.duration_s:.0f}s",
