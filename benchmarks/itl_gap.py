@@ -486,7 +486,10 @@ def _config(url: str, c: int, out: str, workers: str, output_len: int | None):
     import lag
 
     os.environ[lag.WORKERS_ENV] = str(workers)
-    return lag.engine_config(url, c, out, () if output_len is None else ("--output-len", str(output_len)))
+    more = () if output_len is None else ("--output-len", str(output_len))
+    if c > 1024:  # redline's default --max-concurrency: a user types it for more
+        more += ("--max-concurrency", str(c))
+    return lag.engine_config(url, c, out, more)
 
 
 def tui_child(url: str, c: int, seconds: float, out: str, result: str, workers: str, output_len: int | None) -> int:
@@ -600,10 +603,16 @@ def session_facts(session: Path) -> dict:
     try:
         summary = json.loads((session / "summary.json").read_text())
     except (OSError, ValueError):
-        return {"processes": None, "client_limited": None, "steps": 0, "coalesced": None}
+        return {"processes": None, "client_limited": None, "steps": 0, "coalesced": None, "auto": []}
     steps = [s for s in summary.get("steps") or [] if s.get("phase") == "live"]
     live = max(steps, key=lambda s: s.get("duration_s") or 0) if steps else {}
-    return {"processes": len(summary.get("workers") or []) or 1, "steps": len(steps),
+    auto = []
+    try:
+        with open(session / "events.ndjson") as f:
+            auto = [json.loads(ln).get("text", "") for ln in f if "--workers auto" in ln]
+    except (OSError, ValueError):
+        pass
+    return {"processes": len(summary.get("workers") or []) or 1, "steps": len(steps), "auto": auto,
             "client_limited": sum(1 for s in steps if s.get("client_limited")), "coalesced": live.get("coalesced_chunks")}
 
 
@@ -784,6 +793,8 @@ def run_set(args) -> list[dict]:
                   + (f", burst p99 {_f(r['burst_p99_ms'])} ms" if r.get("burst_p99_ms") is not None else "")
                   + f" | {r['n_requests']} live requests in requests.ndjson"
                   + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
+            for line in r.get("auto") or []:
+                print(f"           redline said: {line}", file=sys.stderr, flush=True)
             if r["reads"]:
                 x = r["reads"]
                 print(f"           reads by content chunks brought: {dict(sorted(x['hist'].items()))}; {x['gaps']} gaps, "

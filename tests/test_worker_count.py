@@ -42,11 +42,17 @@ def test_no_more_processes_than_cores_free():
     assert plan(4096, 15 * US, 0.040, free=1.6).processes == 2  # rounded: the coordinator takes ~10 % of one
 
 
-def test_cores_free_are_the_usable_ones_less_the_load_average(monkeypatch):
-    monkeypatch.setattr(worker_count.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
-    assert worker_count.cores_free(4) == 2.5
-    monkeypatch.setattr(worker_count.os, "getloadavg", lambda: (9.0, 0.0, 0.0))
-    assert worker_count.cores_free(2) == 0.0
+def test_cores_free_are_the_usable_ones_the_machine_left_idle(monkeypatch):
+    import collections
+
+    import psutil
+
+    T = collections.namedtuple("T", "user system idle iowait")
+    samples = iter([T(10.0, 0.0, 10.0, 0.0), T(13.0, 0.0, 11.0, 0.0)])  # 3 of 4 core-seconds busy
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(samples))
+    assert worker_count.cores_free(4, sample_s=0.0) == 1.0
+    samples = iter([T(10.0, 0.0, 10.0, 0.0), T(10.0, 0.0, 12.0, 2.0)])  # idle, some of it waiting on a disk
+    assert worker_count.cores_free(2, sample_s=0.0) == 2.0
 
 
 def test_a_run_one_process_surely_holds_measures_nothing(monkeypatch):
@@ -70,12 +76,14 @@ def test_the_token_cost_is_measured_on_the_engines_own_read_path():
     assert 0.2 * US < c.read_s < 2e-3 and c.token_s == pytest.approx(c.read_s / token_cost.READ_PATH_SHARE)
 
 
-def test_the_live_plan_reads_the_processes_cpu_per_token_received():
+def test_the_live_plan_reads_the_processes_cpu_per_token_received(monkeypatch):
     # 2 workers at 60 % of a core for 50k tok/s: 12 us a token; a token each 40 ms: 1111 each
-    p = live_plan(2048, 2, cpu_pct=60.0, tok_s=50_000.0, interval_s=0.040, free=4.0)
+    monkeypatch.setattr(worker_count, "usable_cores", lambda: 8)
+    p = live_plan(2048, 2, cpu_pct=60.0, tok_s=50_000.0, interval_s=0.040, others_pct=400.0)
     assert p is not None and (p.processes, p.per_process) == (2, 1111) and not crowded(2048, 2, p.per_process)
-    q = live_plan(4096, 2, cpu_pct=60.0, tok_s=50_000.0, interval_s=0.040, free=4.0)
+    q = live_plan(4096, 2, cpu_pct=60.0, tok_s=50_000.0, interval_s=0.040, others_pct=400.0)
     assert q is not None and q.processes == 4 and crowded(4096, 2, q.per_process)
+    assert live_plan(4096, 2, 60.0, 50_000.0, 0.040, others_pct=650.0).processes == 2  # 1.5 cores free: two
     assert live_plan(2048, 2, None, 50_000.0, 0.04) is None and live_plan(2048, 2, 60.0, 0.0, 0.04) is None
     assert live_plan(2048, 2, 60.0, 50_000.0, None) is None
 
@@ -186,7 +194,7 @@ def test_a_load_one_process_cannot_hold_is_split_by_default_and_warned_of_in_one
     monkeypatch.setattr(worker_count, "usable_cores", lambda: 2)
     monkeypatch.setattr(worker_count, "cores_free", lambda c=None: 2.0)
     monkeypatch.setattr(worker_count, "measure_token_s", lambda: 60 * US)
-    monkeypatch.setattr(replan, "live_plan", lambda streams, n, cpu, tok_s, interval, kernel=True, free=None:
+    monkeypatch.setattr(replan, "live_plan", lambda streams, n, cpu, tok_s, interval, kernel=True, others=None:
                         plan(streams, 60 * US, interval, 2.0, kernel) if interval else None)
     monkeypatch.setattr(replan, "MIN_TOK_S", 1.0)
     monkeypatch.setattr(kstamp, "ENABLED", False)  # as REDLINE_KSTAMP=0: this process's reads
@@ -232,7 +240,7 @@ def test_raised_past_what_its_workers_hold_auto_adds_one_and_every_request_is_on
     from redline.engine.workload.prompts import WorkloadConfig
 
     holds = 10
-    monkeypatch.setattr(replan, "live_plan", lambda streams, n, cpu, tok_s, interval, kernel=True, free=None:
+    monkeypatch.setattr(replan, "live_plan", lambda streams, n, cpu, tok_s, interval, kernel=True, others=None:
                         Plan(min(-(-streams // holds), 3), -(-streams // holds), holds, f"--workers auto: {streams} streams, {holds} each"))
     monkeypatch.setattr(replan, "MIN_TOK_S", 1.0)
     monkeypatch.setattr(replan, "PESSIMISTIC_TOKEN_S", 1.0)  # judge any load, however small

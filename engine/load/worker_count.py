@@ -12,8 +12,8 @@ in the stamps themselves):
 
     per process = SHARE x token interval / token cost,  processes = ceil(streams / per process)
 
-at most one per core free (usable cores less the 1-minute load average: more processes than
-cores only take turns). The token cost is measured at start (engine/load/token_cost.py: this
+at most one per core free (the usable cores the machine left idle over a 0.1 s sample at start,
+what other processes left idle while the run goes: more processes than cores only take turns). The token cost is measured at start (engine/load/token_cost.py: this
 machine's read path on loopback, ~30 ms, only when the run may need more than one process);
 the token interval is assumed (ASSUMED_TOKEN_INTERVAL_S) until the run observes it. While the
 run goes, `live_plan` sizes again from what it measured (the load processes' CPU per token
@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..constants import ASSUMED_TOKEN_INTERVAL_S, PESSIMISTIC_TOKEN_S, STAMP_SHARE_KERNEL, STAMP_SHARE_LOOP
+
+FREE_SAMPLE_S = 0.1  # the machine's CPU times sampled this long at start (only when auto measures)
 
 CROWDED_KEY = "crowded"  # the warning's key (engine/run/each_second.py raises it, holds it, clears it)
 
@@ -49,14 +51,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def cores_free(cores: int | None = None) -> float:
-    """Usable cores that other processes do not keep busy: less the 1-minute load average."""
+def cores_free(cores: int | None = None, sample_s: float = FREE_SAMPLE_S) -> float:
+    """Usable cores that other processes do not keep busy now: the machine's idle share over a
+    short sample of its CPU times (psutil: /proc/stat), times the usable cores. (The load
+    average would still count, for a minute, a run that just ended.)"""
+    import time
+
+    import psutil
+
     n = cores or usable_cores()
     try:
-        busy = os.getloadavg()[0]
-    except (AttributeError, OSError):  # not Unix
-        busy = 0.0
-    return max(0.0, min(float(n), n - busy))
+        a = psutil.cpu_times()
+        time.sleep(sample_s)
+        b = psutil.cpu_times()
+    except (psutil.Error, OSError):
+        return float(n)
+    total = sum(b) - sum(a)
+    if total <= 0:
+        return float(n)
+    idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
+    return max(0.0, min(float(n), n * idle / total))
 
 
 def share(kernel: bool) -> float:
@@ -103,22 +117,24 @@ def measure_token_s() -> float:
 def auto_plan(peak: int, kernel: bool = True, interval_s: float = ASSUMED_TOKEN_INTERVAL_S) -> Plan:
     """The start's plan for the most the run is set to reach: measured only when a
     pessimistic token cost says one process might not hold it."""
-    free = cores_free()
     if per_process(PESSIMISTIC_TOKEN_S, interval_s, kernel) >= peak:
         return Plan(1, 1, per_process(PESSIMISTIC_TOKEN_S, interval_s, kernel), "")
+    free = cores_free()  # before the measure: it keeps a core busy itself
     return plan(peak, measure_token_s(), interval_s, free, kernel, measured="assumed until the run measures it")
 
 
 def live_plan(in_flight: int, processes: int, cpu_pct: float | None, tok_s: float | None, interval_s: float | None,
-              kernel: bool = True, free: float | None = None) -> Plan | None:
+              kernel: bool = True, others_pct: float | None = None) -> Plan | None:
     """The plan again from what the run measured: the load processes' CPU (% of a core, all
-    of them) over the tokens they received per second, and the token interval (the ITL's
-    median). None until those are known (a second or two of load)."""
+    of them) over the tokens they received per second, the token interval (the ITL's median),
+    and the cores free: the usable ones less what other processes used (`others_pct`, 100 =
+    one core: the client-health reading). None until those are known (a second or two of load)."""
     if not cpu_pct or not tok_s or not interval_s or tok_s < 1.0 or in_flight <= 0:
         return None
     token_s = cpu_pct / 100.0 / tok_s
-    f = cores_free() + processes if free is None else free  # its own processes count as free for itself
-    return plan(in_flight, token_s, interval_s, f, kernel, measured="measured")
+    n = usable_cores()
+    free = n if others_pct is None else max(0.0, n - others_pct / 100.0)
+    return plan(in_flight, token_s, interval_s, free, kernel, measured="measured")
 
 
 def crowded(in_flight: int, processes: int, held: int) -> bool:

@@ -65,7 +65,7 @@ class Replanner:
         if health is not None:
             cpu = health.loop_cpu_pct if e.pool is None else (
                 None if health.cpu_pct is None or health.loop_cpu_pct is None else health.cpu_pct - health.loop_cpu_pct)
-        p = live_plan(streams, n, cpu, tok_s, interval, self._kernel)
+        p = live_plan(streams, n, cpu, tok_s, interval, self._kernel, getattr(health, "others_cpu_pct", None))
         if p is None:
             return
         self.last = p
