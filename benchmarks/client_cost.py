@@ -298,6 +298,22 @@ class _Compiled:
         self.srv.stop()
 
 
+def share_line(capacity: list) -> None:
+    """What --workers auto's start-up measure reads here (engine/load/token_cost.py: the read path
+    alone) against the lean client's whole token in the load window: the share
+    engine/constants.py READ_PATH_SHARE stands for."""
+    lean = [r for _, kind, r in capacity if kind == "lean"]
+    if not lean:
+        return
+    from redline.engine.constants import READ_PATH_SHARE
+    from redline.engine.load.token_cost import measure
+
+    reads = sorted(measure().read_s for _ in range(3))
+    whole = lean[0]["us_tok_load"]
+    print(f"read path (engine/load/token_cost.py, median of 3): {reads[1] * 1e6:.2f} us a chunk; the lean client's whole token "
+          f"here {whole:.2f} us: share {reads[1] * 1e6 / whole:.2f} (READ_PATH_SHARE = {READ_PATH_SHARE:g})")
+
+
 GOAL = 1.5  # issue 47: redline's CPU per token at most 1/1.5 of the reference's, paced and unpaced
 
 
@@ -365,6 +381,7 @@ def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_m
     if others and max(others) > 20:
         print(f"WARNING: other processes on this machine used up to {max(others):.0f}% of a core during the load "
               f"windows ({ncpu} cores in all): client and sim were competing for CPU; figures are contended.\n")
+    share_line(capacity)
     for c, kind, r in capacity:
         tps = r["tokens"] / r["window_s"]
         kept = r["tokens"] / max(r["sim_sent"], 1)
