@@ -520,3 +520,21 @@ def test_forecasts_name_what_the_profile_knows_and_never_none():
         for name in ("quick", "until-it-breaks", "doubling", "rate-ramp", "c1-probe"):
             text = said(name, profile)
             assert "None" not in text, (name, profile, text)
+
+
+def test_v1_status_says_the_break_and_its_cause_as_summary_json_does():
+    """GET /v1/status reads the preset's break and cause from the same place summary.json does
+    (the book, judged again on final figures), never its own copy."""
+    from types import SimpleNamespace
+
+    from redline.engine.control.status_json import status_of
+    from redline.engine.measure.step_result import BreakResult
+    from redline.engine.run.snapshot import Snapshot
+
+    br = BreakResult("stalled", 32, 16, "stalled: 32 requests in flight, no token for 10.0 s at C=32")
+    book = SimpleNamespace(steps=[], search=None, plateau_gain=None, break_result=br, cause="stalled at C=32: server runs 8 a micro-batch: ...",
+                           live=None, current=None)
+    engine = SimpleNamespace(snapshot=Snapshot(t=0.0, elapsed_s=1.0, state="preset", target_c=32, previous_c=None, in_flight=32),
+                             controller=None, book=book, load_text="C=32")
+    status = status_of(engine)
+    assert status["break"] == br.to_dict() and status["cause"] == book.cause
