@@ -177,6 +177,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "search", False):
         preset = api.as_search(preset, args.max_concurrency)
     gate = run_gate(args, preset)  # a bad spec: one line, exit 2, before any load
+    repeats = getattr(args, "repeats", None) or preset.repeats
+    if repeats > 1:  # a sweep of one configuration: OUT/sweep.json, OUT/LABEL/r1..rN (issue 44)
+        from .sweep_cmd import run_repeats
+
+        return run_repeats(args, preset, repeats, gate)
     cfg = checked_config(args, preset)
     check_result_file(args)
     if not args.headless:
@@ -258,10 +263,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import report_text
 
-    if len(args.session_dirs) == 1 and api.load_sweep(args.session_dirs[0]) is not None:
-        from .sweep_cmd import sweep_report
+    sweeps = [d for d in args.session_dirs if api.load_sweep(d) is not None]
+    if sweeps:
+        from .sweep_cmd import sweep_report, sweeps_report
 
-        return sweep_report(args, args.session_dirs[0])
+        if len(args.session_dirs) == 1:
+            return sweep_report(args, args.session_dirs[0])
+        return sweeps_report(args, args.session_dirs)  # runs with --repeats (sweeps of one), sweeps, sessions side by side
 
     png: Path | None = args.png
     if png is not None:
@@ -282,6 +290,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         log_warnings(d)
     try:
         print(text)
+        if len(args.session_dirs) > 1:  # their differences with intervals, the Pareto front, the fingerprints (issue 44)
+            more = api.format_answers(api.merged_doc(args.session_dirs))
+            if more:
+                print(f"\n{more}")
         if not args.no_plot:
             print_curves(sessions)
         if png is not None:
