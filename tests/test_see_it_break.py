@@ -132,6 +132,24 @@ def test_a_search_without_stop_rules_is_not_bounded_by_errors_it_does_not_judge(
     assert s2.bound() == (16, "collapse")
 
 
+def test_a_search_point_whose_requests_failed_in_a_row_bounds_it_and_the_search_narrows_below():
+    """C=64's requests failed 20 in a row (the runner ended the point: engine/drive/run_watch.py):
+    no knee above it, the bracket below it is halved, and nothing above it is measured."""
+    s = KneeSearch(16, 256, resolution=0.1)
+    for c in (16, 32):
+        assert s.next() == c
+        s.observe(c, _pt(c, c * 10.0))
+    assert s.next() == 64
+    s.observe(64, _pt(64, 0.0, completed=0, failed=20))
+    s.bound_at(64)
+    assert s.bound() == (64, "errors")
+    while (c := s.next()) is not None:
+        assert 32 < c < 64, c
+        s.observe(c, _pt(c, c * 10.0))
+    r = s.result(1.0)
+    assert r.knee_concurrency is not None and r.knee_concurrency < 64 and "C=64 broke a [stop] rule (errors)" in r.knee_reason, r
+
+
 def test_the_search_finds_a_knee_where_the_latency_limit_holds(sim_factory, tmp_path):
     """A server whose tok/s keeps rising to C~380 (decode step 20 ms + 1 ms a request, no cap:
     +24 % from 32 to 64, +13 % to 128) while its p99 TTFT (about 1.75 decode steps) passes
