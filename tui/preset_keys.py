@@ -108,8 +108,7 @@ class PresetKeys:
             return
         br = snap.break_result if any(line.kind == "break" for line in lines) else None
         if br is not None:
-            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
-            how = f"break: {br.reason} at {br.where}; {good}"
+            how = f"break: {br.reason} at {br.where}; {br.good_text}"
         else:
             how = "no break"
         text = f"preset {name} finished ({how})"

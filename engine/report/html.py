@@ -188,7 +188,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         ("max running requests", lambda rs: info(rs, "max_running_requests")),
         ("GPUs", lambda rs: gpu_count(rs.meta, rs.timeline)),
         ("SLO", lambda rs: describe_slo(rs.summary["slo"]) if isinstance(rs.summary.get("slo"), dict) and rs.summary["slo"] else "none"),
-        ("break", brk), ("knee", knee),
+        ("break", brk), ("knee", knee), ("cause", lambda rs: rs.summary.get("cause") or "-"),
         ("redline", lambda rs: rs.meta.get("redline_version")),
         ("started", lambda rs: rs.meta.get("started_at")),
         ("ended", lambda rs: f"{rs.meta.get('ended_at') or 'not closed'} ({rs.meta.get('end_reason') or '-'})"),

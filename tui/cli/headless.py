@@ -143,10 +143,10 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
                      search=out.search if out is not None else engine.book.search)
     if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
         for st in [*out.steps, *([out.probe] if out.probe is not None else [])]:
-            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s)
+            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s, st.to_dict())
     print()
     print(format_step_table(out.steps, out.break_result, out.probe,
-                            knees_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain))))
+                            knees_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain)), engine.book.cause))
     if cfg.more_urls and cfg.out_dir is not None:
         from .report import session_targets_table
 
