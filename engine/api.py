@@ -26,6 +26,7 @@ from . import __version__
 if TYPE_CHECKING:
     from .client.target import TargetError, TargetUnreachable, validate_url
     from .constants import (
+        CONSECUTIVE_FAILURES_END,
         DEFAULT_CONCURRENCY,
         DEFAULT_INPUT_LEN,
         DEFAULT_MAX_CONCURRENCY,
@@ -93,7 +94,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
     ".run.config": ("EngineConfig",),
     ".constants": (
-        "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
+        "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),

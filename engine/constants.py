@@ -100,3 +100,6 @@ HIST_MAX_S = 1e4
 # raise it by more than this (engine/measure/histogram.py censored_quantiles)
 BOUND_TOLERANCE = 0.02
 EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins
+
+# meta.json's fingerprint (engine/run/provenance.py): how long it waits for telemetry's first GPU reading
+FINGERPRINT_GPU_WAIT_S = 15.0

@@ -8,11 +8,15 @@ short holds, so a ramp runs in seconds.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import time
 
 import httpx
 import pytest
-from helpers import run_preset_headless, steady_in
+from aiohttp import web
+from helpers import ROOT, ThreadedServer, redline_command, run_preset_headless, steady_in
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
@@ -126,6 +130,24 @@ def test_a_search_without_stop_rules_is_not_bounded_by_errors_it_does_not_judge(
     s2.observe(8, _pt(8, 80.0))
     s2.observe(16, _pt(16, 20.0))  # collapsed: -75 %
     assert s2.bound() == (16, "collapse")
+
+
+def test_a_search_point_whose_requests_failed_in_a_row_bounds_it_and_the_search_narrows_below():
+    """C=64's requests failed 20 in a row (the runner ended the point: engine/drive/run_watch.py):
+    no knee above it, the bracket below it is halved, and nothing above it is measured."""
+    s = KneeSearch(16, 256, resolution=0.1)
+    for c in (16, 32):
+        assert s.next() == c
+        s.observe(c, _pt(c, c * 10.0))
+    assert s.next() == 64
+    s.observe(64, _pt(64, 0.0, completed=0, failed=20))
+    s.bound_at(64)
+    assert s.bound() == (64, "errors")
+    while (c := s.next()) is not None:
+        assert 32 < c < 64, c
+        s.observe(c, _pt(c, c * 10.0))
+    r = s.result(1.0)
+    assert r.knee_concurrency is not None and r.knee_concurrency < 64 and "C=64 broke a [stop] rule (errors)" in r.knee_reason, r
 
 
 def test_the_search_finds_a_knee_where_the_latency_limit_holds(sim_factory, tmp_path):
@@ -330,3 +352,207 @@ def test_pp_capped_until_it_breaks_prints_one_bound_everywhere_and_names_the_cap
     assert f"cause: {cause}" in report.splitlines() and bound in next(x for x in report.splitlines() if "break: latency" in x and x.lstrip().startswith("32")).split(), report
     html = (tmp_path / "r.html").read_text()
     assert cause in html and f"{c32['p99_ttft_ms']:.0f}" in html
+
+
+# -- case 14: a server that refuses everything ends the run --------------------------------------
+class RefusingProxy(ThreadedServer):
+    """A strict proxy on 127.0.0.1 whose catalogue is stale: /v1/models lists llama-3-70b (so
+    the start's model check passes), and every chat request is refused as vLLM refuses a model
+    it does not serve: HTTP 404 "The model 'llama-3-70b' does not exist." It counts them."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+        super().__init__()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.refused += 1
+        return web.json_response({"object": "error", "message": f"The model '{body.get('model')}' does not exist.",
+                                  "type": "NotFoundError", "param": None, "code": 404}, status=404)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "llama-3-70b", "object": "model", "owned_by": "proxy"}]})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        return app
+
+
+@pytest.mark.server
+def test_a_server_that_refuses_everything_ends_the_preset_and_the_held_run_with_its_reason(tmp_path):
+    """The wrong model behind a strict proxy (case 14: `redline run quick` broke on errors after
+    10 s, then its probe sent ~20 failing requests a second for 10 minutes; a plain held run
+    exited 0 with `break: none`). Now 20 failures in a row end the preset's step as `errors` and
+    its probe, in seconds, with the server's reason on the terminal; a held headless run ends
+    with exit 3 and the reason on stderr."""
+    from helpers import finish, start_headless
+
+    reason = "HTTP 404: The model 'llama-3-70b' does not exist."
+    with RefusingProxy() as proxy:
+        preset = tmp_path / "q.toml"
+        preset.write_text('[workload]\ninput_len = 16\noutput_len = 16\n[ramp]\nconcurrency = [8, 32]\nwarmup_s = 1\nhold_s = 6\n'
+                          'min_requests = 5\nmax_hold_s = 8\n[stop]\nerror_rate = 0.05\n[after]\nprobe_s = 5\n')
+        t0 = time.monotonic()
+        rc, out, err = finish(start_headless(proxy.url, preset, tmp_path / "run", "--api", "chat", "--model", "llama-3-70b"), timeout=110)
+        took = time.monotonic() - t0
+        assert rc == 0 and took < 60, (rc, took, out, err)  # a break is the run's answer
+        line = rf"break: errors at C=8; no step passed \(errors: (\d+) requests failed in a row at C=8 \({re.escape(reason)}\)\)"
+        said = [m for x in out.splitlines() if (m := re.fullmatch(line, x))]
+        assert said and 20 <= int(said[0].group(1)) < 60, out  # seen within a 50 ms poll of the 20th
+        assert any(re.fullmatch(rf"probe: errors: \d+ requests failed in a row at C=1 \(the probe\) \({re.escape(reason)}\)", x)
+                   for x in out.splitlines()), out
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["break"]["reason"] == "errors" and reason in summary["break"]["detail"]
+        assert proxy.refused < 200, proxy.refused  # not hammered: the step and the probe each ended at 20 in a row
+        n = proxy.refused
+        held = subprocess.Popen([*redline_command(), "--headless", "--url", proxy.url, "--api", "chat", "--model", "llama-3-70b",
+                                 "--out", str(tmp_path / "held"), "--no-nvml"], cwd=ROOT, env={**os.environ, "CI": "true"},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        rc, out, err = finish(held, timeout=60)
+        assert rc == 3, (rc, out, err)
+        assert re.search(rf"redline: error: \d+ requests failed in a row: {re.escape(reason)}; all load stopped, session saved", err), err
+        assert proxy.refused - n < 100
+
+
+async def test_the_tui_says_a_streak_of_refusals_once_with_the_reason_and_holds_the_load():
+    """In the TUI (no preset running) 20 failures in a row are said once, in a notice and the
+    log, with the server's reason; the load is held as it is (no command changes it: the operator
+    decides); a completed request ends the streak, and a new one is said again."""
+    from dataclasses import replace
+
+    from test_screen import make_app, play
+
+    from redline.engine.run import commands as C
+
+    app, host, snaps = make_app("healthy")
+    reason = "HTTP 404: The model 'llama-3-70b' does not exist."
+    last = snaps[-1]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await play(pilot, host, snaps)
+        before = len(host.sent)
+        await play(pilot, host, [replace(last, failures_in_a_row=12, last_failure=reason)])
+        assert not [c for c in host.sent[before:] if isinstance(c, C.Log)]
+        await play(pilot, host, [replace(last, failures_in_a_row=n, last_failure=reason) for n in (20, 31, 57)])
+        await play(pilot, host, [replace(last, failures_in_a_row=0), replace(last, failures_in_a_row=22, last_failure=reason)])
+        notes = [str(n.message) for n in app._notifications]
+    logged = [c for c in host.sent[before:] if isinstance(c, C.Log)]
+    assert [c.kind for c in logged] == ["warning", "warning"], logged
+    assert logged[0].text.startswith(f"20 requests failed in a row: {reason}; the load is held as it is"), logged[0]
+    assert logged[1].text.startswith("22 requests failed in a row"), logged[1]
+    assert sum(reason in n for n in notes) == 2, notes
+    assert not [c for c in host.sent[before:] if not isinstance(c, C.Log)]  # nothing else: the load is held
+
+
+# -- case 16 and the hung server: deaths and their victims ----------------------------------
+def test_fragile_breaks_at_the_step_it_failed_in_and_its_last_good_has_no_failures(sim_factory, tmp_path):
+    """quick on fragile, scaled down: at C=128 the server 503s half of what it gets past 48 and
+    dies past 96 held for 2 s. The break names C=128 (it was `server_gone at C=128; last good
+    C=32 (... stopped answering during C=32)`), and last good is a step with no failure (C=32's
+    row read `done 32 fail 32`: the victims of the death counted as its errors)."""
+    sim = sim_factory("fragile", extra_args=FAST)
+    preset = steady_in(parse_preset({"workload": {"input_len": 16, "output_len": 64},
+                                     "ramp": {"concurrency": [8, 32, 128], "warmup_s": 0.5, "hold_s": 2.5, "min_requests": 5, "max_hold_s": 3.0},
+                                     "stop": {"plateau_gain": 0.05, "error_rate": 0.05, "collapse": 0.2}, "after": {"probe_s": 1.0}}, "q.toml"), 2)
+    run_preset_headless(_cfg(sim.url, tmp_path, conc=8), preset)
+    summary = _summary(tmp_path)
+    br = summary["break"]
+    assert br["reason"] in ("errors", "server_gone") and br["concurrency"] == 128 and "C=128" in br["detail"], br
+    assert "C=32" not in br["detail"], br
+    good = [s for s in summary["steps"] if s["concurrency"] == br["last_good_concurrency"]]
+    assert br["last_good_concurrency"] in (8, 32) and good and all(s["failed"] == 0 for s in good), (br, summary["steps"])
+
+
+def test_a_hung_server_is_stalled_above_its_knee(sim_factory, tmp_path):
+    """The `hung` profile's scheduler stops after N completions (connections accepted, /health
+    answering): capped at 8 running, it plateaus from C=8, and hangs after 250 completions,
+    near the end of C=16. The ramp breaks as `stalled` (the sim's last token stall_s before the
+    break), and the knee is below the hang."""
+    sim = sim_factory("hung", extra_args=(*FAST, "--set", "hang_after=250", "--set", "max_running_requests=8", "--set", "ceiling_tok_s=100000"))
+    preset = steady_in(parse_preset({"workload": {"input_len": 16, "output_len": 32},
+                                     "ramp": {"concurrency": [4, 8, 12, 16, 32, 64], "warmup_s": 0.5, "hold_s": 2.5, "min_requests": 4, "max_hold_s": 3.0},
+                                     "stop": {"stall_s": 1.5}, "after": {"probe_s": 0}}, "hang.toml"), 2)
+    run_preset_headless(_cfg(sim.url, tmp_path, conc=4, out_len=32), preset)
+    summary = _summary(tmp_path)
+    br = summary["break"]
+    assert br is not None and br["reason"] == "stalled" and br["concurrency"] >= 12, br
+    rows = httpx.get(sim.url + "/sim/requests?chunks=1", timeout=5).json()
+    last_write = max(t for r in rows for t in r["chunk_times"])
+    t_break = t_first_break(tmp_path)
+    assert 1.5 <= t_break - last_write <= 1.5 + 1.5, t_break - last_write
+    assert summary["knee_concurrency"] is not None and summary["knee_concurrency"] < br["concurrency"], (summary["knee_reason"], br)
+
+
+def test_a_stall_that_began_in_an_earlier_step_is_that_steps():
+    """The silence began in C=128's hold and outlived its close: found 2 s into C=256's warm-up,
+    the stall is C=128's (the step the server hung in), last good the best step before it."""
+    from types import SimpleNamespace
+
+    from redline.engine.drive.ramp_record import RampRecord
+    from redline.engine.drive.run_watch import StallWatch
+
+    w = StallWatch(stall_s=10.0)
+    assert w.quiet(100.0, 128, 4990, (3, "C=128")) == 0.0  # tokens still coming
+    assert w.quiet(101.0, 128, 5000, (3, "C=128")) == 0.0  # the last of them: the silence begins here ...
+    assert w.quiet(109.0, 256, 5000, (4, "C=256")) == 8.0  # ... and outlives the step
+    assert w.quiet(111.0, 256, 5000, (4, "C=256")) == 10.0 and w.began == (3, "C=128")
+    steps = [_pt(8, 190.0, index=1), _pt(32, 670.0, index=2), _pt(128, 580.0, index=3, steady=False)]
+    engine = SimpleNamespace(book=SimpleNamespace(steps=steps, break_result=None, cause=None, search=None, plateau_gain=None))
+    ramp = RampRecord(engine, RampJudge(StopRules()))
+    for s in steps:
+        ramp.add(s)
+    ev = ramp.event(("stalled", "stalled: 256 requests in flight, no token for 10.0 s since C=128 (at C=256)"), None, Place(256), w.began)
+    assert ev.place == Place(128) and ev.before == 2
+    ramp.judge.events.append(ev)
+    br = ramp.judge_now()
+    assert (br.reason, br.where, br.last_good) == ("stalled", "C=128", "C=32"), br
+
+
+def test_forecasts_name_what_the_profile_knows_and_never_none():
+    """`redline presets` and the headless banner forecast on the sim's model; a faulty profile
+    is forecast where its knobs know the answer (fragile: refused at C=128, before it dies;
+    flaky: 10 % of requests fail, errors at the first step; hung: stalled), a search on one is
+    no forecast, and no forecast prints None (pp-capped until-it-breaks said `last good C=None`)."""
+    from redline.engine.drive.estimate import estimate
+    from redline.engine.preset import load_preset, resolve_preset
+    from redline.engine.sim.profiles import get_profile, profile_names
+
+    def said(preset: str, profile: str) -> str:
+        return estimate(load_preset(resolve_preset(preset)), get_profile(profile)).describe(profile)
+
+    assert "expected: errors at C=128, last good C=32" in said("quick", "fragile")
+    assert "expected: errors at C=8, no step passed" in said("quick", "flaky")
+    assert "expected: stalled at C=128, last good C=32" in said("quick", "hung")
+    assert "expected: latency at C=32, no step passed" in said("until-it-breaks", "pp-capped")
+    assert "expected: plateau at C=192, last good C=128" in said("until-it-breaks", "healthy")
+    search = load_preset(resolve_preset("quick"))
+    from redline.engine.preset.spec import as_search
+
+    assert "no forecast: fragile's faults" in estimate(as_search(search, 256), get_profile("fragile")).describe("fragile")
+    for profile in profile_names():
+        for name in ("quick", "until-it-breaks", "doubling", "rate-ramp", "c1-probe"):
+            text = said(name, profile)
+            assert "None" not in text, (name, profile, text)
+
+
+def test_v1_status_says_the_break_and_its_cause_as_summary_json_does():
+    """GET /v1/status reads the preset's break and cause from the same place summary.json does
+    (the book, judged again on final figures), never its own copy."""
+    from types import SimpleNamespace
+
+    from redline.engine.control.status_json import status_of
+    from redline.engine.measure.step_result import BreakResult
+    from redline.engine.run.snapshot import Snapshot
+
+    br = BreakResult("stalled", 32, 16, "stalled: 32 requests in flight, no token for 10.0 s at C=32")
+    book = SimpleNamespace(steps=[], search=None, plateau_gain=None, break_result=br, cause="stalled at C=32: server runs 8 a micro-batch: ...",
+                           live=None, current=None)
+    engine = SimpleNamespace(snapshot=Snapshot(t=0.0, elapsed_s=1.0, state="preset", target_c=32, previous_c=None, in_flight=32),
+                             controller=None, book=book, load_text="C=32")
+    status = status_of(engine)
+    assert status["break"] == br.to_dict() and status["cause"] == book.cause

@@ -180,13 +180,14 @@ def test_a_stopped_sweep_resumes_where_it_stopped(tmp_path):
 @pytest.mark.server
 def test_repeats_on_a_terminal_keep_the_server_up_between_them(tmp_path):
     """Without --headless each repeat is a screen of its own, the line above the header saying
-    which repeat of how many and the time left; the server is launched once for both."""
+    which repeat of how many; the server is launched once for both."""
     from test_sweep_tui import Terminal
 
     argv = [a for a in _argv(tmp_path, "mb=64", extra=("--repeats", "2")) if a != "--headless"]
     t = Terminal([*redline_command(), *argv])
     try:
-        assert t.pump(lambda: "repeat 1 of 2" in t.text and "left" in t.text, 60), t.text[-2000:]
+        # (the time left is the first to go at 80 columns: the headless test reads it)
+        assert t.pump(lambda: "repeat 1 of 2" in t.text, 60), t.text[-2000:]
         # the second repeat's screen (a terminal redraws only the cells that change: "1" -> "2")
         assert t.pump(lambda: (tmp_path / "out" / "mb64" / "r2" / "meta.json").exists(), 60), t.text[-2000:]
         assert t.exited(60) == 0, t.text[-2000:]
@@ -201,10 +202,10 @@ def test_repeats_on_a_terminal_keep_the_server_up_between_them(tmp_path):
 
 @pytest.mark.server
 def test_restart_each_relaunches_the_server_before_each_repeat(tmp_path):
-    r = _run(_argv(tmp_path, "mb=64", extra=("--repeats", "2", "--restart-each", "--gate", "knee>=4")), timeout=180)
+    r = _run(_argv(tmp_path, "mb=64", extra=("--repeats", "2", "--restart-each", "--gate", "errors<=1%")), timeout=180)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     (e,) = _doc(tmp_path / "out")["configurations"]
     assert e["status"] == "completed" and len(e["runs"]) == 2
     assert (tmp_path / "out" / "mb64" / "server.log").read_text().count("listening on") == 2  # one log, two launches
-    assert "PASS  mb64 r1: knee>=4" in r.stdout and "PASS  mb64 r2: knee>=4" in r.stdout  # the gate: every repeat
+    assert "PASS  mb64 r1: errors<=1%" in r.stdout and "PASS  mb64 r2: errors<=1%" in r.stdout  # the gate: every repeat
     assert _sims(tmp_path) == []

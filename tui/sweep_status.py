@@ -47,10 +47,10 @@ class SweepStatus:
             detail = f": {self.detail}" if self.detail else ""
             keys = " · n next" if self.phase == "running" else ""
             long, short = self.phase + detail + keys, self.phase + keys
-        if self.left:  # --repeats: the time left, in the long form (it goes with the state's long words)
-            long += f" · {self.left}"
         done, few = (f" · done: {', '.join(self.finished)}", f" · {len(self.finished)} done") if self.finished else ("", "")
-        fits = [f"{head} · {long}{done}", f"{head} · {long}{few}", f"{short_head} · {long}{few}", f"{short_head} · {long}",
+        left = f" · {self.left}" if self.left else ""  # the time left: the first to go
+        fits = [f"{head} · {long}{left}{done}", f"{head} · {long}{left}{few}", f"{short_head} · {long}{left}{few}",
+                f"{head} · {long}{done}", f"{head} · {long}{few}", f"{short_head} · {long}{few}", f"{short_head} · {long}",
                 f"{head} · {short}{done}", f"{head} · {short}{few}", f"{short_head} · {short}{few}", f"{short_head} · {short}"]
         if width is None:
             return fits[0]

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..load.worker_count import kernel_stamped
 from ..preset import Preset
-from ..rules.breaks import Place, RampJudge, RunEvent
+from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
 from ..run import commands as C
@@ -100,7 +100,7 @@ async def _ramp(engine: Engine, preset: Preset, ramp: RampRecord, watch: RunWatc
             on_line(format_step_line(res))
         if event is not None:
             place = Place.of(res) if res is not None else Place(plan.concurrency or engine.live.concurrency(), plan.rate, plan.speed)
-            ramp.judge.events.append(RunEvent(event[0], event[1], place, before=len(ramp.steps()) - (res is not None)))
+            ramp.judge.events.append(ramp.event(event, res, place, watch.stall.began))
         if ramp.announce(out, on_line) is not None:
             return
 

@@ -39,6 +39,7 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
     await engine.probe()  # the abort: nothing of it lands in the probe's window, nothing is sent meanwhile
     acc.begin_measure(time.perf_counter())  # before the loop turns: the first request sent is the probe's own
     watch.stall.reset()
+    watch.begin(acc.index, PROBE_AT)
     if engine.controller is not None:
         engine.controller.poke()  # worker processes: their next order carries the probe's stamp
     label = f"{preset.name} C=1 probe"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..measure.step_result import BreakResult, StepResult
-from ..rules.breaks import Place, RampJudge
+from ..rules.breaks import Place, RampJudge, RunEvent
 from ..rules.verdicts import knee_from_summary, load_key, summary_knee
 
 if TYPE_CHECKING:
@@ -47,6 +47,18 @@ class RampRecord:
         cap = getattr(getattr(self.e, "ticker", None), "cap", None)  # with telemetry on
         if cap is not None and cap.active and cap.holding and cap.finding:
             self.findings[res.index] = cap.finding
+
+    def event(self, event: tuple[str, str], res: StepResult | None, place: Place, began: tuple[int, str] | None = None) -> RunEvent:
+        """The run-time event that ended the step at `place` (`res`: its result, when it was
+        recorded), as the judge holds it: a stall whose silence began in a step before it is
+        that step's (`began`: engine/drive/run_watch.py StallWatch.began)."""
+        steps = self.steps()
+        before = len(steps) - (res is not None)
+        if event[0] == "stalled" and began is not None:
+            pos = next((i for i, s in enumerate(steps) if s.index == began[0]), None)
+            if pos is not None and pos < before:
+                return RunEvent(event[0], event[1], Place.of(steps[pos]), before=pos)
+        return RunEvent(event[0], event[1], place, before)
 
     def cause(self) -> str | None:
         """The cause named beside the break or the knee (see the module docstring), or None."""

@@ -169,8 +169,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         b = rs.session.break_result
         if b is None:
             return "none (no stop rule fired)"
-        good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
-        return f"{b.reason} at {b.where}, {good}: {b.detail}"
+        return f"{b.reason} at {b.where}, {b.good_text}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
         # engine/rules/verdicts.py, as summary.json recorded it: one per workload, the session's last

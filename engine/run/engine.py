@@ -62,7 +62,6 @@ from .each_second import Ticker
 from .event_log import EventLog
 from .live_steps import LiveSteps
 from .load_start import fixed_size, make_load, prepare, start_telemetry
-from .provenance import close_fingerprint, open_fingerprint
 from .publisher import build_snapshot
 from .recording import LaneListener, Recorder
 from .snapshot import Snapshot
@@ -177,7 +176,6 @@ class Engine:
         await prepare(self)
         if cfg.telemetry:
             await start_telemetry(self, base)
-        await open_fingerprint(self, base)
         open_loop = cfg.rate is not None or self.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         self.controller = await make_load(self, c0)
@@ -221,7 +219,6 @@ class Engine:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        close_fingerprint(self)
         await self.target_set.close(self.telemetry)
         if self.telemetry is not None:
             await self.telemetry.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api
-from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended_status, engine_loss, running_target, session_saved
 
 if TYPE_CHECKING:
@@ -82,13 +82,14 @@ async def _held(cfg, progress_s: float | None = None) -> int:
     import asyncio
 
     from ...engine.api import format_step_table
-    from .headless import headless_engine, print_run_summary
+    from .headless import headless_engine, print_run_summary, refused_everything
     from .progress import Progress
 
     engine = headless_engine(cfg)
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
     stopped: list[str] = []
+    refusal: list[str] = []  # the server refused CONSECUTIVE_FAILURES_END requests in a row
     done = asyncio.Event()
     starting: list[asyncio.Future] = []
 
@@ -123,14 +124,18 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             ticking = asyncio.ensure_future(Progress(engine, progress_s).run())
             ended = asyncio.ensure_future(engine.run_done.wait())
             waiting = asyncio.ensure_future(done.wait())
-            await asyncio.wait((ended, waiting), return_when=asyncio.FIRST_COMPLETED)
-            ended.cancel()
-            waiting.cancel()
+            failing = asyncio.ensure_future(refused_everything(engine))  # the server refuses everything: the run ends (exit 3)
+            await asyncio.wait((ended, waiting, failing), return_when=asyncio.FIRST_COMPLETED)
+            if failing.done() and not waiting.done():
+                refusal.append(failing.result())
+            for fut in (ended, waiting, failing):
+                fut.cancel()
     finally:
         if ticking is not None:
             ticking.cancel()
             await asyncio.gather(ticking, return_exceptions=True)
-        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else (f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
+        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else refusal[0] if refusal else (
+            f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
         live = getattr(engine.book, "live", None)
         if caught and live is not None:  # the step the signal cut short (a preset's runner marks its own)
             live.partial = True
@@ -145,6 +150,9 @@ async def _held(cfg, progress_s: float | None = None) -> int:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}",
               file=sys.stderr)
         return 128 + caught[0].value
+    if refusal:
+        print(f"redline: error: {refusal[0]}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}", file=sys.stderr)
+        return ended_status(engine_loss(engine), EXIT_UNREACHABLE)
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
     return ended_status(engine_loss(engine), EXIT_OK)
 

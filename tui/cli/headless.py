@@ -53,6 +53,22 @@ async def start_engine(engine, futures: list, caught: list) -> int | None:
     return None
 
 
+async def refused_everything(engine, poll_s: float = 0.05) -> str:
+    """Until CONSECUTIVE_FAILURES_END of the load's requests failed in a row (the server
+    refuses everything: a model it does not serve, a proxy's 404); then the line that ends a
+    held headless run, the server's own reason in it. Failures because the server went are not
+    refusals (it may come back)."""
+    import asyncio
+
+    from ...engine.api import CONSECUTIVE_FAILURES_END
+
+    while True:
+        streak = engine.failure_streak
+        if streak.count >= CONSECUTIVE_FAILURES_END and streak.kind != "server_gone" and not engine.server_gone:
+            return f"{streak.count} requests failed in a row: {streak.reason or streak.kind}"
+        await asyncio.sleep(poll_s)
+
+
 def print_run_summary(engine, so_far: bool = False) -> None:
     """The whole run's figures as `vllm bench serve` and bench_serving print them (the
     percentiles asked for), once any load request ended; `so_far`: a signal cut it short."""
