@@ -11,7 +11,7 @@ import pytest
 from redline.engine.measure.step_result import BreakResult, StepResult
 from redline.engine.report.compare import knee, load_sessions, session_from_steps
 from redline.engine.run.snapshot import Snapshot
-from redline.tui.cli.plots import nice_ticks, render_curves, terminal_curves, visible_width, write_png
+from redline.tui.plots import nice_ticks, render_curves, terminal_curves, visible_width, write_png
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

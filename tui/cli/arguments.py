@@ -38,7 +38,8 @@ from ...engine.api import (
     __version__,
 )
 from . import handlers as commands, refusals, sweep_cmd as sweeps
-from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
+from ..exits import EXIT_BAD_INPUT, EXIT_OK
+from .errors import UsageError
 
 
 def _columns() -> int:
