@@ -419,7 +419,7 @@ def test_help_imports_only_what_it_prints():
 
 def test_the_knee_search_preset_is_built_by_the_engine():
     from redline.engine.api import WorkloadConfig, knee_search_preset
-    from redline.tui.preset_keys import search_preset
+    from redline.tui.preset_run import search_preset
 
     wl = WorkloadConfig(input_len=300, output_len=70)
     p = knee_search_preset(8, 256, wl)

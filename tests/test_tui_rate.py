@@ -23,7 +23,7 @@ from redline.engine.run.config import EngineConfig
 from redline.engine.run.snapshot import Snapshot
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
-from redline.tui.load_keys import RATE_FLOOR
+from redline.tui.load_asks import RATE_FLOOR
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.rate import RateLine, rate_line
 from redline.tui.widgets.workload import WorkloadForm, build_change, current_values

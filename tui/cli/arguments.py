@@ -37,8 +37,8 @@ from ...engine.api import (
     TRANSPORTS,
     __version__,
 )
-from . import handlers as commands, refusals, sweep_cmd as sweeps
 from ..exits import EXIT_BAD_INPUT, EXIT_OK
+from . import handlers as commands, refusals, sweep_cmd as sweeps
 from .errors import UsageError
 
 

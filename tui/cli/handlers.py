@@ -17,7 +17,15 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline
 
 from ...engine import api
 from ..builtin_sim import BUILTIN_SIM, DEFAULT_SIM_PROFILE, running_target
-from ..exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, ended_status, engine_loss, session_saved
+from ..exits import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    ended_status,
+    engine_loss,
+    session_saved,
+)
 from .errors import UsageError
 from .launch import checked_config
 

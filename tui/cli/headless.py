@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...engine import api
-from ..exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, ended_status, engine_loss, session_saved
+from ..exits import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    ended_status,
+    engine_loss,
+    session_saved,
+)
 
 if TYPE_CHECKING:
     from ...engine.api import Engine, Preset

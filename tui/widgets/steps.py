@@ -85,7 +85,7 @@ class _Pause:
 
 
 class StepTable(DataTable):
-    can_focus = False  # the app's keys are read by the app (app.py BINDINGS); wheel and PgUp/PgDn scroll
+    can_focus = False  # the keys are the live screen's (live_screen.py BINDINGS); wheel and PgUp/PgDn scroll
     def __init__(self, *, id: str = "steps") -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True, show_cursor=False)
         self._keys: list[str] = []  # row keys as shown
