@@ -281,9 +281,9 @@ def test_the_screen_never_imports_the_command_line():
 
 def test_the_one_way_check_fails_on_an_import_back():
     g = {"redline.tui.run_app": {"redline.tui.cli.launch", "redline.tui.exits"}, "redline.tui.cli.handlers": {"redline.tui.run_app"},
-         "redline.tui.widgets.curve": {"redline.tui.cli"}, "redline.tui.__main__": {"redline.tui.cli.arguments"}}
+         "redline.tui.widgets.curve_view": {"redline.tui.cli"}, "redline.tui.__main__": {"redline.tui.cli.arguments"}}
     assert screen_imports_of_the_command_line(g) == ["redline.tui.run_app -> redline.tui.cli.launch",
-                                                     "redline.tui.widgets.curve -> redline.tui.cli"]
+                                                     "redline.tui.widgets.curve_view -> redline.tui.cli"]
 
 
 def private_names_imported(name: str, path: Path) -> list[str]:

@@ -34,7 +34,7 @@ from redline.tui.widgets.dialogs import ConfirmScreen
 from redline.tui.widgets.header import StatusHeader, wrap_words
 from redline.tui.widgets.help import FIGURES, KEYS, HelpScreen
 from redline.tui.widgets.metric_row import spark_text
-from redline.tui.widgets.steps import StepTable
+from redline.tui.widgets.step_table import StepTable
 
 T0 = 1714564800.0  # 2024-05-01 12:00:00 UTC: the scripted session starts here
 URL = "http://10.0.0.5:30000"

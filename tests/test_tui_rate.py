@@ -25,8 +25,8 @@ from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
 from redline.tui.load_asks import RATE_FLOOR
 from redline.tui.widgets.header import StatusHeader
-from redline.tui.widgets.rate import RateLine, rate_line
-from redline.tui.widgets.workload import WorkloadForm, build_change, current_values
+from redline.tui.widgets.rate_line import RateLine, rate_line
+from redline.tui.widgets.workload_form import WorkloadForm, build_change, current_values
 
 FAST = FAST_SIM
 

@@ -1,7 +1,7 @@
 """The operator's app: one live screen (tui/live_screen.py: what is drawn and every key that
 steers the load) against one server, or several (`--url` repeated: a row per target,
-widgets/target_rows.py), from this process or from worker processes (`--workers N`: their
-health, widgets/worker_rows.py); the dialogs open over it.
+widgets/targets_panel.py), from this process or from worker processes (`--workers N`: their
+health, widgets/workers_panel.py); the dialogs open over it.
 
 The engine runs in its own process (engine/host.py); the app reads its latest Snapshot four
 times a second and hands it to the screen, which sends commands. The app owns the way out: `q`

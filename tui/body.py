@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 from textual.widget import Widget
 
-from .widgets.curve import CurveView
+from .widgets.curve_view import CurveView
 from .widgets.gpu_panel import GpuPanel
+from .widgets.live_panels import LivePanels
 from .widgets.log_view import EventLog
-from .widgets.panels import LivePanels
-from .widgets.steps import StepTable
-from .widgets.target_rows import TargetsPanel
-from .widgets.worker_rows import WorkersPanel, block_lines
+from .widgets.step_table import StepTable
+from .widgets.targets_panel import TargetsPanel
+from .widgets.workers_panel import WorkersPanel, block_lines
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -112,7 +112,7 @@ class BodyParts:
             curve.show(snap)
 
     def workers_lines(self, n: int) -> int:
-        """Lines the workers block may take (widgets/worker_rows.py block_lines): what its
+        """Lines the workers block may take (widgets/workers_panel.py block_lines): what its
         column leaves under the panels, the targets and the GPUs, as laid out at the last
         refresh."""
         if not n:

@@ -35,7 +35,7 @@ from .session_export import SessionExport
 from .sweep_status import NEXT_REASON
 from .watches import FailureWatch
 from .widgets.header import StatusHeader
-from .widgets.rate import RateLine
+from .widgets.rate_line import RateLine
 
 # The first frame imports only what it draws (issue 26): the body's widgets (body.py), the
 # dialogs and the engine's commands (engine_commands.py) are imported where they are first used.
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .ports import EngineHost, ScreenOwner
     from .sweep_status import SweepStatus
     from .widgets.dialogs import LinePrompt
-    from .widgets.workload import WorkloadForm
+    from .widgets.workload_form import WorkloadForm
 
 
 class LiveScreen(Screen[None]):
@@ -426,7 +426,7 @@ class LiveScreen(Screen[None]):
         return wl.describe() if wl is not None else {}
 
     async def action_workload(self) -> None:
-        from .widgets.workload import WorkloadForm
+        from .widgets.workload_form import WorkloadForm
 
         workload = self.session_workload()
         if workload.get("trace"):

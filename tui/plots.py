@@ -2,7 +2,7 @@
 request rate for sessions over rates, never the in-flight cap), one line per session, each
 session's knee marked. What the command line and the screen both draw, in a module of its
 own (no Textual): in the terminal with plotext (`redline report`: tui/cli/terminal.py, and the
-screen's curve view: tui/widgets/curve.py), as an image with matplotlib (`--png`, the
+screen's curve view: tui/widgets/curve_view.py), as an image with matplotlib (`--png`, the
 optional `png` extra).
 
 The load is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the loads

@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.widgets import Label
 
 from ...engine.api import BOUND, TIMELINE_INTERVAL_S, Snapshot
-from ..format import ms, num, rate
 from .metric_row import MetricRow
+from .numbers import ms, num, rate
 
 HISTORY_POINTS = 120  # seconds of sparkline
 

@@ -30,8 +30,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import ms, num, rate
-from .target_rows import GONE_STYLE, cut_middle
+from .numbers import ms, num, rate
+from .targets_panel import GONE_STYLE, cut_middle
 
 DEAD_STYLE = GONE_STYLE  # the header's SERVER GONE style, a target's GONE
 MAX_ROWS = 8  # rows at most; the rest are `+N more` on the title line

@@ -24,8 +24,8 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 
 from ...engine.api import LogLine, Snapshot, StepResult
-from ..format import ms, rate, step_ms
 from .header import rate_text
+from .numbers import ms, rate, step_ms
 
 COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run", "at")
 LIVE_STYLE = "bold"  # and the row cursor sits on it (redline.tcss: #steps > .datatable--cursor)
