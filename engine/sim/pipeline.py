@@ -31,11 +31,31 @@ each, so one large micro-batch in an empty pipe feeds one GPU, not all).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .model import BatchModel
     from .profiles import SimProfile
+
+
+class _Scheduler(Protocol):
+    """What the loop drives of the batch model (engine/sim/model.py BatchModel)."""
+
+    _closed: bool
+    _slots: list[dict[Any, None]]
+    _queue: Any
+    _stopped: asyncio.Event
+    _wake: asyncio.Event
+
+    @property
+    def hung(self) -> bool: ...
+
+    async def wait_go(self) -> bool: ...
+
+    def _emit(self, slot: int = -1) -> None: ...
+
+    def _admit(self, slot: int = -1) -> int: ...
+
+    def _report_batch(self, batch: float) -> None: ...
 
 __all__ = ["StageClock", "run_pipeline"]
 
@@ -62,7 +82,7 @@ def _gpu_batch(in_flight: list[tuple[float, int]], now: float, stages: int, satu
     return sum(live) / max(stages, len(live)) if live else 0.0
 
 
-async def run_pipeline(model: BatchModel, profile: SimProfile) -> None:
+async def run_pipeline(model: _Scheduler, profile: SimProfile) -> None:
     """The scheduler loop under pipeline parallelism; runs until the model closes."""
     loop = asyncio.get_running_loop()
     stages, slots = profile.pp_size, profile.micro_batches
