@@ -83,6 +83,10 @@ def common_prefix_len(a: str, b: str) -> int:
 #: sim settings that make a decode step short (TUI tests that want answers quickly)
 FAST_SIM = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
+#: the pp-capped profile's numbers without pipeline parallelism: one batch of at most 8 and a
+#: queue behind it (what pp-capped ran before its micro-batches followed SGLang: 64 run there)
+CAP8_SIM = ("--set", "pp_size=1", "--set", "max_running_requests=8")
+
 
 async def settle(pilot, pred: Callable[[], bool], timeout: float = 15.0) -> bool:
     """Let a Textual app run (bounded) until `pred()` holds; returns whether it did. It returns
