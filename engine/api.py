@@ -26,6 +26,7 @@ from . import __version__
 if TYPE_CHECKING:
     from .client.target import TargetError, TargetUnreachable, validate_url
     from .constants import (
+        CONSECUTIVE_FAILURES_END,
         DEFAULT_CONCURRENCY,
         DEFAULT_INPUT_LEN,
         DEFAULT_MAX_CONCURRENCY,
@@ -66,10 +67,12 @@ if TYPE_CHECKING:
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
     from .sweep.record import SWEEP_FILE, load_sweep
-    from .sweep.runner import ConfigServer, open_sweep_file, run_sweep
+    from .sweep.merge import merged_doc
+    from .sweep.resume import check_resume, preset_digest
+    from .sweep.runner import ConfigServer, TimeLeft, open_sweep_file, run_sweep
     from .sweep.server_proc import free_port
-    from .sweep.spec import SweepError, SweepSpec, load_sweep_file, spec_from_args
-    from .sweep.table import format_sweep
+    from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
+    from .sweep.table import format_answers, format_sweep
     from .text import closest
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
@@ -91,7 +94,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
     ".run.config": ("EngineConfig",),
     ".constants": (
-        "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
+        "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
@@ -126,10 +129,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
     ".sweep.record": ("SWEEP_FILE", "load_sweep"),
-    ".sweep.runner": ("ConfigServer", "open_sweep_file", "run_sweep"),
+    ".sweep.merge": ("merged_doc",),
+    ".sweep.resume": ("check_resume", "preset_digest"),
+    ".sweep.runner": ("ConfigServer", "TimeLeft", "open_sweep_file", "run_sweep"),
     ".sweep.server_proc": ("free_port",),
-    ".sweep.spec": ("SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
-    ".sweep.table": ("format_sweep",),
+    ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
+    ".sweep.table": ("format_answers", "format_sweep"),
     ".text": ("closest",),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),

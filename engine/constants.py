@@ -25,8 +25,7 @@ STEADY_MIN_S = 4  # a step needs this many whole measured seconds to be judged s
 NOISE_SIGMAS = 2.0  # plateau/collapse margin: this many standard errors of the steps' tok/s
 DEFAULT_PLATEAU_GAIN = 0.05  # the knee's plateau gain when the preset sets none (engine/rules/knee.py)
 SETTLE_MAX_S = 120.0  # warm-up waits at most this long (after warmup_s) for in-flight to reach C
-PROBE_MIN_REQUESTS = 3  # a probe holds until one own request answered, or this many completed ...
-PROBE_MAX_HOLD_S = 600.0  # ... but no longer than this (a live probe: until the operator moves on)
+PROBE_MAX_HOLD_S = 600.0  # a probe waits past probe_s for one request's first token at most this long
 STALL_S = 10.0  # requests in flight and no output token for this long ends a preset's ramp as "stalled" ([stop] stall_s)
 TRACE_FEED_AHEAD_S = 0.25  # --workers: the coordinator feeds each worker the trace rows due this far ahead
 TRACE_LEAD_S = 0.05  # a trace replay's first row is due this long after the command (its bookkeeping is not lag)
@@ -90,3 +89,6 @@ HIST_MAX_S = 1e4
 # raise it by more than this (engine/measure/histogram.py censored_quantiles)
 BOUND_TOLERANCE = 0.02
 EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins
+
+# meta.json's fingerprint (engine/run/provenance.py): how long it waits for telemetry's first GPU reading
+FINGERPRINT_GPU_WAIT_S = 15.0

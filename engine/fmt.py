@@ -6,7 +6,7 @@ Every formatter gives "-" for an unknown value (None).
 
 from __future__ import annotations
 
-__all__ = ["BOUND", "ms", "num", "rate", "step_ms"]
+__all__ = ["BOUND", "duration", "ms", "num", "rate", "step_ms"]
 
 BOUND = "≥"  # a lower bound (censored requests: docs/numbers.md#requests-that-outlive-their-step-censoring)
 
@@ -37,6 +37,17 @@ def num(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v:.0f}" if abs(v - round(v)) < 1e-6 or abs(v) >= 100 else f"{v:.1f}"
+
+
+def duration(seconds: float | None) -> str:
+    """A span of time as it is said: "40 s", "3 min", "1 h 20 min"."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    m = round(s / 60)
+    return f"{m} min" if m < 60 else f"{m // 60} h {m % 60} min" if m % 60 else f"{m // 60} h"
 
 
 def step_ms(step: object, name: str, unit: bool = True) -> str:

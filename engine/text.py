@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["closest", "did_you_mean", "one_line"]
 
@@ -22,14 +22,20 @@ def one_line(text: object, limit: int | None = None, *, ellipsis: bool = False) 
     return s[: limit - 1] + "…" if ellipsis and limit > 0 else s[: max(limit, 0)]
 
 
-def closest(word: object, choices: Iterable[str], cutoff: float = 0.7) -> str | None:
-    """The choice nearest ``word`` as difflib measures it (a typo, a letter missing or
-    doubled), or None when none is near enough."""
+def closest(word: object, choices: Iterable[str], cutoff: float = 0.7, aliases: Mapping[str, str] | None = None) -> str | None:
+    """The choice nearest ``word``: the one another tool's name in ``aliases`` stands for
+    (`openai-chat` is chat), ranked above any near spelling, else the nearest as difflib
+    measures it (a typo, a letter missing or doubled); None when none is near enough."""
     if not isinstance(word, str) or not word:
         return None
+    options = list(choices)
+    if aliases:
+        ours = aliases.get(word, aliases.get(word.lower().replace("_", "-")))
+        if ours is not None and ours in options:
+            return ours
     import difflib  # only on a refusal
 
-    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    near = difflib.get_close_matches(word, options, n=1, cutoff=cutoff)
     return near[0] if near else None
 
 

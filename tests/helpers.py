@@ -507,9 +507,9 @@ def steady_in(preset, seconds: int):
     return dataclasses.replace(preset, ramp=dataclasses.replace(preset.ramp, steady_min_s=seconds))
 
 
-def run_preset_headless(cfg, preset):
+def run_preset_headless(cfg, preset, on_line=None):
     """Start an Engine on `cfg`, run `preset` on it as `redline run --headless` does, stop it
-    (the session log complete); returns the RunOutcome."""
+    (the session log complete); returns the RunOutcome. `on_line`: each line the run prints."""
     import asyncio
 
     from redline.engine.drive.preset_runner import run_preset
@@ -519,7 +519,7 @@ def run_preset_headless(cfg, preset):
         e = Engine(cfg)
         await e.start()
         try:
-            return await run_preset(e, preset)
+            return await run_preset(e, preset, **({"on_line": on_line} if on_line is not None else {}))
         finally:
             await e.stop("preset finished")
 

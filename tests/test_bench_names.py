@@ -217,3 +217,26 @@ def test_the_sim_generates_each_replys_length(sim_factory, tmp_path, extra, expe
     assert any("question eps" in r["prompt_tail"] for r in sent) == (expect != "reply")  # a one-token reply: too short
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     assert json.dumps(meta).count("sharegpt_output_len") >= 1
+
+
+def test_closest_ranks_a_known_alias_above_a_near_spelling():
+    from redline.engine.text import closest
+
+    # difflib alone: `openai-chat` is near nothing; `jsonl` nearer json than ndjson
+    assert closest("openai-chat", ("chat", "completions", "generate")) is None
+    assert closest("jsonl", ("parquet", "csv", "ndjson", "json")) == "json"
+    aliases = {"openai-chat": "chat", "jsonl": "ndjson"}
+    assert closest("openai-chat", ("chat", "completions", "generate"), aliases=aliases) == "chat"
+    assert closest("JSONL", ("parquet", "csv", "ndjson", "json"), aliases=aliases) == "ndjson"
+    assert closest("chta", ("chat", "completions"), aliases=aliases) == "chat"  # a typo still finds its word
+    assert closest("jsonl", ("parquet", "csv"), aliases=aliases) is None  # an alias of no choice here is nothing
+
+
+@pytest.mark.parametrize("argv, near", [
+    (["--api", "openai-chat"], "did you mean chat?"),
+    (["--api", "sglang"], "did you mean generate?"),  # bench_serving's --backend sglang: SGLang's /generate
+    (["export", "x", "--format", "jsonl"], "did you mean ndjson?"),
+])
+def test_another_tools_value_names_ours(nothing_starts, capsys, argv, near):
+    assert main_in_process(argv) == 2
+    assert near in one_line(capsys.readouterr().err)

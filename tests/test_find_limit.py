@@ -71,7 +71,10 @@ def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory,
     assert c4.slo_attainment == 1.0 and c8.slo_attainment >= 0.9  # up to the cap of 8: nothing queues
     assert c12.slo_attainment < 0.9  # four of twelve wait in the queue past 100 ms
     br = out.break_result
-    assert br is not None and br.reason == "slo" and br.concurrency == 12 and br.last_good_concurrency == 8, br
+    # last good: the best of C=4 and C=8 that decides (steady, its noise known: 2.5 s steps often are not)
+    deciding = [s for s in (c4, c8) if s.steady and s.output_throughput_se is not None]
+    expected = max(deciding, key=lambda s: s.output_throughput).concurrency if deciding else None
+    assert br is not None and br.reason == "slo" and br.concurrency == 12 and br.last_good_concurrency == expected, (br, deciding)
     assert "TTFT≤100 ms" in br.detail
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert {"request_goodput", "output_goodput", "slo_attainment"} <= set(summary["steps"][0])

@@ -130,7 +130,7 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     lines: list[str] = []
     first = StepResult(concurrency=preset.ramp.concurrency[0], duration_s=5, completed=1, failed=0,
                        output_throughput=10.0, input_throughput=1.0, request_throughput=1.0)
-    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None, steps=[first]))
+    engine = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), book=SimpleNamespace(break_result=None, cause=None, steps=[first]))
 
     async def one_step(engine, plan, label, watch, preset=None):
         return first, None

@@ -139,10 +139,11 @@ def test_readme_polars_example_reproduces_summary(capped_run):
         assert abs(e2e.quantile(0.5, "linear") - s["median_e2e_latency_ms"]) <= 0.002
 
 
-def test_probe_warms_up_then_measures_until_it_answers(healthy_sim, tmp_path):
-    """After the ramp, the C=1 probe's first request is its warm-up (until it answers); it
-    then holds probe_s and until one of its own requests answered, so it always reports a
-    TTFT and an ITL; E2E is a bound while its request still runs."""
+def test_probe_measures_its_own_requests_until_one_answers(healthy_sim, tmp_path):
+    """After the ramp, the C=1 probe sends no warm-up request (issue 42 case 17): every
+    request it sends is labelled `probe` and is its own; it holds probe_s and until one of
+    them answered, so it always reports a TTFT and an ITL; E2E is a bound while its request
+    still runs."""
     preset = parse_preset(
         {"name": "p", "workload": {"input_len": 8, "output_len": 24}, "ramp": {"concurrency": [8], "warmup_s": 0.3, "hold_s": 0.7, "min_requests": 1}, "after": {"probe_s": 2.0}},
         "p.toml",
@@ -158,8 +159,8 @@ def test_probe_warms_up_then_measures_until_it_answers(healthy_sim, tmp_path):
         assert probe.median_e2e_latency_ms_bound and probe.censored_e2e >= 1
     req = pl.read_ndjson(tmp_path / "s" / "requests.ndjson")
     rows = req.filter(pl.col("step") == probe.index)
-    assert rows.filter(pl.col("phase") == "warmup").height == 1
-    assert rows.filter(pl.col("phase") == "probe").height == probe.requests_sent
+    assert rows.filter(pl.col("phase") == "warmup").height == 0
+    assert rows.height == rows.filter(pl.col("phase") == "probe").height == probe.requests_sent >= 1
 
 
 def test_timeline_rows_cover_one_second_under_a_busy_loop():

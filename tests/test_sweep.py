@@ -31,7 +31,7 @@ def test_grids_expand_to_configurations_with_labels_and_free_ports():
     cs = spec.expand(lambda: next(ports))
     assert [c.label for c in cs] == ["tp8-pp1", "tp1-pp8"]
     assert cs[0].command == ("srv", "--port", "4001", "--tp", "8", "--pp", "1") and cs[0].url == "http://127.0.0.1:4001"
-    product = spec_from_args(["mb=8|64", "tp=1|2"], serve="srv --port {port} --mb {mb} --tp {tp}")
+    product = spec_from_args(["mb=8|64,tp=1|2"], serve="srv --port {port} --mb {mb} --tp {tp}")
     assert [c.label for c in product.expand(lambda: 1)] == ["mb8-tp1", "mb8-tp2", "mb64-tp1", "mb64-tp2"]
     mixed = spec_from_args(["tp=1,mb=8|64"], serve="srv --port {port} --tp {tp} --mb {mb}")
     assert [c.values for c in mixed.expand(lambda: 1)] == [{"tp": "1", "mb": "8"}, {"tp": "1", "mb": "64"}]
@@ -41,6 +41,21 @@ def test_grids_expand_to_configurations_with_labels_and_free_ports():
     urls = SweepSpec(urls=["http://127.0.0.1:30000", "http://127.0.0.1:30001/"]).expand(lambda: 1)
     assert [c.url for c in urls] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"] and urls[0].command == ()
     assert label_of({"url": "http://127.0.0.1:30000"}, 0) == "1-127.0.0.1-30000"
+
+
+def test_each_grid_expands_on_its_own_and_the_sweep_is_their_union():
+    """Issue 44 case 5: `--grid 'mb=0' --grid 'mb=8|64'` is three configurations (the first was
+    crossed with the second's product, which overrode its mb: two, and nothing said)."""
+    spec = spec_from_args(["mb=0", "mb=8|64"], serve="srv --port {port} --mb {mb}")
+    assert [c.label for c in spec.expand(lambda: 1)] == ["mb0", "mb8", "mb64"]
+    mixed = spec_from_args(["tp=8,mb=64", "tp=1,mb=8|64"], serve="srv --port {port} --tp {tp} --mb {mb}")
+    assert [c.label for c in mixed.expand(lambda: 1)] == ["tp8-mb64", "tp1-mb8", "tp1-mb64"]
+    with pytest.raises(SweepError) as ei:
+        spec_from_args(["mb=8", "mb=8|64"], serve="srv --port {port} --mb {mb}").check()
+    assert str(ei.value).startswith("--grid: the configuration 'mb=8' appears twice (configurations 1 and 2)")
+    assert "\n" not in str(ei.value)
+    twice = SweepSpec(urls=["http://127.0.0.1:30000", "http://127.0.0.1:30000"]).expand(lambda: 1)
+    assert [c.label for c in twice] == ["1-127.0.0.1-30000", "2-127.0.0.1-30000"]  # one server twice: labelled apart
 
 
 @pytest.mark.parametrize("kw,needle", [
@@ -121,7 +136,7 @@ def test_a_capped_and_an_uncapped_server_and_a_bad_flag(tmp_path):
     assert meta["label"] == "mb64" and meta["sweep"]["values"] == {"mb": "64"} and meta["sweep"]["startup_s"] > 0
     assert (tmp_path / "out" / "mb64" / "server.log").stat().st_size > 0
     assert doc["sweep"]["end_reason"] == "sweep finished" and doc["sweep"]["preset"] == "sweep-short"
-    assert "mb8            completed" in out and "failed to start" in out
+    assert "mb8            done" in out and "failed to start" in out  # the table says sweep.json's completed as done (80 columns)
     assert _sims(tmp_path) == []
     report = subprocess.run([*redline_command(), "report", str(tmp_path / "out"), "--no-plot", "--gate", "knee>=8,best:mb64"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)

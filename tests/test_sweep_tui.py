@@ -41,6 +41,9 @@ def test_the_line_says_which_configuration_and_its_state():
     assert starting.text("waiting") == "sweep 2/3 mb8 (mb=8) · starting: 41 s, /health answers 503"
     # a key cancelled the preset: the load is the operator's until n or q
     assert "its preset is over: n next configuration, q ends the sweep" in _status().text("over")
+    # --repeats: which repeat of how many, and the time left (issue 44)
+    assert _status(repeats=3, repeat=2, left="about 4 min left").text("running") == (
+        "sweep 2/3 mb8 (mb=8) · repeat 2 of 3 · running: ready in 0.7 s · n next · about 4 min left · done: mb4 knee C=4")
 
 
 def test_the_line_fits_its_width_dropping_from_the_end():

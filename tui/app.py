@@ -260,6 +260,7 @@ class RedlineApp(LoadKeys, PresetKeys, App[int]):
         except NoMatches:  # not composed yet, or tearing down
             return
         self._follow_preset(snap)
+        self._follow_failures(snap)
         if self._preset_note and not snap.preset:
             snap = replace(snap, preset=self._preset_note)
         now = time.monotonic()

@@ -1,7 +1,8 @@
 """The keys that run presets and find the limit (tui/app.py's RedlineApp is a PresetKeys): the
 preset picker (`p`, each preset with its run on the built-in sim), a preset's own workload
 applied first, the knee search (`k`), the probe lane (`l`), the profiler (`P`) and live SLOs
-(`o`); and the watch on a preset the app started, which says when it finished."""
+(`o`); the watch on a preset the app started, which says when it finished, and the one on
+requests failing in a row (the server refuses everything), which says so."""
 
 from __future__ import annotations
 
@@ -108,13 +109,28 @@ class PresetKeys:
             return
         br = snap.break_result if any(line.kind == "break" for line in lines) else None
         if br is not None:
-            good = "no step passed" if br.last_good_concurrency is None and br.last_good_rate is None else f"last good {br.last_good}"
-            how = f"break: {br.reason} at {br.where}; {good}"
+            how = f"break: {br.reason} at {br.where}; {br.good_text}"
         else:
             how = "no break"
         text = f"preset {name} finished ({how})"
         self.host.send(C.Log("preset", text))
         self._preset_note = text  # line 2 says what holds now (`[PROBE] C=1 (was C=256, r returns)`)
+
+    def _follow_failures(self, snap: Snapshot) -> None:
+        """CONSECUTIVE_FAILURES_END requests failed in a row (the server refuses everything: a
+        model it does not serve, a proxy's 404): said once per streak, in a notice and the log,
+        with the server's reason; the load is held as it is, for the operator to decide (a
+        preset's runner ends its own step; a gone server is said as gone)."""
+        n = snap.failures_in_a_row
+        if n < api.CONSECUTIVE_FAILURES_END or snap.preset_running or snap.state == "server gone":
+            self._failures_said = n >= api.CONSECUTIVE_FAILURES_END and getattr(self, "_failures_said", False)
+            return
+        if getattr(self, "_failures_said", False):
+            return
+        self._failures_said = True
+        text = f"{n} requests failed in a row: {snap.last_failure or 'no reason given'}; the load is held as it is (a probes, space pauses, q quits)"
+        self.host.send(C.Log("warning", text))
+        self.notify(text, severity="error", timeout=15)
 
     # -- finding the limit (docs/finding-the-limit.md) ----------------------------------
     def action_lane(self) -> None:

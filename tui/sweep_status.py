@@ -26,6 +26,9 @@ class SweepStatus:
     detail: str = ""  # what the start waits for; "ready in 41.2 s"
     finished: list[str] = field(default_factory=list)  # "mb8 knee C=8" of each configuration done
     ended_by: str = ""  # the app's exit reason for the configuration now
+    repeats: int = 1  # --repeats
+    repeat: int = 1  # the repeat now, from 1
+    left: str = ""  # "about 12 min left" (engine/sweep/runner.py TimeLeft)
 
     def text(self, preset: str = "running", width: int | None = None) -> str:
         """The line above the header; `preset`: waiting | running | over (the app knows).
@@ -35,6 +38,9 @@ class SweepStatus:
         short_head = head = f"sweep {self.index + 1}/{self.total} {self.label}"
         if self.values and self.values != self.label:
             head += f" ({self.values})"
+        if self.repeats > 1:  # which repeat stays in every form
+            head += f" · repeat {self.repeat} of {self.repeats}"
+            short_head += f" · repeat {self.repeat} of {self.repeats}"
         if self.phase == "running" and preset == "over":  # cancelled by a key: the load is the operator's
             long, short = "its preset is over: n next configuration, q ends the sweep", "preset over: n next, q ends the sweep"
         else:
@@ -42,7 +48,9 @@ class SweepStatus:
             keys = " · n next" if self.phase == "running" else ""
             long, short = self.phase + detail + keys, self.phase + keys
         done, few = (f" · done: {', '.join(self.finished)}", f" · {len(self.finished)} done") if self.finished else ("", "")
-        fits = [f"{head} · {long}{done}", f"{head} · {long}{few}", f"{short_head} · {long}{few}", f"{short_head} · {long}",
+        left = f" · {self.left}" if self.left else ""  # the time left: the first to go
+        fits = [f"{head} · {long}{left}{done}", f"{head} · {long}{left}{few}", f"{short_head} · {long}{left}{few}",
+                f"{head} · {long}{done}", f"{head} · {long}{few}", f"{short_head} · {long}{few}", f"{short_head} · {long}",
                 f"{head} · {short}{done}", f"{head} · {short}{few}", f"{short_head} · {short}{few}", f"{short_head} · {short}"]
         if width is None:
             return fits[0]

@@ -33,36 +33,57 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_sweep_tui(args: argparse.Namespace, spec, configs: list, preset, out: Path,
-                  make_config: Callable) -> int:
-    """Every configuration in the app, in turn; the exit status (0, or 128 + N for a signal).
-    `make_config(config, session, startup_s)` is the EngineConfig `redline run` would use."""
+                  make_config: Callable, digest: str | None = None, resume: bool = False) -> int:
+    """Every configuration in the app, in turn (with --repeats, each repeat an app of its own,
+    the server kept up between them unless --restart-each); the exit status (0, or 128 + N for
+    a signal). `make_config(config, session, startup_s, repeat)` is the EngineConfig `redline
+    run` would use."""
     from .run_app import run_tui
 
-    sf = api.open_sweep_file(spec, out, configs)
-    status = SweepStatus(total=len(configs))
+    sf, kept = api.open_sweep_file(spec, out, configs, digest, resume)
+    status = SweepStatus(total=len(configs), repeats=spec.repeats)
+    lo, hi = preset.duration_bounds()
+    clock = api.TimeLeft(len(configs), spec.repeats, (lo + hi) / 2.0, spec.restart_each, spec.cooldown_s)
     caught: list[signal.Signals] = []
     for i, c in enumerate(configs):
+        if i in kept:  # --resume: completed before
+            status.finished.append(_done_text(sf.entries[i]))
+            continue
         status.index, status.label = i, c.label
         status.values = " ".join(f"{k}={v}" for k, v in c.values.items()) if c.command else c.url
-        status.phase, status.detail, status.ended_by = "starting", "", ""
-        cs = api.ConfigServer(c, out / c.label, spec.ready_timeout_s,
-                              on_wait=lambda s: setattr(status, "detail", s))
-        cfg = make_config(c, out / c.label, None)
-        cs.launch()  # here, on the main thread (ConfigServer.launch); the app's start thread waits for it
+        cs = api.ConfigServer(c, out / c.label, spec.ready_timeout_s, on_wait=lambda s: setattr(status, "detail", s),
+                              repeats=spec.repeats, gpus=spec.gpus)
+        for k in range(1, spec.repeats + 1):
+            status.repeat, status.left = k, clock.text(i, k)
+            status.phase, status.detail, status.ended_by = "starting", "", ""
+            launch = k == 1 or spec.restart_each
+            keep = k < spec.repeats and not spec.restart_each  # the server stays up for the next repeat
+            if launch:
+                cs.launch()  # here, on the main thread (ConfigServer.launch); the app's start thread waits for it
+            cfg = make_config(c, cs.begin(k), None, k)
 
-        def on_hard_exit(cs=cs, i=i) -> None:
-            """SIGHUP: the app leaves with os._exit once its host stopped (the server with it)."""
-            sf.set(i, cs.stopped_entry("SIGHUP"))
-            sf.end("stopped by SIGHUP")
+            def on_hard_exit(cs=cs, i=i) -> None:
+                """SIGHUP: the app leaves with os._exit once its host stopped (the server with it)."""
+                sf.set(i, cs.stopped_entry("SIGHUP"))
+                sf.end("stopped by SIGHUP")
 
-        rc = run_tui(cfg, args, preset, target=_server_target(cs, status), sweep=status, on_hard_exit=on_hard_exit)
-        with _signals_caught(caught):
-            status.phase, status.detail = "stopping", ""
-            _stop_server(cs)
-            sf.set(i, _entry(cs, rc, status.ended_by))
-            status.finished.append(_done_text(sf.entries[i]))
-            if cs.started is not None and not cs.started.ok:
-                print(f"redline: sweep {c.label}: failed to start: {cs.started.why}", flush=True)
+            t0 = time.monotonic()
+            rc = run_tui(cfg, args, preset, target=_server_target(cs, status, wait=launch, keep=keep), sweep=status,
+                         on_hard_exit=on_hard_exit)
+            ended = rc != 0 or bool(caught) or status.ended_by in ("quit", NEXT_REASON) or (cs.started is not None and not cs.started.ok)
+            with _signals_caught(caught):
+                if not keep or ended:
+                    status.phase, status.detail = "stopping", ""
+                    _stop_server(cs)
+                sf.set(i, _entry(cs, rc, status.ended_by))
+                if cs.started is not None and not cs.started.ok:
+                    print(f"redline: sweep {c.label}: failed to start: {cs.started.why}", flush=True)
+            if launch and cs.startup_s is not None:
+                clock.startups_s.append(cs.startup_s)
+            clock.runs_s.append(time.monotonic() - t0)
+            if ended:
+                break
+        status.finished.append(_done_text(sf.entries[i]))
         if rc < 128 and caught:
             rc = 128 + caught[0].value
         if rc >= 128 or status.ended_by == "quit":
@@ -104,9 +125,10 @@ def _done_text(e: dict) -> str:
     return f"{e['label']} {str(e.get('status', '')).replace('_', ' ')}"
 
 
-def _server_target(cs, status: SweepStatus):
+def _server_target(cs, status: SweepStatus, wait: bool = True, keep: bool = False):
     """The app's target (run_app.py StartingHost): the configuration's server, launched and
-    waited for on the start thread; stopped when the app's host stops. `cancel` set (q, a
+    waited for on the start thread (`wait`; a repeat on the server kept up: at once); stopped
+    when the app's host stops unless `keep` (the next repeat runs on it). `cancel` set (q, a
     signal while it starts) gives the wait up."""
 
     @contextlib.contextmanager
@@ -118,7 +140,7 @@ def _server_target(cs, status: SweepStatus):
 
         cs.on_wait = on_wait
         try:
-            ok = asyncio.run(cs.ready()) if not cancel.is_set() else False
+            ok = (asyncio.run(cs.ready()) if wait else True) if not cancel.is_set() else False
         except BaseException:
             _stop_server(cs)
             raise StartAbandoned("the sweep's start was given up") from None
@@ -133,8 +155,9 @@ def _server_target(cs, status: SweepStatus):
         try:
             yield dataclasses.replace(cfg, meta_extra=extra)
         finally:  # the app's host stops (the load first): the screen says so while the group ends
-            status.phase, status.detail = "stopping", "its server"
-            _stop_server(cs)
+            if not keep:
+                status.phase, status.detail = "stopping", "its server"
+                _stop_server(cs)
 
     return target
 

@@ -53,6 +53,10 @@ def status_of(engine: Any, url: str = "") -> dict:
         # the session's knee as summary.json records it (engine/rules/verdicts.py): knee_concurrency,
         # knee_reason, max_throughput_concurrency (knee_rate, max_throughput_rate over rates)
         "knee": summary_knee(engine.book.steps, engine.book.search, engine.book.plateau_gain),
+        # a preset's break and last good as they stand (judged again on final figures:
+        # engine/drive/ramp_record.py), as summary.json records them, and the cause beside them
+        "break": engine.book.break_result.to_dict() if engine.book.break_result is not None else None,
+        "cause": engine.book.cause,
         "preset": {"running": s.preset_running, "progress": s.preset},
         "completed": s.completed, "failed": s.failed, "cancelled": s.cancelled,
         "output_tokens_total": s.output_tokens_total,

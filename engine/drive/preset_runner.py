@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
+from ..load.worker_count import kernel_stamped
 from ..preset import Preset
-from ..rules.breaks import Place, RampJudge, RunEvent
+from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
 from ..run import commands as C
 from ..run.engine import Engine
+from ..telemetry.client_doubt import client_doubted
 from .probe import run_probe
 from .ramp_record import RampRecord, RunOutcome
 from .run_watch import RunWatch
@@ -44,8 +46,10 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     watch = RunWatch(engine, preset.stop.stall_s)
     out = RunOutcome()
     book = engine.book
-    book.break_result = None
+    book.break_result = book.cause = None
     book.rejudge = ramp.rejudge
+    if engine.session is not None:
+        engine.session.doubt = client_doubt(engine, preset)
     ctl = engine.controller
     if ctl is not None and preset.ramp.max_concurrency is not None:
         ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap
@@ -66,6 +70,20 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     return out
 
 
+def client_doubt(engine: Engine, preset: Preset) -> Callable[[dict, float | None], bool]:
+    """Whether the loop's lag over a step could matter to its figures, given this run's limits
+    ([stop] p99 TTFT / ITL, the SLO's p99 bounds) and its reads' stamps (engine/telemetry/client_doubt.py)."""
+    slo = engine.config.slo
+    limits = {k: v for k, v in (("p99_ttft_ms", preset.stop.p99_ttft_ms), ("p99_itl_ms", preset.stop.p99_itl_ms),
+                                ("p99_e2e_latency_ms", slo.e2e_p99_ms if slo is not None else None)) if v is not None}
+    if slo is not None and slo.ttft_p99_ms is not None:
+        limits.setdefault("p99_ttft_ms", slo.ttft_p99_ms)
+    if slo is not None and slo.itl_p99_ms is not None:
+        limits.setdefault("p99_itl_ms", slo.itl_p99_ms)
+    kernel = kernel_stamped([t.target.url for t in engine.targets], engine.config.transport)
+    return lambda step, lag: client_doubted(step, lag, limits, kernel)
+
+
 async def _ramp(engine: Engine, preset: Preset, ramp: RampRecord, watch: RunWatch, out: RunOutcome, on_line: Callable[[str], None]) -> None:
     """The preset's steps in order, until it breaks."""
     plans = preset.ramp.steps()
@@ -82,7 +100,7 @@ async def _ramp(engine: Engine, preset: Preset, ramp: RampRecord, watch: RunWatc
             on_line(format_step_line(res))
         if event is not None:
             place = Place.of(res) if res is not None else Place(plan.concurrency or engine.live.concurrency(), plan.rate, plan.speed)
-            ramp.judge.events.append(RunEvent(event[0], event[1], place, before=len(ramp.steps()) - (res is not None)))
+            ramp.judge.events.append(ramp.event(event, res, place, watch.stall.began))
         if ramp.announce(out, on_line) is not None:
             return
 

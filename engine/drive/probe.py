@@ -39,13 +39,21 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
     await engine.probe()  # the abort: nothing of it lands in the probe's window, nothing is sent meanwhile
     acc.begin_measure(time.perf_counter())  # before the loop turns: the first request sent is the probe's own
     watch.stall.reset()
+    watch.begin(acc.index, PROBE_AT)
     if engine.controller is not None:
         engine.controller.poke()  # worker processes: their next order carries the probe's stamp
     label = f"{preset.name} C=1 probe"
     max_hold = max(probe_s, PROBE_MAX_HOLD_S)
 
+    waited: list[bool] = []  # probe_s passed with no request answered: it waits for one first token
+
     def done(now: float, el: float) -> bool:
-        return el >= probe_s and (el >= max_hold or acc.first_token >= 1)
+        if el < probe_s:
+            return False
+        if acc.first_token >= 1 or el >= max_hold:
+            return True
+        waited[:] = [True]
+        return False
 
     def line(el: float) -> str:
         if el >= probe_s and acc.first_token == 0:
@@ -58,10 +66,10 @@ async def run_probe(engine: Engine, preset: Preset, watch: RunWatch, on_line: Ca
         on_line(f"probe: {event[1]}")
         if event[0] == "server_gone":
             return None, event
-    elif res.duration_s > probe_s + 1.0:
-        waited = f"probe: held {res.duration_s:.0f} s, past probe_s {probe_s:g} s, until its request's first token"
-        engine.log("preset", waited, concurrency=1)
-        on_line(waited)
+    elif waited:
+        said = f"probe: held {res.duration_s:.1f} s, past probe_s {probe_s:g} s, until its request's first token"
+        engine.log("preset", said, concurrency=1)
+        on_line(said)
     book.record(res)
     on_line(format_step_line(res))
     return res, event

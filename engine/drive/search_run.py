@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..constants import DEFAULT_PLATEAU_GAIN
 from ..preset import Preset, StepPlan
-from ..rules.breaks import Place, RunEvent
+from ..rules.breaks import Place
 from ..rules.knee_search import KneeSearch
 from ..rules.step_text import format_step_line
 from ..run.engine import Engine
@@ -114,7 +114,7 @@ async def _points(engine: Engine, preset: Preset, state: SearchState, ramp: Ramp
             on_line(format_step_line(res))
         if event is not None:
             place = Place.of(res) if res is not None else Place(c, plan.rate)
-            ramp.judge.events.append(RunEvent(event[0], event[1], place, before=len(ramp.steps()) - (res is not None)))
+            ramp.judge.events.append(ramp.event(event, res, place, watch.stall.began))
             engine.log("break", event[1], concurrency=c)
             on_line(event[1])
             if event[0] != "errors" or res is None:

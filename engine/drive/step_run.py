@@ -202,6 +202,7 @@ async def run_step(engine: Engine, plan: StepPlan, label: str, watch: RunWatch, 
     c = _set_load(engine, plan)
     acc = book.open_step(c, "measure", measure=False, in_flight=before)
     acc.cache_flush = flushed
+    watch.begin(acc.index, where(plan))
     ctl = engine.controller
     if ctl is not None and ctl.paused:  # a preset run starts held: its first request is its first step's
         ctl.resume()

@@ -56,6 +56,7 @@ class StepBook:
         # a driver's verdicts over its steps, judged again when a step's final figures land
         # (engine/drive/preset_runner.py: the break and last good, a search's answers)
         self.rejudge: Callable[[], None] | None = None
+        self.cause: str | None = None  # what the server said limits it, beside the break or the knee (a preset's run)
         self.plateau_gain: float | None = None  # the knee's (engine/rules/verdicts.py): a preset's [stop] plateau_gain, else the default
         self.default_phase = LIVE
         self.slo: Slo | None = None  # per-request SLO bounds: steps count their goodput

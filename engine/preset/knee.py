@@ -23,6 +23,8 @@ def knee_search_preset(start: int, max_concurrency: int, workload: Any = None) -
         {"name": "knee search", "workload": lengths,
          "ramp": {"mode": "search", "start": start, "max": max(start, max_concurrency), "warmup_s": KNEE_WARMUP_S,
                   "hold_s": KNEE_HOLD_S, "min_requests": KNEE_MIN_REQUESTS},
-         "stop": {"plateau_gain": DEFAULT_PLATEAU_GAIN}},
+         # the search's own rules before they became [stop]'s (engine/rules/breaks.py): half the
+         # requests failing, or tok/s halved, bound it
+         "stop": {"plateau_gain": DEFAULT_PLATEAU_GAIN, "error_rate": 0.5, "collapse": 0.5}},
         "knee-search",
     )

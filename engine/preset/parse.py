@@ -62,7 +62,7 @@ from .parse_search import RATE_SEARCH_LEVELS
 from .parse_server_ops import SERVER_OPS_KEYS, parse_server_ops
 from .parse_workload import MAX_TURNS, check_shape, parse_target, parse_workload
 from .ramp_fields import RATE_WHAT
-from .spec import Preset, PresetError
+from .spec import MAX_REPEATS, Preset, PresetError
 
 __all__ = [
     "MAX_TURNS",
@@ -103,6 +103,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
         "over",
         "workloads",
         "probes",
+        "repeats",
         *SERVER_OPS_KEYS,  # profile, flush_cache (parse_server_ops.py)
     ),
     "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
@@ -202,4 +203,5 @@ def parse_preset(data: dict, source: str) -> Preset:
     guard = parse_guard(ctx, data["guard"]) if "guard" in data else None
     gate = parse_gate(ctx, data["gate"]) if "gate" in data else None
     path = Path(str(source)) if source else None
-    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard, gate)
+    repeats = ctx.integer("[ramp].repeats", data["ramp"]["repeats"], maximum=MAX_REPEATS) if "repeats" in data["ramp"] else 1
+    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard, gate, repeats)

@@ -20,6 +20,7 @@ DEFAULT_WARMUP_S = 10.0
 DEFAULT_HOLD_S = 30.0
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_MAX_HOLD_FACTOR = 3.0  # max_hold_s defaults to 3 x hold_s
+MAX_REPEATS = 100  # [ramp] repeats, --repeats
 COUNT_MAX_HOLD_S = 600.0  # a step that counts requests ([ramp] num_requests) measures at most this long by default
 MAX_CONCURRENCY = 100_000  # a sanity bound on one step's concurrency
 MAX_STEPS = 10_000  # a sanity bound on the number of steps in a ramp
@@ -198,6 +199,7 @@ class Preset:
     slo: Slo | None = None
     guard: GuardSpec | None = None
     gate: tuple[str, ...] | None = None  # [gate]: conditions checked at the end of a headless run (engine/report/gate.py)
+    repeats: int = 1  # [ramp] repeats: the whole ramp run this many times (docs/comparing.md#repeats-and-intervals)
 
     def duration_bounds(self) -> tuple[float, float]:
         """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:

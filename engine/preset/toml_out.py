@@ -62,6 +62,9 @@ def _tables(preset: Preset) -> list[tuple[list[str], str, dict[str, Any]]]:
     out.append((comments, "workload", workload))
 
     comments, ramp = _ramp(preset.ramp)
+    if preset.repeats > 1:
+        ramp["repeats"] = preset.repeats
+        comments = [*comments, "repeats: the whole ramp run this many times (redline run, a sweep's configurations)"]
     out.append((comments, "ramp", ramp))
 
     s = preset.stop

@@ -58,6 +58,7 @@ from .html_data import (
     session_data,
     step_data,
 )
+from .html_pareto import mark_front
 
 # plotly.js's basic bundle (scatter, bar, pie), vendored as package data: assets/README.md
 PLOTLY_ASSET = "assets/plotly-basic.min.js"
@@ -168,8 +169,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         b = rs.session.break_result
         if b is None:
             return "none (no stop rule fired)"
-        good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
-        return f"{b.reason} at {b.where}, {good}: {b.detail}"
+        return f"{b.reason} at {b.where}, {b.good_text}: {b.detail}"
 
     def knee(rs: ReportSession) -> str:
         # engine/rules/verdicts.py, as summary.json recorded it: one per workload, the session's last
@@ -187,7 +187,7 @@ def _settings_table(sessions: Sequence[ReportSession]) -> str:
         ("max running requests", lambda rs: info(rs, "max_running_requests")),
         ("GPUs", lambda rs: gpu_count(rs.meta, rs.timeline)),
         ("SLO", lambda rs: describe_slo(rs.summary["slo"]) if isinstance(rs.summary.get("slo"), dict) and rs.summary["slo"] else "none"),
-        ("break", brk), ("knee", knee),
+        ("break", brk), ("knee", knee), ("cause", lambda rs: rs.summary.get("cause") or "-"),
         ("redline", lambda rs: rs.meta.get("redline_version")),
         ("started", lambda rs: rs.meta.get("started_at")),
         ("ended", lambda rs: f"{rs.meta.get('ended_at') or 'not closed'} ({rs.meta.get('end_reason') or '-'})"),
@@ -234,6 +234,7 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
         "slo": default_slo(sessions),
         "warning": warning,
     }
+    mark_front(data["sessions"])  # the Pareto front across the page's sessions (html_pareto.py)
     labels = [rs.session.label for rs in sessions]
     title = title or ("redline: " + " vs ".join(labels) if labels else "redline report")
     when = (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
@@ -294,7 +295,7 @@ waiting when the step closed): above a bound it fails, under it the step is "not
 waiting when the step closed) is an open marker on a dashed segment rising from it, never joined to the measured line.</p>
 <div class="chart tall" id="chart-latency" data-chart="latency"></div></section>
 <section class="card"><h2>Pareto: per-user speed against throughput</h2>
-<p class="note">tok/s per user (output tok/s ÷ C; a rate step: 1 ÷ TPOT) against {pareto_note}. Up and right is better.</p>
+<p class="note">tok/s per user (1000 ÷ TPOT: how fast one answer streams) against {pareto_note}. Up and right is better; the black line joins the Pareto front across the sessions (nothing beats its points on both), the points it beats are dimmed.</p>
 <div class="chart" id="chart-pareto" data-chart="pareto"></div></section>
 <section class="card"><h2>SLO attainment per step</h2>
 {att_section}</section>

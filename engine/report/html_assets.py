@@ -303,17 +303,24 @@ PAGE_JS = r"""
 
   (function pareto(){
     var perGpu = S.every(function(s){ return s.gpus; });
+    var front = [];
     var traces = S.map(function(s, i){
-      var pts = s.steps.filter(function(p){ return p.per_user !== null; });
+      var idx = s.steps.map(function(p, j){ return j; }).filter(function(j){ return s.steps[j].per_user !== null; });
+      var pts = idx.map(function(j){ return s.steps[j]; });
+      var on = idx.map(function(j){ return !!(s.front && s.front[j]); });
       var g = perGpu ? s.gpus : 1;
+      pts.forEach(function(p, k){ if (on[k]) front.push({x: p.tok_s / g, y: p.per_user}); });
       return {x: pts.map(function(p){ return p.tok_s / g; }), y: pts.map(function(p){ return p.per_user; }), name: s.label,
         mode: 'lines+markers+text', text: pts.map(function(p){ return p.load; }), textposition: 'top right', textfont: {size: 10, color: s.color},
-        line: {color: s.color, width: 2}, marker: {color: s.color, size: 9},
-        customdata: pts.map(function(p){ return [p.load, p.tok_s, p.tok_s / g]; }),
-        hovertemplate: '%{customdata[0]}<br>%{y:.2f} tok/s per user<br>%{customdata[1]:.1f} tok/s total' + (perGpu ? ', %{customdata[2]:.1f} per GPU' : '') + '<extra>' + esc(s.label) + '</extra>'};
+        line: {color: s.color, width: 2}, marker: {color: s.color, size: 9, opacity: on.map(function(f){ return f ? 1 : 0.3; })},
+        customdata: pts.map(function(p, k){ return [p.load, p.tok_s, p.tok_s / g, on[k] ? 'on the Pareto front' : 'beaten on both axes']; }),
+        hovertemplate: '%{customdata[0]}<br>%{y:.2f} tok/s per user<br>%{customdata[1]:.1f} tok/s total' + (perGpu ? ', %{customdata[2]:.1f} per GPU' : '') + '<br>%{customdata[3]}<extra>' + esc(s.label) + '</extra>'};
     });
+    front.sort(function(a, b){ return a.x - b.x; });
+    if (front.length) traces.push({x: front.map(function(p){ return p.x; }), y: front.map(function(p){ return p.y; }), name: 'Pareto front',
+      mode: 'lines', line: {color: '#000', width: 1.5, dash: 'dot'}, hoverinfo: 'skip', meta: 'pareto-front'});
     jobs.push(plot('chart-pareto', traces, {xaxis: {title: {text: perGpu ? 'output tok/s per GPU' : 'output tok/s'}, rangemode: 'tozero', automargin: true},
-      yaxis: {title: {text: 'output tok/s per user'}, rangemode: 'tozero', automargin: true}}));
+      yaxis: {title: {text: 'output tok/s per user (1000 / TPOT)'}, rangemode: 'tozero', automargin: true}}));
   })();
 
   (function attainment(){

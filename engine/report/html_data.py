@@ -102,14 +102,9 @@ def step_data(s: StepResult, kind: str, slo: Slo | None = None) -> dict[str, Any
     for key, name in LAT:
         d[key] = _r(getattr(s, name))
         d[key + "_bound"] = s.bound(name)
-    # tok/s per user: a closed-loop step shares its tok/s among C users; an open-loop one's
-    # user sees 1 token per TPOT
-    if load.kind == "C" and s.concurrency:
-        d["per_user"] = _r(s.output_throughput / s.concurrency, 3)
-    elif s.mean_tpot_ms:
-        d["per_user"] = _r(1000.0 / s.mean_tpot_ms, 3)
-    else:
-        d["per_user"] = None
+    # tok/s per user: one answer streams 1 token per TPOT (DESIGN.md "Verdicts": the Pareto
+    # front's axis, the sweep's too: engine/sweep/points.py)
+    d["per_user"] = _r(1000.0 / s.mean_tpot_ms, 3) if s.mean_tpot_ms else None
     return d
 
 

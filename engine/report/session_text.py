@@ -67,7 +67,7 @@ def report_session(session_dir: str | os.PathLike) -> str:
     else:
         when += "  (still running, or ended without closing its log)"
     head.append(when)
-    table = format_step_table(summ.get("steps") or [], summ.get("break"), summ.get("probe"), knees_from_summary(summ))
+    table = format_step_table(summ.get("steps") or [], summ.get("break"), summ.get("probe"), knees_from_summary(summ), summ.get("cause"))
     # the percentiles the run asked for beyond the table's p50/p99 (`--percentiles`)
     more = format_percentile_table(summ.get("steps") or [], session_percentiles(meta))
     return "\n".join(head) + "\n\n" + table + ("\n\n" + more if more else "")

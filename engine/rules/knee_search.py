@@ -10,8 +10,8 @@ Each point is judged by the preset's `[stop]` rules as a staircase's step is
 which is what the search looks for; an SLO is its second answer, not a bound): the lowest
 point that fires one **bounds** the search.
 No knee is above it, the search grows no further, and it narrows below it: the bracket
-between the best point below the bound that fired nothing and the bound is halved to
-`resolution`, so a curve still rising where a latency limit cuts it answers a knee where the
+between the highest point below the bound (every point below it fired nothing) and the bound
+is halved to `resolution`, so a curve still rising where a latency limit cuts it answers a knee where the
 limit still holds (the knee over the points below the bound, "cut" there: engine/rules/verdicts.py
 knee). A point that ended on an event (N failures in a row: `bound_at`) bounds it the same way.
 
@@ -23,7 +23,7 @@ brackets by halving; the knee bracket where the tok/s measured at its two ends s
 crosses the saturation line (linear interpolation, half a resolution below the crossing, so
 the next point can close it from the other side), halving once whenever a point lands far
 from its prediction and when the bracket is within two resolutions. Every point is a full
-step (warm-up, hold until steady), measured by engine/drive/preset_runner.py; the search only chooses C.
+step (warm-up, hold until steady), measured by engine/drive/search_run.py; the search only chooses C.
 It knows no engine: the runner feeds it StepResults.
 
 Noise: a gain counts only when it clears the plateau gain by more than the two steps' noise

@@ -70,7 +70,8 @@ def _judged(s: StepResult) -> str:
 
 CLIENT_LIMITED = "client-limited"
 CLIENT_LIMITED_NOTE = (f"{CLIENT_LIMITED} = measured while redline's own timings were suspect (its CPU, its event loop "
-                       "or the machine busy: the warnings in events.ndjson); its latencies may be too high")
+                       "or the machine busy: the warnings in events.ndjson), by enough to move a figure past its limit "
+                       "or by 10 %: its latencies may be too high")
 
 
 _COLUMNS = (  # header, right-aligned
@@ -97,8 +98,7 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
     b = as_break(break_)
     if b is None:
         return "break: none (no stop rule fired)"
-    good = "no step passed" if b.last_good_concurrency is None and b.last_good_rate is None else f"last good {b.last_good}"
-    line = f"break: {b.reason} at {b.where}, {good}"
+    line = f"break: {b.reason} at {b.where}, {b.good_text}"
     return f"{line} ({b.detail})" if b.detail else line
 
 
@@ -107,23 +107,27 @@ def format_step_table(
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
     knee: Knee | Sequence[Knee] | None = None,
+    cause: str | None = None,
 ) -> str:
     """The final summary: an aligned step table (latencies in ms), the break line, the knee
     (as summary.json recorded it, one line per workload; else engine/rules/verdicts.py's over
-    these steps), the probe."""
+    these steps), the cause beside them (summary.json's `cause`: "plateau at C=16: server runs 8
+    a micro-batch: micro-batches of 8 from ..."), the probe."""
     ss = [as_step(s) for s in steps]
     b = as_break(break_)
     notes = ["partial" if s.partial else "short" if s.short else "" for s in ss]
     if b is not None:
-        def at(s: StepResult, c: int | None, r: float | None) -> bool:
-            return s.request_rate == r if r is not None else s.concurrency == c
+        def at(s: StepResult, c: int | None, r: float | None, x: float | None) -> bool:
+            if x is not None:
+                return s.trace_speed == x
+            return s.request_rate == r if r is not None else s.concurrency == c and s.mode == "concurrency"
 
-        if b.last_good_concurrency is not None:
-            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate)]
+        if b.last_good != "none":
+            good = [i for i, s in enumerate(ss) if at(s, b.last_good_concurrency, b.last_good_rate, b.last_good_speed)]
             if good:
                 best = max(good, key=lambda i: ss[i].output_throughput)
                 notes[best] = "<- last good"
-        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate)]
+        broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate, b.speed)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
     notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
@@ -160,6 +164,8 @@ def format_step_table(
     out.append(format_break_line(b))
     knees = [knee] if isinstance(knee, Knee) else list(knee or ()) or session_knees([s for s in ss if s.phase != "probe"])
     out += [k.describe() for k in knees]
+    if cause:
+        out.append(f"cause: {cause}")
     if any(not s.steady and not s.short for s in ss):
         out.append("not judged = not steady: the plateau and collapse rules could not judge it (its line in events.ndjson says why)")
     if probe is not None:

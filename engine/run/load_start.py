@@ -26,6 +26,7 @@ from ..workload.arrivals import parse_arrival
 from ..workload.prompts import PromptSource, calibrate, needs_calibration
 from ..telemetry.hub import TelemetryHub
 from .load_port import EnginePort
+from .provenance import gpu_fingerprint, open_fingerprint
 
 if TYPE_CHECKING:
     from ..load.worker import WorkerSpec  # the worker processes' module: imported only when there are workers
@@ -36,6 +37,7 @@ async def prepare(e: Any) -> None:
     workload's prompts and the trace."""
     cfg, sender, target = e.config, e.sender, e.target
     assert sender is not None and target is not None
+    await open_fingerprint(e, target.url)  # meta.json's fingerprint: what the server says of itself
     if cfg.calibrate and target.api != GENERATE:
         # per-chunk usage where the server offers it; a server that refuses the option (an
         # HTTP 400/422 naming it) gets plain streams, tokens corrected from usage at the end
@@ -149,6 +151,7 @@ async def start_telemetry(e: Any, base: str) -> None:
         on_notice=lambda text: e.log("notice", text),
     )
     await e.telemetry.start()
+    e._tasks.append(asyncio.create_task(gpu_fingerprint(e), name="redline-fingerprint"))  # its GPUs, once read
     if e.targets:
         e.targets[0].telemetry = e.telemetry
     e.ticker.start_watching(e._tasks)

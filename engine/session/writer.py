@@ -24,10 +24,11 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .. import __version__
 from ..measure.records import Clock, RequestRecord
+from ..telemetry.client_doubt import client_doubted
 from ..text import one_line
 from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
 from .durable import create_exclusive, fsync_dir, fsync_fd, write_all, write_text_atomic, written_before
@@ -100,9 +101,12 @@ class SessionWriter:
         self._bufs = {"requests": self._req, "timeline": self._tl, "events": self._ev}
         self._broken: set[str] = set()  # tables whose last write left a partial line (ended by the next)
         self._last_summary: str | None = None
-        # (start, end) epoch seconds of the timeline rows that said redline's own timings
-        # were suspect (client_overloaded): the steps measured over one are client-limited
-        self._suspect: list[tuple[float, float]] = []
+        # (start, end, loop lag ms) of the timeline rows that said redline's own timings were
+        # suspect (client_overloaded): a step measured over one is client-limited when that lag
+        # could matter to its figures (engine/telemetry/client_doubt.py; a run sets `doubt` with
+        # its limits and whether its reads are kernel-stamped)
+        self._suspect: list[tuple[float, float, float | None]] = []
+        self.doubt: Callable[[dict, float | None], bool] = client_doubted
 
         created = self._prepare_dir()
         self.t0 = time.time()
@@ -221,7 +225,8 @@ class SessionWriter:
             row = {"t": t, "elapsed_s": round(t - self.t0, 3), **row}
         if row.get("client_overloaded"):
             t = float(row["t"])
-            self._suspect.append((t - float(row.get("interval_s") or 1.0), t))
+            lag = row.get("loop_lag_ms")
+            self._suspect.append((t - float(row.get("interval_s") or 1.0), t, float(lag) if isinstance(lag, (int, float)) else None))
         buf = self._tl
         buf.append(dumps_row(row))
         if len(buf) >= self.max_buffer:
@@ -273,19 +278,24 @@ class SessionWriter:
     def meta(self) -> dict[str, Any]:
         return dict(self._meta)
 
-    def client_limited(self, t_start: float | None, duration_s: float | None) -> bool:
+    def client_limited(self, t_start: float | None, duration_s: float | None, step: dict | None = None) -> bool:
         """Whether a timeline row of [t_start, t_start + duration_s] (epoch seconds, a step's
-        measured window) said redline's own timings were suspect (docs/numbers.md, the client's own health)."""
+        measured window) said redline's own timings were suspect (docs/numbers.md, the client's
+        own health) and, given the step's figures, whether the loop's lag then could matter to
+        them (`doubt`: engine/telemetry/client_doubt.py)."""
         if t_start is None:
             return False
         t_end = t_start + (duration_s or 0.0)
-        return any(a < t_end and b > t_start for a, b in list(self._suspect))
+        lags = [lag for a, b, lag in list(self._suspect) if a < t_end and b > t_start]
+        if not lags or step is None:
+            return bool(lags)
+        return self.doubt(step, None if any(x is None for x in lags) else max(lags))  # type: ignore[type-var]
 
     def _mark_client_limited(self, summary: dict[str, Any]) -> None:
         steps = [s for s in (summary.get("steps") or []) if isinstance(s, dict)]
         probe = summary.get("probe")
         for st in steps + ([probe] if isinstance(probe, dict) else []):
-            if not st.get("client_limited") and self.client_limited(st.get("t_start"), st.get("duration_s")):
+            if not st.get("client_limited") and self.client_limited(st.get("t_start"), st.get("duration_s"), st):
                 st["client_limited"] = True
 
     def write_summary(self, summary: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Gates over a sweep (`redline sweep ... --gate`, `redline report OUT --gate`): each condition
 of a session gate (`knee>=64`, `errors<=1%`: engine/rules/gate_conditions.py) must hold for
-every configuration that ran, and `best:LABEL` says which configuration must give the most
-output tok/s."""
+every configuration that ran (with --repeats, in every repeat), and `best:LABEL` says which
+configuration must give the most output tok/s (with repeats: its best load's mean)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,13 @@ def check_sweep(gate: SweepGate, doc: dict[str, Any]) -> tuple[list[str], bool]:
     for e in ran:
         if not gate.conditions:
             break
-        session = GateSession.load(e["session_dir"])
-        for o in evaluate(list(gate.conditions), session):
-            lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {e['label']}: {o.condition.text}  {o.detail}")
-            ok = ok and o.passed
+        runs = [r["session_dir"] for r in e.get("runs") or [] if isinstance(r, dict) and r.get("session_dir")]
+        for k, d in enumerate(runs or [e["session_dir"]], 1):  # with --repeats: every repeat's session
+            session = GateSession.load(d)
+            name = e["label"] if len(runs) < 2 else f"{e['label']} r{k}"
+            for o in evaluate(list(gate.conditions), session):
+                lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {name}: {o.condition.text}  {o.detail}")
+                ok = ok and o.passed
     if gate.best is not None:
         warning = _workload_warning(ran)  # comparable, or said so (engine/report/comparable.py)
         if warning:

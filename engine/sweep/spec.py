@@ -6,8 +6,10 @@
 - `--serve CMD`: the server's command line; `{port}` is a free port picked for each
   configuration (or `--port N`), `{NAME}` a grid value. The URL is `http://127.0.0.1:{port}`
   unless `--url-template` says otherwise (a remote host started by `ssh gpu-host ...`).
-- `--grid 'a=1,b=2'` (repeated): one configuration each; `--grid 'mb=8|16|64'` one per value,
-  several such keys their cartesian product.
+- `--grid 'a=1,b=2'`: one configuration; `--grid 'mb=8|16|64'` one per value, several such
+  keys in one `--grid` their cartesian product (with its fixed values). Each `--grid` expands
+  on its own; the sweep is the union of the expansions, in order; a configuration that
+  appears twice is refused.
 - `--url URL` (repeated) instead of `--serve`: the same preset against servers already running,
   one after another (nothing is launched).
 - A `[sweep]` table in a TOML file says the same: `serve`, `configs = [{tp = 8, pp = 1}, ...]`
@@ -15,7 +17,8 @@
   `port`, `urls`); `redline sweep FILE.toml` runs it, flags override it.
 
 Everything is checked before anything starts (SweepError: one line): a `{name}` no grid sets,
-a grid value no `{name}` uses, no `{port}` without `--port` or `--url-template`.
+a grid value no `{name}` uses, no `{port}` without `--port` or `--url-template`, a
+configuration given twice.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..preset.spec import MAX_REPEATS
+
 DEFAULT_READY_TIMEOUT_S = 900.0
 DEFAULT_COOLDOWN_S = 0.0
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SWEEP_KEYS = ("serve", "configs", "grid", "preset", "ready_timeout_s", "cooldown_s", "url_template", "port", "urls")
+SWEEP_KEYS = ("serve", "configs", "grid", "preset", "ready_timeout_s", "cooldown_s", "url_template", "port", "urls",
+              "repeats", "restart_each", "gpus")
 
 
 class SweepError(ValueError):
@@ -56,27 +62,27 @@ class Config:
 class SweepSpec:
     serve: str | None = None
     configs: list[dict[str, str]] = field(default_factory=list)  # explicit configurations (--grid a=1,b=2)
-    grid: dict[str, list[str]] = field(default_factory=dict)  # expanded to their product (--grid mb=8|64)
+    grid: dict[str, list[str]] = field(default_factory=dict)  # a [sweep] file's grid table: its product, after configs
     urls: list[str] = field(default_factory=list)
     preset: str | None = None
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
     cooldown_s: float = DEFAULT_COOLDOWN_S
     url_template: str | None = None
     port: int | None = None
+    repeats: int = 1  # the preset's runs per configuration (--repeats)
+    restart_each: bool = False  # relaunch the server before each repeat (--restart-each)
+    gpus: int | None = None  # GPUs of each configuration when its server does not say (--gpus)
 
     def placeholders(self) -> list[str]:
         return [] if self.serve is None else list(dict.fromkeys(PLACEHOLDER.findall(self.serve)))
 
     def value_sets(self) -> list[dict[str, str]]:
-        """Every configuration's values: the explicit ones, each crossed with the grid's product
-        (a grid alone: its product)."""
+        """Every configuration's values, in order: the explicit ones (each `--grid`, already
+        expanded on its own), then the [sweep] file's `grid` table's product. The sweep is
+        their union: nothing is crossed with anything else."""
         keys = list(self.grid)
-        product = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else [{}]
-        base = self.configs or [{}]
-        out = []
-        for b in base:
-            for p in product:
-                out.append({**b, **p})
+        product = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else []
+        out = [dict(c) for c in self.configs] + product
         return [v for v in out if v] or ([] if self.serve is not None else [{}])
 
     def check(self) -> None:
@@ -89,12 +95,26 @@ class SweepSpec:
             raise SweepError(f"--ready-timeout {self.ready_timeout_s:g}: expected seconds > 0")
         if self.cooldown_s < 0:
             raise SweepError(f"--cooldown {self.cooldown_s:g}: expected seconds >= 0")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
+            raise SweepError(f"--repeats {self.repeats!r}: expected a whole number 1-{MAX_REPEATS}")
+        if self.gpus is not None and (isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1):
+            raise SweepError(f"--gpus {self.gpus!r}: expected a whole number >= 1 (the GPUs each configuration's server uses)")
+        if self.restart_each and self.serve is None:
+            raise SweepError("--restart-each: relaunches each configuration's server before each repeat; with --url nothing is launched (give --serve)")
         if self.serve is None:
             return
         names = self.placeholders()
         sets = self.value_sets()
         if not sets:
             raise SweepError(f"--serve {self.serve!r}: no configuration: give --grid NAME=VALUE (repeated) or a [sweep] grid")
+        seen: dict[tuple, int] = {}
+        for i, s in enumerate(sets):
+            key = tuple(sorted(s.items()))
+            if key in seen:
+                one = ",".join(f"{k}={v}" for k, v in s.items())
+                raise SweepError(f"--grid: the configuration {one!r} appears twice (configurations {seen[key] + 1} and {i + 1}); "
+                                 "each --grid expands on its own and the sweep is their union: give each configuration once")
+            seen[key] = i
         given = set().union(*(s.keys() for s in sets))
         for n in names:
             if n == "port":
@@ -172,20 +192,22 @@ def parse_grid(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     return fixed, multi
 
 
+def expand_grid(text: str) -> list[dict[str, str]]:
+    """One `--grid` on its own: `tp=8,pp=1` one configuration, `mb=8|64` one per value,
+    `tp=1,mb=8|64,n=2|4` the fixed values with each of the lists' product."""
+    fixed, multi = parse_grid(text)
+    if not multi:
+        return [fixed]
+    return [{**fixed, **dict(zip(multi, vals))} for vals in itertools.product(*multi.values())]
+
+
 def spec_from_args(grids: Sequence[str], **kw: Any) -> SweepSpec:
-    """A SweepSpec from `--grid` strings and the other flags (None: not given)."""
+    """A SweepSpec from `--grid` strings and the other flags (None: not given). Each `--grid`
+    expands on its own; the sweep is their union, in order (a configuration twice is refused
+    by `check`)."""
     spec = SweepSpec(**{k: v for k, v in kw.items() if v is not None})
     for g in grids:
-        fixed, multi = parse_grid(g)
-        if multi and fixed:  # `--grid 'tp=1,mb=8|64'`: the fixed values with each of the product's
-            spec.configs.extend({**fixed, **dict(zip(multi, vals))} for vals in itertools.product(*multi.values()))
-        elif multi:
-            for k, v in multi.items():
-                if k in spec.grid:
-                    raise SweepError(f"--grid {g!r}: {k} is given as a list twice")
-                spec.grid[k] = v
-        else:
-            spec.configs.append(fixed)
+        spec.configs.extend(expand_grid(g))
     return spec
 
 
@@ -241,6 +263,15 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
         if not isinstance(t["port"], int) or isinstance(t["port"], bool):
             raise SweepError(f"{p}: [sweep].port: expected a port number, got {t['port']!r}")
         spec.port = t["port"]
+    for key in ("repeats", "gpus"):
+        if key in t:
+            if not isinstance(t[key], int) or isinstance(t[key], bool):
+                raise SweepError(f"{p}: [sweep].{key}: expected a whole number, got {t[key]!r}")
+            setattr(spec, key, t[key])
+    if "restart_each" in t:
+        if not isinstance(t["restart_each"], bool):
+            raise SweepError(f"{p}: [sweep].restart_each: expected true or false, got {t['restart_each']!r}")
+        spec.restart_each = t["restart_each"]
     if "urls" in t:
         spec.urls = [_str(p, "urls", u) for u in t["urls"]] if isinstance(t["urls"], list) else [_str(p, "urls", t["urls"])]
     return spec

@@ -58,7 +58,7 @@ def format_sweep(doc: dict[str, Any]) -> str:
         return "  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     head = doc.get("sweep") or {}
-    out = [f"sweep: {len(entries)} configurations, preset {head.get('preset') or '?'}"
+    out = [f"sweep: {len(entries)} configuration{'' if len(entries) == 1 else 's'}, preset {head.get('preset') or '?'}"
            + (f" ({head['end_reason']})" if head.get("end_reason") else " (running, or ended without closing)")]
     out += [line(list(COLUMNS)), line(["-" * w for w in widths])]
     out += [line(r) for r in rows] or ["(no configuration)"]
@@ -69,4 +69,63 @@ def format_sweep(doc: dict[str, Any]) -> str:
         if e.get("status") == "failed_to_start":
             out.append(f"{e['label']}: failed to start: {e.get('why', '')}")
             out += [f"    {ln}" for ln in (e.get("log_tail") or [])[-5:]]
-    return "\n".join(out)
+    more = format_answers(doc, entries)
+    return "\n".join(out) + (f"\n\n{more}" if more else "")
+
+
+def _pm(p: dict[str, Any], name: str, fmt) -> str:
+    """`981 ±31`: a point's mean and its interval's half width (a t interval is symmetric)."""
+    v, ci = p.get(name), p.get(name + "_ci")
+    if v is None:
+        return "-"
+    text = ("≥" if p.get(name + "_bound") else "") + fmt(v)
+    return text + (f" ±{fmt((ci[1] - ci[0]) / 2)}" if ci else "")
+
+
+def format_points(e: dict[str, Any]) -> list[str]:
+    """One configuration's loads over its repeats: mean ± 95 % interval, CV of tok/s."""
+    pts = [p for p in e.get("points") or [] if isinstance(p, dict)]
+    if not pts:
+        return []
+    gpus = f"{e['gpus']} GPUs ({e.get('gpus_from')})" if e.get("gpus") else "GPUs unknown: --gpus N"
+    spread = e.get("knee_spread")
+    knee = f", knees C={spread[0]}..{spread[1]}" if spread and spread[0] != spread[1] else ""
+    out = [f"{e.get('label')}: {e.get('repeats', 1)} repeats, {gpus}{knee}"]
+    head = ["load", "n", "out tok/s", "CV", "TTFT p99 ms", "TPOT ms", "tok/s/GPU", "tok/s/user"]
+    one = lambda v: f"{v:.1f}"
+    cells = [[p.get("load", "?"), str(p.get("n", 0)), _pm(p, "output_tok_s", rate),
+              "-" if p.get("output_tok_s_cv") is None else f"{100 * p['output_tok_s_cv']:.1f} %",
+              _pm(p, "ttft_p99_ms", one), _pm(p, "tpot_ms", one), rate(p.get("tok_s_per_gpu")), rate(p.get("tok_s_per_user"))]
+             for p in pts]
+    widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(head)]
+    for cs in [head, *cells]:
+        out.append("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cs, widths))).rstrip())
+    return out
+
+
+def format_answers(doc: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> str:
+    """The repeats' loads (when a configuration ran more than once), the comparisons (one line
+    per pair, then each), the Pareto front and the answer under the SLO, and what differs
+    between the fingerprints."""
+    from ..telemetry.fingerprint import differences_text
+    from .answers import comparison_table, pair_lines, pareto_lines
+
+    entries = entries if entries is not None else [e for e in doc.get("configurations") or [] if isinstance(e, dict)]
+    out: list[str] = []
+    if any((e.get("repeats") or 1) > 1 for e in entries):
+        out.append("repeats: mean ± its 95 % t interval; CV = standard deviation / mean of output tok/s")
+        for e in entries:
+            lines = format_points(e)
+            out += lines
+    rows = doc.get("comparisons") or []
+    if rows:
+        out += ["", "comparisons (a vs b: a's change from b; Holm-Bonferroni over all of them):", *pair_lines(rows)]
+        if any(r.get("ci_pct") for r in rows):
+            out += comparison_table(rows)
+    front = pareto_lines(doc.get("pareto") or [], doc.get("slo_answer"))
+    if front:
+        out += ["", *front]
+    diff = differences_text([e.get("fingerprint") for e in entries if isinstance(e.get("fingerprint"), dict)])
+    if diff:
+        out += ["", diff]
+    return "\n".join(out).strip("\n")

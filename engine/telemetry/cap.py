@@ -39,7 +39,7 @@ from .server_info import ServerInfo
 from .server_metrics import PREFIX_WINDOW_S
 from .types import ServerSample
 
-__all__ = ["CapDetector", "cap_cause", "cap_warning", "micro_batch_bound", "micro_batch_text"]
+__all__ = ["CapDetector", "cap_cause", "cap_finding", "cap_warning", "micro_batch_bound", "micro_batch_text"]
 
 IN_FLIGHT_HELD = 0.9
 RUNNING_SHORT = 0.75
@@ -113,14 +113,28 @@ def cap_cause(info: ServerInfo | None, server: ServerSample) -> str:
     return f"unknown cause (server info: {caps})" if caps else "unknown cause (server info names no cap)"
 
 
+def _runs(info: ServerInfo | None, server: ServerSample) -> str:
+    """"8", or under pp "8 a micro-batch" (the gauge is one of its micro-batches)."""
+    runs = num(server.running or 0.0)
+    if info is not None and not server.preemptions_recent and micro_batch_bound(info, server):
+        runs += " a micro-batch"
+    return runs
+
+
+def cap_finding(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
+    """What a run's answer names as its cause: ``"server runs 8 a micro-batch: micro-batches of
+    8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"``,
+    ``"server runs 32 of 64 in flight: max_running_requests 32"``."""
+    runs = _runs(info, server)
+    of = "" if runs.endswith("micro-batch") else f" of {in_flight} in flight"
+    return f"server runs {runs}{of}: {cap_cause(info, server)}"
+
+
 def cap_warning(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
     """``"server cap: client holds 64 in flight, server runs 8, queue 56 — <cause>"``; under
     pp, ``server runs 8 a micro-batch`` (the gauge is one of its micro-batches; the cause says
     how many run)."""
-    runs = num(server.running or 0.0)
-    if info is not None and not server.preemptions_recent and micro_batch_bound(info, server):
-        runs += " a micro-batch"
-    return f"server cap: client holds {in_flight} in flight, server runs {runs}, queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
+    return f"server cap: client holds {in_flight} in flight, server runs {_runs(info, server)}, queue {num(server.queued or 0.0)} — {cap_cause(info, server)}"
 
 
 class CapDetector:
@@ -134,6 +148,7 @@ class CapDetector:
         self.active = False  # a warning has fired and the condition has not cleared since
         self.last_warning: str | None = None
         self.holding = False  # the condition held at the last observation
+        self.finding: str | None = None  # while active: cap_finding with the latest numbers
         self._start: float | None = None  # when the pending episode began
         self._target: int | None = None
         self._last_true: float = 0.0
@@ -168,10 +183,12 @@ class CapDetector:
                     self._false_since = t
                 elif t - self._false_since >= CLEAR_S:
                     self.active = False
+                    self.finding = None
                     self._false_since = None
             return None
         self._false_since = None
         if self.active:
+            self.finding = cap_finding(self.info, in_flight, server)
             return None
         if self._start is None or target_c != self._target or t - self._last_true > MAX_GAP_S:
             self._start = t
@@ -182,6 +199,7 @@ class CapDetector:
         if t - self._start >= SUSTAIN_S and len(self._server_ts) >= MIN_SERVER_SAMPLES:
             self.active = True
             self._start = None
+            self.finding = cap_finding(self.info, in_flight, server)
             self.last_warning = cap_warning(self.info, in_flight, server)
             return self.last_warning
         return None

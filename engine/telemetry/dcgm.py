@@ -44,6 +44,7 @@ TEMP = "DCGM_FI_DEV_GPU_TEMP"  # °C
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ since driver load
 ENFORCED_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"  # W
 MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"  # W
+DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"  # a label dcgm-exporter puts on each series (3.x and later)
 
 _FIELDS = (POWER, UTIL, FB_USED, FB_FREE, FB_RESERVED, FB_TOTAL, TEMP, ENERGY, ENFORCED_LIMIT, MGMT_LIMIT)
 _SUMMED = frozenset({FB_USED, FB_FREE, FB_RESERVED, FB_TOTAL})
@@ -76,6 +77,7 @@ def gpu_samples_from_samples(samples: PromSamples) -> list[GpuSample]:
     """Build GpuSamples (sorted by index) from parsed dcgm-exporter samples."""
     values: dict[int, dict[str, float]] = {}
     names: dict[int, str] = {}
+    drivers: dict[int, str] = {}
     for field in _FIELDS:
         series = samples.get(field) or samples.get(field + "_total") or ()
         for labels, value in series:
@@ -85,6 +87,8 @@ def gpu_samples_from_samples(samples: PromSamples) -> list[GpuSample]:
             per_gpu = values.setdefault(idx, {})
             if idx not in names and labels.get("modelName"):
                 names[idx] = labels["modelName"]
+            if idx not in drivers and labels.get(DRIVER_LABEL):
+                drivers[idx] = labels[DRIVER_LABEL]
             if is_dcgm_blank(value, int32=field != ENERGY):
                 continue
             if field not in per_gpu:
@@ -114,6 +118,7 @@ def gpu_samples_from_samples(samples: PromSamples) -> list[GpuSample]:
                 mem_total_mib=total,
                 temp_c=v.get(TEMP),
                 energy_j=energy_mj / 1000.0 if energy_mj is not None else None,
+                driver=drivers.get(idx, ""),
             )
         )
     return out

@@ -34,6 +34,7 @@ class NvmlSource:
         self._backend = backend
         self._handles: list[Any] = []
         self._names: list[str] = []
+        self._driver = ""  # nvmlSystemGetDriverVersion, read once at open
         self._unsupported: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
         self._open = False
@@ -74,6 +75,7 @@ class NvmlSource:
                 self._shutdown_quietly()
                 return self._absent("no GPUs found")
             self._handles, self._names = handles, names
+            self._driver = self._driver_version()
             self._unsupported.clear()
             self._open = True
             self.notice = None
@@ -105,6 +107,7 @@ class NvmlSource:
                         mem_total_mib=mem.total / _MIB if mem is not None else None,
                         temp_c=float(temp) if temp is not None else None,
                         energy_j=energy_mj / 1000.0 if energy_mj is not None else None,
+                        driver=self._driver,
                     )
                 )
             return out
@@ -130,6 +133,13 @@ class NvmlSource:
         except Exception:
             return ""
         return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+
+    def _driver_version(self) -> str:
+        try:
+            v = self._backend.nvmlSystemGetDriverVersion()
+        except Exception:
+            return ""
+        return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
     def _temperature(self, handle: Any) -> Any:
         """nvmlDeviceGetTemperature, or its successor where a driver no longer has it."""

@@ -18,6 +18,7 @@ class GpuSample:
     mem_total_mib: float | None = None
     temp_c: float | None = None
     energy_j: float | None = None  # cumulative energy counter, joules
+    driver: str = ""  # the driver's version (NVML; dcgm-exporter's DCGM_FI_DRIVER_VERSION label)
 
     @property
     def power_pct(self) -> float | None:

@@ -404,9 +404,16 @@ def _run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--search", action="store_true", help="an adaptive knee search from the preset's first concurrency up to --max-concurrency, instead of its steps")
     r.add_argument("--gate", default=None, metavar="SPEC", help="with --headless: CI conditions checked at the end, e.g. knee>=64,tok_s@C=64>=2500,ttft_p99@C=64<=2s,errors<=1%% (replaces the preset's [gate]); a failed one exits 4")
     r.add_argument("--junit", type=Path, default=None, metavar="FILE", help="with a gate: also write its conditions as a JUnit XML report")
+    _repeat_options(r.add_argument_group("repeats"))
     _target_options(r, url_help="server base URL, repeatable for more targets (overrides the preset's [target].url; default: the built-in sim)")
     _result_options(r)
     _control_options(r)
+
+
+def _repeat_options(g) -> None:
+    """--repeats and --gpus: `redline sweep` and `redline run` (docs/comparing.md#repeats-and-intervals)."""
+    g.add_argument("--repeats", type=_positive_int("--repeats"), default=None, metavar="N", help="run the preset N times (each configuration's): per load a mean, a 95 %% interval and the CV; comparisons say better, worse or no clear difference (default: the preset's [ramp] repeats, else 1)")
+    g.add_argument("--gpus", type=_positive_int("--gpus"), default=None, metavar="N", help="GPUs the server uses, for tok/s per GPU, when its /server_info says no tp x pp (vLLM, ...)")
 
 
 def _sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -421,6 +428,9 @@ def _sweep_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--url-template", default=None, metavar="URL", help="each server's URL, e.g. http://gpu-host:{port} (default http://127.0.0.1:{port})")
     g.add_argument("--ready-timeout", type=float, default=None, metavar="S", help="wait this long for a server to answer /health and /v1/models (default 900)")
     g.add_argument("--cooldown", type=float, default=None, metavar="S", help="pause between configurations (default 0)")
+    _repeat_options(g)
+    g.add_argument("--restart-each", action="store_true", help="with --repeats: relaunch each configuration's server before each repeat (default: kept up between them)")
+    g.add_argument("--resume", action="store_true", help="go on with the stopped sweep in --out: its completed configurations kept, the others run again (a differing grid or preset is refused)")
     g.add_argument("--dry-run", action="store_true", help="print each configuration's label, command and URL, start nothing")
     g.add_argument("--headless", action="store_true", help="no TUI: print each configuration's progress, its step lines and one comparison")
     g.add_argument("--gate", default=None, metavar="SPEC", help="conditions on every configuration (knee>=64, errors<=1%%), or best:LABEL (that configuration gives the most tok/s); a failed one exits 4")

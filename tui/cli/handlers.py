@@ -16,7 +16,7 @@ from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api
-from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended_status, engine_loss, running_target, session_saved
 
 if TYPE_CHECKING:
@@ -82,13 +82,14 @@ async def _held(cfg, progress_s: float | None = None) -> int:
     import asyncio
 
     from ...engine.api import format_step_table
-    from .headless import headless_engine, print_run_summary
+    from .headless import headless_engine, print_run_summary, refused_everything
     from .progress import Progress
 
     engine = headless_engine(cfg)
     loop = asyncio.get_running_loop()
     caught: list[signal.Signals] = []
     stopped: list[str] = []
+    refusal: list[str] = []  # the server refused CONSECUTIVE_FAILURES_END requests in a row
     done = asyncio.Event()
     starting: list[asyncio.Future] = []
 
@@ -123,14 +124,18 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             ticking = asyncio.ensure_future(Progress(engine, progress_s).run())
             ended = asyncio.ensure_future(engine.run_done.wait())
             waiting = asyncio.ensure_future(done.wait())
-            await asyncio.wait((ended, waiting), return_when=asyncio.FIRST_COMPLETED)
-            ended.cancel()
-            waiting.cancel()
+            failing = asyncio.ensure_future(refused_everything(engine))  # the server refuses everything: the run ends (exit 3)
+            await asyncio.wait((ended, waiting, failing), return_when=asyncio.FIRST_COMPLETED)
+            if failing.done() and not waiting.done():
+                refusal.append(failing.result())
+            for fut in (ended, waiting, failing):
+                fut.cancel()
     finally:
         if ticking is not None:
             ticking.cancel()
             await asyncio.gather(ticking, return_exceptions=True)
-        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else (f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
+        reason = f"signal {caught[0].name}" if caught else (stopped[0] if stopped else refusal[0] if refusal else (
+            f"fixed-size run done ({engine.finished})" if engine.finished else "quit"))
         live = getattr(engine.book, "live", None)
         if caught and live is not None:  # the step the signal cut short (a preset's runner marks its own)
             live.partial = True
@@ -145,6 +150,9 @@ async def _held(cfg, progress_s: float | None = None) -> int:
         print(f"redline: stopped by {caught[0].name}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}",
               file=sys.stderr)
         return 128 + caught[0].value
+    if refusal:
+        print(f"redline: error: {refusal[0]}; all load stopped, {session_saved(cfg.out_dir, engine_loss(engine))}", file=sys.stderr)
+        return ended_status(engine_loss(engine), EXIT_UNREACHABLE)
     print(f"\nredline: {reason}; session: {cfg.out_dir}", flush=True)
     return ended_status(engine_loss(engine), EXIT_OK)
 
@@ -169,6 +177,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "search", False):
         preset = api.as_search(preset, args.max_concurrency)
     gate = run_gate(args, preset)  # a bad spec: one line, exit 2, before any load
+    repeats = getattr(args, "repeats", None) or preset.repeats
+    if repeats > 1:  # a sweep of one configuration: OUT/sweep.json, OUT/LABEL/r1..rN (issue 44)
+        from .sweep_cmd import run_repeats
+
+        return run_repeats(args, preset, repeats, gate)
     cfg = checked_config(args, preset)
     check_result_file(args)
     if not args.headless:
@@ -250,10 +263,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import report_text
 
-    if len(args.session_dirs) == 1 and api.load_sweep(args.session_dirs[0]) is not None:
-        from .sweep_cmd import sweep_report
+    sweeps = [d for d in args.session_dirs if api.load_sweep(d) is not None]
+    if sweeps:
+        from .sweep_cmd import sweep_report, sweeps_report
 
-        return sweep_report(args, args.session_dirs[0])
+        if len(args.session_dirs) == 1:
+            return sweep_report(args, args.session_dirs[0])
+        return sweeps_report(args, args.session_dirs)  # runs with --repeats (sweeps of one), sweeps, sessions side by side
 
     png: Path | None = args.png
     if png is not None:
@@ -274,6 +290,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         log_warnings(d)
     try:
         print(text)
+        if len(args.session_dirs) > 1:  # their differences with intervals, the Pareto front, the fingerprints (issue 44)
+            more = api.format_answers(api.merged_doc(args.session_dirs))
+            if more:
+                print(f"\n{more}")
         if not args.no_plot:
             print_curves(sessions)
         if png is not None:

@@ -53,6 +53,22 @@ async def start_engine(engine, futures: list, caught: list) -> int | None:
     return None
 
 
+async def refused_everything(engine, poll_s: float = 0.05) -> str:
+    """Until CONSECUTIVE_FAILURES_END of the load's requests failed in a row (the server
+    refuses everything: a model it does not serve, a proxy's 404); then the line that ends a
+    held headless run, the server's own reason in it. Failures because the server went are not
+    refusals (it may come back)."""
+    import asyncio
+
+    from ...engine.api import CONSECUTIVE_FAILURES_END
+
+    while True:
+        streak = engine.failure_streak
+        if streak.count >= CONSECUTIVE_FAILURES_END and streak.kind != "server_gone" and not engine.server_gone:
+            return f"{streak.count} requests failed in a row: {streak.reason or streak.kind}"
+        await asyncio.sleep(poll_s)
+
+
 def print_run_summary(engine, so_far: bool = False) -> None:
     """The whole run's figures as `vllm bench serve` and bench_serving print them (the
     percentiles asked for), once any load request ended; `so_far`: a signal cut it short."""
@@ -143,10 +159,10 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
                      search=out.search if out is not None else engine.book.search)
     if engine.session is not None:  # what summary.json says of each step (engine/session/writer.py)
         for st in [*out.steps, *([out.probe] if out.probe is not None else [])]:
-            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s)
+            st.client_limited = st.client_limited or engine.session.client_limited(st.t_start, st.duration_s, st.to_dict())
     print()
     print(format_step_table(out.steps, out.break_result, out.probe,
-                            knees_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain))))
+                            knees_from_summary(summary_knee(out.steps, out.search, engine.book.plateau_gain)), engine.book.cause))
     if cfg.more_urls and cfg.out_dir is not None:
         from .report import session_targets_table
 

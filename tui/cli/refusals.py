@@ -56,7 +56,7 @@ def choice_refusal(action: argparse.Action, value: object) -> str:
     A subcommand (`redline reprot`, `redline ctl concurency`) is an unknown command or action;
     a built-in preset's name given as a command (`redline quick`) says how to run it."""
     choices = [str(c) for c in (action.choices or ())]
-    near = api.closest(value, choices)
+    near = api.closest(value, choices, aliases=KNOWN_VALUES.get(option_name(action)))
     hint = f"; did you mean {near}?" if near is not None else ""
     if isinstance(action, argparse._SubParsersAction):
         what = "command" if action.dest in ("command", argparse.SUPPRESS, None) else action.dest
@@ -122,6 +122,17 @@ KNOWN_ELSEWHERE: dict[str, tuple[str, str]] = {
     "--random-output": ("--output-len", "max_tokens"),
     "--max-num-requests": ("--num-requests", "stop after N requests"),
     "--warmup-requests": ("a preset's [ramp] warmup_s", "each step's warm-up, not measured"),
+}
+
+
+# another tool's names for the values of a choice of ours, by option: ranked above a near spelling
+KNOWN_VALUES: dict[str, dict[str, str]] = {
+    "--api": {  # bench_serving's --backend and vllm bench serve's --endpoint-type
+        "openai": "completions", "openai-chat": "chat", "openai-completions": "completions", "sglang-oai": "completions",
+        "sglang-oai-chat": "chat", "sglang": "generate", "sglang-native": "generate", "vllm": "completions",
+        "vllm-chat": "chat",
+    },
+    "--format": {"parq": "parquet", "jsonl": "ndjson"},  # redline export
 }
 
 

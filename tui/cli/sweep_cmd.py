@@ -37,10 +37,13 @@ def sweep_spec(args: argparse.Namespace):
         if args.url:
             spec.urls = list(args.url)
         for name, attr in (("preset", "preset"), ("port", "port"), ("url_template", "url_template"),
-                           ("ready_timeout", "ready_timeout_s"), ("cooldown", "cooldown_s")):
-            v = getattr(args, name)
+                           ("ready_timeout", "ready_timeout_s"), ("cooldown", "cooldown_s"), ("repeats", "repeats"),
+                           ("gpus", "gpus")):
+            v = getattr(args, name, None)
             if v is not None:
                 setattr(spec, attr, v)
+        if getattr(args, "restart_each", False):
+            spec.restart_each = True
         spec.check()
     except SweepError as exc:
         raise UsageError(str(exc)) from None
@@ -55,30 +58,89 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except api.PresetError as exc:
         raise UsageError(str(exc)) from None
     spec.preset = preset.name  # sweep.json names the preset run
+    if getattr(args, "repeats", None) is None and preset.repeats > 1:
+        spec.repeats = preset.repeats  # the preset's [ramp] repeats, unless --repeats says
     configs = spec.expand(api.free_port)
     gate = _gate(args.gate)
     if args.dry_run:
-        print(f"redline sweep: {len(configs)} configurations, preset {preset.name}")
+        times = f", {spec.repeats} repeats each" + (" (the server relaunched before each)" if spec.restart_each else "") if spec.repeats > 1 else ""
+        print(f"redline sweep: {len(configs)} configurations, preset {preset.name}{times}")
         for i, c in enumerate(configs, 1):
             print(f"  {i}. {c.label}: {c.describe()}" + (f"  ->  {c.url}" if c.command else ""))
         return EXIT_OK
     if not args.headless and not _on_a_terminal():
         raise UsageError("redline sweep: no terminal to draw on (stdin and stderr must be one); add --headless "
                          "(each configuration's progress, step lines and the comparison are printed)")
-    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: not empty; a sweep writes each configuration's session under it (give a new directory)")
-    for c in configs:  # every configuration's checks, before any server starts
-        _config(args, c, out / c.label, preset, None)
-    if not args.headless:
-        from ..sweep_view import run_sweep_tui
+    out = _out_dir(args)
+    digest = api.preset_digest(preset)
+    if getattr(args, "resume", False):
+        try:
+            api.check_resume(out, spec, configs, digest)  # the recorded sweep is this one: one line, exit 2
+        except api.SweepError as exc:
+            raise UsageError(str(exc)) from None
+    for c in configs:  # every configuration's checks, before any server starts (one kept or moved aside by --resume: its own)
+        if not (out / c.label).exists():
+            _config(args, c, out / c.label, preset, None)
+    return run_configs(args, spec, configs, preset, out, gate, digest)
 
-        rc = run_sweep_tui(args, spec, configs, preset, out, lambda c, session, startup_s: _config(args, c, session, preset, startup_s))
-        if rc:
-            return rc
-        doc = _load(out)
-        return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK)
-    return asyncio.run(_sweep(args, spec, configs, preset, out, gate))
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    """--out: a new (or empty) directory; with --resume, the stopped sweep's."""
+    resume = getattr(args, "resume", False)
+    if resume and args.out is None:
+        raise UsageError("--resume: give the --out of the sweep to resume (the directory holding its sweep.json)")
+    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
+    if not resume and out.exists() and any(out.iterdir()):
+        hint = " (it holds a sweep: add --resume to go on where it stopped)" if (out / api.SWEEP_FILE).is_file() else ""
+        raise UsageError(f"--out {out}: not empty; a sweep writes each configuration's session under it (give a new directory){hint}")
+    return out
+
+
+def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path, gate, digest: str | None = None) -> int:
+    """The sweep's configurations on a terminal or headless, then the gate; the exit status."""
+    resume = bool(getattr(args, "resume", False))
+    try:
+        if not args.headless:
+            from ..sweep_view import run_sweep_tui
+
+            rc = run_sweep_tui(args, spec, configs, preset, out,
+                               lambda c, session, startup_s, k=1: _config(args, c, session, preset, startup_s, k, spec.repeats),
+                               digest=digest, resume=resume)
+            if rc:
+                return rc
+            doc = _load(out)
+            return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK)
+        return asyncio.run(_sweep(args, spec, configs, preset, out, gate, digest, resume))
+    except api.SweepError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_repeats(args: argparse.Namespace, preset, repeats: int, gate) -> int:
+    """`redline run PRESET --repeats N`: the preset N times against one server (the built-in
+    sim started once for all), as a sweep of one configuration labelled --label (else the
+    preset's name): OUT/sweep.json and OUT/LABEL/r1..rN, `redline report OUT` its intervals."""
+    import re
+
+    from .launch import checked_config, running_target
+
+    if gate is not None or getattr(args, "junit", None) is not None:
+        raise UsageError("--repeats: a gate judges one run; gate the repeats' sessions one by one "
+                         "(redline report OUT/LABEL/r1 --gate ...) or a sweep's configurations (redline report OUT --gate ...)")
+    if getattr(args, "url", None) and len(args.url) > 1:
+        raise UsageError("--repeats: one --url (the server each repeat runs against); for several servers: redline sweep --url A --url B --repeats N")
+    if not args.headless and not _on_a_terminal():
+        raise UsageError("redline run --repeats: no terminal to draw on (stdin and stderr must be one); add --headless")
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.label or preset.name) or "run"
+    out = args.out if args.out is not None else Path("redline-sessions") / time.strftime(f"{label}-%Y%m%dT%H%M%SZ", time.gmtime())
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: not empty; --repeats writes each repeat's session under it (give a new directory)")
+    cfg = checked_config(copy.copy(args), preset)  # every value checked before the sim starts
+    with running_target(cfg, args) as cfg:
+        spec = api.SweepSpec(urls=[cfg.url], preset=preset.name, repeats=repeats, gpus=getattr(args, "gpus", None))
+        config = api.SweepConfig({"url": cfg.url}, label, (), cfg.url)
+        a = copy.copy(args)
+        a.label, a.profile = label, None  # the sim (if built in) runs already: each repeat is a run against its URL
+        return run_configs(a, spec, [config], preset, out, None, api.preset_digest(preset))
 
 
 def _rows_lost(doc: dict, rc: int, lost: tuple[str, ...] = ()) -> int:
@@ -120,21 +182,26 @@ def _gate(text: str | None):
         raise UsageError(str(exc)) from None
 
 
-def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float | None):
-    """`redline run PRESET --headless --url URL --out OUT/label --label LABEL`'s config."""
+def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float | None, repeat: int = 1, repeats: int = 1):
+    """`redline run PRESET --headless --url URL --out OUT/label --label LABEL`'s config. Repeat
+    k's workload seed is the run's + k - 1: each repeat its own prompts (a server kept up
+    between repeats finds none of the last one's in its prefix cache), every configuration
+    the same ones at the same repeat."""
     import dataclasses
 
-    from .launch import checked_config
+    from .launch import checked_config, seed_of
 
     a = copy.copy(args)
     a.url, a.out, a.label = [c.url], session, c.label
     a.argv = list(getattr(args, "argv", ["redline", "sweep"]))
+    a.seed = seed_of(args, preset) + repeat - 1
     cfg = checked_config(a, preset)
-    extra = {"sweep": {"label": c.label, "values": dict(c.values), "command": list(c.command), "url": c.url, "startup_s": startup_s}}
+    extra = {"sweep": {"label": c.label, "values": dict(c.values), "command": list(c.command), "url": c.url, "startup_s": startup_s,
+                       **({"repeat": repeat, "repeats": repeats} if repeats > 1 else {})}}
     return dataclasses.replace(cfg, meta_extra=extra)
 
 
-async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
+async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | None = None, resume: bool = False) -> int:
     from .headless import SIGNALS, run_headless
 
     loop = asyncio.get_running_loop()
@@ -155,8 +222,8 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
 
-    async def run_one(c, session: Path, startup_s: float | None) -> int:
-        cfg = _config(args, c, session, preset, startup_s)
+    async def run_one(c, session: Path, startup_s: float | None, k: int = 1) -> int:
+        cfg = _config(args, c, session, preset, startup_s, k, spec.repeats)
         uninstall()  # the run's own handlers: a signal ends it as it ends `redline run`
         try:
             rc = await run_headless(cfg, preset)
@@ -167,9 +234,12 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         return rc
 
     install()
-    print(f"redline: sweep of {len(configs)} configurations ({', '.join(c.label for c in configs)}), preset {preset.name}, into {out}", flush=True)
+    times = f", {spec.repeats} repeats each" if spec.repeats > 1 else ""
+    what = f"{len(configs)} configurations" if len(configs) != 1 else "1 configuration"
+    print(f"redline: sweep of {what} ({', '.join(c.label for c in configs)}){times}, preset {preset.name}, into {out}", flush=True)
     try:
-        outcome = await api.run_sweep(spec, out, run_one, on_line=lambda s: print(s, flush=True), configs=configs)
+        outcome = await api.run_sweep(spec, out, run_one, on_line=lambda s: print(s, flush=True), configs=configs,
+                                      estimate_s=estimate_s(preset), digest=digest, resume=resume)
     except asyncio.CancelledError:
         if not caught:
             raise
@@ -184,6 +254,12 @@ async def _sweep(args, spec, configs, preset, out: Path, gate) -> int:
         print(f"redline: sweep stopped; every finished configuration is in {out / 'sweep.json'}", file=sys.stderr)
         return outcome.status
     return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK, tuple(lost))
+
+
+def estimate_s(preset) -> float:
+    """One run of the preset, if no stop rule fires: the middle of its bounds."""
+    lo, hi = preset.duration_bounds()
+    return (lo + hi) / 2.0
 
 
 def sweep_report(args: argparse.Namespace, out: Path) -> int:
@@ -227,6 +303,18 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     return EXIT_OK
 
 
+def sweeps_report(args: argparse.Namespace, dirs: list[Path]) -> int:
+    """`redline report A B ...` where one or more is a sweep (`redline run --repeats N` writes
+    one of a single configuration): every configuration of each, and each session, compared
+    as one sweep's are (labels made unique in order). --gate, --html and --png take one sweep."""
+    for flag in ("gate", "html", "png", "junit"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag}: takes one sweep (redline report OUT --{flag} ...) or sessions only; "
+                             f"got {len(dirs)} directories, a sweep among them")
+    print(api.format_sweep(api.merged_doc(dirs)))
+    return EXIT_OK
+
+
 def _load(out: Path) -> dict:
     doc = api.load_sweep(out)
     if doc is None:
@@ -234,4 +322,4 @@ def _load(out: Path) -> dict:
     return doc
 
 
-__all__ = ["DEFAULT_PRESET", "cmd_sweep", "sweep_report"]
+__all__ = ["DEFAULT_PRESET", "cmd_sweep", "sweep_report", "sweeps_report"]
