@@ -46,7 +46,7 @@ def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory,
     step whose requests queue past the TTFT bound ends the ramp as `slo`. Each step closes at
     2.5 s (max_hold_s): the SLO counts requests, it needs no steady throughput (which would hold
     each step STEADY_MIN_S = 4 s or more)."""
-    sim = sim_factory("pp-capped", extra_args=(*FAST, *CAP8_SIM))
+    sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, *FAST))
     preset = parse_preset({"workload": {"input_len": 16, "output_len": 24},
                            "ramp": {"concurrency": [4, 8, 12], "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "max_hold_s": 2.5},
                            "slo": {"ttft_ms": 100, "e2e_ms": 5000}}, "g.toml")
@@ -99,7 +99,7 @@ def test_search_finds_a_cap_of_8_for_both_answers(sim_factory, tmp_path):
     8 meet the bound, an attainment of ~0.875 that a 2 s point reads anywhere in 0.86-0.93,
     astride the default 0.9. The SLO asks 95 % of requests, which C=9 cannot reach; C=8's TTFTs
     are ~20 ms, far enough under 400 ms that a busy machine's hiccup (129 ms seen) is no miss."""
-    sim = sim_factory("pp-capped", extra_args=(*FAST, *CAP8_SIM))
+    sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, *FAST))
     out = _run(sim.url, _search_preset(4, 64, slo={"ttft_ms": 400, "attainment": 0.95}, out_len=96), tmp_path, out_len=96)
     assert out.search["knee_concurrency"] == 8, out.search
     assert out.search["max_slo_concurrency"] == 8, out.search

@@ -339,7 +339,7 @@ def test_pp_capped_until_it_breaks_prints_one_bound_everywhere_and_names_the_cap
     gate = summary["gate"]["results"][0]
     assert gate["measured"] == pytest.approx(c32["p99_ttft_ms"], abs=1e-3) and gate["bound"] and not gate["passed"], gate
     cause = ("latency at C=32: server runs 8 a micro-batch: micro-batches of 8 from max_running_requests 64 / pp 8: "
-             "GPUs underfed; set --pp-max-micro-batch-size")
+             "GPUs underfed; raise --max-running-requests (--pp-max-micro-batch-size alone runs no more)")
     assert summary["cause"] == cause, summary.get("cause")
     assert f"cause: {cause}" in out.splitlines(), out
     import contextlib

@@ -18,7 +18,12 @@ flight, each of at most ``pp_max_micro_batch_size`` requests (``scheduler_pp_mix
 ``pp_rank`` is the micro-batch it last logged (``log_decode_stats`` reads ``self.running_batch``,
 one of ``running_mbs``). With pp 8 and max_running_requests 64 the gauge reads 8 while 64 run,
 and the queue is empty: the GPUs are underfed by micro-batches of 8, not held back by a queue.
-The gauge is read as one micro-batch, and that is the cause named.
+The gauge is read as one micro-batch, and that is the cause named. The cure it names is a
+larger ``--max-running-requests``: every micro-batch draws on one request pool of that many
+(``get_num_allocatable_reqs``: the micro-batch's budget and the pool's free slots; the pool is
+sized by max_running_requests, 0.5.9 ``model_runner_kv_cache_mixin.py``, 0.5.23
+``kv_cache_configurator.py`` ``resolve_max_num_reqs``), so a larger micro-batch alone runs no
+more requests, it only packs them into fewer micro-batches (engine/sim/pipeline.py).
 
 The cause named first: preemptions in the poller's recent window (requests the server sent back
 to its queue because its KV cache filled: "KV cache full: the server preempts"), then the pp
@@ -66,11 +71,12 @@ def micro_batch_bound(info: ServerInfo | None, server: ServerSample) -> bool:
 
 
 def micro_batch_text(info: ServerInfo) -> str:
-    """``micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set
-    --pp-max-micro-batch-size`` (SGLang's default derivation), else the cap as set."""
+    """``micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; raise
+    --max-running-requests (--pp-max-micro-batch-size alone runs no more)`` (SGLang's default derivation), else the cap as set."""
     cap, mrr, pp = info.pp_micro_batch_cap, info.max_running_requests, info.pp_size
     if mrr and pp and pp > 1 and cap == max(mrr // pp, 1):
-        return f"micro-batches of {cap} from max_running_requests {mrr} / pp {pp}: GPUs underfed; set --pp-max-micro-batch-size"
+        return (f"micro-batches of {cap} from max_running_requests {mrr} / pp {pp}: GPUs underfed; "
+                "raise --max-running-requests (--pp-max-micro-batch-size alone runs no more)")
     n = info.pp_micro_batches
     return f"micro-batches of {cap} (pp_max_micro_batch_size {cap}{f', {n} micro-batches' if n else ''})"
 
@@ -123,7 +129,7 @@ def _runs(info: ServerInfo | None, server: ServerSample) -> str:
 
 def cap_finding(info: ServerInfo | None, in_flight: int, server: ServerSample) -> str:
     """What a run's answer names as its cause: ``"server runs 8 a micro-batch: micro-batches of
-    8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"``,
+    8 from max_running_requests 64 / pp 8: GPUs underfed; raise --max-running-requests (--pp-max-micro-batch-size alone runs no more)"``,
     ``"server runs 32 of 64 in flight: max_running_requests 32"``."""
     runs = _runs(info, server)
     of = "" if runs.endswith("micro-batch") else f" of {in_flight} in flight"
