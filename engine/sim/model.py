@@ -384,6 +384,8 @@ class BatchModel:
             delay = end - loop.time()
             await asyncio.sleep(delay if delay > 0 else 0)
             next_start = end
+            if await self.wait_go():  # paused meanwhile (a trace export): its tokens come after it
+                next_start = None
             self._emit()
 
     def _admit(self, slot: int = -1) -> int:

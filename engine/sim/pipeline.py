@@ -101,6 +101,7 @@ async def run_pipeline(model: _Scheduler, profile: SimProfile) -> None:
             delay = back - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+                await model.wait_go()  # paused meanwhile: its tokens come after the export
             out_at[j] = None
             model._emit(j)
             if model._closed:
