@@ -141,11 +141,12 @@ def test_continuous_usage_chunks_are_read_exactly():
 
 
 def test_sglang_chunks():
-    """SGLang writes every field, null when unused: those take the full parse (measured no
-    slower than judging them here)."""
-    assert both(CHAT, sglang_chunk(content="hi"), False) == Event(tokens=1, content=True, answer=True)
+    """SGLang writes every field, null when unused (0.5.9's pydantic: reasoning_content,
+    tool_calls, usage; 0.5.23's msgspec: reasoning_content): a null is nothing to judge, those
+    take the fast path (issue 43 case 11); reasoning text and usage counts take the full parse."""
+    assert both(CHAT, sglang_chunk(content="hi")) == Event(tokens=1, content=True, answer=True)
     assert both(CHAT, sglang_chunk(reasoning="hmm"), False) == Event(tokens=1, content=True, answer=False)
-    assert both(CHAT, sglang_chunk(), False) == Event()
+    assert both(CHAT, sglang_chunk()) == Event()
     ev = both(CHAT, sglang_chunk(content="hi", usage={"prompt_tokens": 4, "total_tokens": 9, "completion_tokens": 5}), False)
     assert ev.completion_tokens == 5 and ev.prompt_tokens == 4 and ev.answer
 
@@ -155,7 +156,7 @@ def test_reasoning_is_content_not_answer():
                   {"content": None, "reasoning_content": "Let"}, {"content": "", "reasoning": "Let"}):
         ev = both(CHAT, vllm_chunk(delta), False)
         assert ev.content and not ev.answer and ev.tokens == 1, delta
-    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}), False)
+    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}))  # null: the fast path
     assert ev.content and ev.answer
     assert both(CHAT, vllm_chunk({"reasoning": "", "content": ""}), False) == Event()
     # answer chunks of a reasoning model (vLLM leaves the reasoning field out) are plain
@@ -239,3 +240,71 @@ def test_fast_path_equals_the_full_parse_on_real_shapes(case):
     if fast is None:
         return
     assert fast == d.full(payload), payload
+
+
+# -- /generate: the fast path skips the output_ids list and agrees with the full parse -------------
+@st.composite
+def _generate_chunk(draw):
+    obj: dict = {}
+    meta: dict = {}
+    for key in draw(st.permutations(["id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency"])):
+        if draw(st.booleans()):
+            meta[key] = {"finish_reason": draw(st.sampled_from([None, {"type": "length", "length": 4},
+                                                                {"type": "abort", "status_code": 503, "message": "full"}])),
+                         "id": draw(_text), "e2e_latency": 0.5}.get(key, draw(_count))
+    parts = {"text": draw(_maybe_text), "output_ids": draw(st.lists(st.integers(0, 200_000), max_size=6)),
+             "meta_info": meta if draw(st.integers(0, 9)) else draw(st.sampled_from([None, [], "m"]))}
+    for key in draw(st.permutations(["text", "output_ids", "meta_info"])):
+        if draw(st.integers(0, 7)):
+            obj[key] = parts[key]
+    if draw(st.booleans()):
+        obj["sim_t"] = draw(st.floats(min_value=0, max_value=2e9, allow_nan=False))
+    if draw(st.integers(0, 6)) == 0:
+        obj["error"] = draw(st.sampled_from([None, {"message": "x", "code": 400}, "bad"]))
+    if draw(st.integers(0, 6)) == 0:
+        obj["index"] = 0
+    seps = draw(st.sampled_from([(",", ":"), (",", ":"), (", ", ": ")]))
+    payload = json.dumps(obj, separators=seps, ensure_ascii=draw(st.booleans())).encode()
+    if draw(st.integers(0, 5)) == 0:
+        payload = payload[: draw(st.integers(0, len(payload)))]
+    return payload, draw(st.booleans()), draw(st.integers(0, 3))
+
+
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_generate_chunk())
+def test_generate_fast_path_equals_the_full_parse(case):
+    payload, text, seen = case
+    a, b = GenerateDecoder(text), GenerateDecoder(text)
+    for d in (a, b):  # the same state before: `seen` tokens and text so far
+        d._tokens, d._text_len = seen, seen
+    fast = a.fast(payload)
+    if fast is None:
+        return
+    assert fast == b.full(payload), payload
+    assert (a._tokens, a._text_len, a._incremental) == (b._tokens, b._text_len, b._incremental)
+
+
+@pytest.mark.parametrize("version,incremental", [("0.5.9", False), ("0.5.23", False), ("0.5.23", True)])
+def test_sglangs_generate_chunks_take_the_fast_path(version, incremental):
+    """The sim's /generate chunks as each version writes them (the whole output_ids list in
+    every chunk; 0.5.23's incremental deltas): every one decoded without the list's parse, the
+    counts exact, and a text decoder's text the whole answer, incremental output joined."""
+    import random
+
+    from redline.engine.sim.chunks import GenerateShape
+    from redline.engine.sim.wire import GenerationRequest
+
+    req = GenerationRequest(api="generate", model="m", prompt_tokens=9, max_tokens=40, stream=True, include_usage=False)
+    shape = GenerateShape("ab" * 16, 1, req, version, incremental=incremental, rng=random.Random(1))
+    words = [f" w{i}" for i in range(40)]
+    payloads = [shape.token_events(w, 1, i + 1, i == 39)[0] + b',"sim_t":1.5}' for i, w in enumerate(words)]
+    plain, texts = GenerateDecoder(), GenerateDecoder(text=True)
+    evs = []
+    for p in payloads:
+        ev = plain.fast(p)
+        assert ev is not None, p[:80]
+        evs.append(ev)
+        last = texts.fast(p)
+        assert last is not None
+    assert [e.tokens for e in evs] == [1] * 40 and evs[-1].completion_tokens == 40 and all(e.sim_t == 1.5 for e in evs)
+    assert last.text == "".join(words)

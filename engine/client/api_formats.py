@@ -244,13 +244,15 @@ def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
 
 # Anything in a chunk that the fast path does not judge sends it to json.loads: usage counts
 # (every chunk under continuous usage), errors, an in-stream abort (finish_reason "abort"),
-# reasoning, tool calls (SGLang writes "reasoning_content":null and "tool_calls":null on every
-# chunk). Scanning those shapes here was measured slower than json.loads itself (issue 13
-# notes), so they go straight there.
-_SLOW_MARKERS = (b'"usage"', b'"error"', b'"abort"', b'"reasoning', b'"tool_calls"', b'"function_call"')
-# any of them, in one scan: 0.48 us of CPU on a 220-byte chunk where a loop of `in` over the
-# markers took 1.3 (1.1 before "abort" joined them)
-_SLOW = re.compile(b"|".join(re.escape(m) for m in _SLOW_MARKERS)).search
+# reasoning, tool calls. Scanning those shapes here was measured slower than json.loads itself
+# (issue 13 notes), so they go straight there. The same keys written null are nothing to judge:
+# SGLang writes "reasoning_content":null on every chunk (0.5.9 also "tool_calls":null and
+# "usage":null, pydantic's every field; engine/sim/chunks.py), so a marker followed by :null
+# is passed over (a key inside the content cannot match: its quotes are escaped there).
+_SLOW_KEYS = (b"usage", b"error", b"reasoning[a-z_]*", b"tool_calls", b"function_call")
+# any of them (a key, its closing quote right after its letters, not null) or "abort", in one
+# scan: 0.48 us of CPU on a 220-byte chunk where a loop of `in` over the markers took 1.3
+_SLOW = re.compile(b'"(?:' + b"|".join(_SLOW_KEYS) + b')"(?!:null[,}])|"abort"').search
 _END = (b",", b"}")
 _NUM_CHARS = b"0123456789.eE+-"
 
@@ -414,17 +416,75 @@ class OpenAITextDecoder(OpenAIDecoder):
 class GenerateDecoder:
     """SGLang /generate: cumulative text, exact completion_tokens in meta_info.
 
-    `text=True`: Event.text is the whole text so far (the chunk's `text`, cumulative).
+    `text=True`: Event.text is the whole text so far (the chunk's `text`, cumulative; SGLang
+    0.5.23 with --incremental-streaming-output sends each chunk's delta instead, told by its
+    output_ids holding fewer ids than completion_tokens counts: the deltas are joined).
+
+    SGLang puts the whole ``output_ids`` list and the text so far in every chunk
+    (``tokenizer_manager.py _handle_batch_output``): parsing the list costs the client a Python
+    int per id, O(n) a chunk, O(n^2) an answer. The fast path reads the text (json's own C
+    scanstring: what a chunk without the list costs too), ``meta_info`` (found as the last
+    top-level key, its quote unescaped, which no string value can hold) and what follows it,
+    and never the list (counted, by its commas, only for a text decoder, to tell incremental
+    output); every other shape takes the full parse. tests/test_apis.py and tests/test_fuzz.py
+    prove both give the same Event.
     """
 
-    __slots__ = ("_tokens", "_text_len", "_text")
+    __slots__ = ("_tokens", "_text_len", "_text", "_incremental", "_joined")
 
     def __init__(self, text: bool = False) -> None:
         self._tokens = 0
         self._text_len = 0
         self._text = text
+        self._incremental = False  # the chunks' text is a delta (0.5.23 incremental output)
+        self._joined = ""  # ... joined
 
     def decode(self, payload: bytes) -> Event:
+        ev = self.fast(payload)
+        return ev if ev is not None else self.full(payload)
+
+    def fast(self, payload: bytes) -> Event | None:
+        """The Event of a chunk shaped as SGLang writes it, or None for the full parse."""
+        i = payload.rfind(_META_KEY)
+        if i < 0 or payload[:1] != b"{" or _ERROR_KEY in payload[:i]:
+            return None
+        try:
+            s = payload[i + len(_META_KEY) - 1:].decode("utf-8")
+            meta, end = _scan_once(s, 0)
+        except (ValueError, RecursionError, StopIteration):
+            return None
+        if not isinstance(meta, dict):
+            return None
+        rest = s[end:]
+        tail: dict[str, Any] = {}
+        if rest != "}":
+            if rest[:1] != "," or rest[-1:] != "}":
+                return None
+            try:
+                tail = json.loads("{" + rest[1:])
+            except (ValueError, RecursionError):
+                return None
+            if not isinstance(tail, dict) or tail.get("error") or "meta_info" in tail or "text" in tail:
+                return None
+        ct = meta.get("completion_tokens")
+        ids = -1
+        if payload[:9] == b'{"text":"':
+            try:
+                text, j = scanstring(payload[:i].decode("utf-8"), 9)
+            except ValueError:
+                return None
+            if self._text and not self._incremental and type(ct) is int and ct > 1:
+                ids = _ids_count(payload, 9, i)
+        elif payload[:13] == b'{"text":null,':
+            text = None
+        else:
+            return None
+        ev = Event()
+        if "sim_t" in tail:
+            _sim_t(ev, tail)
+        return self._event(ev, meta, text, ids)
+
+    def full(self, payload: bytes) -> Event:
         obj = _loads(payload)
         ev = Event()
         _sim_t(ev, obj)
@@ -434,9 +494,14 @@ class GenerateDecoder:
             ev.status = _error_status(obj)
             return ev
         meta = obj.get("meta_info")
-        text = obj.get("text")
+        ids = obj.get("output_ids")
+        return self._event(ev, meta if isinstance(meta, dict) else None, obj.get("text"), len(ids) if isinstance(ids, list) else -1)
+
+    def _event(self, ev: Event, meta: dict[str, Any] | None, text: Any, ids: int) -> Event:
+        """The Event of a chunk's meta_info and text; ``ids``: how many output_ids it carried
+        (-1: not counted)."""
         n_text = len(text) if isinstance(text, str) else self._text_len
-        if isinstance(meta, dict):
+        if meta is not None:
             finish = meta.get("finish_reason")
             if isinstance(finish, dict) and finish.get("type") == "abort":
                 # SGLang's in-stream abort: {"type": "abort", "status_code": 503, "message": ...}
@@ -453,13 +518,34 @@ class GenerateDecoder:
                 ev.completion_tokens = ct
                 ev.tokens = max(0, ct - self._tokens)
                 self._tokens = max(self._tokens, ct)
+                if self._text and 0 < ids < ct:  # fewer ids than tokens: each chunk carries its own (incremental)
+                    self._incremental = True
         elif n_text > self._text_len:
             ev.tokens = 1
         ev.content = ev.answer = ev.tokens > 0 or n_text > self._text_len
         self._text_len = max(self._text_len, n_text)
         if self._text and isinstance(text, str):
-            ev.text = text
+            if self._incremental:
+                self._joined += text
+                ev.text = self._joined
+            else:
+                self._joined = text
+                ev.text = text
         return ev
+
+
+_META_KEY = b',"meta_info":{'
+_ERROR_KEY = b'"error"'
+
+
+def _ids_count(payload: bytes, start: int, end: int) -> int:
+    """How many ids the chunk's output_ids list (between its text and its meta_info) holds."""
+    j = payload.find(b'"output_ids":[', start, end)
+    if j < 0:
+        return -1
+    k = payload.find(b"]", j, end)
+    body = payload[j + 14:k]
+    return body.count(b",") + 1 if body.strip() else 0
 
 
 def make_decoder(api: str, text: bool = False) -> Callable[[bytes], Event]:
