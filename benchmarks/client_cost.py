@@ -34,6 +34,13 @@ clients run interleaved N times and the table shows the median run (and the rang
 --pace (repeatable) runs several pacings in one invocation, one sim each, one table each:
 `--pace 20+0.1 --pace 2+0.005` is a 20 ms step plus 0.1 ms per running request, then a 2 ms
 step plus 0.005 ms per request; it replaces --step-ms / --step-per-seq-ms.
+
+--server compiled runs the clients against benchmarks/lockstep_server.c (C, built when
+missing: benchmarks/compiled_server.py) instead of the sim: the same pacing and chunks as a
+vLLM stream with continuous usage, at a fraction of the sim's CPU, so an unpaced run measures
+the clients, not the server (the sim, Python, is the limit there). Paced by --pace as above
+(an unpaced --pace 0 is not possible there: one step at least every STEP ms). The last
+lines say each ratio against issue 47's goal (reference / redline >= 1.5, paced and unpaced).
 """
 
 from __future__ import annotations
@@ -240,6 +247,8 @@ def main() -> None:
     p.add_argument("--pace", action="append", default=[], metavar="STEP_MS[+PER_SEQ_MS]",
                    help="a pacing to run (repeatable; replaces --step-ms/--step-per-seq-ms): e.g. 20+0.1")
     p.add_argument("--sim-set", action="append", default=[], metavar="FIELD=VALUE", help="extra sim profile override")
+    p.add_argument("--server", default="sim", choices=("sim", "compiled"),
+                   help="sim: redline's simulated server (default); compiled: benchmarks/lockstep_server.c, built when missing")
     p.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("-c", type=int, help=argparse.SUPPRESS)
@@ -268,6 +277,46 @@ def main() -> None:
         print()
 
 
+class _Compiled:
+    """The compiled lockstep server, as run_pace asks the sim: its url, pid and tokens sent."""
+
+    def __init__(self, step_ms: float, per_seq_ms: float) -> None:
+        from compiled_server import CompiledServer
+
+        if step_ms <= 0 and per_seq_ms <= 0:
+            raise SystemExit("client_cost.py --server compiled: give a --pace (e.g. 2+0.005 for as fast as a client reads)")
+        self.srv = CompiledServer(f"{step_ms:g}+{per_seq_ms:g}")
+        self.url, self.proc = self.srv.url, self.srv.proc
+
+    def sent(self) -> int:
+        return self.srv.stats()["tokens_written"]
+
+    def __enter__(self) -> "_Compiled":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.srv.stop()
+
+
+def share_line(capacity: list) -> None:
+    """What --workers auto's start-up measure reads here (engine/load/token_cost.py: the read path
+    alone) against the lean client's whole token in the load window: the share
+    engine/constants.py READ_PATH_SHARE stands for."""
+    lean = [r for _, kind, r in capacity if kind == "lean"]
+    if not lean:
+        return
+    from redline.engine.constants import READ_PATH_SHARE
+    from redline.engine.load.token_cost import measure
+
+    reads = sorted(measure().read_s for _ in range(3))
+    whole = lean[0]["us_tok_load"]
+    print(f"read path (engine/load/token_cost.py, median of 3): {reads[1] * 1e6:.2f} us a chunk; the lean client's whole token "
+          f"here {whole:.2f} us: share {reads[1] * 1e6 / whole:.2f} (READ_PATH_SHARE = {READ_PATH_SHARE:g})")
+
+
+GOAL = 1.5  # issue 47: redline's CPU per token at most 1/1.5 of the reference's, paced and unpaced
+
+
 def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_ms: float, per_seq_ms: float) -> None:
     from _bench import FAST_SIM, machine, sim, sim_state, table
 
@@ -278,17 +327,24 @@ def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_m
     paced = step_ms > 0 or per_seq_ms > 0
     pace_text = (f" (paced: a decode step every {step_ms:g} ms" + (f" + {per_seq_ms:g} ms per running request)" if per_seq_ms else ")")
                  if paced else " (as fast as it can)")
-    print(f"# client cost: CPU per streamed token, start-up included ({machine()})")
-    print(f"# {args.seconds:g} s of load per run, output_len {args.output_len}, chat API, sim: {' '.join(settings)}" + pace_text)
+    print(f"# client cost: CPU per streamed token, start-up included ({machine()}; load average {os.getloadavg()[0]:.2f})")
+    where = ("the compiled lockstep server (benchmarks/lockstep_server.c)" if args.server == "compiled"
+             else f"sim: {' '.join(settings)}")
+    print(f"# {args.seconds:g} s of load per run, output_len {args.output_len}, chat API, {where}" + pace_text)
     rows, capacity, others, ratios = [], [], [], []
-    with sim(settings=settings) as srv:
+    server = _Compiled(step_ms, per_seq_ms) if args.server == "compiled" else sim(settings=settings)
+
+    def sent_now() -> int:
+        return server.sent() if args.server == "compiled" else sim_state(srv.url)["generation_tokens_total"]
+
+    with server as srv:
         for c in cs:
             runs: dict[str, list[dict]] = {k: [] for k in clients}
             for _ in range(args.repeat):  # interleaved, so drifts in the machine hit every client alike
                 for kind in clients:
-                    s0 = sim_state(srv.url)["generation_tokens_total"]
+                    s0 = sent_now()
                     r = run_client(kind, srv.url, c, args.seconds, args.output_len, srv.proc.pid)
-                    r["sim_sent"] = sim_state(srv.url)["generation_tokens_total"] - s0
+                    r["sim_sent"] = sent_now() - s0
                     r["us_tok"] = 1e6 * r["cpu_s"] / max(r["tokens"], 1)
                     r["us_tok_load"] = 1e4 * r["window_cpu_pct"] * r["window_s"] / max(r["tokens"], 1)
                     runs[kind].append(r)
@@ -305,8 +361,10 @@ def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_m
                 ratio = f"{r['us_tok'] / ref_us:.2f}" if ref_us else "-"
                 spread = f" ({rs[0]['us_tok']:.1f}-{rs[-1]['us_tok']:.1f})" if len(rs) > 1 else ""
                 if ref_us and kind not in ("reference", "reference-uvloop"):
-                    ratios.append(f"C={c} reference / {kind}: {ref_us / r['us_tok']:.2f} "
-                                  f"({ref_load / r['us_tok_load']:.2f} in the load window)")
+                    gain = ref_us / r["us_tok"]
+                    ratios.append(f"C={c} {pace_text.strip(' ()')}: reference / {kind}: {gain:.2f} "
+                                  f"({ref_load / r['us_tok_load']:.2f} in the load window); goal {GOAL:g}: "
+                                  + ("met" if gain >= GOAL else f"not met ({gain / GOAL:.0%} of it)"))
                 rows.append((c, kind, r["tokens"], f"{r['cpu_s']:.2f}", f"{r['us_tok']:.2f}{spread}", f"{r['us_tok_load']:.2f}", ratio,
                              f"{r['tokens'] / r['window_s']:.0f}", f"{r['window_cpu_pct']:.0f}%", f"{r['sim_cpu_pct'] or 0:.0f}%",
                              f"{r['others_cpu_pct']:.0f}%"))
@@ -323,6 +381,7 @@ def run_pace(args: argparse.Namespace, cs: list[int], clients: list[str], step_m
     if others and max(others) > 20:
         print(f"WARNING: other processes on this machine used up to {max(others):.0f}% of a core during the load "
               f"windows ({ncpu} cores in all): client and sim were competing for CPU; figures are contended.\n")
+    share_line(capacity)
     for c, kind, r in capacity:
         tps = r["tokens"] / r["window_s"]
         kept = r["tokens"] / max(r["sim_sent"], 1)

@@ -351,6 +351,10 @@ class ServerProcess:
         with urllib.request.urlopen(self.url + path, timeout=60) as r:  # noqa: S310 - loopback, our own server
             return json.loads(r.read())
 
+    def window(self, t0: float, t1: float) -> dict:
+        """The write gaps closed in [t0, t1] (gaps_ms), streams, late steps (overruns), queued writes."""
+        return self.get(f"/bench/gaps?t0={t0!r}&t1={t1!r}")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -361,14 +365,68 @@ class ServerProcess:
                 self.proc.wait(10)
 
 
+class CompiledProcess:
+    """The compiled lockstep server (benchmarks/lockstep_server.c, built when missing), as
+    ServerProcess is asked: its own write gaps and late steps."""
+
+    def __init__(self, step_ms: float, per_seq_ms: float) -> None:
+        from compiled_server import CompiledServer
+
+        self.srv = CompiledServer(f"{step_ms:g}+{per_seq_ms:g}")
+        self.proc, self.url = self.srv.proc, self.srv.url
+        self.wall0, self.perf0 = time.time(), time.perf_counter()
+
+    def window(self, t0: float, t1: float) -> dict:
+        g = self.srv.gaps(t0, t1, raw=True)
+        st = self.srv.stats()
+        return {"gaps_ms": g["gaps_ms"], "streams": st["streams_started"], "overruns": st["late_steps"],
+                "queued_writes": st["queued_writes"], "burst_p99_ms": st["burst_p99_ms"],
+                "wall0": self.wall0, "perf0": self.perf0}
+
+    def stop(self) -> None:
+        self.srv.stop()
+
+
 # == redline's engine child: its own child main, plus its ITL feed written at stop ====================
-def bench_child_main(config, conn, result_path: str) -> None:
+def count_reads(reads: dict) -> None:
+    """--count-reads (one process only: worker processes import their own copy): per socket
+    read, how many content chunks of its stream it brought, and each chunk's gap (arrival of
+    its read - the stream's previous chunk), flagged when its read brought more than one
+    ("coalesced": the chunks share one stamp, the newest packet's). Wraps the per-read path
+    (engine/client/request.py _Stream.feed) at ~1 us a read."""
+    from redline.engine.client import request
+
+    orig = request._Stream.feed
+    hist, times, gaps, flags = reads["hist"], reads["times"], reads["gaps"], reads["flags"]
+
+    def feed(self, batch):
+        ts = self.rec.chunk_times
+        for item in batch:
+            n0 = len(ts)
+            ok = orig(self, [item])
+            k = len(ts) - n0
+            hist[k] = hist.get(k, 0) + 1
+            for i in range(max(n0, 1), n0 + k):
+                times.append(ts[i])
+                gaps.append(ts[i] - ts[i - 1])
+                flags.append(k > 1)
+            if not ok:
+                return False
+        return True
+
+    request._Stream.feed = feed
+
+
+def bench_child_main(config, conn, result_path: str, with_reads: bool = False) -> None:
     from redline.engine.host import _child_main
     from redline.engine.measure.step_book import StepBook
     from redline.engine.run.each_second import Ticker
     from redline.engine.run.engine import Engine
 
     times, itls, ticks = array("d"), array("d"), array("d")
+    reads = {"hist": {}, "times": array("d"), "gaps": array("d"), "flags": array("b")}
+    if with_reads:
+        count_reads(reads)
     orig_on_gaps, orig_stop, orig_each_second = StepBook.on_gaps, Engine.stop, Ticker.each_second
 
     def each_second(self, now):  # a diagnostic: how long the once-a-second work holds the loop
@@ -397,6 +455,9 @@ def bench_child_main(config, conn, result_path: str) -> None:
         await orig_stop(self, reason)
         res = {"t0": self.t0, "t_stop": t_stop, "times": times.tolist(), "itls_s": itls.tolist(),
                "client_cpu_pct": cpu, "loop_lag_ms": lag, "ticks": ticks.tolist(), "output_tokens": self.metrics.output_tokens_total}
+        if with_reads:
+            res["reads"] = {"hist": reads["hist"], "times": reads["times"].tolist(), "gaps": reads["gaps"].tolist(),
+                            "flags": reads["flags"].tolist()}
         tmp = result_path + ".tmp"
         Path(tmp).write_text(json.dumps(res))
         os.replace(tmp, result_path)
@@ -405,7 +466,7 @@ def bench_child_main(config, conn, result_path: str) -> None:
     _child_main(config, conn)
 
 
-def make_host(config, result_path: str):
+def make_host(config, result_path: str, with_reads: bool = False):
     """redline's EngineProcess, whose child runs bench_child_main instead of _child_main."""
     from redline.engine.host import EngineProcess
 
@@ -415,23 +476,23 @@ def make_host(config, result_path: str):
             import multiprocessing as mp
 
             ctx = mp.get_context("spawn")
-            self._proc = ctx.Process(target=bench_child_main, args=(config, self._child_conn, result_path),
+            self._proc = ctx.Process(target=bench_child_main, args=(config, self._child_conn, result_path, with_reads),
                                      name="redline-engine", daemon=False)
 
     return GapEngineProcess()
 
 
-def _config(url: str, c: int, out: str, workers: int, output_len: int | None):
+def _config(url: str, c: int, out: str, workers: str, output_len: int | None):
     import lag
 
     os.environ[lag.WORKERS_ENV] = str(workers)
-    cfg, args = lag.engine_config(url, c, out)
-    if output_len is not None:
-        cfg.workload.output_len = output_len
-    return cfg, args
+    more = () if output_len is None else ("--output-len", str(output_len))
+    if c > 1024:  # redline's default --max-concurrency: a user types it for more
+        more += ("--max-concurrency", str(c))
+    return lag.engine_config(url, c, out, more)
 
 
-def tui_child(url: str, c: int, seconds: float, out: str, result: str, workers: int, output_len: int | None) -> int:
+def tui_child(url: str, c: int, seconds: float, out: str, result: str, workers: str, output_len: int | None) -> int:
     """What tui/run_app.py does (as lag.py runs it), with the ITL-recording engine child; quits by
     its own SIGTERM after `seconds`."""
     cfg, args = _config(url, c, out, workers, output_len)
@@ -472,7 +533,7 @@ def tree_pct(a: dict[int, float], b: dict[int, float], dt: float) -> float | Non
     return 100 * sum(b[p] - a[p] for p in both) / dt if both else None
 
 
-def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
+def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: str, output_len: int | None):
     import lag
     import psutil
     from _bench import box_busy
@@ -511,13 +572,14 @@ def run_tui(url: str, c: int, run_s: float, warmup: float, tmp: Path, workers: i
     return json.loads(result.read_text()), screen, cpu, busy, engine_cpu
 
 
-def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, workers: int, output_len: int | None):
+def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, workers: str, output_len: int | None,
+                 with_reads: bool = False):
     import lag
     from _bench import box_busy
 
     result = tmp / "engine.json"
     cfg, _ = _config(url, c, str(tmp / "session"), workers, output_len)
-    host = make_host(cfg, str(result))
+    host = make_host(cfg, str(result), with_reads)
     host.start()
     try:
         import psutil
@@ -533,6 +595,25 @@ def run_headless(url: str, c: int, seconds: float, warmup: float, tmp: Path, wor
     finally:
         host.stop("benchmark done")
     return json.loads(result.read_text()), busy, engine_cpu
+
+
+def session_facts(session: Path) -> dict:
+    """What summary.json says beyond the ITL: the load processes (its `workers`, else 1), the
+    steps marked client_limited, the live step's coalesced_chunks share."""
+    try:
+        summary = json.loads((session / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {"processes": None, "client_limited": None, "steps": 0, "coalesced": None, "auto": []}
+    steps = [s for s in summary.get("steps") or [] if s.get("phase") == "live"]
+    live = max(steps, key=lambda s: s.get("duration_s") or 0) if steps else {}
+    auto = []
+    try:
+        with open(session / "events.ndjson") as f:
+            auto = [json.loads(ln).get("text", "") for ln in f if "--workers auto" in ln]
+    except (OSError, ValueError):
+        pass
+    return {"processes": len(summary.get("workers") or []) or 1, "steps": len(steps), "auto": auto,
+            "client_limited": sum(1 for s in steps if s.get("client_limited")), "coalesced": live.get("coalesced_chunks")}
 
 
 def step_figure(session: Path) -> tuple[float | None, float | None, float | None, int]:
@@ -554,7 +635,7 @@ def step_figure(session: Path) -> tuple[float | None, float | None, float | None
     return s.get("p99_itl_ms"), s.get("t_start"), s.get("duration_s"), n
 
 
-def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path) -> dict:
+def one_run(srv, mode: str, c: int, workers: str, args, tmp: Path) -> dict:
     import psutil
 
     run_s = args.warmup + args.seconds
@@ -563,7 +644,8 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
     if mode == "tui":
         r, screen, tui_cpu, busy, engine_cpu = run_tui(srv.url, c, run_s + 2.5, args.warmup, tmp, workers, args.output_len)
     else:
-        r, busy, engine_cpu = run_headless(srv.url, c, args.seconds, args.warmup, tmp, workers, args.output_len)
+        r, busy, engine_cpu = run_headless(srv.url, c, args.seconds, args.warmup, tmp, workers, args.output_len,
+                                           getattr(args, "count_reads", False))
         screen, tui_cpu = "", None
     s_cpu = 100 * (sum(srv_proc.cpu_times()[:2]) - s_cpu0) / (time.perf_counter() - s_t0)
     w0 = r["t0"] + args.warmup
@@ -571,7 +653,7 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
     tk = r.get("ticks") or []
     tick_ms = sorted(d * 1000.0 for t, d in zip(tk[::2], tk[1::2]) if w0 <= t <= w1)
     mine = sorted(v * 1000.0 for t, v in zip(r["times"], r["itls_s"]) if w0 <= t <= w1)
-    g = srv.get(f"/bench/gaps?t0={w0!r}&t1={w1!r}")
+    g = srv.window(w0, w1)
     theirs = sorted(g["gaps_ms"])
     row = {"mode": mode, "c": c, "workers": workers, "window_s": w1 - w0, "n_itl": len(mine), "n_gap": len(theirs),
            "itl_p50": quantile(mine, 0.5), "itl_p99": quantile(mine, 0.99), "gap_p50": quantile(theirs, 0.5),
@@ -582,15 +664,34 @@ def one_run(srv: ServerProcess, mode: str, c: int, workers: int, args, tmp: Path
            "drawn": ("C=" in screen) if mode == "tui" else None, "screen": screen}
     # the engine's own step figure (summary.json), against the server over the step's span
     p99_step, t_start, dur, n_req = step_figure(tmp / "session")
+    row["reads"] = read_figures(r.get("reads"), w0, w1)
     row["n_requests"] = n_req
+    row.update(session_facts(tmp / "session"))
+    row["burst_p99_ms"] = g.get("burst_p99_ms")
     row["step_itl_p99"] = p99_step
     if t_start is not None and dur:
         p0 = g["perf0"] + (t_start - g["wall0"])
-        gs = sorted(srv.get(f"/bench/gaps?t0={p0!r}&t1={p0 + dur!r}")["gaps_ms"])
+        gs = sorted(srv.window(p0, p0 + dur)["gaps_ms"])
         row["step_gap_p99"], row["step_s"] = quantile(gs, 0.99), dur
     else:
         row["step_gap_p99"], row["step_s"] = None, None
     return row
+
+
+def read_figures(reads: dict | None, w0: float, w1: float) -> dict | None:
+    """--count-reads: over the window, the reads by the content chunks each brought, the share
+    of chunk gaps closed in a coalesced read (one that brought several: their stamps are the
+    newest packet's), and the p99 gap with them and without them (ms)."""
+    if not reads:
+        return None
+    inside = [(g * 1000.0, f) for t, g, f in zip(reads["times"], reads["gaps"], reads["flags"]) if w0 <= t <= w1]
+    every = sorted(g for g, _ in inside)
+    clean = sorted(g for g, f in inside if not f)
+    merged = [g for g, f in inside if f]
+    return {"hist": {int(k): v for k, v in reads["hist"].items()}, "gaps": len(inside),
+            "coalesced_share": len(merged) / len(inside) if inside else None,
+            "p99_all": quantile(every, 0.99), "p99_clean": quantile(clean, 0.99),
+            "coalesced_p50": quantile(sorted(merged), 0.5), "coalesced_zero": sum(1 for g in merged if g < 1.0)}
 
 
 def wait_quiet(below_pct: float, max_wait_s: float) -> None:
@@ -623,22 +724,100 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a run set (scale_gap.py sets its own defaults on these)."""
     p.add_argument("--concurrency", default="256", help="comma-separated C values (default 256)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run, after the warm-up (default 15)")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds from the engine's start before measuring (default 3)")
     p.add_argument("--modes", default="tui", help="tui, headless or both (default tui)")
-    p.add_argument("--workers", default="1", help="comma-separated --workers values (default 1: the engine's own process)")
+    p.add_argument("--workers", default="1", help="comma-separated --workers values, auto among them (redline's default: "
+                   "its own choice); default 1: the engine's own process")
     p.add_argument("--repeat", type=int, default=1, help="run the whole set N times, interleaved (default 1)")
+    p.add_argument("--server", default="python", choices=("python", "compiled"),
+                   help="python: the asyncio server written here; compiled: benchmarks/lockstep_server.c (C, built when "
+                        "missing; it keeps up at C=2048 where a Python server lags itself). Default python")
     p.add_argument("--pace", default="20+0.1", metavar="STEP_MS[+PER_SEQ_MS]",
                    help="the server's decode step: STEP_MS + PER_SEQ_MS per running request (default 20+0.1)")
     p.add_argument("--output-len", type=int, default=None, help="redline's --output-len (default: redline's own, 128)")
-    p.add_argument("--server-loop", default="uvloop", choices=("uvloop", "asyncio"), help="the server's event loop (default uvloop)")
+    p.add_argument("--server-loop", default="uvloop", choices=("uvloop", "asyncio"), help="the Python server's event loop (default uvloop)")
+    p.add_argument("--count-reads", action="store_true",
+                   help="headless, one process: count the content chunks each socket read brought, and the share of "
+                        "ITLs closed in a read that brought several (coalesced; ~1 us a read of overhead)")
     p.add_argument("--quiet-below", type=float, default=None, metavar="PCT",
                    help="before each run, wait for a second with the machine busy below PCT %% (all cores; default: do not wait)")
     p.add_argument("--quiet-wait", type=float, default=60.0, metavar="S", help="wait at most S s for that (default 60)")
     p.add_argument("--keep", metavar="DIR", help="copy each run's session directory and raw ITL feed here")
+
+
+def pace_of(args) -> tuple[float, float]:
+    step_ms, _, per = args.pace.partition("+")
+    return float(step_ms), float(per or 0)
+
+
+def run_set(args) -> list[dict]:
+    """Every (repeat, workers, C, mode) run of `args` against one server; a line each on stderr;
+    the rows (one_run's, with diff and sdiff, the p99 differences)."""
+    step_ms, per_ms = pace_of(args)
+    cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    ws = [x.strip() for x in args.workers.split(",") if x.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("tui", "headless"):
+            raise SystemExit(f"--modes {m!r}: expected tui or headless")
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="redline-itl-gap-"))
+    srv = None
+    try:
+        srv = (CompiledProcess(step_ms, per_ms) if args.server == "compiled"
+               else ServerProcess(step_ms, per_ms, args.server_loop, tmp))
+        for rep, w, c, mode in itertools.product(range(args.repeat), ws, cs, modes):
+            if args.quiet_below is not None:
+                wait_quiet(args.quiet_below, args.quiet_wait)
+            d = tmp / f"{mode}-w{w}-c{c}-{rep + 1}"
+            d.mkdir(parents=True)
+            load = os.getloadavg()[0]
+            r = one_run(srv, mode, c, w, args, d)
+            r["load_avg"] = load
+            r["diff"] = diff = None if r["itl_p99"] is None or r["gap_p99"] is None else r["itl_p99"] - r["gap_p99"]
+            r["sdiff"] = sdiff = None if r["step_itl_p99"] is None or r["step_gap_p99"] is None else r["step_itl_p99"] - r["step_gap_p99"]
+            print(f"  C={c:<4} workers {w} ({r['processes']} load processes) {mode:<8} window {r['window_s']:.1f} s: "
+                  f"ITL p50 {_f(r['itl_p50'])} p99 {_f(r['itl_p99'])} ms "
+                  f"({r['n_itl']} gaps) | server write gap p50 {_f(r['gap_p50'])} p99 {_f(r['gap_p99'])} ms ({r['n_gap']} gaps, "
+                  f"{r['streams']} streams) | p99 diff {_f(diff)} ms | step (summary.json, {_f(r['step_s'], 1)} s): "
+                  f"ITL p99 {_f(r['step_itl_p99'])} vs {_f(r['step_gap_p99'])} ms, diff {_f(sdiff)}, coalesced_chunks "
+                  f"{_f(r['coalesced'], 4)}, client-limited steps {r['client_limited']} of {r['steps']} | "
+                  f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag p99 {_f(r['loop_lag_ms'], 1)} ms, once-a-second tick {_f(r['tick_p50'], 1)} ms median, "
+                  f"{_f(r['tick_max'], 1)} max) "
+                  f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} (others {_pct(others(r))}, load average {load:.2f}) | "
+                  f"server late steps {r['overruns']}, queued writes {r['queued_writes']}"
+                  + (f", burst p99 {_f(r['burst_p99_ms'])} ms" if r.get("burst_p99_ms") is not None else "")
+                  + f" | {r['n_requests']} live requests in requests.ndjson"
+                  + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
+            for line in r.get("auto") or []:
+                print(f"           redline said: {line}", file=sys.stderr, flush=True)
+            if r["reads"]:
+                x = r["reads"]
+                print(f"           reads by content chunks brought: {dict(sorted(x['hist'].items()))}; {x['gaps']} gaps, "
+                      f"{_f(100 * x['coalesced_share'] if x['coalesced_share'] is not None else None)} % closed in a coalesced read "
+                      f"(median {_f(x['coalesced_p50'])} ms, {x['coalesced_zero']} under 1 ms); p99 gap {_f(x['p99_all'])} ms, "
+                      f"without them {_f(x['p99_clean'])} ms", file=sys.stderr, flush=True)
+            if mode == "tui" and r["screen"]:
+                head = [ln for ln in r["screen"].splitlines() if "C=" in ln][:1]
+                print(f"           screen: {head[0].strip() if head else r['screen'].splitlines()[:2]}", file=sys.stderr)
+            rows.append(r)
+    finally:
+        if srv is not None:
+            srv.stop()
+        if args.keep:
+            shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+            print(f"# kept: {args.keep} (per run: session/ as redline wrote it, engine.json: the engine's ITL feed)", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(p)
     p.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     p.add_argument("--tui-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
@@ -647,64 +826,29 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
-    step_ms, _, per = args.pace.partition("+")
-    step_ms, per_ms = float(step_ms), float(per or 0)
+    step_ms, per_ms = pace_of(args)
     if args.serve:
         serve(args.serve, step_ms, per_ms, args.server_loop)
         return
     if args.tui_child:  # quits by its own SIGTERM (tui_child): the app's default handling
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        sys.exit(tui_child(args.url, args.c, args.run_s, args.out, args.result, int(args.workers), args.output_len))
+        sys.exit(tui_child(args.url, args.c, args.run_s, args.out, args.result, args.workers, args.output_len))
 
     from _bench import machine, table
 
-    cs = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    ws = [int(x) for x in args.workers.split(",") if x.strip()]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    for m in modes:
-        if m not in ("tui", "headless"):
-            p.error(f"--modes {m!r}: expected tui or headless")
     print(f"# redline ITL vs an independent paced server's write gap ({machine()})")
-    print(f"# server: decode step {step_ms:g} ms + {per_ms:g} ms per running request, {args.server_loop}; "
-          f"{args.warmup:g} s warm-up + {args.seconds:g} s measured per run; load average {os.getloadavg()[0]:.2f} at the start")
-    rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="redline-itl-gap-"))
-    srv = None
-    try:
-        srv = ServerProcess(step_ms, per_ms, args.server_loop, tmp)
-        for rep, w, c, mode in itertools.product(range(args.repeat), ws, cs, modes):
-            if args.quiet_below is not None:
-                wait_quiet(args.quiet_below, args.quiet_wait)
-            d = tmp / f"{mode}-w{w}-c{c}-{rep + 1}"
-            d.mkdir(parents=True)
-            r = one_run(srv, mode, c, w, args, d)
-            diff = None if r["itl_p99"] is None or r["gap_p99"] is None else r["itl_p99"] - r["gap_p99"]
-            sdiff = None if r["step_itl_p99"] is None or r["step_gap_p99"] is None else r["step_itl_p99"] - r["step_gap_p99"]
-            print(f"  C={c:<4} workers {w} {mode:<8} window {r['window_s']:.1f} s: ITL p50 {_f(r['itl_p50'])} p99 {_f(r['itl_p99'])} ms "
-                  f"({r['n_itl']} gaps) | server write gap p50 {_f(r['gap_p50'])} p99 {_f(r['gap_p99'])} ms ({r['n_gap']} gaps, "
-                  f"{r['streams']} streams) | p99 diff {_f(diff)} ms | step (summary.json, {_f(r['step_s'], 1)} s): "
-                  f"ITL p99 {_f(r['step_itl_p99'])} vs {_f(r['step_gap_p99'])} ms, diff {_f(sdiff)} | "
-                  f"TUI CPU {_pct(r['tui_cpu'])} engine {_pct(r['engine_cpu'])} (loop lag p99 {_f(r['loop_lag_ms'], 1)} ms, once-a-second tick {_f(r['tick_p50'], 1)} ms median, "
-                  f"{_f(r['tick_max'], 1)} max) "
-                  f"server {_pct(r['server_cpu'])} machine {_pct(r['busy'])} (others {_pct(others(r))}) | server late steps {r['overruns']}, "
-                  f"queued writes {r['queued_writes']} | {r['n_requests']} live requests in requests.ndjson"
-                  + (f" | screen drawn: {r['drawn']}" if mode == "tui" else ""), file=sys.stderr, flush=True)
-            if mode == "tui" and r["screen"]:
-                head = [ln for ln in r["screen"].splitlines() if "C=" in ln][:1]
-                print(f"           screen: {head[0].strip() if head else r['screen'].splitlines()[:2]}", file=sys.stderr)
-            rows.append((c, w, mode, r["n_itl"], _f(r["itl_p50"]), _f(r["itl_p99"]), _f(r["gap_p50"]), _f(r["gap_p99"]),
-                         _f(diff), _f(sdiff), _f(r["tick_p50"], 1), _pct(r["tui_cpu"]) if mode == "tui" else "-", _pct(r["engine_cpu"]),
-                         _pct(r["server_cpu"]), f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%", _pct(others(r))))
-    finally:
-        if srv is not None:
-            srv.stop()
-        if args.keep:
-            shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
-            print(f"# kept: {args.keep} (per run: session/ as redline wrote it, engine.json: the engine's ITL feed)", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"# server: {args.server}, decode step {step_ms:g} ms + {per_ms:g} ms per running request"
+          + (f", {args.server_loop}" if args.server == "python" else "")
+          + f"; {args.warmup:g} s warm-up + {args.seconds:g} s measured per run; load average {os.getloadavg()[0]:.2f} at the start")
+    rows = run_set(args)
     print()
-    print(table(("C", "workers", "mode", "ITLs", "ITL p50 ms", "ITL p99 ms", "server gap p50 ms", "server gap p99 ms",
-                 "p99 diff ms", "step p99 diff ms", "engine tick ms", "TUI CPU", "engine CPU", "server CPU", "machine busy", "others"), rows))
+    print(table(("C", "workers", "processes", "mode", "ITLs", "ITL p50 ms", "ITL p99 ms", "server gap p50 ms", "server gap p99 ms",
+                 "p99 diff ms", "step p99 diff ms", "coalesced", "client-limited steps", "engine tick ms", "TUI CPU", "engine CPU",
+                 "server CPU", "machine busy", "others", "load avg"),
+                [(r["c"], r["workers"], r["processes"], r["mode"], r["n_itl"], _f(r["itl_p50"]), _f(r["itl_p99"]), _f(r["gap_p50"]),
+                  _f(r["gap_p99"]), _f(r["diff"]), _f(r["sdiff"]), _f(r["coalesced"], 4), r["client_limited"], _f(r["tick_p50"], 1),
+                  _pct(r["tui_cpu"]) if r["mode"] == "tui" else "-", _pct(r["engine_cpu"]), _pct(r["server_cpu"]),
+                  f"{_pct(r['busy'])} of {100 * (os.cpu_count() or 1)}%", _pct(others(r)), f"{r['load_avg']:.1f}") for r in rows]))
 
 
 if __name__ == "__main__":

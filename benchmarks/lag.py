@@ -99,17 +99,19 @@ def make_host(config, result_path: str, warmup_s: float):
     return LagEngineProcess()
 
 
-def engine_config(url: str, c: int, out: str):
-    """Exactly what `redline --url URL --concurrency C --out OUT` builds (tui/cli/handlers.py)."""
+def engine_config(url: str, c: int, out: str, more: tuple[str, ...] = ()):
+    """Exactly what `redline --url URL --concurrency C --out OUT [MORE...]` builds (tui/cli/handlers.py)."""
     from redline.tui.cli.arguments import build_parser
-    from redline.tui.cli.launch import engine_config as cfg_from_args, workload_from_args
+    from redline.tui.cli.launch import engine_config as cfg_from_args, worker_count, workload_from_args
 
-    workers = int(os.environ.get(WORKERS_ENV, "1"))  # --workers: the runs' children inherit it
-    argv = ["--url", url, "--concurrency", str(c), "--out", out] + (["--workers", str(workers)] if workers > 1 else [])
+    # --workers: the runs' children inherit it; "auto" is redline's default (its own choice)
+    workers = os.environ.get(WORKERS_ENV, "1").strip() or "1"
+    argv = ["--url", url, "--concurrency", str(c), "--out", out, *more] + (["--workers", workers] if workers != "auto" else [])
     args = build_parser().parse_args(argv)
     args.argv = ["redline", *argv]
     cfg = cfg_from_args(args, url, workload_from_args(args), concurrency=c, api=None, model=None, live_steps=True)
-    cfg.workers = workers
+    cfg.workers, cfg.workers_why = worker_count(args, cfg)  # as checked_config chooses them (--workers auto)
+    cfg.workers_auto = args.workers == "auto"
     return cfg, args
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
-    from .load.worker_count import auto_reason, auto_workers, kernel_stamped, usable_cores
+    from .load.worker_count import Plan, auto_plan, kernel_stamped, usable_cores
     from .loop import wait_within
     from .measure.slo import SloError, parse_slo
     from .measure.step_result import StepResult
@@ -137,7 +137,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sweep.table": ("format_answers", "format_sweep"),
     ".text": ("closest",),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
-    ".load.worker_count": ("auto_reason", "auto_workers", "kernel_stamped", "usable_cores"),
+    ".load.worker_count": ("Plan", "auto_plan", "kernel_stamped", "usable_cores"),
 }
 
 

@@ -8,14 +8,25 @@ TIMELINE_INTERVAL_S = 1.0  # one timeline row per second (and a session flush)
 HARVEST_INTERVAL_S = 0.05  # in-flight requests' new ITLs reach the figures this often (a short pause each)
 CLOSE_CATCH_UP_TURNS = 6  # a step's close lets the loop turn this often first: a socket read, its delivery, the request's end
 HISTORY_S = 600  # seconds of per-second history the engine keeps for sparklines
-# One process's share of streams (engine/load/worker_count.py; benchmarks/itl_gap.py, docs/benchmarks.md
-# "Benchmarks"). Stamped by the kernel (plain http:// on Linux, engine/client/kstamp.py), one process
-# read ITL within 0.3 ms of the server's at C=512 and 1024 (2 cores); above, it may fall behind
-# its reads (C=4096 in one process received 89 % of what the sim sent). Stamped when the loop
-# reads (https://), the burst read one socket after another and the loop's pauses put its ITL
-# tail +1.6-2.8 ms above the server's at C=256, +4-9 at 512, +13-69 at 1024.
-STREAMS_PER_PROCESS = 1024
-STREAMS_PER_PROCESS_LOOP_STAMPED = 256
+# `--workers auto` (engine/load/worker_count.py, docs/scaling-out.md): one process holds as many
+# streams as keep its burst of reads (one chunk each, per decode step) within this share of the
+# token interval. Stamped by the kernel (plain http:// on Linux) a stream's stamp stays true until
+# its next chunk comes (a read a token late is coalesced: benchmarks/itl_gap.py --count-reads, 40 %
+# of ITLs at C=1024 in one lagging process): a third, leaving the rest to the loop's own pauses and
+# the machine. Stamped when the loop reads (https://) the burst's spread is in the stamps: a tenth
+# (its ITL tail read +1.6-2.8 ms above the server's at C=256 in one process, +13-69 at 1024).
+STAMP_SHARE_KERNEL = 1 / 3
+STAMP_SHARE_LOOP = 1 / 10
+# the token interval assumed at start, until the run measures it (the ITL's median): a decode step
+# at a large batch; a shorter one is found within seconds and re-planned (more worker processes)
+ASSUMED_TOKEN_INTERVAL_S = 0.03
+# a token's CPU in a slow Python process (3x this 2-core VM's): below what it says one process holds,
+# start-up measures nothing (engine/load/token_cost.py takes ~30 ms)
+PESSIMISTIC_TOKEN_S = 50e-6
+# The read path's share of a streamed token's whole CPU in a running engine (the rest: listeners,
+# the ITL harvest, each request's send and end), as engine/load/token_cost.py measures the read
+# path; benchmarks/client_cost.py prints both (paced C=256, issue 47)
+READ_PATH_SHARE = 0.25
 
 # Steps
 MIN_LIVE_STEP_S = 3.0  # in the TUI, a period at one C shorter than this is not a step

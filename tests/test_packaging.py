@@ -50,6 +50,8 @@ def test_every_data_file_is_package_data():
         for f in sorted(base.rglob("*")):
             if not f.is_file() or f.suffix in (".py", ".pyc") or "__pycache__" in f.parts:
                 continue
+            if f.suffix in (".c", ".so", ".pyd"):  # setup.py's optional C helper: its source (setuptools puts
+                continue  # an extension's sources in the sdist itself) and what a build leaves beside it
             owner = f.parent  # the nearest package folder holds it
             while not (owner / "__init__.py").exists() and owner != base:
                 owner = owner.parent

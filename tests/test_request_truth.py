@@ -133,6 +133,7 @@ async def _two_streams_first_token_spread(transport: str, monkeypatch) -> float:
         return slow
 
     monkeypatch.setattr(request_mod, "make_decoder", slow_make_decoder)
+    monkeypatch.setattr(request_mod.fast_path, "splitter", lambda *a, **k: None)  # the Python road: its decoder is the slow one
     go, done = threading.Event(), threading.Event()
     with ThreadServer(_two_stream_server(go, done)) as srv:
         client = make_client(transport=transport)

@@ -39,6 +39,8 @@ import sys
 from time import perf_counter, time_ns
 from typing import Any
 
+from . import fast_path
+
 __all__ = ["ENABLED", "RawTransport", "open_connection"]
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python < 3.12 lacks the name
@@ -47,6 +49,9 @@ READ_SIZE = 65536
 WRITE_HIGH_WATER = 64 * 1024
 MAX_AGE_NS = 30_000_000_000  # an older stamp is not a packet's arrival but a clock step
 _TS = struct.Struct("qq")
+
+# one read and its stamp in C where the helper was built (engine/client/_speedups.c), else below
+_recv_stamped = fast_path.recv_stamped
 
 ENABLED = (
     sys.platform.startswith("linux")
@@ -137,6 +142,20 @@ class RawTransport(asyncio.Transport):
 
     # -- loop callbacks ----------------------------------------------------------------------
     def _read(self) -> None:
+        if _recv_stamped is not None:  # the same read in C (engine/client/fast_path.py)
+            try:
+                data, t = _recv_stamped(self._fd, READ_SIZE, MAX_AGE_NS)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._shut(exc)
+                return
+            if not data:
+                self._protocol.eof_received()
+                self._shut(None)
+                return
+            self._received(data, t)
+            return
         try:
             data, anc, _, _ = self._recvmsg(READ_SIZE, _ANC)
         except (BlockingIOError, InterruptedError):

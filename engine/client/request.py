@@ -28,7 +28,7 @@ import socket
 import ssl
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import httpx
 
@@ -37,7 +37,8 @@ from ..measure import records as R
 from ..measure.records import RequestRecord
 from ..text import one_line
 from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
-from .sse import DONE, SSEDecoder
+from . import fast_path
+from .sse import DONE, SSEDecoder, too_big
 from .transport import BODY_EXTENSION
 
 # on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
@@ -197,15 +198,17 @@ class _Stream:
     stop reading (an event past the size limit).
     """
 
-    __slots__ = ("rec", "client", "decode", "sse", "on_tokens", "on_lag", "wall_offset", "on_first",
+    __slots__ = ("rec", "client", "decode", "sse", "fast", "on_tokens", "on_lag", "wall_offset", "on_first",
                  "answer", "cumulative", "done", "counted", "completion_tokens", "events", "first_bytes", "t")
 
     def __init__(self, rec: RequestRecord, decode: Callable[[bytes], Event], cumulative: bool, client: httpx.AsyncClient,
-                 on_tokens: TokensCallback, on_lag: LagCallback | None, wall_offset: float, on_first: FirstCallback | None) -> None:
+                 on_tokens: TokensCallback, on_lag: LagCallback | None, wall_offset: float, on_first: FirstCallback | None,
+                 fast: Any = None) -> None:
         self.rec = rec
         self.client = client
         self.decode = decode
         self.sse = SSEDecoder()
+        self.fast = fast                      # the C road's splitter (engine/client/fast_path.py), or None
         self.on_tokens = on_tokens
         self.on_lag = on_lag
         self.wall_offset = wall_offset
@@ -220,12 +223,14 @@ class _Stream:
         self.t = rec.t_send  # the stamp of the last read
 
     def feed(self, reads: list[tuple[float, bytes]]) -> bool:
+        if self.fast is not None:
+            return self._feed_fast(reads)
         rec = self.rec
         feed_sse = self.sse.feed
-        decode = self.decode
-        on_lag = self.on_lag
+        times = rec.chunk_times
         for t, data in reads:
             self.t = t
+            n0 = len(times)
             try:
                 payloads = feed_sse(data)
             except MalformedEvent as exc:  # an event past the size limit: stop reading
@@ -234,71 +239,138 @@ class _Stream:
             if not self.events and len(self.first_bytes) < 80:
                 self.first_bytes += data[: 80 - len(self.first_bytes)]
             self.events += len(payloads)
-            new = 0  # output tokens this read brought
-            for payload in payloads:
-                if payload == DONE:
-                    self.done = True
-                    continue
-                try:
-                    ev: Event = decode(payload)
-                except MalformedEvent as exc:
-                    _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
-                    continue
-                if ev.error is not None or ev.abort:
-                    if rec.status != R.FAILED:
-                        kind, status, text = refusal(ev)
-                        if status is not None:
-                            rec.http_status = status  # the server's status for it, given in the stream
-                        _fail(rec, kind, text, self.client)
-                    if not ev.abort:
-                        continue  # an error event carries no tokens; an abort may (counted below)
-                if ev.sim_t is not None and on_lag is not None:
-                    lag = t + self.wall_offset - ev.sim_t
-                    on_lag(lag)
-                    if rec.max_lag_s is None or lag > rec.max_lag_s:
-                        rec.max_lag_s = lag
-                if ev.prompt_tokens is not None:
-                    rec.input_tokens = ev.prompt_tokens
-                    rec.usage_reported = True
-                if ev.cached_tokens is not None:
-                    rec.cached_tokens = ev.cached_tokens
-                ct = ev.completion_tokens
-                if ct is not None:  # cumulative: credit exactly what is new
-                    self.completion_tokens = ct
-                    counted = self.counted + new
-                    n = ct - counted if ct > counted else 0
-                else:
-                    n = ev.tokens
-                if ev.content:
-                    if rec.t_first is None:
-                        rec.t_first = t
-                        if self.on_first is not None:
-                            self.on_first(rec)
-                    if ev.answer and rec.t_first_answer is None:
-                        rec.t_first_answer = t
-                    if self.answer is not None and ev.text:
-                        if self.cumulative and self.answer:
-                            self.answer[0] = ev.text  # /generate: the whole text so far
-                        else:
-                            self.answer.append(ev.text)
-                    rec.chunk_times.append(t)
-                    rec.chunk_tokens.append(n)
-                new += n
+            new = self._events(payloads, t, 0)  # output tokens this read brought
+            if len(times) - n0 > 1:  # one read, several of its chunks: they share its stamp
+                _coalesced(rec, n0, len(times))
             if new:
                 self.counted += new
                 self.on_tokens(t, new)
         return True
+
+    def _feed_fast(self, reads: list[tuple[float, bytes]]) -> bool:
+        """feed() on the C road (engine/client/fast_path.py): one call per read splits its events
+        and reads the chunks it can, appending their stamps and tokens; what it leaves (an
+        error, an odd shape: in order, from the first such event on) takes the Python road."""
+        rec = self.rec
+        times, tokens = rec.chunk_times, rec.chunk_tokens
+        feed = self.fast.feed  # type: ignore[union-attr]
+        for t, data in reads:
+            self.t = t
+            n0 = len(times)
+            new, events, flags, pt, ct, cached, lags, rest = feed(data, t, self.counted, times, tokens)
+            if flags & fast_path.TOO_BIG:  # as the Python road: this read's events are not taken
+                del times[n0:], tokens[n0:]
+                _fail(rec, R.ERR_MALFORMED, str(too_big()), self.client)
+                return False
+            if not self.events and len(self.first_bytes) < 80:
+                self.first_bytes += data[: 80 - len(self.first_bytes)]
+            self.events += events
+            if flags:
+                if flags & fast_path.DONE:
+                    self.done = True
+                if flags & fast_path.CONTENT and rec.t_first is None:
+                    rec.t_first = t
+                    if self.on_first is not None:
+                        self.on_first(rec)
+                if flags & fast_path.ANSWER and rec.t_first_answer is None:
+                    rec.t_first_answer = t
+            if pt >= 0:
+                rec.input_tokens = pt
+                rec.usage_reported = True
+            if cached >= 0:
+                rec.cached_tokens = cached
+            if ct >= 0:
+                self.completion_tokens = ct
+            if lags is not None and self.on_lag is not None:
+                for sim_t in lags:
+                    self._lag(t, sim_t)
+            if rest is not None:
+                new = self._events(rest, t, new)
+            if len(times) - n0 > 1:  # one read, several of its chunks: they share its stamp
+                _coalesced(rec, n0, len(times))
+            if new:
+                self.counted += new
+                self.on_tokens(t, new)
+        return True
+
+    def _lag(self, t: float, sim_t: float) -> None:
+        lag = t + self.wall_offset - sim_t
+        self.on_lag(lag)  # type: ignore[misc]
+        rec = self.rec
+        if rec.max_lag_s is None or lag > rec.max_lag_s:
+            rec.max_lag_s = lag
+
+    def _events(self, payloads: list[bytes], t: float, new: int) -> int:
+        """The events of one read stamped t, in order (the Python road); `new`: the output
+        tokens the read brought before them. Returns the read's tokens with theirs."""
+        rec = self.rec
+        decode = self.decode
+        for payload in payloads:
+            if payload == DONE:
+                self.done = True
+                continue
+            try:
+                ev: Event = decode(payload)
+            except MalformedEvent as exc:
+                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                continue
+            if ev.error is not None or ev.abort:
+                if rec.status != R.FAILED:
+                    kind, status, text = refusal(ev)
+                    if status is not None:
+                        rec.http_status = status  # the server's status for it, given in the stream
+                    _fail(rec, kind, text, self.client)
+                if not ev.abort:
+                    continue  # an error event carries no tokens; an abort may (counted below)
+            if ev.sim_t is not None and self.on_lag is not None:
+                self._lag(t, ev.sim_t)
+            if ev.prompt_tokens is not None:
+                rec.input_tokens = ev.prompt_tokens
+                rec.usage_reported = True
+            if ev.cached_tokens is not None:
+                rec.cached_tokens = ev.cached_tokens
+            ct = ev.completion_tokens
+            if ct is not None:  # cumulative: credit exactly what is new
+                self.completion_tokens = ct
+                counted = self.counted + new
+                n = ct - counted if ct > counted else 0
+            else:
+                n = ev.tokens
+            if ev.content:
+                if rec.t_first is None:
+                    rec.t_first = t
+                    if self.on_first is not None:
+                        self.on_first(rec)
+                if ev.answer and rec.t_first_answer is None:
+                    rec.t_first_answer = t
+                if self.answer is not None and ev.text:
+                    if self.cumulative and self.answer:
+                        self.answer[0] = ev.text  # /generate: the whole text so far
+                    else:
+                        self.answer.append(ev.text)
+                rec.chunk_times.append(t)
+                rec.chunk_tokens.append(n)
+            new += n
+        return new
 
     def close(self) -> None:
         """The body ended: an event not followed by a blank line still counts."""
         rec = self.rec
         if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
             try:
-                for payload in self.sse.close():
+                for payload in (self.fast.close() if self.fast is not None else self.sse.close()):
                     self.done = self.done or payload == DONE
                     self.events += 1
             except MalformedEvent as exc:
                 _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+
+
+def _coalesced(rec: RequestRecord, i: int, j: int) -> None:
+    """Content chunks i..j-1 came in one socket read: their ITLs are no measurement
+    (RequestRecord.coalesced, engine/measure/records.py COALESCED)."""
+    if rec.coalesced is None:
+        rec.coalesced = []
+    rec.coalesced.extend(range(i, j))
 
 
 async def run_request(
@@ -322,7 +394,8 @@ async def run_request(
     """
     perf = time.perf_counter
     decode = make_decoder(api) if rec.answer is None else make_decoder(api, text=True)
-    stream = _Stream(rec, decode, api == GENERATE, client, on_tokens, on_lag, wall_offset, on_first)
+    stream = _Stream(rec, decode, api == GENERATE, client, on_tokens, on_lag, wall_offset, on_first,
+                     fast_path.splitter(api, text=rec.answer is not None))
     rec.spread_itl = api == GENERATE
     rec.t_send = stream.t = perf()
     try:

@@ -17,6 +17,11 @@ DONE = b"[DONE]"
 MAX_EVENT_BYTES = 8 << 20  # SGLang /generate repeats the whole text per event: keep it generous
 
 
+def too_big() -> MalformedEvent:
+    """The error of an unfinished event past MAX_EVENT_BYTES (here and in the C road, engine/client/fast_path.py)."""
+    return MalformedEvent(f"an SSE event longer than {MAX_EVENT_BYTES >> 20} MiB: not an event stream?")
+
+
 class SSEDecoder:
     __slots__ = ("_buf", "_data")
 
@@ -52,7 +57,7 @@ class SSEDecoder:
         if len(self._buf) > MAX_EVENT_BYTES or (data and sum(map(len, data)) > MAX_EVENT_BYTES):
             self._buf = b""
             data.clear()
-            raise MalformedEvent(f"an SSE event longer than {MAX_EVENT_BYTES >> 20} MiB: not an event stream?")
+            raise too_big()
         return out
 
     def close(self) -> list[bytes]:

@@ -1,8 +1,7 @@
 """A lean HTTP/1.1 transport for httpx: asyncio.Protocol + httptools (llhttp) on the running loop.
 
 httpx stays the API (AsyncClient, timeouts, headers, errors); this replaces only the part that moves
-bytes, the part that costs CPU per streamed token (httpx's own transport ~117 us a token at C=256, a
-bare Protocol on httptools ~13 us, ~9 us on uvloop).
+bytes, the part that costs CPU per streamed token (docs/benchmarks.md).
 
 - One keep-alive pool per (scheme, host, port), no connection cap (the engine's concurrency
   is the cap). Idle connections are reused newest first; one idle longer than
@@ -79,7 +78,7 @@ class _Conn(asyncio.Protocol):
         "status", "reason", "headers", "headers_done", "complete", "keep_alive", "informational",
         "reads", "pieces", "buffered", "paused", "got_bytes", "sent", "exc", "waiter",
         "timeout", "wait_since", "last_read", "timer", "idle_since", "write_paused", "drain",
-        "sink", "queued", "stopped",
+        "sink", "queued", "stopped", "on_body",
     )
 
     def __init__(self, owner: "LeanTransport", key: tuple[str, str, int], loop: asyncio.AbstractEventLoop) -> None:
@@ -87,12 +86,15 @@ class _Conn(asyncio.Protocol):
         self.loop = loop
         self.owner = owner
         self.transport: asyncio.Transport | None = None
+        self.pieces: list[bytes] = []  # body pieces of the read being parsed
+        # llhttp calls on_body per piece (a chunked body's chunk: per token): the list's own append,
+        # where a method cost ~1 us a token; backpressure is counted per read (data_received)
+        self.on_body = self.pieces.append
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.active = False  # a request is in progress on this connection
         self.head = False
         self.reads: list[tuple[float, bytes]] = []  # (stamp, body bytes): one per read, for the consumer
-        self.pieces: list[bytes] = []  # body pieces of the read being parsed
         self.sent = False  # a byte of the current request was handed to the socket
         self.buffered = 0
         self.paused = False
@@ -148,8 +150,14 @@ class _Conn(asyncio.Protocol):
             self._close()
             return
         if pieces:  # this read's body bytes: one item, stamped with the read's time
-            self.reads.append((t, pieces[0] if len(pieces) == 1 else b"".join(pieces)))
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            self.reads.append((t, body))
             pieces.clear()
+            self.buffered += len(body)
+            if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+                self.paused = True
+                self.owner.read_pauses += 1
+                self.transport.pause_reading()
         if self.sink is not None:  # pump(): the reads go to the sink from one loop callback
             if not self.queued and self.reads:
                 self.queued = True
@@ -214,14 +222,6 @@ class _Conn(asyncio.Protocol):
         if self.head:  # llhttp would wait for Content-Length bytes that never come
             self.complete = True
             self.keep_alive = False
-
-    def on_body(self, body: bytes) -> None:
-        self.pieces.append(body)  # several per read with chunked framing: one item per read
-        self.buffered += len(body)
-        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
-            self.paused = True
-            self.owner.read_pauses += 1
-            self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
         if self.informational:

@@ -30,6 +30,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import httpx
 
@@ -41,7 +42,7 @@ from ..measure import records as R
 from ..measure.accumulator import new_gaps
 from ..measure.histogram import LogHistogram
 from ..measure.own_requests import window_cut
-from ..measure.records import RequestRecord
+from ..measure.records import COALESCED, RequestRecord
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
 from ..workload.trace import TracePrompts, TraceRow
@@ -79,14 +80,20 @@ class WorkerSpec:
     wall_offset: float
 
 
-def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float]]]]:
-    """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps))."""
-    out: dict[int, tuple[list[float], list[float]]] = {}
+def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float], int]]]:
+    """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps,
+    chunks read coalesced: engine/measure/records.py COALESCED, counted, no gap))."""
+    out: dict[int, list] = {}
     for t, itls, raw in gaps:
-        slot = out.setdefault(int(t / BUCKET_S), ([], []))
+        slot = out.get(b := int(t / BUCKET_S))
+        if slot is None:
+            slot = out[b] = [[], [], 0]
+        if itls is COALESCED:
+            slot[2] += 1
+            continue
         slot[0].extend(itls)
         slot[1].append(raw)
-    return sorted(out.items())
+    return [(b, tuple(v)) for b, v in sorted(out.items())]  # type: ignore[misc]
 
 
 def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
@@ -106,11 +113,15 @@ def unbucket_tokens(buckets) -> list[tuple[float, int]]:
 
 def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
     """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
-    gaps = []
-    for b, (itls, raws) in buckets:
+    gaps: list[tuple[float, Any, float]] = []
+    for b, slot in buckets:
+        itls, raws = slot[0], slot[1]
         t = (b + 0.5) * BUCKET_S
-        gaps.append((t, itls, raws[0]))
-        gaps.extend((t, [], g) for g in raws[1:])
+        if raws:
+            gaps.append((t, itls, raws[0]))
+            gaps.extend((t, [], g) for g in raws[1:])
+        if len(slot) > 2 and slot[2]:
+            gaps.extend((t, COALESCED, 0.0) for _ in range(slot[2]))
     return gaps
 
 
@@ -127,7 +138,8 @@ class Batch:
         self.sends: list[Sent] = []
         self.firsts: list[First] = []
         self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
-        self.gaps: dict[int, tuple[list[float], list[float]]] = {}  # bucket -> (ITLs, chunk gaps)
+        # bucket -> (ITLs, chunk gaps, [chunks read coalesced])
+        self.gaps: dict[int, tuple[list[float], list[float], list[int]]] = {}
         self.ends: list[Ended] = []
         self.held: list[tuple[bool, float]] = []  # (dropped?, intended time) of sends held at the cap
         self.abandoned: list[float] = []  # intended times of held sends given up (their step censors them)
@@ -143,12 +155,13 @@ class Batch:
     def harvest(self, rec: RequestRecord) -> None:
         nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
         self.cursor[rec.rid] = nxt
-        for b, (itls, raws) in bucket_gaps(gaps):
+        for b, (itls, raws, merged) in bucket_gaps(gaps):
             slot = self.gaps.get(b)
             if slot is None:
-                slot = self.gaps[b] = ([], [])
+                slot = self.gaps[b] = ([], [], [0])
             slot[0].extend(itls)
             slot[1].extend(raws)
+            slot[2][0] += merged
 
     def cuts(self, t: float, with_itl: bool) -> list[Cut]:
         """At a step's close `t` (this host's clock): the window figures of every request sent
@@ -174,7 +187,7 @@ class Batch:
             "sends": self.sends,
             "firsts": self.firsts,
             "tokens": list(self.tokens.items()),
-            "gaps": sorted(self.gaps.items()),
+            "gaps": [(b, (itls, raws, merged[0])) for b, (itls, raws, merged) in sorted(self.gaps.items())],
             "ends": self.ends,
             "held": self.held,
             "abandoned": self.abandoned,

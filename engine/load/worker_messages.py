@@ -117,7 +117,7 @@ class Report:
     sends: list[Sent] = field(default_factory=list)
     firsts: list[First] = field(default_factory=list)
     tokens: list = field(default_factory=list)  # [((target, 10 ms bucket), tokens)]
-    gaps: list = field(default_factory=list)  # [(10 ms bucket, (ITLs, chunk gaps))]
+    gaps: list = field(default_factory=list)  # [(10 ms bucket, (ITLs, chunk gaps, chunks read coalesced))]
     ends: list[Ended] = field(default_factory=list)
     held: list = field(default_factory=list)  # [(dropped?, intended time)] of sends held at the cap
     abandoned: list = field(default_factory=list)  # intended times of held sends given up

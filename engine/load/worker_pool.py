@@ -23,6 +23,7 @@ the session log, telemetry, calibration and the probe lane.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import platform
 import time
 from collections import deque
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 ORDER_POLL_S = 0.02
 READY_TIMEOUT_S = 60.0
+GROWN_RID_BLOCK = 10**12  # a grown batch's request ids start a block of their own (unique in the session)
 SYNC_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 10.0
 
@@ -91,6 +93,7 @@ class WorkerPool(LoadControl):
         self._stopped_at: float | None = None  # when the replay was paused or probed
         self._fed_times: deque[float] = deque()  # intended times of the rows fed lately
         self._next_worker = 0
+        self._batches = 0  # batches of workers added while running (grow)
 
     # -- start / stop ---------------------------------------------------------------------
     async def launch(self, spec: WorkerSpec) -> None:
@@ -121,6 +124,48 @@ class WorkerPool(LoadControl):
             await wait_within(ev.wait(), READY_TIMEOUT_S)
         except TimeoutError:
             raise RuntimeError(f"--workers {self.n}: only {len(ready)} worker processes started within {READY_TIMEOUT_S:.0f} s") from None
+
+    async def grow(self, spec: WorkerSpec, more: int) -> int:
+        """`more` worker processes beside the running ones (`--workers auto` re-planned: the
+        load outgrew them, engine/run/replan.py). Each takes its share of the load once it is
+        ready (until then the others hold it all); returns how many came up."""
+        loop = asyncio.get_running_loop()
+        first, self._batches = self.n, self._batches + 1
+        ready: set[int] = set()
+        ev = asyncio.Event()
+        for i in range(first, first + more):
+            st = _WorkerState(i)
+            st.alive = False  # no share, no order, no ask until it says it is ready
+            self.states.append(st)
+            self._last_order.append(None)
+            # its ids: a block of their own, `more` apart (a worker counts from first_rid + index)
+            grown = dataclasses.replace(spec, index=i, workers=more, first_rid=spec.first_rid + GROWN_RID_BLOCK * self._batches - first)
+            p, parent, child = spawn_child(worker_main, (grown,), f"redline-worker-{i}", daemon=True)
+            p.start()
+            child.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+
+            def on_msg(msg: Ready | Report | Done | None, i: int = i) -> None:
+                if isinstance(msg, Ready):
+                    ready.add(i)
+                    self.states[i].alive = True
+                    self.states[i].t0 = time.perf_counter()
+                    self._wake.set()  # the new shares go out now
+                    if len(ready) == more:
+                        ev.set()
+                elif msg is None:
+                    self._worker_died(i)
+                else:
+                    self._on_msg(i, msg)
+
+            read_pipe(parent, loop, on_msg, name=f"redline-worker-{i}-reports")
+        self.n += more
+        try:
+            await wait_within(ev.wait(), READY_TIMEOUT_S)
+        except TimeoutError:
+            pass
+        return len(ready)
 
     def start(self) -> None:
         self._runner = asyncio.create_task(self._run(), name="redline-worker-orders")

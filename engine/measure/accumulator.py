@@ -50,7 +50,7 @@ from ..telemetry.types import ServerSample
 from . import records as R
 from .histogram import Digest, censored_quantiles
 from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
-from .records import Clock, RequestRecord
+from .records import COALESCED, Clock, RequestRecord
 from .slo import Slo
 from .step_result import DEFAULT_PERCENTILES, StepResult, percentile_key
 
@@ -143,6 +143,8 @@ class StepAccumulator(OwnRequests):
         self.failed_tokens = 0  # output tokens that arrived in the window, of requests that failed since
         self.itl = Digest()
         self.chunk_gap = Digest()
+        self.chunks = 0  # content chunks in the window that closed a gap ...
+        self.coalesced = 0  # ... of which were read coalesced (records.COALESCED): out of ITL and chunk gap
         self.win_completed = 0  # requests that completed inside the window, whoever sent them
         self.win_tokens = 0  # ... their output tokens
         self.win_good = 0  # ... of which met every per-request SLO bound
@@ -276,14 +278,20 @@ class StepAccumulator(OwnRequests):
         inside = self._inside(gaps)
         if inside:
             self.itl.add_many([v for _, vs, _ in inside for v in vs])
-            self.chunk_gap.add_many([g for _, _, g in inside])
+            raws = [g for _, vs, g in inside if vs is not COALESCED]  # a chunk read coalesced: counted, no gap
+            self.chunk_gap.add_many(raws)
+            self.chunks += len(inside)
+            self.coalesced += len(inside) - len(raws)
 
     def remove_gaps(self, gaps: Gaps) -> None:
         """A request failed: its gaps that were counted here go back out."""
         inside = self._inside(gaps)
         if inside:
             self.itl.remove_many([v for _, vs, _ in inside for v in vs])
-            self.chunk_gap.remove_many([g for _, _, g in inside])
+            raws = [g for _, vs, g in inside if vs is not COALESCED]
+            self.chunk_gap.remove_many(raws)
+            self.chunks -= len(inside)
+            self.coalesced -= len(inside) - len(raws)
 
     def on_lane_first(self, rec: RequestRecord) -> None:
         if rec.t_first is not None and rec.ttft is not None and self._in_window(rec.t_first):
@@ -452,6 +460,7 @@ class StepAccumulator(OwnRequests):
             warmup_s=round((self.t0 if self.t0 is not None else now) - self.t_open, 3),
             output_throughput_se=round(se, 3) if se is not None else None,
             median_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.5)),
+            coalesced_chunks=round(self.coalesced / self.chunks, 6) if self.chunks else None,
             p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
             median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
             **self._goodput(d, out_tps, at),

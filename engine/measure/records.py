@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import sub
 from typing import NamedTuple
@@ -70,6 +71,21 @@ def http_error_kind(status: int) -> str:
     if 500 <= status < 600:
         return ERR_HTTP_5XX
     return ERR_HTTP_4XX
+
+
+class _Coalesced(tuple):
+    """The inter-token latencies of a chunk read coalesced: none (see COALESCED)."""
+
+    __slots__ = ()
+
+
+# The ITLs entry (`gaps_from`) of a content chunk that arrived in one socket read with others
+# of its stream: they share the read's stamp (the kernel's is the newest packet's), so the
+# gaps they close read ~0 and ~k intervals where the server wrote k of one. They are no
+# measurement of the server: empty (no ITL, no chunk gap), told apart by identity
+# (`vs is COALESCED`) from a chunk that brought no token, and counted in the step's
+# `coalesced_chunks` share (docs/numbers.md, "Coalesced reads").
+COALESCED: tuple = _Coalesced()
 
 
 class RequestFigures(NamedTuple):
@@ -152,6 +168,9 @@ class RequestRecord:
     # of it, its age at the close (its E2E there, a lower bound) and its TPOT inside the window
     step_e2e: float | None = None
     step_tpot: float | None = None
+    # the indices (ascending) of its content chunks that shared one socket read with another of
+    # its content chunks (engine/client/request.py): their ITLs are COALESCED; None: none did
+    coalesced: list[int] | None = None
     # its one SLO verdict (engine/rules/verdicts.py judge_request through its step's judge):
     # its own step's, on what it did in that step's window; else on its whole record. What
     # attainment, goodput (every window's, live and per step) and the rest read; None: not judged
@@ -198,6 +217,11 @@ class RequestRecord:
         gap/k (bench_serving's `adjust_itl`); a chunk that brings none gives no entry and its
         gap rolls into the next chunk's. The engine harvests these incrementally (by arrival
         time, twenty times a second); `itls()` is the whole request's.
+
+        A chunk read coalesced (`coalesced`: in one socket read with another of its content
+        chunks) closes a gap that is no measurement: its entry's ITLs are COALESCED (none).
+        The last chunk of such a read carries the read's true stamp, so the gaps after it
+        are measured again (on /generate the next chunk's spread starts from it).
         """
         ts = self.chunk_times
         n = len(ts)
@@ -205,8 +229,13 @@ class RequestRecord:
         out: list[tuple[float, list[float], float]] = []
         if start >= n:
             return out
+        co = self.coalesced
+        merged = frozenset(co[bisect_left(co, start):]) if co and co[-1] >= start else ()  # ascending: the harvest's part
         if not self.spread_itl:
-            return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n])]
+            if not merged:
+                return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n])]
+            return [(b, COALESCED if i in merged else [b - a], b - a)
+                    for i, a, b in zip(range(start, n), ts[start - 1 : n - 1], ts[start:n])]
         ks = self.chunk_tokens
 
         def k_at(i: int) -> int:
@@ -218,6 +247,10 @@ class RequestRecord:
         last = ts[j]
         for i in range(start, n):
             raw = ts[i] - ts[i - 1]
+            if i in merged:
+                out.append((ts[i], COALESCED, raw))
+                last = ts[i]
+                continue
             k = k_at(i)
             if k <= 0:
                 out.append((ts[i], [], raw))

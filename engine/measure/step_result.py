@@ -47,6 +47,10 @@ class StepResult:
     output_throughput_se: float | None = None  # standard error of the per-second tok/s (noise)
     median_chunk_gap_ms: float | None = None  # raw gap between chunks (differs from ITL on /generate)
     p99_chunk_gap_ms: float | None = None
+    # the share of the window's content chunks (those closing a gap) that one socket read
+    # brought with another of their stream's: they share its stamp, so their gaps are left out
+    # of ITL and chunk gap (engine/measure/records.py COALESCED); None: no chunk in the window
+    coalesced_chunks: float | None = None
     median_ttfat_ms: float | None = None  # time to the first answer token (reasoning models)
     # with SLOs (engine/measure/slo.py): own requests that met every per-request bound
     request_goodput: float | None = None  # req/s: completions in the window that met the SLO

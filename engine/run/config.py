@@ -46,6 +46,7 @@ class EngineConfig:
     weights: tuple[float, ...] | None = None
     workers: int = 1  # --workers N: the load in N worker processes (engine/load/worker_pool.py); 1 = this process
     workers_why: str = ""  # --workers auto chose them: why, in words (with the start notice)
+    workers_auto: bool = False  # --workers auto (the CLI's default): the run may add worker processes (engine/run/replan.py)
     ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/load/ray_pool.py)
     # --control [HOST:]PORT: the control API in the engine's process (engine/control/http_api.py),
     # an engine.control.ControlAddress; its bearer token never printed, logged or written

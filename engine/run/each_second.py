@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..constants import HARVEST_INTERVAL_S, HISTORY_S, TIMELINE_INTERVAL_S
 from ..load.controller import CONCURRENCY, LoadControl
-from ..load.worker_count import CROWDED_KEY, crowded, crowded_warning, kernel_stamped
 from ..measure.timeline import timeline_row
 from ..telemetry.cap import CapDetector, cap_warning
 from ..telemetry.client_health import ClientHealth, LoopLagMonitor
 from ..telemetry.efficiency import total_power_w
 from ..telemetry.server_info import cache_report_hint
 from ..workload.prompts import is_prefix_spec
+from .replan import Replanner
 
 if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample, ServerSample
@@ -49,7 +49,7 @@ class Ticker:
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
-        self._kernel: bool | None = None  # the load's reads carry the kernel's receive time (worker_count.py)
+        self.replan = Replanner(engine)  # --workers auto while the run goes (engine/run/replan.py)
         self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
     # -- start / stop -------------------------------------------------------------------------
@@ -146,21 +146,9 @@ class Ticker:
             self._cache_hint_done = True
 
     def _check_crowded(self, now: float) -> None:
-        """More streams in flight per load process than one stamps truly (engine/load/worker_count.py):
-        warned once per episode, on screen while it lasts."""
-        e = self.e
-        n = max(1, e.config.workers) if e.pool is not None else 1
-        ev = e.events
-        if self._kernel is None:
-            self._kernel = kernel_stamped((t.target.url for t in e.targets), e.config.transport)
-        if not crowded(e.in_flight, n, self._kernel):
-            ev.clear(CROWDED_KEY)
-            return
-        text = crowded_warning(e.in_flight, n, kernel=self._kernel)
-        if ev.active(CROWDED_KEY):
-            ev.hold(CROWDED_KEY, text, now)
-        else:
-            ev.warn(text, key=CROWDED_KEY)
+        """More streams than the load processes hold, by what the run measured
+        (engine/run/replan.py): `--workers auto` adds worker processes, else a warning while it lasts."""
+        self.replan.each_second(now, self.health)
 
     def server_total(self) -> ServerSample | None:
         """The server's sample for steps and the cap detector: with several targets, their

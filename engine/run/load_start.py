@@ -77,6 +77,8 @@ async def make_load(e: Any, c0: int) -> LoadControl:
     kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
     if cfg.workers <= 1 and cfg.ray is None:  # the one-worker case: this process holds it
         assert e.source is not None
+        if cfg.workers_why:  # --workers auto measured, and one process holds it
+            e.log("notice", cfg.workers_why)
         e.holder = LoadHolder(e.target_set.states, e.source, cfg.workload, e.trace.prompt if e.trace is not None else None)
         return Controller(e.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held, **kw)
     if cfg.ray is not None:

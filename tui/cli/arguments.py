@@ -340,7 +340,7 @@ def _seed(s: str) -> int:
 def _target_options(p: argparse.ArgumentParser, *, url_help: str) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--url", "--base-url", action="append", default=None, metavar="URL", help=url_help)
-    g.add_argument("--workers", type=_workers, default="auto", metavar="N|auto", help="hold the load in N worker processes, each its share of C and its own connections (default auto: this engine process up to 1024 in flight, 256 on https://; above, one worker per as many of the most the run is set to reach, up to the cores)")
+    g.add_argument("--workers", type=_workers, default="auto", metavar="N|auto", help="hold the load in N worker processes, each its share of C and its own connections (default auto: as many as this machine's measured token cost says keep each one's reads within a share of the token interval, up to the cores free; this engine process where one suffices; more added while the run grows)")
     g.add_argument("--ray", default=None, metavar="auto|ADDRESS", help="place the --workers as Ray actors on this Ray cluster (auto: the one this host is in; ADDRESS: its head, host:6379), spread over its nodes; needs redline[ray] on every node")
     g.add_argument("--weights", default=None, metavar="W1,W2,...", help="with --url given several times: split the load by these weights, one positive number per --url in order (default: evenly)")
     g.add_argument("--sim-profile", dest="profile", default=None, metavar="NAME", help="built-in sim profile when no --url (healthy, pp-capped, fragile, flaky)")

@@ -110,6 +110,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.more_urls = tuple(urls[1:])
     cfg.weights = target_weights(args, len(urls))
     cfg.workers, cfg.workers_why = worker_count(args, cfg, preset)
+    cfg.workers_auto = (getattr(args, "workers", "auto") or "auto") == "auto"
     cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     cfg.control, cfg.control_token = control(args)
@@ -150,16 +151,15 @@ def control(args: argparse.Namespace) -> tuple:
 
 def worker_count(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> tuple[int, str]:
     """--workers N|auto as EngineConfig.workers, and in words why when auto (the default)
-    chose more than one process: one per 1024 streams where the reads carry the kernel's
-    receive time (plain http://), one per 256 where the loop stamps them (https://)."""
+    sized it by this machine's measured token cost (engine/load/worker_count.py: a run that one
+    process surely holds measures nothing and says nothing)."""
     n = getattr(args, "workers", "auto") or "auto"
     if n != "auto":
         return int(n), ""
     peak = planned_peak(args, cfg, preset)
     urls = ("http://127.0.0.1" if cfg.url == BUILTIN_SIM else cfg.url, *cfg.more_urls)  # the built-in sim: plain http
-    kernel = engine_api.kernel_stamped(urls, cfg.transport)
-    n = engine_api.auto_workers(peak, kernel=kernel)
-    return n, engine_api.auto_reason(peak, n, kernel)
+    p = engine_api.auto_plan(peak, kernel=engine_api.kernel_stamped(urls, cfg.transport))
+    return p.processes, p.why
 
 
 def planned_peak(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None = None) -> int:
