@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from .sweep.server_proc import free_port
     from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
     from .sweep.table import format_answers, format_sweep
-    from .text import closest
+    from .text import closest, one_line
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
@@ -135,7 +135,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sweep.server_proc": ("free_port",),
     ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
     ".sweep.table": ("format_answers", "format_sweep"),
-    ".text": ("closest",),
+    ".text": ("closest", "one_line"),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("Plan", "auto_plan", "kernel_stamped", "usable_cores"),
 }
