@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
         DEFAULT_TRANSPORT,
+        MAX_SEED,
         MIN_LIVE_STEP_S,
         TIMELINE_INTERVAL_S,
         TRANSPORTS,
@@ -95,7 +96,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".run.config": ("EngineConfig",),
     ".constants": (
         "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MAX_SEED", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S",
+        "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
