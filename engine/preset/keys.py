@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Bool", "Custom", "Int", "Key", "Kind", "Number", "OneOf", "Seconds", "Text",
-    "NO_DEFAULT", "build", "keys_of", "markdown_rows", "setting",
+    "NO_DEFAULT", "build", "keys_of", "markdown_rows", "read_keys", "setting", "write_keys",
 ]
 
 
@@ -255,6 +255,26 @@ def keys_of(cls: type, table: str) -> tuple[Key, ...]:
 def build(cls: Callable[..., T], values: Mapping[str, object]) -> T:
     """`cls(**values)`: a spec built from the values its keys' kinds checked (each of its field's type)."""
     return cls(**values)
+
+
+def read_keys(ctx: Ctx, keys: Iterable[Key], data: Mapping[str, object]) -> dict[str, object]:
+    """The keys of `data` among `keys` (plain keys, each checked by its kind), in their declared
+    order; a bad one raises its one-line PresetError."""
+    return {k.name: k.read(ctx, data[k.name]) for k in keys if k.name in data}
+
+
+def write_keys(keys: Iterable[Key], values: object) -> tuple[list[str], dict[str, object]]:
+    """The keys preset_to_toml writes of a spec (`values`: its attributes): each one declared
+    `always`, or not at its default; and the comment lines of those written."""
+    out: dict[str, object] = {}
+    comments: list[str] = []
+    for k in keys:
+        v = getattr(values, k.name)
+        if k.always or v != k.default:
+            out[k.name] = k.toml(v)
+            if k.comment:
+                comments.append(k.comment)
+    return comments, out
 
 
 def markdown_rows(keys: Iterable[Key], columns: Iterable[str]) -> list[str]:

@@ -9,19 +9,23 @@ choose a form (the others are declared on RampSpec's fields, spec.py).
     mode = "search"                     an adaptive knee search (over = "rate": over req/s)
 
 How each step is held (warm-up, hold, min_requests, max_hold_s, or num_requests instead of a
-hold) is `_hold`; `profile` and `flush_cache` apply to every form (engine/drive/server_ops.py).
+hold) is `_hold`. The other keys declared on RampSpec with a kind (flush_cache, and a key added
+there) apply to every form: read after it and written after its keys, as declared; `profile`
+too, checked against the form's steps (engine/drive/server_ops.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import cast
 
 from ..constants import COUNT_MAX_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS, RATE_SEARCH_LEVELS
 from .fields import Ctx, TomlTable, num
-from .keys import Int, Key, Number, OneOf, keys_of
+from .keys import Int, Key, Number, OneOf, build, keys_of, read_keys, write_keys
 from .ramp_values import concurrency_list, durations, number_list, profile_loads, rate, step_probes, step_workloads
 from .spec import Preset, RampSpec, SearchSpec
 
@@ -44,13 +48,15 @@ FORM_KEYS = (
     Key(OneOf(("concurrency", "rate"), '"concurrency" (the default) or "rate" (start and max in req/s)'),
         "what a search runs over", table="ramp", name="over", default="concurrency", row=_FORM),
 )
-# [ramp]'s keys in the order a refusal lists them
+# [ramp]'s keys in the order a refusal lists them (a key declared since: after these)
 _ORDER = ("concurrency", "start", "factor", "step", "max", "warmup_s", "hold_s", "min_requests", "num_requests", "max_hold_s",
           "durations_s", "mode", "resolution", "rate", "arrival", "max_concurrency", "speed", "over", "workloads", "probes",
           "repeats", "profile", "flush_cache")
-_DECLARED = {k.name: k for k in (*keys_of(RampSpec, "ramp"), *keys_of(Preset, "ramp"), *FORM_KEYS)}
-RAMP_KEYS: tuple[Key, ...] = tuple(_DECLARED[n] for n in _ORDER)
-_K = _DECLARED
+_K = {k.name: k for k in (*keys_of(RampSpec, "ramp"), *keys_of(Preset, "ramp"), *FORM_KEYS)}
+RAMP_KEYS: tuple[Key, ...] = (*(_K[n] for n in _ORDER), *(k for n, k in _K.items() if n not in _ORDER))
+# the keys with a kind that the forms read themselves (_hold, _open_loop); RampSpec's others are every form's
+_BY_FORMS = ("warmup_s", "hold_s", "min_requests", "num_requests", "max_hold_s", "arrival", "max_concurrency")
+EVERY_FORM: tuple[Key, ...] = tuple(k for k in keys_of(RampSpec, "ramp") if k.kind is not None and k.name not in _BY_FORMS)
 
 
 def _read(ctx: Ctx, r: TomlTable, name: str) -> object:
@@ -68,7 +74,7 @@ def _float(ctx: Ctx, r: TomlTable, name: str, default: float) -> float:
 
 def parse_ramp(ctx: Ctx, r: object) -> RampSpec:
     """A checked RampSpec from the [ramp] table: picks the form, reads it, then the keys every
-    form takes (profile, flush_cache)."""
+    form takes (EVERY_FORM, then profile)."""
     if not isinstance(r, dict):
         raise ctx.bad("[ramp]", "a table", r)
     if "mode" in r and _read(ctx, r, "mode") == "search":
@@ -78,8 +84,7 @@ def parse_ramp(ctx: Ctx, r: object) -> RampSpec:
             if k in r:
                 raise ctx.err(f"[ramp].{k}", 'only used with mode = "search"')
         ramp = _speed(ctx, r) if "speed" in r else _rate_ramp(ctx, r) if "rate" in r else _concurrency(ctx, r)
-    if "flush_cache" in r:
-        ramp = dataclasses.replace(ramp, flush_cache=cast(bool, _read(ctx, r, "flush_cache")))
+    ramp = build(functools.partial(dataclasses.replace, ramp), read_keys(ctx, EVERY_FORM, r))
     if "profile" in r:
         ramp = dataclasses.replace(ramp, profile=profile_loads(ctx, r["profile"], _levels(ramp)))
     return ramp
@@ -337,13 +342,14 @@ def ramp_table(r: RampSpec, repeats: int = 1) -> tuple[list[str], dict[str, obje
         comments.append("min_requests completed, but no longer than max_hold_s")
         ramp.update(warmup_s=float(r.warmup_s), hold_s=float(r.hold_s), min_requests=r.min_requests,
                     max_hold_s=float(r.max_hold_s))
-    for name, value in (("profile", _floats(r.profile)), ("flush_cache", r.flush_cache), ("repeats", repeats)):
-        key = _K[name]
-        if value != (list(key.default) if isinstance(key.default, tuple) else key.default):
-            ramp[name] = value
-            if key.comment:
-                comments.append(key.comment)
-    return comments, ramp
+    if r.profile:
+        comments.append(_K["profile"].comment or "")
+        ramp["profile"] = _floats(r.profile)
+    more, every = write_keys(EVERY_FORM, r)
+    comments += more
+    ramp.update(every)
+    more, rep = write_keys((_K["repeats"],), SimpleNamespace(repeats=repeats))  # Preset.repeats, last
+    return comments + more, {**ramp, **rep}
 
 
 def _floats(xs: tuple[float, ...]) -> list[float]:

@@ -9,20 +9,20 @@ comment the writer puts above it, and the keys whose spec lives in a lower layer
     TABLES["ramp"]       RampSpec's, Preset.repeats and the form keys (ramp_forms.py)
     TABLES["stop"] ...   declared here
 
-`read_keys` reads a table of plain keys through their declarations, `write_keys` gives back
-the keys preset_to_toml writes.
+Each table of plain keys is read and written through their declarations (keys.py `read_keys`,
+`write_keys`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..constants import STALL_S
 from ..measure.slo import DEFAULT_ATTAINMENT
 from .fields import Ctx, num
-from .keys import Custom, Key, Number, Seconds, Text, keys_of
+from .keys import Custom, Key, Number, Seconds, Text, keys_of, read_keys, write_keys
 from .ramp_forms import RAMP_KEYS
 from .spec import AfterSpec, TargetSpec, WorkloadSpec
 
@@ -82,6 +82,8 @@ class Table:
     optional: bool = False  # written only when it holds a key (or, [slo], [guard], [gate], is set)
 
 
+__all__ = ["GATE", "GUARD", "SLO", "STOP", "TABLES", "TOP", "Table", "every_key", "read_keys", "write_keys"]
+
 TABLES: dict[str, Table] = {
     "target": Table(keys_of(TargetSpec, "target"), ("--url overrides the URL; api is an alias of [workload].api",), optional=True),
     "workload": Table(keys_of(WorkloadSpec, "workload"), (
@@ -101,23 +103,3 @@ def every_key() -> Iterable[Key]:
     yield from TOP
     for t in TABLES.values():
         yield from t.keys
-
-
-def read_keys(ctx: Ctx, keys: Iterable[Key], data: Mapping[str, object]) -> dict[str, object]:
-    """The keys of `data` among `keys` (plain keys, each checked by its kind), in their declared
-    order; a bad one raises its one-line PresetError."""
-    return {k.name: k.read(ctx, data[k.name]) for k in keys if k.name in data}
-
-
-def write_keys(keys: Iterable[Key], values: object) -> tuple[list[str], dict[str, object]]:
-    """The keys preset_to_toml writes of a spec (`values`: its attributes): each one declared
-    `always`, or not at its default; and the comment lines of those written."""
-    out: dict[str, object] = {}
-    comments: list[str] = []
-    for k in keys:
-        v = getattr(values, k.name)
-        if k.always or v != k.default:
-            out[k.name] = k.toml(v)
-            if k.comment:
-                comments.append(k.comment)
-    return comments, out
