@@ -25,8 +25,8 @@ with 400 (bad JSON, a bad value), 401 (token), 404 (path), 405 (method), 409 (no
 probe to restore, the engine stopping), 413 (body over 64 kB). Nothing a client sends can
 raise out of a handler: an unexpected error is a 500 and a log line, and the load goes on.
 
-This module is the server and its handlers; control_wire.py holds the wire (replies,
-refusals, bodies, SSE framing) and control_status.py what GET /v1/status answers. Their
+This module is the server and its handlers; replies.py holds the wire (replies,
+refusals, bodies, SSE framing) and status_json.py what GET /v1/status answers. Their
 names are importable from here too.
 """
 
