@@ -41,6 +41,7 @@ from aiohttp import web
 
 from ..loop import wait_within
 from ..run import commands as C
+from ..run.wiring import with_prometheus
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
@@ -500,7 +501,7 @@ async def start_engine(engine: Engine) -> None:
         return
     try:
         engine.control = ControlServer(engine, cfg.control, cfg.control_token)
-        engine.recorder.prom = engine.control.metrics
+        with_prometheus((t.sender.events for t in engine.targets), engine.recorder, engine.control.metrics)
         await engine.control.start()
     except asyncio.CancelledError:
         raise

@@ -43,7 +43,6 @@ from ..load.sender import Sender
 from ..measure.accumulator import StepAccumulator
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock
-from ..measure.run_totals import RunTotals
 from ..measure.slo import Slo
 from ..measure.step_book import StepBook
 from ..measure.step_result import StepResult
@@ -68,6 +67,7 @@ from .snapshot import Snapshot
 from .summary import default_label, session_meta, summary_doc
 from .target_set import TargetSet
 from .target_stats import TargetState, parse_weights
+from .wiring import lane_events, step_events
 
 SERVER_GONE = "server gone"
 SERVER_NOT_READY = "server not ready"  # every target's /health answers 503 (engine/client/server_watch.py)
@@ -79,7 +79,7 @@ class Engine:
         self.clock = Clock.now()
         self.metrics = LiveMetrics()
         self.events = EventLog()
-        self.book = StepBook(self.clock, self._step_recorded, self._step_final, judge=STEP_JUDGE)
+        self.book = StepBook(self.clock, step_events(self._step_recorded, self._step_final), judge=STEP_JUDGE)
         self.book.percentiles = config.percentiles
         self.target: Target | None = None
         self.client: httpx.AsyncClient | None = None
@@ -112,8 +112,7 @@ class Engine:
         self.targets: list[TargetState] = self.target_set.states  # every target, the first is `target`
         self.lane: ProbeLane | None = None
         self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)
-        self.totals = RunTotals()  # the whole run, for the end summary (engine/measure/run_totals.py)
-        self.recorder.totals = self.totals
+        self.totals = self.recorder.totals  # the whole run, for the end summary (engine/measure/run_totals.py)
         # a fixed-size run (--num-requests, --duration): why it ended ("100 requests sent and
         # ended", "20 s"), set when it did; `run_done` is set then too
         self.finished = ""
@@ -156,21 +155,13 @@ class Engine:
             self.events.session = self.session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
-        self.sender = self.target_set.load_sender(self.client, self.target)
+        weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
+        self.sender = self.target_set.add(self.client, self.target, weights[0]).sender
         self.recorder.load_sender = self.sender
-        lane_sender = Sender(
-            self.client,
-            self.target,
-            LaneListener(self.recorder),
-            self.stamp,
-            lambda lag: None,
-            self.clock.wall0 - self.clock.perf0,
-            ids=self._ids, workload=cfg.workload,
-        )
+        lane_sender = Sender(self.client, self.target, lane_events(LaneListener(self.recorder)), self.stamp,
+                             self.clock.wall0 - self.clock.perf0, ids=self._ids, workload=cfg.workload)
         self.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.recorder.lane_sender = lane_sender
-        weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
-        self.target_set.add(self.client, self.target, self.sender, weights[0])
         for url, w in zip(cfg.more_urls, weights[1:]):
             await self.target_set.start_more(url, w)
         await prepare(self)

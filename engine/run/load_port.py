@@ -6,9 +6,36 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from ..load.sender import Listener
+    from ..load.port import TargetReplay
+    from ..measure.events import RequestEvents
     from ..measure.histogram import LogHistogram
+    from ..measure.records import RequestRecord
     from ..workload.prompts import WorkloadConfig
+    from .target_stats import TargetStats
+
+
+class Replay:
+    """A target's load events as a worker pool replays its workers' reports into them
+    (engine/load/port.py TargetReplay): the same subscribers as one process's requests."""
+
+    __slots__ = ("_events", "_stats")
+
+    def __init__(self, events: RequestEvents, stats: TargetStats) -> None:
+        self._events = events
+        self._stats = stats
+
+    def on_send(self, rec: RequestRecord) -> None:
+        self._events.sent.fire(rec)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        self._events.first_token.fire(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self._events.tokens.fire(t, n)
+
+    def on_remote_end(self, rec: RequestRecord) -> None:
+        self._stats.judge_remote_end(rec)  # a failure that may mean the server died asks its watch
+        self._events.ended.fire(rec)
 
 
 class EnginePort:
@@ -23,8 +50,8 @@ class EnginePort:
     def stamp_at(self, concurrency: int, t: float) -> tuple[int, int, str]:
         return self._e.book.stamp(concurrency, t)
 
-    def listeners(self) -> Sequence[Listener]:
-        return [t.stats for t in self._e.targets]
+    def listeners(self) -> Sequence[TargetReplay]:
+        return [Replay(t.sender.events, t.stats) for t in self._e.targets]
 
     def urls(self) -> Sequence[str]:
         return [t.target.url for t in self._e.targets]

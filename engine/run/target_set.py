@@ -21,6 +21,7 @@ from ..client.target import Target, detect, validate_url
 from ..load.sender import Sender
 from ..telemetry.hub import TelemetryHub
 from .target_stats import TargetState, TargetStats
+from .wiring import load_events
 
 
 class TargetSet:
@@ -30,22 +31,19 @@ class TargetSet:
         self.ids = ids  # request ids, unique in the session, in send order (every Sender's)
         self.on_overload = on_overload
 
-    def load_sender(self, client: httpx.AsyncClient, target: Target) -> Sender:
-        """A Sender of the load to one target; every one shares the request ids and the
-        in-flight records (harvested twenty times a second by rid, whichever target they went to)."""
+    def add(self, client: httpx.AsyncClient, target: Target, weight: float) -> TargetState:
+        """One target: its TargetStats, its load Sender (every one shares the request ids and
+        the in-flight records, harvested twenty times a second by rid, whichever target they
+        went to), its events' subscribers (engine/run/wiring.py) and its health watch."""
         e = self.e
-        s = Sender(
-            client, target, TargetStats(target.url, e.recorder), e.stamp, e.metrics.on_lag, e.clock.wall0 - e.clock.perf0,
-            on_overload=self.on_overload, ids=self.ids, workload=e.config.workload,
-        )
+        stats = TargetStats(target.url)
+        events = load_events(stats, e.recorder, e.metrics.on_lag, self.on_overload)
+        sender = Sender(client, target, events, e.stamp, e.clock.wall0 - e.clock.perf0, ids=self.ids, workload=e.config.workload)
         if self.states:
             first = self.states[0].sender
-            s.in_flight, s.cursor = first.in_flight, first.cursor
-            s.continuous_usage = first.continuous_usage
-        return s
-
-    def add(self, client: httpx.AsyncClient, target: Target, sender: Sender, weight: float) -> TargetState:
-        st = TargetState(len(self.states), target, client, sender, sender.listener, weight)  # type: ignore[arg-type]
+            sender.in_flight, sender.cursor = first.in_flight, first.cursor
+            sender.continuous_usage = first.continuous_usage
+        st = TargetState(len(self.states), target, client, sender, stats, weight)
         st.stats.watch = sender.watch = ServerWatch(
             client, target.url + "/health", lambda: self._gone(st), lambda: self._back(st), self.e.log,
             on_not_ready=lambda: self._not_ready(st),
@@ -65,7 +63,7 @@ class TargetSet:
         except BaseException:
             await client.aclose()
             raise
-        st = self.add(client, target, self.load_sender(client, target), weight)
+        st = self.add(client, target, weight)
         if cfg.telemetry:
             st.telemetry = TelemetryHub(client, server_metrics_url=base + "/metrics", gpu_metrics_url=None, use_nvml=False)
             await st.telemetry.start()
