@@ -3,15 +3,34 @@ its workers' reports into and orders them with, and nothing else of the engine."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..load.port import TargetReplay
     from ..measure.events import RequestEvents
     from ..measure.histogram import LogHistogram
+    from ..measure.live_metrics import LiveMetrics
     from ..measure.records import RequestRecord
+    from ..measure.step_book import StepBook
     from ..workload.prompts import WorkloadConfig
+    from .config import EngineConfig
+    from .recording import Recorder
+    from .target_set import TargetSet
     from .target_stats import TargetStats
+
+
+class Coordinating(Protocol):
+    """What the port reads of the engine (engine/run/engine.py Engine)."""
+
+    config: EngineConfig
+    book: StepBook
+    recorder: Recorder
+    metrics: LiveMetrics
+    targets: TargetSet
+
+    def stamp(self, t_intended: float | None = None) -> tuple[int, int, str]: ...
+    def note_held(self, dropped: bool, t_intended: float | None = None) -> None: ...
+    def warn(self, text: str, key: str | None = None) -> None: ...
 
 
 class Replay:
@@ -39,9 +58,9 @@ class Replay:
 
 
 class EnginePort:
-    """LoadPort over the engine (`engine`: the Engine, engine/run/engine.py)."""
+    """LoadPort over the engine."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Coordinating) -> None:
         self._e = engine
 
     def stamp(self) -> tuple[int, int, str]:
