@@ -278,11 +278,32 @@ def test_metrics_parse_back_and_match_the_request_rows(shared_sim, tmp_path):
     for outcome in ("ok", "failed", "cancelled"):
         assert sample("redline_requests", "_total", outcome=outcome) == sum(1 for x in load if x["status"] == outcome)
     assert sample("redline_requests", "_total", outcome="cancelled") > 0
-    assert sample("redline_output_tokens", "_total") == sum(x["output_tokens"] for x in load)
+    assert sample("redline_output_tokens", "_total") == sum(x["output_tokens"] for x in load if x["status"] != "failed")
+    assert sample("redline_failed_output_tokens", "_total") == sum(x["output_tokens"] for x in load if x["status"] == "failed")
     assert sample("redline_itl_seconds", "_count") > 0
     assert sample("redline_concurrency", "") == 6 and sample("redline_in_flight", "") == 0
     assert sample("redline_paused", "") == 1
     assert fam["redline_info"].samples[0].labels["url"] == sim.url
+
+
+def test_a_failed_requests_tokens_are_counted_apart_from_output_tokens():
+    """/metrics' output-token counter holds no failed request's tokens (they are no throughput,
+    docs/numbers.md): they have a counter of their own."""
+    from types import SimpleNamespace
+
+    from redline.engine.control.prometheus import PromMetrics, render
+    from redline.engine.measure.records import FAILED, OK, RequestRecord
+
+    cfg = SimpleNamespace(more_urls=(), workers=1, ray=None)
+    m = PromMetrics(SimpleNamespace(config=cfg, snapshot=None))
+    for rid, status, tokens in ((1, OK, 100), (2, FAILED, 40), (3, OK, 7)):
+        rec = RequestRecord(rid=rid, phase="live", step=0, concurrency=1, t_send=0.0)
+        rec.status, rec.output_tokens = status, tokens
+        if status == FAILED:
+            rec.error_kind = "disconnect"
+        m.on_end(rec)
+    f = m.freeze()
+    assert f.out_tokens[()] == 107 and f.failed_out_tokens[()] == 40
 
 
 def test_metrics_with_several_targets_are_labelled(sim_factory, tmp_path):

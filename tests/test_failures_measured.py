@@ -207,6 +207,10 @@ def test_eight_of_eight_failing_half_way_read_no_throughput():
     assert res.output_goodput == 0.0 and res.request_goodput == 0.0 and res.slo_attainment == 0.0
     assert acc.seconds(108.0) == [0] * 8
     assert not res.steady and res.output_throughput_se == 0.0
+    from redline.engine.rules.step_text import format_step_line
+
+    line = format_step_line(res)  # the step's line says them beside its 0 tok/s
+    assert "0.0 tok/s" in line and "400.0 tok/s of failed requests" in line, line
 
 
 def test_throughput_counts_completed_and_still_running_requests_only():
