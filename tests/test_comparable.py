@@ -142,7 +142,10 @@ def test_each_part_of_the_workload_counts_and_is_named(tmp_path):
     assert same_workload(same) and workload_warning(same) is None
     # the dataset: named for both when it differs
     s = pair(LONG, {**LONG, "dataset": "sharegpt:/data/sg.json"})
-    assert workload_texts(s) == ["1024 in / 2048 out, random, chat", "1024 in / 2048 out, sharegpt:sg.json, chat"]
+    # (a ShareGPT session's lengths are its conversations', not input_len / output_len: issue 46)
+    assert workload_texts(s) == ["1024 in / 2048 out, random, chat", "sharegpt:sg.json (the conversations' lengths), chat"]
+    s = pair(LONG, {**LONG, "dataset": "sharegpt:/data/sg.json", "sharegpt_output_len": 64})
+    assert workload_texts(s)[1] == "sharegpt:sg.json (64 out), chat"
     # one data set at two paths (two machines) is the same data set
     assert same_workload(pair({**LONG, "dataset": "sharegpt:/a/sg.json"}, {**LONG, "dataset": "sharegpt:/b/sg.json"}))
     # the API

@@ -280,3 +280,17 @@ async def test_verification_is_real_on_every_transport(cert, monkeypatch, transp
             assert (await detect(client, base)).model == "mini-model"
         finally:
             await client.aclose()
+
+
+def test_server_options_about_tokens_keep_their_values_and_credentials_do_not():
+    """A launch command's --max-total-tokens 4096 and --tokenizer-path are no secrets (a pattern
+    on the letters "token" masked them, so a sweep's fingerprint lost the KV size); every option
+    whose words name a credential is masked, spelt with - or _, with = or a space."""
+    from redline.engine.session.scrub import MASK, redact_argv
+
+    kept = ["--max-total-tokens", "4096", "--tokenizer-path", "/m", "--max-tokens=5", "--max-num-batched-tokens", "8192"]
+    assert redact_argv(kept) == kept
+    secret = ["--api-key", "s", "--token", "t", "--hf-token", "h", "--admin-key", "a", "--auth-token", "x",
+              "--password", "p", "--admin-api-key", "q"]
+    assert redact_argv(secret) == [v if i % 2 == 0 else MASK for i, v in enumerate(secret)]
+    assert redact_argv(["--api_key=z", "--openai-api-key=k"]) == [f"--api_key={MASK}", f"--openai-api-key={MASK}"]

@@ -197,3 +197,30 @@ async def test_the_fingerprint_asks_vllm_for_its_version_and_dev_mode_configurat
     async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(404))) as client:
         version, raw = await ask_server(client, "http://127.0.0.1:8000", "openai", {})
     assert (version, raw) == ("", {})
+
+
+def test_an_unbounded_interval_reads_as_such_not_as_a_50_digit_number():
+    """Two repeats a side give 1 degree of freedom: at Holm's level a TTFT p99's log-scale
+    interval reached +1.3e50 % against real vLLM on 2 cores. The table says '>+1000', and the
+    verdict stays 'no clear difference'."""
+    from redline.engine.sweep.answers import comparison_table
+
+    rows = [{"a": "n16", "b": "n4", "load": "C=1", "metric": "ttft_p99_ms", "change_pct": 265.0,
+             "ci_pct": [-99.99, 1.3e50], "verdict": "no clear difference"},
+            {"a": "n16", "b": "n4", "load": "C=4", "metric": "output_tok_s", "change_pct": -1.4,
+             "ci_pct": [-4.2, 1.6], "verdict": "no clear difference"}]
+    lines = comparison_table(rows)
+    assert "-100..>+1000 %" in lines[2] and "e+" not in "".join(lines) and max(map(len, lines)) <= 80
+    assert "-4.2..+1.6 %" in lines[3]
+
+
+def test_a_figures_interval_never_reaches_below_zero():
+    """Every point figure is a rate or a time: two repeats whose TTFT p99 read 615 and 85 ms
+    (real vLLM on 2 cores) give a t interval that starts at 0, not at -3016 ms."""
+    from redline.engine.sweep.points import points
+
+    runs = [{"steps": [_step(1, 35.3, 25.9, p99=614.6, output_throughput_se=0.5)]},
+            {"steps": [_step(1, 33.8, 28.6, p99=84.8, output_throughput_se=0.5)]}]
+    (p,) = points(runs, gpus=None)
+    assert p["ttft_p99_ms_ci"][0] == 0.0 and p["ttft_p99_ms_ci"][1] > 614.6
+    assert 0 < p["output_tok_s_ci"][0] < 33.8  # a narrow one keeps its own low end

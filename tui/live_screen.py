@@ -28,7 +28,7 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from ..engine import api
-from .engine_commands import commands, one_line
+from .engine_commands import commands, error_line
 from .load_asks import OPEN_LOOP, RATE_FLOOR, LoadAsks
 from .preset_run import WORKLOAD_REPLY_S, PresetRun, search_preset
 from .session_export import SessionExport
@@ -448,7 +448,7 @@ class LiveScreen(Screen[None]):
             self.notify("workload change sent; the engine has not confirmed it yet", severity="warning")
             return None
         except Exception as exc:  # noqa: BLE001 - the engine's refusal, shown in the form
-            return one_line(exc)
+            return error_line(exc)
         return None
 
     # -- the probe and pause ---------------------------------------------------------------

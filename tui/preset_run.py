@@ -11,7 +11,7 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Protocol
 
 from ..engine import api
-from .engine_commands import commands, one_line
+from .engine_commands import commands, error_line
 from .watches import PresetWatch
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class PresetRun:
                                "not started", severity="error")
             return
         except Exception as exc:  # noqa: BLE001 - the engine's refusal (a dataset file it cannot read)
-            self.screen.notify(f"preset {preset.name}: workload {change.describe()}: {one_line(exc)}; not started",
+            self.screen.notify(f"preset {preset.name}: workload {change.describe()}: {error_line(exc)}; not started",
                                severity="error")
             return
         self._start(preset)

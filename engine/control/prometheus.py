@@ -12,6 +12,9 @@ collector); nothing here writes the text format by hand. Names are `redline_*`, 
     redline_requests_total{outcome}                  counter: ok | failed | cancelled
     redline_errors_total{kind}                       counter: failed requests by error kind
     redline_output_tokens_total, redline_input_tokens_total   counters, at each request's end
+                                                     (output: requests that did not fail)
+    redline_failed_output_tokens_total               counter: output tokens of failed requests
+                                                     (never throughput: docs/numbers.md)
     redline_concurrency, redline_target_rate_requests_per_second, redline_in_flight,
     redline_output_tokens_per_second, redline_goodput_requests_per_second, ... gauges
 
@@ -123,13 +126,14 @@ class PromMetrics:
         self.requests: dict[tuple, int] = {}  # labels + (outcome,)
         self.errors: dict[tuple, int] = {}  # labels + (kind,)
         self.out_tokens: dict[tuple, int] = {}
+        self.failed_out_tokens: dict[tuple, int] = {}
         self.in_tokens: dict[tuple, int] = {}
         if not self.req_labels:  # one series each from the start: a scrape before any request has them at 0
             for d in (self.ttft, self.e2e):
                 d[()] = Hist()
             for outcome in (R.OK, R.FAILED, R.CANCELLED):
                 self.requests[(outcome,)] = 0
-            self.out_tokens[()] = self.in_tokens[()] = 0
+            self.out_tokens[()] = self.failed_out_tokens[()] = self.in_tokens[()] = 0
         if not self.itl_labels:
             self.itl[()] = Hist()
 
@@ -146,7 +150,8 @@ class PromMetrics:
         key = self._labels(rec)
         k = key + (rec.status,)
         self.requests[k] = self.requests.get(k, 0) + 1
-        self.out_tokens[key] = self.out_tokens.get(key, 0) + rec.output_tokens
+        out = self.failed_out_tokens if rec.status == R.FAILED else self.out_tokens
+        out[key] = out.get(key, 0) + rec.output_tokens
         self.in_tokens[key] = self.in_tokens.get(key, 0) + rec.input_tokens
         if rec.status == R.OK:
             if rec.ttft is not None:
@@ -175,7 +180,8 @@ class PromMetrics:
             return {k: h.copy() for k, h in d.items()}
 
         return Frozen(self.req_labels, self.itl_labels, hists(self.ttft), hists(self.e2e), hists(self.itl),
-                      dict(self.requests), dict(self.errors), dict(self.out_tokens), dict(self.in_tokens), self.engine.snapshot)
+                      dict(self.requests), dict(self.errors), dict(self.out_tokens), dict(self.in_tokens), self.engine.snapshot,
+                      dict(self.failed_out_tokens))
 
     def exposition(self) -> bytes:
         return render(self.freeze())
@@ -184,8 +190,10 @@ class PromMetrics:
 class Frozen:
     """The figures of one scrape; read by the collector on any thread."""
 
-    def __init__(self, req_labels, itl_labels, ttft, e2e, itl, requests, errors, out_tokens, in_tokens, snapshot) -> None:
+    def __init__(self, req_labels, itl_labels, ttft, e2e, itl, requests, errors, out_tokens, in_tokens, snapshot,
+                 failed_out_tokens=None) -> None:
         self.req_labels, self.itl_labels = req_labels, itl_labels
+        self.failed_out_tokens = failed_out_tokens or {}
         self.ttft, self.e2e, self.itl = ttft, e2e, itl
         self.requests, self.errors, self.out_tokens, self.in_tokens = requests, errors, out_tokens, in_tokens
         self.snapshot = snapshot
@@ -230,7 +238,8 @@ class _Collector:
             fam.add_metric(list(key), n)
         yield fam
         for name, doc, series in (
-            ("redline_output_tokens", "Output tokens of ended load requests (the server's usage).", m.out_tokens),
+            ("redline_output_tokens", "Output tokens of ended load requests that did not fail (the server's usage).", m.out_tokens),
+            ("redline_failed_output_tokens", "Output tokens of failed load requests (not throughput).", m.failed_out_tokens),
             ("redline_input_tokens", "Input tokens of ended load requests (the server's usage).", m.in_tokens),
         ):
             fam = CounterMetricFamily(name, doc, labels=rl)

@@ -37,6 +37,9 @@ def _errors(step: StepResult) -> str:
     if step.failed and step.errors_by_kind:
         kinds = sorted(step.errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
         s += " (" + ", ".join(f"{k} {n}" for k, n in kinds if n) + ")"
+    failed_tok = step.failed_output_tok_s
+    if failed_tok:  # the failed requests' tokens: beside throughput, never in it (docs/numbers.md)
+        s += f", {failed_tok:.1f} tok/s of failed requests"
     return s
 
 

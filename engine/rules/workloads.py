@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 LENGTHS = ("input_len", "output_len")
-_SHOWN = ("dataset", "trace", *LENGTHS)
+_SHOWN = ("dataset", "trace", *LENGTHS, "sharegpt_output_len")
 DEFAULT_DATASET = "random"
 
 WorkloadKey = tuple[tuple[str, Any], ...]
@@ -40,12 +40,17 @@ def workload_text(d: dict[str, Any] | WorkloadKey | None, show_dataset: bool = F
     its name, any other setting (turns) named; "workload not recorded" for none."""
     d = dict(d) if isinstance(d, tuple) else (d if isinstance(d, dict) else {})
     bits = []
+    sharegpt = str(d.get("dataset") or "").startswith("sharegpt:")
     if d.get("trace") is not None:
         bits.append(f"trace {d['trace']}")
+    elif sharegpt:  # its prompts and reply lengths are the conversations' (input_len / output_len unused)
+        fixed = d.get("sharegpt_output_len")
+        lengths = "the conversations' lengths" if fixed is None else f"{fixed} out"
+        bits.append(f"{d['dataset']} ({lengths})")
     elif any(d.get(k) is not None for k in LENGTHS):
         bits.append(f"{d.get('input_len', '?')} in / {d.get('output_len', '?')} out")
     ds = d.get("dataset")
-    if ds is not None and (show_dataset or ds != DEFAULT_DATASET):
+    if ds is not None and not sharegpt and (show_dataset or ds != DEFAULT_DATASET):
         bits.append(str(ds))
     bits += [f"{k} {v}" for k, v in d.items() if k not in _SHOWN]
     return ", ".join(bits) or "workload not recorded"

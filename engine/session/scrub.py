@@ -17,11 +17,26 @@ from ..workload.request_shape import secret_header
 
 MASK = "***"
 
-# Command-line options whose value is a credential: --api-key X, --api-key=X, --token X, ...
-_SECRET_OPT = re.compile(
-    r"^--?[\w-]*(api[-_]?key|admin[-_]?key|token|secret|passw(or)?d|auth(orization)?|bearer|credential)[\w-]*$",
-    re.IGNORECASE,
-)
+# Command-line options whose value is a credential: --api-key X, --api-key=X, --token X, --hf-token X,
+# ...: judged by the option's whole words (split at - and _), so --max-total-tokens and
+# --tokenizer-path keep their values (a pattern on the letters masked them)
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "auth", "authorization", "bearer", "credential",
+                           "credentials", "apikey"})
+_SECRET_PAIRS = frozenset({("api", "key"), ("admin", "key"), ("access", "key"), ("secret", "key")})
+
+
+class _SecretOption:
+    """`match(opt)`: is `opt` (`--hf-token`, `-api_key`) an option whose value is a credential?"""
+
+    @staticmethod
+    def match(opt: str) -> bool:
+        if not opt.startswith("-"):
+            return False
+        words = [w for w in re.split(r"[-_]+", opt.lstrip("-").lower()) if w]
+        return any(w in _SECRET_WORDS for w in words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:]))
+
+
+_SECRET_OPT = _SecretOption()
 _SECRET_HEADER = re.compile(r"(authorization\s*:\s*(bearer\s+)?|x-api-key\s*:\s*|api-key\s*:\s*)\S.*", re.I)
 _URL_USERINFO = re.compile(r"(://[^/@:\s]*:)[^/@\s]+@")
 

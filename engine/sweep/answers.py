@@ -168,8 +168,15 @@ def _pct(v: float) -> str:
     return f"{v:+.0f}" if abs(v) >= 10 else f"{v:+.1f}"
 
 
+SPAN_TOP_PCT = 1000.0  # an interval's end past +1000 % reads ">+1000": with 2 repeats (1 degree of freedom)
+# and Holm's level, a log-scale interval's top can be 10^50 %, a number that says only "unbounded"
+
+
 def _span(ci: Sequence[float]) -> str:
-    """`+246..+274`; one decimal where whole numbers would read the same at both ends."""
+    """`+246..+274`; one decimal where whole numbers would read the same at both ends; an end
+    past SPAN_TOP_PCT as `>+1000`."""
+    if ci[1] > SPAN_TOP_PCT:
+        return f"{_pct(ci[0])}..>+{SPAN_TOP_PCT:.0f}"
     lo, hi = _pct(ci[0]), _pct(ci[1])
     return f"{ci[0]:+.1f}..{ci[1]:+.1f}" if lo == hi else f"{lo}..{hi}"
 

@@ -133,7 +133,7 @@ class ServerProcess:
         return tuple(x.decode("utf-8", "replace").rstrip("\n") for x in lines)
 
     async def wait_ready(self, url: str, timeout_s: float, on_wait: Callable[[str], None] = lambda s: None) -> Started:
-        """Until `/health` and `/v1/models` (or `/get_server_info`) answer 200, the process
+        """Until `/health` and `/v1/models` (or `/server_info`, `/get_server_info`) answer 200, the process
         exits, or `timeout_s` passes."""
         deadline = time.perf_counter() + timeout_s
         async with httpx.AsyncClient(timeout=5.0) as client:
@@ -198,11 +198,12 @@ async def _not_ready(client: httpx.AsyncClient, url: str) -> str | None:
         r = await client.get(base + "/health")
         if r.status_code != 200:
             return f"/health answers {r.status_code}"
-        for path in ("/v1/models", "/get_server_info"):
+        # SGLang's /get_server_info is deprecated (a warning logged on every call): /server_info
+        for path in ("/v1/models", "/server_info", "/get_server_info"):
             r = await client.get(base + path)
             if r.status_code == 200:
                 return None
-        return "/v1/models and /get_server_info do not answer yet"
+        return "/v1/models and /server_info do not answer yet"
     except httpx.HTTPError as exc:
         return f"no answer yet ({exc.__class__.__name__})"
 
