@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .control.address import ControlError, check_control
     from .control.http_api import start_engine
     from .drive.estimate import duration_text
-    from .drive.preset_runner import RunOutcome, execute, run_preset
+    from .drive.preset_runner import RunOutcome, new_engine, run_preset
     from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
@@ -111,7 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".preset.workload_fit": ("preset_workload_change",),
-    ".drive.preset_runner": ("RunOutcome", "execute", "run_preset"),
+    ".drive.preset_runner": ("RunOutcome", "new_engine", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import sim_state_async as state, until
+from helpers import CAP8_SIM
 
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
@@ -82,7 +84,7 @@ async def test_completed_and_failed_equal_server_counts(sim_factory):
 
 
 async def test_abort_leaves_server_empty_within_1s(sim_factory):
-    sim = sim_factory("pp-capped")  # 8 running + a queue
+    sim = sim_factory("pp-capped", extra_args=CAP8_SIM)  # 8 running + a queue
     e = await started(sim.url, 32, telemetry=False)
     try:
         assert await until(lambda: _q(sim.url, lambda s: s["running"] == 8 and s["queued"] > 0), 5.0) is not None
@@ -141,7 +143,7 @@ async def test_apis_report_the_same_tokens(sim_factory):
     try:
         for api in (CHAT, COMPLETIONS, GENERATE):
             rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, lambda t, n: None)
+            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, RequestEvents())
             assert rec.status == R.OK, rec.error_text
             assert rec.usage_reported
             got[api] = rec

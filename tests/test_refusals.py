@@ -25,6 +25,7 @@ from redline.engine.client.target import TargetUnreachable, detect
 from redline.engine.constants import CONSECUTIVE_FAILURES_END
 from redline.engine.load.sender import OVERLOADED
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
 from redline.engine.run.config import EngineConfig
@@ -45,7 +46,7 @@ def _profile(**knobs):
 
 async def _one(client: httpx.AsyncClient, url: str, api: str, max_tokens: int = 8) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=max_tokens)
-    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, lambda t, n: None)
+    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, RequestEvents())
 
 
 def _truth(url: str) -> tuple[dict, list[dict]]:
@@ -78,14 +79,12 @@ def test_each_in_stream_refusal_is_read_with_its_status_and_message():
     assert R.ERR_SHED in OVERLOADED and R.ERR_SHED in R.ERROR_KINDS
 
 
-def test_an_abort_chunk_takes_the_full_parse_and_both_paths_agree():
-    """The fast path of plain content chunks gives way to the full parse on `"abort"`: a
-    chunk that carries text and its abort is read as both."""
+def test_an_abort_chunk_is_read_as_text_and_abort():
+    """A chunk that carries text and its abort is read as both."""
     payload = b'{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"abort"}]}'
     from redline.engine.client.api_formats import OpenAIDecoder
 
     d = OpenAIDecoder(CHAT)
-    assert d.fast(payload) is None
     ev = d.decode(payload)
     assert ev.abort and ev.content and ev.tokens == 1
 
@@ -171,7 +170,7 @@ def test_a_model_the_server_does_not_list_is_refused_with_the_list():
         async def wrong():
             async with make_client() as c:
                 rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=4)
-                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, lambda t, n: None)
+                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, RequestEvents())
 
         rec = asyncio.run(wrong())
     assert rec.error_kind == R.ERR_HTTP_4XX and rec.error_text == "HTTP 404: The model 'llama-3-70b' does not exist."

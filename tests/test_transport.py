@@ -15,7 +15,7 @@ from collections import Counter
 
 import httpx
 import pytest
-from helpers import ThreadServer, sim_state_async as sim_state, until
+from helpers import CAP8_SIM, ThreadServer, sim_state_async as sim_state, until
 
 import redline.engine.client.transport as transport_mod
 from redline.engine.client import kstamp
@@ -25,6 +25,7 @@ from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
 from redline.engine.loop import wait_within
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
@@ -44,7 +45,7 @@ def fast_sim(shared_sim):
 
 async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, lambda t, n: None)
+    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, RequestEvents())
     return rec
 
 
@@ -153,7 +154,7 @@ async def _running(url: str, pred) -> bool:
 
 
 async def test_engine_abort_on_lean_leaves_server_empty_within_1s(sim_factory):
-    sim = sim_factory("pp-capped")  # 8 running + a queue
+    sim = sim_factory("pp-capped", extra_args=CAP8_SIM)  # 8 running + a queue
     e = Engine(EngineConfig(url=sim.url, concurrency=32, transport="lean", telemetry=False, calibrate=False))
     await e.start()
     try:

@@ -2,7 +2,7 @@
 
 It runs on the engine's own event loop, in the engine's process (under the TUI: the engine's
 child process), and sends the same typed commands (engine/run/commands.py) through the same entry
-point as the keys and the presets (engine/drive/preset_runner.py execute), with the same checks. Each
+point as the keys and the presets (Engine.execute, by the engine's one command table), with the same checks. Each
 command is logged on screen and in events.ndjson as an `api` line naming the client, and the
 engine's own lines for it carry `source: api` and `client` in events.ndjson.
 
@@ -41,6 +41,7 @@ from aiohttp import web
 
 from ..loop import wait_within
 from ..run import commands as C
+from ..run.wiring import with_prometheus
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
@@ -171,15 +172,15 @@ class ControlServer:
         return handle
 
     async def _run(self, request: web.Request, cmd: C.Command) -> Any:
-        """The command through the hosts' entry point; its log lines carry the API as source.
+        """The command through the engine's one command table (the host's: with the preset
+        runner's commands, engine/drive/preset_runner.py new_engine); its log lines carry the API as source.
         A refusal of the engine (a ValueError: a value it does not take) is a 400; a command
         that cannot apply now (RuntimeError) a 409."""
         e = self.engine
-        execute = e.dispatch  # the hosts' entry point (engine/drive/preset_runner.py execute): set by the host
         ev = e.events
         ev.source = {"source": SOURCE, "client": client(request)}
         try:
-            res = execute(e, cmd)
+            res = e.execute(cmd)
             if asyncio.iscoroutine(res):
                 res = await asyncio.shield(res)
             return res
@@ -425,7 +426,7 @@ class ControlServer:
         want = body.get("on")
         if want is not None and not isinstance(want, bool):
             raise Refused(400, f"on {want!r}: expected true or false")
-        now = e.lane is not None and e.lane.on
+        now = e.load.lane is not None and e.load.lane.on
         if want is not None and want == now:
             return {"line": f"probe lane already {'on' if now else 'off'}", "on": now}
         on = await self._run(request, C.ToggleLane())
@@ -465,8 +466,8 @@ class ControlServer:
 
 
 def request_stop(engine: Engine, reason: str) -> None:
-    """The host's way to end the session (engine.on_stop_request), else stop the engine here."""
-    cb = getattr(engine, "on_stop_request", None)
+    """The host's way to end the session (engine.steering.on_stop_request), else stop the engine here."""
+    cb = engine.steering.on_stop_request
     if cb is not None:
         cb(reason)
     else:
@@ -483,9 +484,9 @@ async def start_engine(engine: Engine) -> None:
     if cfg.control is None:
         return
     try:
-        engine.control = ControlServer(engine, cfg.control, cfg.control_token)
-        engine.recorder.prom = engine.control.metrics
-        await engine.control.start()
+        control = engine.steering.control = ControlServer(engine, cfg.control, cfg.control_token)
+        with_prometheus((t.sender.events for t in engine.targets), engine.recorder, control.metrics)
+        await control.start()
     except asyncio.CancelledError:
         raise
     except BaseException:
