@@ -381,6 +381,7 @@ def test_a_token_every_round_of_the_stages():
     assert big.steady_throughput(512) > 2.5 * p.steady_throughput(512)
 
 
+@pytest.mark.server
 def test_the_seeds_sweep_mb_8_against_64(tmp_path):
     """Done when: `redline sweep` over the pp sim's micro-batch (a pool of 512, so that mb=64
     may run more than 64) tells the seed's story: mb=8 runs 64 requests at low tok/s with the
@@ -397,7 +398,8 @@ def test_the_seeds_sweep_mb_8_against_64(tmp_path):
     import subprocess
 
     p = subprocess.Popen([*redline_command(), "sweep", "--serve", serve, "--grid", "mb=8|64", "--preset", str(preset),
-                          "--headless", "--no-nvml", "--out", str(tmp_path / "sw")], cwd=ROOT, env={**os.environ, "CI": "true"},
+                          "--headless", "--no-nvml", "--workers", "1", "--out", str(tmp_path / "sw")], cwd=ROOT,
+                         env={**os.environ, "CI": "true"},
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     rc, out, err = finish(p, timeout=180)
     assert rc == 0, (out, err)

@@ -109,7 +109,7 @@ def _sweep(tmp_path: Path, *grids: str, extra: tuple[str, ...] = ()) -> subproce
     preset = tmp_path / "p.toml"
     preset.write_text(PRESET)
     argv = [*redline_command(), "sweep", "--serve", f"{SERVE} --seed {_tag(tmp_path)}", *[a for g in grids for a in ("--grid", g)], "--preset", str(preset),
-            "--headless", "--no-nvml", "--out", str(tmp_path / "out"), *extra]
+            "--headless", "--no-nvml", "--workers", "1", "--out", str(tmp_path / "out"), *extra]
     return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "CI": "true"}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 

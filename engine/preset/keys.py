@@ -4,17 +4,17 @@ above it.
 
 A key that is a field of a spec dataclass (spec.py) is declared on that field:
 
-    input_len: int = setting(DEFAULT_INPUT_LEN, Int(hi=MAX_LEN), "prompt tokens per request (random dataset)",
-                             flag="--input-len")
+    input_len: int = setting(DEFAULT_INPUT_LEN, Int(hi=MAX_COUNT), "prompt tokens per request (random dataset)",
+                             flag="--input-len", always=True)
 
 and one whose value lands elsewhere (a [stop] rule, the [ramp] form keys) is a `Key` in its
-table's tuple (tables.py, ramp_forms.py). From these declarations come the reading of the table
-(tables.py `read_keys`, with its one-line errors), its writing (toml_out.py), the keys a table
-accepts, and the key tables of docs/presets.md (`markdown_rows`; tests/test_preset_keys.py holds
-the two equal).
+table's tuple (tables.py, ramp_forms.py). From these declarations come the reading of a table
+(`read_keys`, with its one-line errors), its writing (`write_keys`, toml_out.py), the keys a
+table accepts (parse.py), and the key tables of docs/presets.md (`markdown_rows`;
+tests/test_preset_keys.py holds the two equal).
 
 Each kind checks a value through the typed getters of fields.py, so that its refusal reads
-`FILE: [TABLE].KEY: expected WHAT, got VALUE`; `doc` is the type column of the docs' table.
+`FILE: [TABLE].KEY: expected WHAT, got VALUE`; `describe()` is the type column of the docs' table.
 """
 
 from __future__ import annotations
