@@ -66,8 +66,7 @@ def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
         sends: dict[int, float] = {}
         end = t0 + 3
         while time.perf_counter() < end:  # each request lasts > 1.3 s: none is missed
-            assert e.sender is not None
-            for rid, rec in list(e.sender.in_flight.items()):
+            for rid, rec in list(e.targets.sender.in_flight.items()):
                 if rec.t_send >= t0:
                     sends[rid] = rec.t_send
             await asyncio.sleep(0.005)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
         DEFAULT_TRANSPORT,
+        MAX_SEED,
         MIN_LIVE_STEP_S,
         TIMELINE_INTERVAL_S,
         TRANSPORTS,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from .control.address import ControlError, check_control
     from .control.http_api import start_engine
     from .drive.estimate import duration_text
-    from .drive.preset_runner import RunOutcome, execute, run_preset
+    from .drive.preset_runner import RunOutcome, new_engine, run_preset
     from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from .sweep.server_proc import free_port
     from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
     from .sweep.table import format_answers, format_sweep
-    from .text import closest
+    from .text import closest, one_line
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
@@ -95,7 +96,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".run.config": ("EngineConfig",),
     ".constants": (
         "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MAX_SEED", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S",
+        "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
@@ -109,7 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".preset.workload_fit": ("preset_workload_change",),
-    ".drive.preset_runner": ("RunOutcome", "execute", "run_preset"),
+    ".drive.preset_runner": ("RunOutcome", "new_engine", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
@@ -135,7 +137,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sweep.server_proc": ("free_port",),
     ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
     ".sweep.table": ("format_answers", "format_sweep"),
-    ".text": ("closest",),
+    ".text": ("closest", "one_line"),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("Plan", "auto_plan", "kernel_stamped", "usable_cores"),
 }

@@ -19,7 +19,7 @@ import gc
 import signal
 import threading
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
@@ -43,12 +43,10 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from .drive.preset_runner import execute
-        from .run.engine import Engine
+        from .drive.preset_runner import new_engine
 
         self.config = config
-        self.engine = Engine(config)
-        self.engine.dispatch = execute
+        self.engine = new_engine(config)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._run, name="redline-engine", daemon=True)
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -112,10 +110,8 @@ class EngineThread:
         return asyncio.run_coroutine_threadsafe(_run_command(self.engine, cmd), self._loop)
 
 
-async def _run_command(engine: Engine, cmd: C.Command) -> Any:
-    from .drive.preset_runner import execute
-
-    res = execute(engine, cmd)
+async def _run_command(engine: Engine, cmd: C.Command) -> object:
+    res = engine.execute(cmd)
     if asyncio.iscoroutine(res):
         res = await res
     return res
@@ -163,11 +159,9 @@ def freeze_heap() -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
-    from .drive.preset_runner import execute
-    from .run.engine import Engine
+    from .drive.preset_runner import new_engine
 
-    engine = Engine(config)
-    engine.dispatch = execute
+    engine = new_engine(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     reason = ["quit"]
@@ -182,7 +176,7 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
         reason[0] = why
         stop.set()
 
-    engine.on_stop_request = on_stop_request
+    engine.steering.on_stop_request = on_stop_request
     # a SIGTERM during the start (a target that never answers, the parent's reap after its start
     # timeout) ends the start: nothing waits for a start to finish before stopping its load
     from .control.http_api import start_engine
@@ -201,7 +195,7 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
         await engine.stop("start failed")
         conn.send(("error", exc.__class__.__name__, str(exc)))
         return
-    engine.subscribe(lambda snap: _send(conn, ("snapshot", snap)))
+    engine.publisher.subscribe(lambda snap: _send(conn, ("snapshot", snap)))
     conn.send(("ready", engine.snapshot))
     freeze_heap()  # start-up is over: what it built lives as long as the process
 

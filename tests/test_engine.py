@@ -16,6 +16,7 @@ from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
@@ -142,7 +143,7 @@ async def test_apis_report_the_same_tokens(sim_factory):
     try:
         for api in (CHAT, COMPLETIONS, GENERATE):
             rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, lambda t, n: None)
+            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, RequestEvents())
             assert rec.status == R.OK, rec.error_text
             assert rec.usage_reported
             got[api] = rec

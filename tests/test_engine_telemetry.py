@@ -59,7 +59,7 @@ async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path)
         await e.stop()
     events = (tmp_path / "s" / "events.ndjson").read_text()
     assert "server cap" in events
-    rows = [r for r in e.history if r.get("server_running") is not None]
+    rows = [r for r in e.ticker.history if r.get("server_running") is not None]
     assert rows and rows[-1]["gpu7_power_w"] > 0
     # the rows at C=96 carry the server's queue (the last row may be the stop's, after the
     # load was cancelled and the queue emptied)

@@ -17,6 +17,7 @@ from redline.engine.client.server_watch import ServerWatch
 from redline.engine.load.controller import Controller
 from redline.engine.load.sender import FAST_FAIL_S, Sender
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.rules.verdicts import STEP_JUDGE
@@ -88,7 +89,7 @@ def _sender() -> Sender:
     """A Sender whose requests end as their prompt says: "ok" or an error kind (no network)."""
     s = Sender.__new__(Sender)
     s._free, s.backing_off, s.in_flight, s.cursor = [], 0, {}, {}
-    s._on_overload = lambda kind: None
+    s.events = RequestEvents()  # no one listens: `overloaded` fires to nobody
 
     async def send(prompt, max_tokens, expected, phase=None, **_):
         kind = prompt
@@ -301,7 +302,7 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
 
     def setup():
         clock = Clock.now()
-        book = StepBook(clock, lambda res: None, judge=STEP_JUDGE)
+        book = StepBook(clock, judge=STEP_JUDGE)
         rec = Recorder(LiveMetrics(), book, EventLog(), clock)
         step = book.open_step(len(streams), "ramp", 100.0)
         recs = {i: RequestRecord(rid=i, phase="ramp", step=step.index, concurrency=len(streams), t_send=100.0) for i in range(len(streams))}
@@ -350,7 +351,7 @@ def test_a_closing_result_holds_what_ended_by_the_close_by_its_stamps():
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
 
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     acc = book.open_step(3, "measure", 5.0)
     recs = [RequestRecord(rid=i, phase="measure", step=acc.index, concurrency=3, t_send=6.0) for i in (1, 2, 3)]
     for r in recs:

@@ -17,7 +17,7 @@ from redline.engine.rules.verdicts import STEP_JUDGE
 
 
 def _book(slo: Slo | None = None) -> StepBook:
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     book.slo = slo
     return book
 

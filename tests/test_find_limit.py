@@ -170,7 +170,7 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
         await e.start()
         try:
             # 5 clean seconds at 32: the last good C (bounded; it took 7 s of sleep before)
-            assert await until(lambda: e.guard.last_good == 32, 15.0), e.guard.last_good
+            assert await until(lambda: e.ticker.guard.last_good == 32, 15.0), e.ticker.guard.last_good
             e.set_concurrency(80)
             t0 = _t.monotonic()
             while e.controller.target != 32 and _t.monotonic() - t0 < 20:

@@ -32,6 +32,7 @@ from redline.engine.client.api_formats import APIS, CHAT, COMPLETIONS, GENERATE,
 from redline.engine.client.request import run_request
 from redline.engine.client.sse import DONE, SSEDecoder
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.preset import PresetError, load_preset
 
@@ -207,7 +208,7 @@ def replay(api: str, pieces: list[bytes], status: int = 200, clock=None, api_key
     async def go() -> RequestRecord:
         rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
         async with mock_client(status, pieces, api_key) as client:
-            return await run_request(client, "http://test/x", api, {}, rec, lambda t, n: tokens.append((t, n)))
+            return await run_request(client, "http://test/x", api, {}, rec, RequestEvents(tokens=lambda t, n: tokens.append((t, n))))
 
     if clock is None:
         return asyncio.run(go()), tokens

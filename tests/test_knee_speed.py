@@ -93,7 +93,7 @@ def test_turnover_counts_the_previous_loads_requests_and_a_point_measured_again_
     """StepBook: a step opened with 3 of another load in flight turns over when those 3 ended
     (its own warm-up requests ending do not count, nor the probe lane's); the next step at the
     same load waits only for what the first had left; a step at a new load counts afresh."""
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     a = book.open_step(8, "measure", measure=False, in_flight=3)
     assert a.foreign == 3 and not a.turned_over
     book.on_end(_rec(1, a.index, 8, "warmup"))  # its own: no turnover
@@ -175,7 +175,7 @@ def test_a_step_is_steady_only_after_its_plans_whole_seconds_and_never_under_two
 
     from redline.engine.constants import STEADY_MIN_S
 
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     acc = book.open_step(8, "measure", t=100.0)
     acc.per_second = [500.0] * 3
     assert STEADY_MIN_S == 4 and not acc.steady(103.5)  # 3 whole seconds of 4

@@ -37,7 +37,7 @@ specs = st.builds(Spec, st.floats(0.0, 9.0), st.floats(0.01, 3.0), st.floats(0.0
 
 def _run(requests: list[Spec], slo: Slo) -> tuple[StepResult, StepResult]:
     """(the closing result, the final one) of a step fed `requests`."""
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     book.slo = slo
     acc = book.open_step(len(requests), "measure", T0)
     recs = []

@@ -25,6 +25,7 @@ from redline.engine.client.target import TargetUnreachable, detect
 from redline.engine.constants import CONSECUTIVE_FAILURES_END
 from redline.engine.load.sender import OVERLOADED
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
 from redline.engine.run.config import EngineConfig
@@ -45,7 +46,7 @@ def _profile(**knobs):
 
 async def _one(client: httpx.AsyncClient, url: str, api: str, max_tokens: int = 8) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=max_tokens)
-    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, lambda t, n: None)
+    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, RequestEvents())
 
 
 def _truth(url: str) -> tuple[dict, list[dict]]:
@@ -169,7 +170,7 @@ def test_a_model_the_server_does_not_list_is_refused_with_the_list():
         async def wrong():
             async with make_client() as c:
                 rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=4)
-                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, lambda t, n: None)
+                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, RequestEvents())
 
         rec = asyncio.run(wrong())
     assert rec.error_kind == R.ERR_HTTP_4XX and rec.error_text == "HTTP 404: The model 'llama-3-70b' does not exist."

@@ -38,6 +38,7 @@ from redline.engine.client.api_formats import CHAT, PATHS, build_body
 from redline.engine.client.http import TRANSPORTS, make_client
 from redline.engine.client.request import run_request
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
 from redline.engine.run.config import EngineConfig
@@ -280,7 +281,7 @@ async def test_server_that_hangs_up_is_gone_and_comes_back(tmp_path):
 # -- one request: every transport maps each fault to the same kind ------------------------
 async def one(client: httpx.AsyncClient, url: str) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-    return await run_request(client, url + PATHS[CHAT], CHAT, build_body(CHAT, "m", "hi", 8), rec, lambda t, n: None)
+    return await run_request(client, url + PATHS[CHAT], CHAT, build_body(CHAT, "m", "hi", 8), rec, RequestEvents())
 
 
 async def _hang_up_at_once(reader, writer) -> None:

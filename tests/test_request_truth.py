@@ -35,6 +35,7 @@ from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import Stamped
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 
 MODEL = "redline-sim-70b"
@@ -139,7 +140,7 @@ async def _two_streams_first_token_spread(transport: str, monkeypatch) -> float:
         client = make_client(transport=transport)
         recs = [new_rec(), new_rec()]
         try:
-            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, lambda t, n: None)) for r in recs]
+            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestEvents())) for r in recs]
             for _ in range(200):
                 if len(srv.requests) == 2:
                     break
@@ -343,7 +344,7 @@ async def test_generate_multi_token_chunks_itl_as_bench_serving():
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[GENERATE], GENERATE, {}, rec, lambda t, n: None)
+            await run_request(client, srv.url + PATHS[GENERATE], GENERATE, {}, rec, RequestEvents())
         finally:
             await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -373,7 +374,7 @@ async def test_generate_spread_itl_matches_the_sims_send_stamps(sim_factory):
     rec = new_rec()
     try:
         await run_request(client, sim.url + PATHS[GENERATE], GENERATE, build_body(GENERATE, MODEL, PROMPT, 40), rec,
-                          lambda t, n: None, lags.append, wall_offset)
+                          RequestEvents(lag=lags.append), wall_offset)
     finally:
         await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -395,7 +396,7 @@ async def test_openai_streams_keep_one_gap_per_chunk(sim_factory):
     try:
         for api in (CHAT, COMPLETIONS):
             rec = new_rec()
-            await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 12), rec, lambda t, n: None)
+            await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 12), rec, RequestEvents())
             assert rec.status == R.OK and not rec.spread_itl
             assert list(rec.chunk_tokens) == [3, 3, 3, 3]  # exact, from continuous usage
             assert rec.itls() == rec.chunk_gaps() and len(rec.itls()) == 3
@@ -442,8 +443,7 @@ async def test_reasoning_ttft_at_first_thought_ttfat_at_first_answer(with_usage)
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: calls.append(("tokens", t)),
-                              on_first=on_first)
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: calls.append(("tokens", t)), first_token=on_first))
         finally:
             await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -467,7 +467,7 @@ async def test_on_first_once_per_request_against_the_sim(healthy_sim):
             seen: list[RequestRecord] = []
             rec = new_rec()
             await run_request(client, healthy_sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 6), rec,
-                              lambda t, n: None, on_first=seen.append)
+                              RequestEvents(first_token=seen.append))
             assert rec.status == R.OK and seen == [rec]
             assert rec.t_first == rec.chunk_times[0] and rec.t_first_answer == rec.t_first  # no reasoning here
     finally:
@@ -484,7 +484,7 @@ async def test_continuous_usage_credits_exact_deltas_per_chunk(sim_factory, api)
         rec = new_rec()
         body = build_body(api, MODEL, PROMPT, 10)
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-        await run_request(client, sim.url + PATHS[api], api, body, rec, lambda t, n: credits.append((t, n)))
+        await run_request(client, sim.url + PATHS[api], api, body, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
         assert rec.status == R.OK, rec.error_text
         assert [n for _, n in credits] == [3, 3, 3, 1]  # as they arrived, not 1 per chunk
         assert [t for t, _ in credits] == list(rec.chunk_times)  # each at its own chunk's read
@@ -494,7 +494,7 @@ async def test_continuous_usage_credits_exact_deltas_per_chunk(sim_factory, api)
         credits.clear()
         rec2 = new_rec()
         await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 10, continuous_usage=False), rec2,
-                          lambda t, n: credits.append((t, n)))
+                          RequestEvents(tokens=lambda t, n: credits.append((t, n))))
         assert rec2.output_tokens == 10 and list(rec2.chunk_tokens) == [1, 1, 1, 1]
         # one call per read (its events' tokens summed): the usage chunk's 6 lands with the
         # last content chunk's 1 when one read brought both, else at a read of its own
@@ -531,7 +531,7 @@ async def test_continuous_usage_on_a_vllm_shaped_stream_with_held_back_tokens():
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append(n))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append(n)))
         finally:
             await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -564,12 +564,12 @@ async def test_refused_continuous_usage_is_recognised_and_the_body_rebuilt():
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3), rec, lambda t, n: None)
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3), rec, RequestEvents())
             assert rec.status == R.FAILED and rec.http_status == 400 and rec.error_kind == R.ERR_HTTP_4XX
             assert continuous_usage_refused(rec.http_status, rec.error_text), rec.error_text
             rec2 = new_rec()
             await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3, continuous_usage=False), rec2,
-                              lambda t, n: None)
+                              RequestEvents())
             assert rec2.status == R.OK and rec2.output_tokens == 3, rec2.error_text
         finally:
             await client.aclose()

@@ -31,7 +31,7 @@ class _Gone:
 def _states(weights, gone=()):
     out = []
     for i, w in enumerate(weights):
-        stats = TargetStats(f"http://h{i}", None)  # type: ignore[arg-type]
+        stats = TargetStats(f"http://h{i}")
         stats.watch = _Gone(i in gone)  # type: ignore[assignment]
         out.append(TargetState(i, None, None, None, stats, w))  # type: ignore[arg-type]
     return out

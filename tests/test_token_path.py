@@ -27,6 +27,7 @@ from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import BODY_EXTENSION
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -91,7 +92,7 @@ async def test_bytes_that_keep_coming_are_not_a_read_timeout():
         client = make_client(transport="lean", request_timeout=0.5)
         try:
             rec = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: None)
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents())
         finally:
             await client.aclose()
     assert rec.status == R.OK, rec.error_text
@@ -108,7 +109,7 @@ async def test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived():
         try:
             rec = new_rec()
             t0 = time.perf_counter()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append((t, n)))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
             waited = time.perf_counter() - t0
         finally:
             await client.aclose()
@@ -142,7 +143,7 @@ async def test_pump_and_iterator_give_the_same_record(monkeypatch):
         if not pump:  # the response without its body extension: run_request iterates aiter_raw
             _without_body_extension(client, monkeypatch)
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append((t, n)))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
         finally:
             await client.aclose()
         return rec, credits
@@ -175,9 +176,9 @@ async def test_a_listener_that_raises_fails_the_request_and_closes_the_connectio
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            out = await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, on_tokens)
+            out = await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=on_tokens))
             ok = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, ok, lambda t, n: None)
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, ok, RequestEvents())
         finally:
             await client.aclose()
     assert out is rec and rec.status == R.FAILED and rec.error_kind == R.ERR_OTHER
@@ -203,7 +204,7 @@ async def test_an_event_past_the_size_limit_stops_reading(monkeypatch):
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            await asyncio.wait_for(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: None), 5)
+            await asyncio.wait_for(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents()), 5)
         finally:
             await client.aclose()
     assert rec.status == R.FAILED and rec.error_kind == R.ERR_MALFORMED, rec.error_text
@@ -246,7 +247,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
             _without_body_extension(client, monkeypatch)
         recs = [new_rec() for _ in range(n)]
         try:
-            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, lambda t, k: None)) for r in recs]
+            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestEvents())) for r in recs]
             for _ in range(500):  # every stream has its first event
                 if all(r.chunk_times for r in recs):
                     break
@@ -340,7 +341,7 @@ async def test_a_continuous_usage_stream_records_what_the_full_parse_records(mon
         rec = new_rec()
         client = make_client(transport="lean")
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, lambda t, n: credits.append(n))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append(n)))
         finally:
             await client.aclose()
         return rec, credits

@@ -25,6 +25,7 @@ from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
 from redline.engine.loop import wait_within
 from redline.engine.measure import records as R
+from redline.engine.measure.events import RequestEvents
 from redline.engine.measure.records import RequestRecord
 from redline.engine.run.config import EngineConfig
 from redline.engine.run.engine import Engine
@@ -44,7 +45,7 @@ def fast_sim(shared_sim):
 
 async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, lambda t, n: None)
+    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, RequestEvents())
     return rec
 
 

@@ -217,7 +217,7 @@ async def test_server_gone_clears_the_overload_warning(sim_factory, tmp_path):
         app = RedlineApp(host, step=8)
         async with app.run_test(size=(80, 24)) as pilot:
             engine = host.engine
-            host._loop.call_soon_threadsafe(engine._overloaded, "http_503")
+            host._loop.call_soon_threadsafe(engine.targets.overloaded, "http_503")
             assert await settle(pilot, lambda: any("overloaded" in w for w in host.snapshot.warnings), 3.0)
             sim.stop()
             assert await settle(pilot, lambda: host.snapshot.state == "server gone", 15.0)

@@ -180,7 +180,7 @@ def test_decoding_after_the_close_never_enters_the_step():
     inside it, then at 100 ms under the next load, and end at 40. Their TPOT is the window's
     20 ms, their E2E a bound (9 s, their age at the close), their TTFT their own; with
     tpot<=40 ms both meet the SLO (judged at the close), though their whole TPOT is ~ 47 ms."""
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     book.slo = Slo(tpot_ms=40)
     acc = book.open_step(2, "measure", 10.0)
     recs = [_rec(i, acc.index, 11.0) for i in (1, 2)]
@@ -213,7 +213,7 @@ def test_a_step_with_no_own_send_takes_its_warm_up_sends_as_stand_ins():
     """C=4 opened at t=0 from nothing: its four sends go out in warm-up; measuring starts at
     t=2; the outputs outlive the step (closed at 10), so none of its own went out. Its TTFT,
     TPOT and E2E bound come from those four, and it says so."""
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     acc = book.open_step(4, "measure", 0.0, measure=False)
     recs = [_rec(i, acc.index, 0.0 + i * 0.01, phase="warmup") for i in range(4)]
     for i, r in enumerate(recs):
@@ -228,7 +228,7 @@ def test_a_step_with_no_own_send_takes_its_warm_up_sends_as_stand_ins():
 
 
 def test_a_probe_has_no_stand_ins():
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     acc = book.open_step(1, "probe", 0.0, measure=False, warmup_requests=1)
     r = _rec(1, acc.index, 0.0, phase="warmup")
     book.on_send(r)
@@ -238,7 +238,7 @@ def test_a_probe_has_no_stand_ins():
 
 
 def test_a_short_outputs_step_keeps_its_own_requests():
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     acc = book.open_step(2, "measure", 0.0, measure=False)
     w = _rec(1, acc.index, 0.0, phase="warmup")
     book.on_send(w)
@@ -260,7 +260,7 @@ def test_live_goodput_never_exceeds_live_throughput():
     26 readings and could never exceed throughput.) Each end reaches the step book first, for
     its one verdict, then the live window (engine/run/recording.py)."""
     m = LiveMetrics()
-    book = StepBook(Clock.now(), on_result=lambda r: None, judge=STEP_JUDGE)
+    book = StepBook(Clock.now(), judge=STEP_JUDGE)
     m.slo = book.slo = Slo(ttft_ms=2000, itl_ms=100)
     t = 100.0
     rid = 0

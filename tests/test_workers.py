@@ -171,9 +171,9 @@ async def test_one_process_and_every_worker_hold_the_load_with_one_class(sim_fac
     e = Engine(EngineConfig(url=sim.url, concurrency=2, workload=WorkloadConfig(input_len=16, output_len=8), use_nvml=False))
     await e.start()
     try:
-        assert type(e.holder) is LoadHolder and e.controller._launch == e.holder.one
+        assert type(e.load.holder) is LoadHolder and e.controller._launch == e.load.holder.one
         await e.set_workload(WorkloadChange(output_len=12))
-        assert e.holder.workload.output_len == 12 and e.holder.source is e.source
+        assert e.load.holder.workload.output_len == 12 and e.load.holder.source is e.load.source
         w = Worker(worker_spec(e), None)
         try:
             assert type(w.holder) is LoadHolder and w.ctl._launch == w.holder.one

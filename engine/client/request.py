@@ -6,7 +6,7 @@ arrived together). The lean transport stamps each read with the kernel's receive
 parsing) and hands (stamp, bytes) to this module's per-read path (`_Stream.feed`)
 from a loop callback (`_Body.pump`: no wake-up of the request's task per read), so a slow
 parse of one stream never delays another stream's timestamp; other transports get
-perf_counter() when the read reaches this loop. A read's tokens reach `on_tokens` in one call. TTFT ends at the first event with a token of any kind
+perf_counter() when the read reaches this loop. A read's tokens reach its `tokens` event (engine/measure/events.py) in one call. TTFT ends at the first event with a token of any kind
 (reasoning or answer), `t_first_answer` at the first answer token; chunk gaps are between
 content events (RequestRecord.itls() spreads them per token on SGLang /generate, as
 bench_serving does). Output tokens are credited as they arrive: the exact delta of the
@@ -34,6 +34,7 @@ import httpx
 
 from ..constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
 from ..measure import records as R
+from ..measure.events import RequestEvents
 from ..measure.records import RequestRecord
 from ..text import one_line
 from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
@@ -41,11 +42,12 @@ from . import fast_path
 from .sse import DONE, SSEDecoder, too_big
 from .transport import BODY_EXTENSION
 
-# on_tokens(t, output_tokens) is called as tokens arrive (live throughput);
-# on_lag(lag_s) with (receive wall time - server send time) when the server stamps chunks.
+# a request's events as the per-read path fires them (engine/measure/events.py RequestEvents):
+# tokens(t, output_tokens) as tokens arrive (live throughput); lag(lag_s) with (receive wall
+# time - server send time) when the server stamps chunks; first_token(rec) once, when
+# rec.t_first (the first token of any kind) is set.
 TokensCallback = Callable[[float, int], None]
 LagCallback = Callable[[float], None]
-# on_first(rec) once, when rec.t_first (the first token of any kind) is set.
 FirstCallback = Callable[[RequestRecord], None]
 
 
@@ -379,20 +381,22 @@ async def run_request(
     api: str,
     body: dict,
     rec: RequestRecord,
-    on_tokens: TokensCallback,
-    on_lag: LagCallback | None = None,
+    events: RequestEvents,
     wall_offset: float = 0.0,
-    *,
-    on_first: FirstCallback | None = None,
 ) -> RequestRecord:
     """Send, stream, record. Never raises except CancelledError (then rec is CANCELLED).
 
-    `on_tokens(t, n)`: n output tokens arrived at t (exact deltas where the server counts,
-    provisional otherwise; the exact total is settled by the end).
-    `on_first(rec)`: called once, right when rec.t_first is set (first token of any kind).
+    Fires `events` (engine/measure/events.py), each hook's subscribers as they stand now:
+    `tokens(t, n)`: n output tokens arrived at t (exact deltas where the server counts,
+    provisional otherwise; the exact total is settled by the end); `first_token(rec)`: once,
+    right when rec.t_first is set (first token of any kind); `lag(s)`: a chunk's receive wall
+    time - the server's send stamp, computed only when someone listens.
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
+    on_tokens: TokensCallback = events.tokens.fire
+    on_lag: LagCallback | None = events.lag.fire if events.lag else None
+    on_first: FirstCallback | None = events.first_token.fire if events.first_token else None
     decode = make_decoder(api) if rec.answer is None else make_decoder(api, text=True)
     stream = _Stream(rec, decode, api == GENERATE, client, on_tokens, on_lag, wall_offset, on_first,
                      fast_path.splitter(api, text=rec.answer is not None))

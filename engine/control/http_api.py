@@ -2,7 +2,7 @@
 
 It runs on the engine's own event loop, in the engine's process (under the TUI: the engine's
 child process), and sends the same typed commands (engine/run/commands.py) through the same entry
-point as the keys and the presets (engine/drive/preset_runner.py execute), with the same checks. Each
+point as the keys and the presets (Engine.execute, by the engine's one command table), with the same checks. Each
 command is logged on screen and in events.ndjson as an `api` line naming the client, and the
 engine's own lines for it carry `source: api` and `client` in events.ndjson.
 
@@ -25,8 +25,8 @@ with 400 (bad JSON, a bad value), 401 (token), 404 (path), 405 (method), 409 (no
 probe to restore, the engine stopping), 413 (body over 64 kB). Nothing a client sends can
 raise out of a handler: an unexpected error is a 500 and a log line, and the load goes on.
 
-This module is the server and its handlers; control_wire.py holds the wire (replies,
-refusals, bodies, SSE framing) and control_status.py what GET /v1/status answers. Their
+This module is the server and its handlers; replies.py holds the wire (replies,
+refusals, bodies, SSE framing) and status_json.py what GET /v1/status answers. Their
 names are importable from here too.
 """
 
@@ -41,16 +41,18 @@ from aiohttp import web
 
 from ..loop import wait_within
 from ..run import commands as C
+from ..run.wiring import with_prometheus
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
 from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
+    from ..preset import Preset
     from ..run.engine import Engine
 
 __all__ = [
-    "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
+    "ControlServer", "Refused", "clean", "client", "describe", "flag", "read_json",
     "refusal", "reply", "request_stop", "sse", "status_of", "step_of", "value",
 ]
 
@@ -170,15 +172,15 @@ class ControlServer:
         return handle
 
     async def _run(self, request: web.Request, cmd: C.Command) -> Any:
-        """The command through the hosts' entry point; its log lines carry the API as source.
+        """The command through the engine's one command table (the host's: with the preset
+        runner's commands, engine/drive/preset_runner.py new_engine); its log lines carry the API as source.
         A refusal of the engine (a ValueError: a value it does not take) is a 400; a command
         that cannot apply now (RuntimeError) a 409."""
         e = self.engine
-        execute = e.dispatch  # the hosts' entry point (engine/drive/preset_runner.py execute): set by the host
         ev = e.events
         ev.source = {"source": SOURCE, "client": client(request)}
         try:
-            res = execute(e, cmd)
+            res = e.execute(cmd)
             if asyncio.iscoroutine(res):
                 res = await asyncio.shield(res)
             return res
@@ -346,12 +348,18 @@ class ControlServer:
         out["line"] = f"knee search from C={start} up to {max(start, top)}"
         return out
 
-    async def _start_preset(self, request: web.Request, preset) -> dict:
+    async def _start_preset(self, request: web.Request, preset: Preset) -> dict:
+        from ..preset import PresetError
+        from ..preset.workload_fit import preset_workload_change
+
         e = self.engine
         top = max(preset.ramp.concurrency, default=0)
         if top > e.controller.max_concurrency:
             raise Refused(400, f"preset {preset.name} steps up to C={top}, above --max-concurrency {e.controller.max_concurrency}")
-        change = preset_change(preset, e.config.workload.describe())
+        try:  # what the TUI's p refuses, in its words: a trace, turns, request shaping that differs
+            change = preset_workload_change(preset, e.config.workload.describe())
+        except PresetError as exc:
+            raise Refused(409, str(exc)) from None
         if change is not None:
             await self._run(request, C.SetWorkload(change))
         await self._run(request, C.StartPreset(preset))
@@ -418,7 +426,7 @@ class ControlServer:
         want = body.get("on")
         if want is not None and not isinstance(want, bool):
             raise Refused(400, f"on {want!r}: expected true or false")
-        now = e.lane is not None and e.lane.on
+        now = e.load.lane is not None and e.load.lane.on
         if want is not None and want == now:
             return {"line": f"probe lane already {'on' if now else 'off'}", "on": now}
         on = await self._run(request, C.ToggleLane())
@@ -458,35 +466,12 @@ class ControlServer:
 
 
 def request_stop(engine: Engine, reason: str) -> None:
-    """The host's way to end the session (engine.on_stop_request), else stop the engine here."""
-    cb = getattr(engine, "on_stop_request", None)
+    """The host's way to end the session (engine.steering.on_stop_request), else stop the engine here."""
+    cb = engine.steering.on_stop_request
     if cb is not None:
         cb(reason)
     else:
         asyncio.ensure_future(engine.stop(reason))
-
-
-def preset_change(preset, current: dict):
-    """The WorkloadChange giving the session the preset's [workload], None when it has it
-    (the TUI's preset_workload_change, here in the engine). Refused for a trace or turns."""
-    from ..workload.change import WorkloadChange
-
-    w = preset.workload
-    trace = getattr(w, "trace", None)
-    if (trace or None) != (current.get("trace") or None):
-        raise Refused(409, f"preset {preset.name}: {'replays a trace' if trace else 'has no trace and this session replays one'}; start it with `redline run {preset.name}`")
-    turns = getattr(w, "turns", 1)
-    if turns != current.get("turns", 1):
-        raise Refused(409, f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}; start it with `redline run {preset.name}`")
-    if trace:
-        return None
-    prefix = w.dataset.startswith("prefix:")
-    change = WorkloadChange(
-        input_len=w.input_len if w.input_len != current.get("input_len") and not prefix else None,
-        output_len=w.output_len if w.output_len != current.get("output_len") else None,
-        dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
-    )
-    return None if change.empty else change
 
 
 async def start_engine(engine: Engine) -> None:
@@ -499,9 +484,9 @@ async def start_engine(engine: Engine) -> None:
     if cfg.control is None:
         return
     try:
-        engine.control = ControlServer(engine, cfg.control, cfg.control_token)
-        engine.recorder.prom = engine.control.metrics
-        await engine.control.start()
+        control = engine.steering.control = ControlServer(engine, cfg.control, cfg.control_token)
+        with_prometheus((t.sender.events for t in engine.targets), engine.recorder, control.metrics)
+        await control.start()
     except asyncio.CancelledError:
         raise
     except BaseException:

@@ -1,17 +1,20 @@
 """GET /v1/status (engine/control/http_api.py): the engine's latest Snapshot as JSON.
 
-`engine` is the running Engine; it is read, never changed (typed loosely so that this module
-does not import the engine core back).
+`engine` is the running Engine; it is read, never changed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..rules.verdicts import summary_knee
 
+if TYPE_CHECKING:
+    from ..measure.step_result import StepResult
+    from ..run.engine import Engine
 
-def status_of(engine: Any, url: str = "") -> dict:
+
+def status_of(engine: Engine, url: str = "") -> dict[str, Any]:
     """GET /v1/status: the engine's latest Snapshot as JSON; the live figures carry the names
     of the timeline rows (docs/session-format.md#timelinendjson)."""
     s = engine.snapshot
@@ -75,11 +78,11 @@ def status_of(engine: Any, url: str = "") -> dict:
     }
 
 
-def step_of(engine: Any, result: Any) -> dict | None:
+def step_of(engine: Engine, result: StepResult | None) -> dict[str, Any] | None:
     """The step open now: index, phase, concurrency, and its figures so far (refreshed once a
     second; null in its first second)."""
     book = engine.book
-    acc = book.live or getattr(book, "current", None)
+    acc = book.live or book.current
     if acc is None and result is None:
         return None
     src = acc if acc is not None else result

@@ -26,7 +26,9 @@ from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
 from ..run import commands as C
-from ..run.engine import Engine
+from ..run.config import EngineConfig
+from ..run.engine import COMMANDS as ENGINE_COMMANDS, Engine
+from ..run.steering import Handler
 from ..telemetry.client_doubt import client_doubted
 from .probe import run_probe
 from .ramp_record import RampRecord, RunOutcome
@@ -35,7 +37,7 @@ from .search_run import run_search
 from .server_ops import capture_started, start_capture
 from .step_run import completions_can_come, run_step
 
-__all__ = ["RampRecord", "RunOutcome", "completions_can_come", "execute", "run_preset", "start_preset"]
+__all__ = ["COMMANDS", "RampRecord", "RunOutcome", "completions_can_come", "new_engine", "run_preset", "start_preset"]
 
 
 async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], None] = lambda s: None) -> RunOutcome:
@@ -65,7 +67,7 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
             out.probe, _ = await run_probe(engine, preset, watch, on_line)
     finally:
         book.default_phase = "live"
-        engine.preset_line = ""
+        engine.steering.line = ""
         engine.write_summary()
     return out
 
@@ -109,7 +111,7 @@ async def _replay_workload(engine: Engine, w: dict | None) -> None:
     """A replayed step's workload (a session that changed it live): [workload]'s for None."""
     from ..workload.change import WorkloadChange
 
-    base = engine.replay_base_workload
+    base = engine.load.base_workload
     target = {**base, **(w or {})}
     cur = engine.config.workload.describe()
     if {k: cur.get(k) for k in target} != target:
@@ -132,13 +134,22 @@ def start_preset(engine: Engine, preset: Preset) -> None:
     engine.attach_driver(asyncio.create_task(managed(), name="redline-preset"))
 
 
-def execute(engine: Engine, cmd: C.Command) -> object:
-    """A host's entry point: StartPreset and StartProfile run here, every other command in
-    the engine."""
-    if isinstance(cmd, C.StartPreset):
-        start_preset(engine, cmd.preset)
-        return None
-    if isinstance(cmd, C.StartProfile):  # the server's profiler at the load held now (key P)
-        task = start_capture(engine, cmd.seconds)
-        return capture_started(engine) if task is not None else "already running"
-    return engine.execute(cmd)
+def _start_profile(engine: Engine, cmd: C.StartProfile) -> object:
+    """The server's profiler at the load held now (key P): "started", or why not (a coroutine)."""
+    task = start_capture(engine, cmd.seconds)
+    return capture_started(engine) if task is not None else "already running"
+
+
+# The engine's one command table as a host makes it: the engine's own commands and the preset
+# runner's (the engine knows no presets)
+COMMANDS: dict[type, Handler[Engine]] = {
+    **ENGINE_COMMANDS,
+    C.StartPreset: lambda e, c: start_preset(e, c.preset),
+    C.StartProfile: _start_profile,
+}
+
+
+def new_engine(config: EngineConfig) -> Engine:
+    """An engine whose commands include the preset runner's (every host's: engine/host.py, the
+    headless runner)."""
+    return Engine(config, COMMANDS)

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..constants import CONSECUTIVE_FAILURES_END, STALL_S
 from .server_ops import trace_being_written
+
+if TYPE_CHECKING:
+    from ..run.engine import Engine
 
 WARMING = "'s warm-up"  # "during C=128's warm-up"
 
@@ -57,7 +60,7 @@ class StallWatch:
 class RunWatch:
     """The run-time events of one preset run, over its engine."""
 
-    def __init__(self, engine: Any, stall_s: float | None = None, failures_end: int = CONSECUTIVE_FAILURES_END) -> None:
+    def __init__(self, engine: Engine, stall_s: float | None = None, failures_end: int = CONSECUTIVE_FAILURES_END) -> None:
         self.e = engine
         self.stall = StallWatch(stall_s if stall_s is not None else STALL_S)
         self.failures_end = failures_end

@@ -30,17 +30,28 @@
 
 A server without an endpoint (404, 405, 501) gets one warning line, once per operation, not an
 error; later calls to that operation are skipped quietly. So does a 401/403.
+
+The endpoints themselves (ServerOps) are engine/client/server_admin.py; the engine keeps its
+first target's (engine/run/target_set.py server_ops).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
 import httpx
 
+from ..client.server_admin import (
+    DEFAULT_PROFILE_S,
+    OPS_TIMEOUT_S,
+    PROFILE_STOP_TIMEOUT_S,
+    FlushResult,
+    ProfileCapture,
+    ServerOps,
+    answer_line,
+)
 from .trace_place import find_traces, trace_pattern
 
 if TYPE_CHECKING:
@@ -52,214 +63,19 @@ __all__ = [
     "server_ops", "start_capture", "trace_being_written",
 ]
 
-DEFAULT_PROFILE_S = 5.0
-OPS_TIMEOUT_S = 30.0  # an answer to /start_profile, /flush_cache
-PROFILE_STOP_TIMEOUT_S = 600.0  # /stop_profile answers once the trace is written: minutes on a busy server
 DRAIN_MAX_S = 600.0  # the longest redline waits for its requests to end before a flush
-FLUSH_MAX_S = 30.0  # a flush refused (400: the server still holds requests) is asked again this long
-FLUSH_SERVER_WAIT_S = 10.0  # ?timeout= for SGLang 0.5.23: it waits this long for idle itself
-FLUSH_RETRY_S = (0.2, 0.5, 1.0, 2.0)  # pauses between refused flushes (the last repeats)
 POLL_S = 0.05
-UNSUPPORTED = (404, 405, 501)
-DENIED = (401, 403)
-FLUSH_PATHS = {"sglang": "/flush_cache", "vllm": "/reset_prefix_cache"}
-PROFILE_ACTIVITIES = ["CPU", "GPU"]
-ADMIN_HINT = "SGLang's --admin-api-key guards it: pass --admin-key or set REDLINE_ADMIN_KEY"
-
-
-def _said(text: str) -> str:
-    """The server's answer in one short line."""
-    return " ".join(text.split())[:200]
-
-
-class _AdminBearer(httpx.Auth):
-    """The admin key as the bearer of one request, over the target's own auth (its --header
-    headers stay; its API key's Authorization is replaced)."""
-
-    def __init__(self, key: str, inner: httpx.Auth | None) -> None:
-        self.key = key
-        self.inner = inner
-
-    def auth_flow(self, request: httpx.Request):
-        if self.inner is not None:
-            request = next(self.inner.auth_flow(request))
-        request.headers["Authorization"] = f"Bearer {self.key}"
-        yield request
-
-
-@dataclass
-class FlushResult:
-    ok: bool
-    path: str = ""
-    status: int = 0
-    said: str = ""
-    skipped: bool = False  # not supported or denied (warned once), or no path for this server kind
-    tries: int = 0  # flushes asked (refusals + 1)
-    waited_s: float = 0.0  # from the first ask to the answer taken
-
-
-@dataclass
-class ProfileCapture:
-    """One profiler capture, as the log and summary.json name it."""
-
-    load: str  # "C=8", "R=12/s", ...
-    step: int  # the step it started in
-    t_start: float  # epoch seconds, when /start_profile answered
-    t_end: float | None = None  # when /stop_profile was sent
-    trace: str | None = None  # where the trace is: a file found, the server's word, else the pattern in its directory
-    server_said: str = ""  # /stop_profile's answer, one line
-    stopped_by: str = ""  # "profile_s" | "step end" | "stop"
-    ok: bool = True
-    stop_s: float | None = None  # how long /stop_profile took: the server wrote the trace meanwhile
-    prefix: str = ""  # the profile_prefix asked for (the trace's file names start with it)
-    extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "load": self.load, "step": self.step, "t_start": round(self.t_start, 3),
-            "t_end": None if self.t_end is None else round(self.t_end, 3),
-            "duration_s": None if self.t_end is None else round(self.t_end - self.t_start, 3),
-            "trace": self.trace, "server_said": self.server_said, "stopped_by": self.stopped_by,
-            "ok": self.ok, "stop_s": None if self.stop_s is None else round(self.stop_s, 3),
-        }
-
-
-class ServerOps:
-    """The profiler and cache endpoints of one target (its base URL and kind)."""
-
-    def __init__(self, client: httpx.AsyncClient, base: str, kind: str, log: Callable[..., None], warn: Callable[[str], None],
-                 *, output_dir: str | None = None, admin_key: str | None = None, info_raw: dict | None = None) -> None:
-        self.client = client
-        self.base = base.rstrip("/")
-        self.kind = kind
-        self.log = log
-        self.warn = warn
-        self.output_dir = output_dir  # None: the server's default (SGLANG_TORCH_PROFILER_DIR, /tmp)
-        self.admin_key = admin_key  # never logged
-        self.info_raw = info_raw or {}  # the server's info (credentials masked): its profiler directory when it says
-        self.unsupported: set[str] = set()  # operations a 404 (or 401) told us the server lacks
-        self.capture: ProfileCapture | None = None  # the capture running now
-        self.captures: list[ProfileCapture] = []
-        self._task: asyncio.Task | None = None
-        self.started: asyncio.Future | None = None  # the running capture's start: True / False
-        self._count = 0
-
-    # -- the endpoints -----------------------------------------------------------------
-    async def _post(self, path: str, body: dict | None = None, *, timeout: float = OPS_TIMEOUT_S,
-                    params: dict | None = None) -> tuple[int, str]:
-        auth: Any = httpx.USE_CLIENT_DEFAULT
-        if self.admin_key and self.kind == "sglang":  # SGLang's --admin-api-key; another server keeps the API key
-            auth = _AdminBearer(self.admin_key, self.client.auth)
-        try:
-            r = await self.client.post(self.base + path, json=body, timeout=timeout, params=params, auth=auth)
-        except httpx.TimeoutException:
-            return 0, f"no answer within {timeout:g} s"
-        except httpx.HTTPError as exc:
-            return 0, f"{type(exc).__name__}: {exc}"
-        return r.status_code, r.text
-
-    def _lacks(self, op: str, status: int, text: str, what: str) -> bool:
-        """A 404-like answer, or a 401/403: warn once, remember."""
-        if status in UNSUPPORTED or status in DENIED:
-            if op not in self.unsupported:
-                self.unsupported.add(op)
-                if status in DENIED:
-                    if self.kind != "sglang":
-                        why = "the server refused the API key's bearer"
-                    else:
-                        why = "the admin key given (--admin-key) was refused" if self.admin_key else ADMIN_HINT
-                    self.warn(f"{what}: HTTP {status} {_said(text)} ({why}); skipped from now on")
-                else:
-                    self.warn(f"{what}: the server has no such endpoint (HTTP {status}); skipped from now on")
-            return True
-        return False
-
-    def new_prefix(self) -> str:
-        """The profile_prefix of the next capture: its trace files start with it."""
-        self._count += 1
-        return f"redline-{time.strftime('%H%M%S')}-{self._count}"
-
-    async def start_profile(self, prefix: str = "") -> tuple[bool, str]:
-        """(started, the server's answer)."""
-        if "profile" in self.unsupported:
-            return False, ""
-        body: dict[str, Any] = {"activities": PROFILE_ACTIVITIES}
-        if prefix:
-            body["profile_prefix"] = prefix
-        if self.output_dir:
-            body["output_dir"] = self.output_dir
-        status, text = await self._post("/start_profile", body)
-        vllm = "; vLLM serves it with VLLM_TORCH_PROFILER_DIR set" if self.kind != "sglang" else ""
-        if self._lacks("profile", status, text, f"profiler (POST /start_profile{vllm})"):
-            return False, text
-        if status != 200:
-            why = ("SGLang answers 500 when its scheduler refuses (a capture already running, a bad "
-                   "output_dir): its log says why") if status == 500 else "see the server's log"
-            self.warn(f"profiler: /start_profile answered {f'HTTP {status}' if status else 'nothing'}: {_said(text)} ({why})")
-            return False, text
-        return True, text
-
-    async def stop_profile(self, timeout: float = PROFILE_STOP_TIMEOUT_S) -> tuple[int, str]:
-        """(status, the server's answer); 0: no answer within ``timeout``."""
-        status, text = await self._post("/stop_profile", timeout=timeout)
-        if self._lacks("profile", status, text, "profiler (POST /stop_profile)"):
-            return status, text
-        return status, text
-
-    async def flush_cache(self, max_s: float = FLUSH_MAX_S) -> FlushResult:
-        """Flush the prefix cache (call with nothing of redline's in flight): asked again while
-        the server refuses (400), up to ``max_s``."""
-        path = FLUSH_PATHS.get(self.kind)
-        if path is None:
-            if "flush" not in self.unsupported:
-                self.unsupported.add("flush")
-                self.warn(f"cache flush: the server is {self.kind!r}, not SGLang or vLLM: no flush endpoint known; skipped")
-            return FlushResult(False, skipped=True)
-        if "flush" in self.unsupported:
-            return FlushResult(False, path, skipped=True)
-        sglang = self.kind == "sglang"
-        params = {"timeout": f"{min(FLUSH_SERVER_WAIT_S, max_s):g}"} if sglang else None
-        what = f"cache flush (POST {path}{'; vLLM serves it with VLLM_SERVER_DEV_MODE=1' if not sglang else ''})"
-        t0 = time.monotonic()
-        tries = 0
-        while True:
-            tries += 1
-            wait = FLUSH_SERVER_WAIT_S if sglang else 0.0
-            status, text = await self._post(path, params=params, timeout=OPS_TIMEOUT_S + wait)
-            if self._lacks("flush", status, text, what):
-                return FlushResult(False, path, status, _said(text), skipped=True, tries=tries)
-            left = max_s - (time.monotonic() - t0)
-            if status != 400 or left <= 0:
-                break
-            await asyncio.sleep(min(left, FLUSH_RETRY_S[min(tries - 1, len(FLUSH_RETRY_S) - 1)]))
-        return FlushResult(status == 200, path, status, _said(text), tries=tries, waited_s=time.monotonic() - t0)
 
 
 def server_ops(engine: Engine) -> ServerOps:
-    """The engine's ServerOps (its first target), made on first use."""
-    ops = getattr(engine, "_server_ops", None)
-    if ops is None:
-        assert engine.client is not None and engine.target is not None, "engine not started"
-        kind = engine.target.info.kind
-        srv = engine.telemetry.server if engine.telemetry is not None else None
-        if kind not in FLUSH_PATHS and srv is not None:
-            kind = srv.kind  # what its /metrics say it is
-        ops = ServerOps(
-            engine.client, engine.target.url, kind, engine.log,
-            lambda text: engine.warn(text, key=f"server ops {text[:40]}"),
-            output_dir=getattr(engine.config, "profile_dir", None),
-            admin_key=getattr(engine.config, "admin_key", None),
-            info_raw=engine.target.info.raw,
-        )
-        engine._server_ops = ops  # type: ignore[attr-defined]
-    return ops
+    """The engine's ServerOps: its first target's (engine/run/target_set.py), made on first use."""
+    return engine.targets.server_ops()
 
 
 def trace_being_written(engine: Engine) -> bool:
     """A /stop_profile awaits its answer: SGLang's scheduler is writing the trace and makes no
     token meanwhile (a silence of redline's own making, not a stall)."""
-    ops = getattr(engine, "_server_ops", None)
-    return ops is not None and ops.capture is not None and ops.capture.t_end is not None
+    return engine.targets.trace_being_written
 
 
 def _step_now(engine: Engine) -> StepAccumulator | None:
@@ -271,15 +87,15 @@ def start_capture(engine: Engine, seconds: float | None = None, acc: StepAccumul
     """Start a profiler capture at the load held now, stopped after `seconds` (the engine's
     --profile-s) or at the end of the step it started in. None when one already runs."""
     ops = server_ops(engine)
-    if ops._task is not None and not ops._task.done():
+    if ops.task is not None and not ops.task.done():
         engine.log("notice", "profiler: a capture is already running; this one is skipped")
         return None
     if seconds is None:
-        seconds = float(getattr(engine.config, "profile_s", DEFAULT_PROFILE_S) or DEFAULT_PROFILE_S)
+        seconds = float(engine.config.profile_s or DEFAULT_PROFILE_S)
     acc = acc or _step_now(engine)
     ops.started = asyncio.get_running_loop().create_future()
-    ops._task = asyncio.ensure_future(_capture(engine, ops, seconds, acc))
-    return ops._task
+    ops.task = asyncio.ensure_future(_capture(engine, ops, seconds, acc))
+    return ops.task
 
 
 async def capture_started(engine: Engine) -> str:
@@ -316,7 +132,7 @@ async def _capture(engine: Engine, ops: ServerOps, seconds: float, acc: StepAccu
     cap = ProfileCapture(load=load, step=acc.index if acc is not None else 0, t_start=time.time(), prefix=prefix)
     ops.capture = cap
     _mark_profiled(acc)
-    engine.log("notice", f"profiler started at {load} for up to {seconds:g} s ({_said(said) or 'started'})")
+    engine.log("notice", f"profiler started at {load} for up to {seconds:g} s ({answer_line(said) or 'started'})")
     t_end = time.monotonic() + seconds
     stopped_by = "profile_s"
     try:
@@ -347,7 +163,7 @@ async def _stop(engine: Engine, ops: ServerOps, cap: ProfileCapture, acc: StepAc
     if after is not None and after is not live:
         _mark_profiled(after)  # a step that opened while the trace was written
     cap.ok = status == 200
-    cap.server_said = _said(said)
+    cap.server_said = answer_line(said)
     cap.trace = _trace_place(ops, cap, said if cap.ok else "")
     ops.capture = None
     ops.captures.append(cap)

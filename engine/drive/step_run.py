@@ -68,7 +68,7 @@ async def _warm_up(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: 
             return event
         wait = "" if settled else f", in flight {engine.in_flight} -> {plan.concurrency}"
         turn = f", {acc.foreign - acc.foreign_ended} of the previous load in flight" if plan.turnover and not acc.turned_over else ""
-        engine.preset_line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}{turn}"
+        engine.steering.line = f"{label} warm-up {el:.0f}/{plan.warmup_s:.0f}s{wait}{turn}"
         await asyncio.sleep(STEP_POLL_S)
     acc.begin_measure(time.perf_counter())
     return watch.check(where(plan), warming=True)
@@ -82,7 +82,7 @@ async def hold(engine: Engine, acc: StepAccumulator, done: Callable[[float, floa
     while True:
         now = time.perf_counter()
         el = acc.duration(now)
-        engine.preset_line = line(el)
+        engine.steering.line = line(el)
         if done(now, el):
             break
         event = watch.check(at)
@@ -142,7 +142,7 @@ def completions_can_come(acc: StepAccumulator, now: float, need: int, max_hold_s
 async def _measure_trace(engine: Engine, acc: StepAccumulator, plan: StepPlan, label: str, watch: RunWatch) -> tuple[StepResult, Event | None]:
     """A trace step holds until every row was sent and every own request ended (at least
     hold_s, at most max_hold_s)."""
-    ctl, trace = engine.controller, engine.trace
+    ctl, trace = engine.controller, engine.load.trace
     assert ctl is not None and trace is not None
 
     def ended() -> int:

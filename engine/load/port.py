@@ -7,7 +7,8 @@ implements (engine/run/load_port.py EnginePort), and nothing else of the engine:
 
 - stamps: what a request sent now carries (its step, concurrency label and phase), and the
   step that was open at a given (intended) send time;
-- the targets: each one's listener (its TargetStats), URL and whether it is gone;
+- the targets: each one's replay (its Sender's events, engine/measure/events.py), URL and
+  whether it is gone;
 - the workload now (a live change reaches every worker);
 - held sends (at the in-flight cap) and the held sends given up;
 - gap and lag sinks: the workers' inter-token gaps into the live windows and the steps, a
@@ -22,8 +23,18 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..measure.histogram import LogHistogram
+    from ..measure.records import RequestRecord
     from ..workload.prompts import WorkloadConfig
-    from .sender import Listener
+
+
+class TargetReplay(Protocol):
+    """One target as a worker's report is replayed into it: its events, fired in the order the
+    worker saw them; a remote end first asks the target's own health watch."""
+
+    def on_send(self, rec: RequestRecord) -> None: ...
+    def on_first(self, rec: RequestRecord) -> None: ...
+    def on_tokens(self, t: float, n: int) -> None: ...
+    def on_remote_end(self, rec: RequestRecord) -> None: ...
 
 
 class LoadPort(Protocol):
@@ -33,8 +44,8 @@ class LoadPort(Protocol):
     def stamp_at(self, concurrency: int, t: float) -> tuple[int, int, str]:
         """... for one sent (intended, in open loop) at perf_counter time `t`."""
 
-    def listeners(self) -> Sequence[Listener]:
-        """Each target's listener, in the targets' order."""
+    def listeners(self) -> Sequence[TargetReplay]:
+        """Each target's replay, in the targets' order."""
 
     def urls(self) -> Sequence[str]:
         """Each target's base URL, in the same order."""

@@ -1,7 +1,8 @@
 """Sending: one request from prompt to record, and what a request slot does after it.
 
-- Each request gets an id, the current step's index and phase, and its send time; its
-  record goes to every listener as it progresses (sent, first token, tokens, ended).
+- Each request gets an id, the current step's index and phase, and its send time; it tells
+  its progress through the Sender's events (engine/measure/events.py: sent, first_token,
+  tokens, ended, lag), and an overloaded slot its `overloaded`.
 - A slot that failed fast holds its place FAST_FAIL_S first (no hot loop against a failing
   server). A slot answered 429/503 (the server says it is overloaded), or shed inside a 200
   stream (SGLang's in-stream abort, kind `shed`), backs off, doubling
@@ -21,7 +22,7 @@ import itertools
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import httpx
 
@@ -30,6 +31,7 @@ from ..client.request import run_request
 from ..client.target import Target
 from ..constants import OVERLOAD_BACKOFF_MAX_S
 from ..measure import records as R
+from ..measure.events import RequestEvents
 from ..measure.records import RequestRecord
 from ..workload.prompts import WorkloadConfig
 
@@ -40,11 +42,8 @@ FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this
 OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503, R.ERR_SHED)  # the server says it is overloaded: back off
 
 
-class Listener(Protocol):
-    def on_send(self, rec: RequestRecord) -> None: ...
-    def on_first(self, rec: RequestRecord) -> None: ...
-    def on_tokens(self, t: float, n: int) -> None: ...
-    def on_end(self, rec: RequestRecord) -> None: ...
+# (t_intended) -> (step index, concurrency, phase) of a request sent now / scheduled then
+Stamp = Callable[[float | None], tuple[int, int, str]]
 
 
 @dataclass
@@ -61,21 +60,17 @@ class Sender:
         self,
         client: httpx.AsyncClient,
         target: Target,
-        listener: Listener,
-        stamp: Callable[[float | None], tuple[int, int, str]],
-        on_lag: Callable[[float], None],
+        events: RequestEvents,
+        stamp: Stamp,
         wall_offset: float,
-        on_overload: Callable[[str], None] = lambda kind: None,
         ids: Iterator[int] | None = None,
         workload: WorkloadConfig | None = None,
     ) -> None:
         self.client = client
         self.target = target
-        self.listener = listener
-        self._stamp = stamp  # (t_intended) -> (step index, concurrency, phase) for a request sent now / scheduled then
-        self._on_lag = on_lag
+        self.events = events  # what its requests tell (subscribed to by its owner: engine/run/wiring.py)
+        self._stamp = stamp
         self._wall_offset = wall_offset
-        self._on_overload = on_overload
         self._ids = ids if ids is not None else itertools.count(1)  # request ids, shared by every sender of a session
         self._free: list[Slot] = []
         self.backing_off = 0
@@ -126,25 +121,15 @@ class Sender:
         body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage,
                           messages=messages, extra=self.extra_body, ignore_eos=self.ignore_eos)
         self.in_flight[rec.rid] = rec
-        lis = self.listener
-        lis.on_send(rec)
+        events = self.events
+        events.sent.fire(rec)
         try:
-            await run_request(
-                self.client,
-                tgt.url + PATHS[tgt.api],
-                tgt.api,
-                body,
-                rec,
-                lis.on_tokens,
-                self._on_lag,
-                self._wall_offset,
-                on_first=lis.on_first,
-            )
+            await run_request(self.client, tgt.url + PATHS[tgt.api], tgt.api, body, rec, events, self._wall_offset)
             watch = self.watch
             if watch is not None and rec.status == R.FAILED:
                 await watch.judge(rec)  # connect / disconnect: server_gone if the server died
         finally:
-            lis.on_end(rec)
+            events.ended.fire(rec)
             self.in_flight.pop(rec.rid, None)
             self.cursor.pop(rec.rid, None)
         return rec
@@ -157,7 +142,7 @@ class Sender:
             rec = await self.send(prompt, max_tokens, expected, turn=turn, messages=messages)
             if rec.status == R.FAILED and rec.error_kind in OVERLOADED:
                 slot.streak += 1
-                self._on_overload(rec.error_kind)
+                self.events.overloaded.fire(rec.error_kind)
                 await self._pause(backoff_s(slot.streak))
             elif rec.status == R.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
                 await self._pause(FAST_FAIL_S - rec.e2e)

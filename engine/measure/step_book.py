@@ -2,7 +2,8 @@
 
 The preset runner opens and closes its own steps; in live mode (the TUI) every period held at
 one concurrency is a step, rolled when the operator changes it. Results land in `steps` (or
-`probe_result`) and in summary.json.
+`probe_result`), and each is told as the events `step closed` and `step final`
+(engine/measure/events.py StepEvents: the engine logs it and rewrites summary.json).
 
 A request belongs to the step whose load sent it: `stamp_at(t)` answers for its send time, or
 for its intended send time in open loop (a send held at the cap is still the step's that
@@ -20,6 +21,7 @@ from ..constants import MIN_LIVE_STEP_S
 from ..telemetry.types import ServerSample
 from . import records as R
 from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
+from .events import StepEvents
 from .own_requests import whole_verdict
 from .records import Clock, RequestRecord
 from .slo import Slo
@@ -35,12 +37,13 @@ def _same_load(a: StepAccumulator, b: StepAccumulator) -> bool:
 
 
 class StepBook:
-    def __init__(self, clock: Clock, on_result: Callable[[StepResult], None], on_final: Callable[[StepResult], None] = lambda res: None, judge: StepJudge | None = None) -> None:
+    def __init__(self, clock: Clock, events: StepEvents | None = None, judge: StepJudge | None = None) -> None:
         self.clock = clock
         self.judge = judge  # the verdicts each step asks (engine/rules/verdicts.py STEP_JUDGE; None: steps are not judged)
         self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES  # what each step's result carries (`--percentiles`)
-        self._on_result = on_result
-        self._on_final = on_final  # a recorded step completed with its late requests' truth
+        # what it tells (engine/measure/events.py): a step recorded as it closed, and completed
+        # with its late requests' truth
+        self.events = events if events is not None else StepEvents()
         self.index = 0
         self.open: list[StepAccumulator] = []
         self.pending: list[StepAccumulator] = []  # closed, own requests still out
@@ -182,7 +185,7 @@ class StepBook:
                 return
         if self.rejudge is not None:
             self.rejudge()
-        self._on_final(res)
+        self.events.final.fire(res)
 
     def finalize_all(self, now: float | None = None) -> None:
         """The run ends: what is still out stays censored at its age now (the run ended it)."""
@@ -250,7 +253,7 @@ class StepBook:
             self.probe_result = res
         else:
             self.steps.append(res)
-        self._on_result(res)
+        self.events.closed.fire(res)
         if not res.final:  # its late requests may all have ended between the close and now
             acc = next((a for a in reversed(self._history) if a.index == res.index), None)
             if acc is not None and acc.closed and not acc.outstanding and acc not in self.pending:

@@ -8,7 +8,12 @@ needs an acknowledgement (export waits for the session flush) can wait for one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from ..measure.slo import Slo
+    from ..preset import Preset
+    from ..workload.change import WorkloadChange
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,9 @@ class ToggleMode:
 
 @dataclass(frozen=True)
 class SetWorkload:
-    """Change the workload mid-session (a new step starts): engine.workload.WorkloadChange."""
+    """Change the workload mid-session (a new step starts)."""
 
-    change: Any
+    change: WorkloadChange
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Abort:
 
 @dataclass(frozen=True)
 class StartPreset:
-    preset: Any  # redline.engine.preset.Preset
+    preset: Preset
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ class StartProfile:
 
 @dataclass(frozen=True)
 class SetSlo:
-    slo: Any  # redline.engine.measure.slo.Slo, or None to turn SLOs off
+    slo: Slo | None  # None turns SLOs off
 
 
 @dataclass(frozen=True)
@@ -105,3 +110,7 @@ Command = Union[SetConcurrency, SetRate, ToggleMode, SetWorkload, TogglePause, P
 
 # commands that take the wheel from a running preset
 OPERATOR_TAKES_OVER = (SetConcurrency, SetRate, ToggleMode, SetWorkload, Probe, Abort)
+# the preset runner's commands: what they start shows at the next snapshot, not at once (a
+# preset's task sets its progress line once it runs: a snapshot now would say a preset runs
+# with no line yet)
+SHOWN_LATER = (StartPreset, StartProfile)

@@ -10,8 +10,8 @@ Each tick (engine/measure/timeline.py `tick`, one row per TIMELINE_INTERVAL_S):
   load process holds more streams than it stamps truly (engine/load/worker_count.py);
 - the timeline row (engine/measure/timeline.py), kept for the sparklines and written to the session.
 
-The ticker reads the engine through its public members and steers it only through its
-commands (the guard's drop is `set_concurrency`, as a key press).
+The ticker reads the engine through `Watched` (below) and steers it only through its commands
+(the guard's drop is `set_concurrency`, as a key press).
 """
 
 from __future__ import annotations
@@ -19,26 +19,54 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..constants import HARVEST_INTERVAL_S, HISTORY_S, TIMELINE_INTERVAL_S
 from ..load.controller import CONCURRENCY, LoadControl
 from ..measure.timeline import timeline_row
+from ..rules.guard import GuardWatch
 from ..telemetry.cap import CapDetector, cap_warning
 from ..telemetry.client_health import ClientHealth, LoopLagMonitor
 from ..telemetry.efficiency import total_power_w
 from ..telemetry.server_info import cache_report_hint
 from ..workload.prompts import is_prefix_spec
-from .replan import Replanner
+from .replan import Replanned, Replanner
 
 if TYPE_CHECKING:
+    from ..measure.records import Clock
+    from ..measure.step_book import StepBook
     from ..telemetry.types import ClientHealthSample, ServerSample
+    from .disk import Disk
+    from .lifetime import Lifetime
+    from .recording import Recorder
+    from .steering import Driven
+
+
+class Watched(Replanned, Protocol):
+    """What the engine's second reads of it, and the commands it gives (the guard's drop)."""
+
+    clock: Clock
+    book: StepBook
+    recorder: Recorder
+    disk: Disk
+    life: Lifetime
+
+    @property
+    def steering(self) -> Driven: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def backing_off(self) -> int: ...
+    @property
+    def server_gone(self) -> bool: ...
+    def set_concurrency(self, n: int, *, kind: str = "key") -> int: ...
 
 
 class Ticker:
-    """The engine's second: its checks, and the timeline rows (`row`, `history`)."""
+    """The engine's second: its checks (the guard's among them), and the timeline rows (`row`,
+    `history`)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Watched) -> None:
         self.e = engine
         self.history: deque[dict] = deque(maxlen=HISTORY_S)
         self.row: dict = {}  # the last timeline row
@@ -46,6 +74,8 @@ class Ticker:
         self.last_row_t: float | None = None
         self.health: ClientHealthSample | None = None  # the client's, refreshed once a second
         self.cap: CapDetector | None = None
+        guard = engine.config.guard
+        self.guard = GuardWatch(guard) if guard is not None and guard.any else None  # `[guard]` / --guard
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
@@ -53,13 +83,13 @@ class Ticker:
         self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
     # -- start / stop -------------------------------------------------------------------------
-    def start_watching(self, tasks: list[asyncio.Task]) -> None:
+    def start_watching(self) -> None:
         """The client's health (loop lag, CPU) and the cap detector, with telemetry on."""
         e = self.e
         self._lag = LoopLagMonitor()
         self._lag.start()
         self._health_probe = ClientHealth(self._lag)
-        tasks.append(asyncio.create_task(self._watch_health(), name="redline-health"))
+        e.life.spawn(self._watch_health(), "redline-health")
         self.cap = CapDetector(e.target.info if e.target else None)
 
     async def stop(self) -> None:
@@ -95,8 +125,9 @@ class Ticker:
         power = total_power_w(e.telemetry.gpus) if e.telemetry else None
         e.book.each_second(now, srv, power)
         ev = e.events
-        if self.cap is not None and e.controller is not None:
-            target = e.controller.target
+        ctl = e.load.controller
+        if self.cap is not None and ctl is not None:
+            target = ctl.target
             warning = self.cap.update(now, target, e.in_flight, srv)
             if warning:
                 ev.warn(warning, key="server cap")
@@ -113,7 +144,7 @@ class Ticker:
                 ev.clear(f"client {c}")  # the screen shows only the cause measured now
         if cause:
             ev.warn(h.reason, key=f"client {cause}")  # one log line per episode of a cause
-        session = e.session
+        session = e.disk.session
         if session is not None and session.error and session.error != self._session_error:
             self._session_error = session.error
             ev.warn(f"session log: {session.error}; {session.lost_rows} rows lost", key="session write")
@@ -125,7 +156,7 @@ class Ticker:
         ev.each_second(now)
         self.timeline_row(now)
         if session is not None:
-            e.to_disk(session.flush)
+            e.disk.write(session.flush)
 
     def _check_cache_report(self) -> None:
         """A workload that asks for cached tokens (shared prefixes, several turns) on a server
@@ -169,7 +200,7 @@ class Ticker:
 
     def _check_trace_end(self) -> None:
         e = self.e
-        tr, ctl = e.trace, e.controller
+        tr, ctl = e.load.trace, e.load.controller
         if tr is not None and ctl is not None and ctl.trace_done and tr.schedule is not None and not tr.finished_logged:
             tr.finished_logged = True
             sent, total = tr.progress()
@@ -177,7 +208,7 @@ class Ticker:
 
     def _check_guard(self, now: float) -> None:
         e = self.e
-        g, ctl = e.guard, e.controller
+        g, ctl = self.guard, e.load.controller
         if g is None or ctl is None or ctl.paused or ctl.probing or e.server_gone:
             return
         m = e.metrics
@@ -196,7 +227,7 @@ class Ticker:
             return
         e.events.clear("guard crossing")
         was = ctl.target
-        if e.cancel_driver():
+        if e.steering.cancel_driver():
             e.log("preset", "preset stopped by a guard")
         e.set_concurrency(to, kind="guard")
         e.events.warn(f"guard: {g.reason} for {g.sustain_s} s: dropped from C={was} to C={to} (raise it again with +/])", key="guard")
@@ -206,8 +237,9 @@ class Ticker:
         e = self.e
         last = self.last_row_t if self.last_row_t is not None else now - TIMELINE_INTERVAL_S
         self.last_row_t = now
-        ctl = e.controller
+        ctl = e.load.controller
         tel = e.telemetry
+        lane = e.load.lane
         row = timeline_row(
             t_wall=e.clock.wall(now),
             interval_s=now - last,
@@ -221,14 +253,14 @@ class Ticker:
             health=self.health,
             gpus=tel.gpus if tel else [],
             good_share=(e.metrics.good_share(now) or 0.0) if e.metrics.slo is not None else None,
-            lane=e.lane_stats.p50_ms(now) if e.lane is not None and e.lane.on else None,
+            lane=e.recorder.lane_stats.p50_ms(now) if lane is not None and lane.on else None,
             shape=self._shape_row(ctl),
         )
         self.second += 1
         self.row = row
         self.history.append(row)
-        if e.session is not None:
-            e.session.add_timeline(row)
+        if e.disk.session is not None:
+            e.disk.session.add_timeline(row)
 
     def _shape_row(self, ctl: LoadControl | None) -> dict:
         """The timeline's load-shape columns (docs/session-format.md#timelinendjson)."""

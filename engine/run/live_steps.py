@@ -10,28 +10,40 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..constants import CLOSE_CATCH_UP_TURNS
 from ..load.controller import CONCURRENCY, RATE
 from ..measure.accumulator import StepAccumulator
 from ..measure.step_result import StepResult
 
+if TYPE_CHECKING:
+    from ..measure.step_book import StepBook
+    from .config import EngineConfig
+    from .held_load import HeldLoad
+    from .recording import Recorder
+
 
 class LiveSteps:
-    def __init__(self, engine: Any) -> None:
-        self.e = engine
-        self.pending: list[asyncio.Future] = []  # live steps waiting for the workers' last reports
+    """The live steps: the engine's config (`live_steps`), its step book, the recorder (a
+    close harvests first) and the load it holds (its shape; with workers, their reports)."""
+
+    def __init__(self, config: EngineConfig, book: StepBook, recorder: Recorder, load: HeldLoad) -> None:
+        self.config = config
+        self.book = book
+        self.recorder = recorder
+        self.load = load
+        self.pending: list[asyncio.Future[None]] = []  # live steps waiting for the workers' last reports
 
     def concurrency(self) -> int:
         """A step's concurrency: C, or an open loop's in-flight cap."""
-        ctl = self.e.controller
+        ctl = self.load.controller
         assert ctl is not None
         return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
 
     def sync_shape(self) -> None:
         """Steps opened from now carry the load's shape (mode, rate, arrival)."""
-        ctl, book = self.e.controller, self.e.book
+        ctl, book = self.load.controller, self.book
         if ctl is None:
             return
         if ctl.probing or not ctl.open_loop:
@@ -43,39 +55,37 @@ class LiveSteps:
         """The load changed: close the live step and open one at the new load (unless a
         driver manages the steps, or the load is paused or stopped)."""
         self.sync_shape()  # steps opened from now (a preset's too) carry the load's shape
-        e = self.e
-        ctl = e.controller
-        if not e.config.live_steps or ctl is None:
+        ctl = self.load.controller
+        if not self.config.live_steps or ctl is None:
             return
         c = self.concurrency()
-        if not ctl.paused and not ctl.stopped and e.book.live_matches(c, ctl.probing):
+        if not ctl.paused and not ctl.stopped and self.book.live_matches(c, ctl.probing):
             return
         self.close_live()
         if not ctl.paused and not ctl.stopped:
-            e.book.open_live(c, ctl.probing)
+            self.book.open_live(c, ctl.probing)
 
     def suspend(self) -> None:
         """A driver manages its own steps: close the live one and stop rolling."""
         self.close_live()
-        self.e.config.live_steps = False
+        self.config.live_steps = False
 
     def resume(self) -> None:
-        self.e.config.live_steps = True
-        self.e.book.default_phase = "live"
+        self.config.live_steps = True
+        self.book.default_phase = "live"
         self.roll()
 
     def close_live(self) -> None:
         """Close the live step now; with worker processes, record it once every worker has
         reported what it measured before now."""
-        e = self.e
         now = time.perf_counter()
-        if e.pool is None:
-            e.recorder.harvest_all()
-            e.book.close_live(now)
+        pool, book = self.load.pool, self.book
+        if pool is None:
+            self.recorder.harvest_all()
+            book.close_live(now)
             return
-        acc = e.book.detach_live(now)
+        acc = book.detach_live(now)
         if acc is not None:
-            pool, book = e.pool, e.book
 
             async def finish() -> None:
                 await pool.sync(self.cut_at(now))
@@ -85,25 +95,25 @@ class LiveSteps:
 
     async def close_step(self, acc: StepAccumulator) -> StepResult:
         """Close a driver's step now (with workers: once they reported what came before)."""
-        e = self.e
-        if e.pool is None:
+        pool = self.load.pool
+        if pool is None:
             # first, what the kernel holds: read, delivered and ended on the loop's next turns
             # (a loop behind its reads would close on requests that had in truth answered);
             # then the close, with no turn of the loop (no send) between it and its result
             for _ in range(CLOSE_CATCH_UP_TURNS):
                 await asyncio.sleep(0)
             now = time.perf_counter()
-            e.recorder.harvest_all()
-            return e.book.close_step(acc, now)
+            self.recorder.harvest_all()
+            return self.book.close_step(acc, now)
         now = time.perf_counter()
         acc.close(now)
-        await e.pool.sync(self.cut_at(now))  # the workers' reports of what came before now (an end after it waits, late)
-        return e.book.close_step(acc, now)
+        await pool.sync(self.cut_at(now))  # the workers' reports of what came before now (an end after it waits, late)
+        return self.book.close_step(acc, now)
 
     def cut_at(self, now: float) -> tuple[float, bool]:
         """A step's close as the workers are asked it: they take the window figures of their
         requests out at `now` (with each one's own ITL p99 when the SLO bounds it)."""
-        slo = self.e.book.slo
+        slo = self.book.slo
         return now, slo is not None and slo.itl_ms is not None
 
     async def settle(self) -> None:

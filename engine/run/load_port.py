@@ -3,18 +3,64 @@ its workers' reports into and orders them with, and nothing else of the engine."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from ..load.sender import Listener
+    from ..load.port import TargetReplay
+    from ..measure.events import RequestEvents
     from ..measure.histogram import LogHistogram
+    from ..measure.live_metrics import LiveMetrics
+    from ..measure.records import RequestRecord
+    from ..measure.step_book import StepBook
     from ..workload.prompts import WorkloadConfig
+    from .config import EngineConfig
+    from .recording import Recorder
+    from .target_set import TargetSet
+    from .target_stats import TargetStats
+
+
+class Coordinating(Protocol):
+    """What the port reads of the engine (engine/run/engine.py Engine)."""
+
+    config: EngineConfig
+    book: StepBook
+    recorder: Recorder
+    metrics: LiveMetrics
+    targets: TargetSet
+
+    def stamp(self, t_intended: float | None = None) -> tuple[int, int, str]: ...
+    def note_held(self, dropped: bool, t_intended: float | None = None) -> None: ...
+    def warn(self, text: str, key: str | None = None) -> None: ...
+
+
+class Replay:
+    """A target's load events as a worker pool replays its workers' reports into them
+    (engine/load/port.py TargetReplay): the same subscribers as one process's requests."""
+
+    __slots__ = ("_events", "_stats")
+
+    def __init__(self, events: RequestEvents, stats: TargetStats) -> None:
+        self._events = events
+        self._stats = stats
+
+    def on_send(self, rec: RequestRecord) -> None:
+        self._events.sent.fire(rec)
+
+    def on_first(self, rec: RequestRecord) -> None:
+        self._events.first_token.fire(rec)
+
+    def on_tokens(self, t: float, n: int) -> None:
+        self._events.tokens.fire(t, n)
+
+    def on_remote_end(self, rec: RequestRecord) -> None:
+        self._stats.judge_remote_end(rec)  # a failure that may mean the server died asks its watch
+        self._events.ended.fire(rec)
 
 
 class EnginePort:
-    """LoadPort over the engine (`engine`: the Engine, engine/run/engine.py)."""
+    """LoadPort over the engine."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Coordinating) -> None:
         self._e = engine
 
     def stamp(self) -> tuple[int, int, str]:
@@ -23,8 +69,8 @@ class EnginePort:
     def stamp_at(self, concurrency: int, t: float) -> tuple[int, int, str]:
         return self._e.book.stamp(concurrency, t)
 
-    def listeners(self) -> Sequence[Listener]:
-        return [t.stats for t in self._e.targets]
+    def listeners(self) -> Sequence[TargetReplay]:
+        return [Replay(t.sender.events, t.stats) for t in self._e.targets]
 
     def urls(self) -> Sequence[str]:
         return [t.target.url for t in self._e.targets]

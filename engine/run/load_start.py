@@ -7,37 +7,62 @@ workload's prompts and the trace. `make_load` builds what the engine steers (a L
 engine/load/controller.py): in this process a Controller whose launch is the engine's
 LoadHolder (engine/load/holder.py: the one-worker case of what every worker holds); with
 `--workers N` or `--ray` a WorkerPool or RayPool (the same commands), its workers started,
-reaching the engine through the load's port (engine/run/load_port.py).
+reaching the engine through the load's port (engine/run/load_port.py). They fill the
+engine's HeldLoad (engine/run/held_load.py); `start_telemetry` returns the hub it starts.
 
-`e` is the Engine (typed loosely: it owns these steps of its start).
+What they take of the engine is `Starting` (below).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..client.api_formats import GENERATE, continuous_usage_refused
 from ..load.controller import Controller, LoadControl
 from ..load.holder import LoadHolder
 from ..measure import records as R
+from ..telemetry.hub import TelemetryHub
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import PromptSource, calibrate, needs_calibration
-from ..telemetry.hub import TelemetryHub
-from .load_port import EnginePort
+from .load_port import Coordinating, EnginePort
 from .provenance import gpu_fingerprint, open_fingerprint
 
 if TYPE_CHECKING:
+    import httpx
+
+    from ..client.target import Target
     from ..load.worker import WorkerSpec  # the worker processes' module: imported only when there are workers
+    from ..measure.records import Clock
+    from .disk import Disk
+    from .held_load import HeldLoad
+    from .lifetime import Lifetime
 
 
-async def prepare(e: Any) -> None:
+class Starting(Coordinating, Protocol):
+    """What the load's start reads and fills of the engine."""
+
+    clock: Clock
+    load: HeldLoad
+    disk: Disk
+    life: Lifetime
+
+    @property
+    def target(self) -> Target | None: ...
+    @property
+    def client(self) -> httpx.AsyncClient | None: ...
+    def log(self, kind: str, text: str, **fields: object) -> None: ...
+    def publish(self, now: float, done: bool = False) -> None: ...
+
+
+async def prepare(e: Starting) -> None:
     """Start-up's own requests (phase "calibration": counted, never measured), then the
     workload's prompts and the trace."""
-    cfg, sender, target = e.config, e.sender, e.target
-    assert sender is not None and target is not None
-    await open_fingerprint(e, target.url)  # meta.json's fingerprint: what the server says of itself
+    cfg, sender, target, load, client = e.config, e.targets.sender, e.target, e.load, e.client
+    assert target is not None and client is not None
+    # meta.json's fingerprint: what the server says of itself
+    e.disk.fingerprint = await open_fingerprint(cfg, e.disk.session, client, target, target.url)
     if cfg.calibrate and target.api != GENERATE:
         # per-chunk usage where the server offers it; a server that refuses the option (an
         # HTTP 400/422 naming it) gets plain streams, tokens corrected from usage at the end
@@ -56,40 +81,41 @@ async def prepare(e: Any) -> None:
                 refused.append(rec.error_text or rec.error_kind)
             return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
 
-        e.calibration = await calibrate(prompt_tokens, cfg.seed)
-        if e.calibration.measured:
-            e.log("notice", f"calibrated prompts: {e.calibration.per_word:.2f} tokens/word + {e.calibration.overhead:.0f}")
+        load.calibration = await calibrate(prompt_tokens, cfg.seed)
+        if load.calibration.measured:
+            e.log("notice", f"calibrated prompts: {load.calibration.per_word:.2f} tokens/word + {load.calibration.overhead:.0f}")
         elif refused:  # not the server's usage: its refusal (a wrong model, a full queue)
             e.log("warning", f"calibration requests failed ({refused[-1]}): input lengths are approximate (1 token per word)")
         else:
             e.log("warning", "server reported no prompt_tokens: input lengths are approximate (1 token per word)")
-    e.source = PromptSource(cfg.workload, e.calibration)
+    load.source = PromptSource(cfg.workload, load.calibration)
     e.book.workload = cfg.workload.describe()
     if cfg.workload.trace is not None:
         from ..load.trace_replay import TraceReplay
 
-        e.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, e.calibration, cfg.seed)
+        load.trace = await asyncio.to_thread(TraceReplay.load, cfg.workload.trace, load.calibration, cfg.seed)
 
 
-async def make_load(e: Any, c0: int) -> LoadControl:
+async def make_load(e: Starting, c0: int) -> LoadControl:
     """What holds the load at C=c0: here, or in workers (started, ready)."""
-    cfg = e.config
-    kw = dict(arrival=parse_arrival(cfg.arrival), seed=cfg.seed)
+    cfg, load = e.config, e.load
+    arrival, seed = parse_arrival(cfg.arrival), cfg.seed
     if cfg.workers <= 1 and cfg.ray is None:  # the one-worker case: this process holds it
-        assert e.source is not None
+        assert load.source is not None
         if cfg.workers_why:  # --workers auto measured, and one process holds it
             e.log("notice", cfg.workers_why)
-        e.holder = LoadHolder(e.target_set.states, e.source, cfg.workload, e.trace.prompt if e.trace is not None else None)
-        return Controller(e.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held, **kw)
+        load.holder = LoadHolder(e.targets.states, load.source, cfg.workload, load.trace.prompt if load.trace is not None else None)
+        return Controller(load.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held,
+                          arrival=arrival, seed=seed)
+    from ..load.worker_pool import WorkerPool  # worker processes' code: imported only when there are workers
+
     if cfg.ray is not None:
         from ..load.ray_pool import RayPool  # the optional extra redline[ray]
 
-        pool = RayPool(EnginePort(e), cfg.workers, c0, cfg.max_concurrency, cfg.ray, **kw)
+        pool: WorkerPool = RayPool(EnginePort(e), cfg.workers, c0, cfg.max_concurrency, cfg.ray, arrival=arrival, seed=seed)
     else:
-        from ..load.worker_pool import WorkerPool
-
-        pool = WorkerPool(EnginePort(e), cfg.workers, c0, cfg.max_concurrency, **kw)
-    e.pool = pool
+        pool = WorkerPool(EnginePort(e), cfg.workers, c0, cfg.max_concurrency, arrival=arrival, seed=seed)
+    load.pool = pool
     await pool.launch(worker_spec(e))
     where = f"Ray actors on {', '.join(sorted({s.node for s in pool.states}))}" if cfg.ray is not None else "worker processes"
     why = f" ({cfg.workers_why})" if cfg.workers_why else ""
@@ -97,26 +123,25 @@ async def make_load(e: Any, c0: int) -> LoadControl:
     return pool
 
 
-def worker_spec(e: Any) -> WorkerSpec:
+def worker_spec(e: Starting) -> WorkerSpec:
     """What every worker needs to send its share (its index set by the pool)."""
     from ..load.worker import WorkerSpec
 
-    cfg, sender = e.config, e.sender
-    assert sender is not None
+    cfg, sender = e.config, e.targets.sender
     return WorkerSpec(
         index=0, workers=cfg.workers, targets=tuple(t.target for t in e.targets),
-        weights=tuple(t.weight for t in e.targets), workload=cfg.workload, calibration=e.calibration,
+        weights=tuple(t.weight for t in e.targets), workload=cfg.workload, calibration=e.load.calibration,
         transport=cfg.transport, insecure=cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout,
         continuous_usage=sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
-        first_rid=next(e.target_set.ids) + 1_000_000, wall_offset=e.clock.wall0 - e.clock.perf0,
+        first_rid=next(e.targets.ids) + 1_000_000, wall_offset=e.clock.wall0 - e.clock.perf0,
     )
 
 
-async def fixed_size(e: Any) -> None:
+async def fixed_size(e: Starting) -> None:
     """A fixed-size run: after N requests were sent and ended, or S seconds, no more load;
-    `finished` says why and `run_done` is set (the TUI and the headless runner then close
-    the session as `q` does)."""
-    cfg, ctl = e.config, e.controller
+    the engine's life says why (`finished`) and is `done` (the TUI and the headless runner
+    then close the session as `q` does)."""
+    cfg, ctl, life = e.config, e.load.controller, e.life
     assert ctl is not None
     waits = []
     if cfg.num_requests is not None:
@@ -129,31 +154,32 @@ async def fixed_size(e: Any) -> None:
         for w in waits:
             w.cancel()
     if cfg.num_requests is not None and ctl.drained.is_set():
-        e.finished = f"{cfg.num_requests} requests sent and ended"
+        life.finished = f"{cfg.num_requests} requests sent and ended"
     else:
-        e.finished = f"{cfg.duration_s:g} s"
+        life.finished = f"{cfg.duration_s:g} s"
     ctl.pause()  # no more load; what is in flight ends with the session
-    e.log("notice", f"fixed-size run done: {e.finished}")
-    e.run_done.set()
-    e._publish(time.perf_counter())
+    e.log("notice", f"fixed-size run done: {life.finished}")
+    life.done.set()
+    e.publish(time.perf_counter())
 
 
-async def start_telemetry(e: Any, base: str) -> None:
-    """The server's /metrics and the GPUs (NVML, dcgm-exporter, or the sim's own), watched once a second."""
+async def start_telemetry(e: Starting, base: str) -> TelemetryHub:
+    """The server's /metrics and the GPUs (NVML, dcgm-exporter, or the sim's own), watched
+    once a second: the first target's hub, started (its GPUs then added to the fingerprint)."""
     assert e.client is not None and e.target is not None
     cfg = e.config
     gpu_url = cfg.gpu_metrics_url
     if gpu_url is None and "redline_sim" in e.target.info.raw:
         gpu_url = base + "/dcgm/metrics"  # the sim's simulated GPUs, found with no flags
-    e.telemetry = TelemetryHub(
+    hub = TelemetryHub(
         e.client,
         server_metrics_url=cfg.server_metrics_url or base + "/metrics",
         gpu_metrics_url=gpu_url,
         use_nvml=cfg.use_nvml and gpu_url is None,
         on_notice=lambda text: e.log("notice", text),
     )
-    await e.telemetry.start()
-    e._tasks.append(asyncio.create_task(gpu_fingerprint(e), name="redline-fingerprint"))  # its GPUs, once read
+    await hub.start()
+    e.life.spawn(gpu_fingerprint(e.disk.session, e.disk.fingerprint, hub), "redline-fingerprint")  # its GPUs, once read
     if e.targets:
-        e.targets[0].telemetry = e.telemetry
-    e.ticker.start_watching(e._tasks)
+        e.targets[0].telemetry = hub
+    return hub

@@ -1,42 +1,109 @@
-"""The Snapshot the screen draws, built from the engine's parts a few times a second.
+"""The Snapshot the screen draws, built from the engine's parts a few times a second, and who
+receives it (the host's pipe to the TUI: `Publisher`).
 
-Nothing is computed here: every number comes from where it is measured (metrics.py for the
-live windows, steps.py through stepbook.py for steps, telemetry/ for server, GPUs and the
-client itself), so a reader finds the source of a figure in one hop.
+Nothing is computed here: every number comes from where it is measured
+(engine/measure/live_metrics.py for the live windows, engine/measure/step_book.py for steps,
+engine/telemetry/ for server, GPUs and the client itself), so a reader finds the source of a
+figure in one hop.
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..rules.verdicts import knee_from_summary, summary_knee
 from .snapshot import Snapshot
 
+if TYPE_CHECKING:
+    from ..client.target import Target
+    from ..measure.live_metrics import LiveMetrics
+    from ..measure.step_book import StepBook
+    from ..telemetry.hub import TelemetryHub
+    from .config import EngineConfig
+    from .disk import Disk
+    from .event_log import EventLog
+    from .each_second import Ticker
+    from .held_load import HeldLoad
+    from .lifetime import Lifetime
+    from .recording import Recorder
+    from .steering import Driven
+    from .target_set import TargetSet
+    from .target_stats import TargetState
+
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
 
 
-def _server(st) -> dict:
+class Publisher:
+    """The latest Snapshot, and its subscribers (each called with every new one)."""
+
+    def __init__(self, first: Snapshot) -> None:
+        self.snapshot = first
+        self._subscribers: list[Callable[[Snapshot], None]] = []
+
+    def subscribe(self, fn: Callable[[Snapshot], None]) -> None:
+        self._subscribers.append(fn)
+
+    def publish(self, snap: Snapshot) -> None:
+        self.snapshot = snap
+        for fn in self._subscribers:
+            fn(snap)
+
+
+class Pictured(Protocol):
+    """What a Snapshot reads of the engine."""
+
+    config: EngineConfig
+    metrics: LiveMetrics
+    book: StepBook
+    events: EventLog
+    recorder: Recorder
+    targets: TargetSet
+    load: HeldLoad
+    telemetry: TelemetryHub | None
+    ticker: Ticker
+    disk: Disk
+    life: Lifetime
+
+    @property
+    def steering(self) -> Driven: ...
+    @property
+    def target(self) -> Target | None: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def backing_off(self) -> int: ...
+    @property
+    def server_gone(self) -> bool: ...
+
+
+def _server(st: TargetState) -> dict[str, float | None]:
     """A target's own running / queued counts (its /metrics; the first target's is the hub's)."""
     srv = st.telemetry.server if st.telemetry is not None else None
     return {"running": srv.running if srv else None, "queued": srv.queued if srv else None}
 
 
-def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
+def build_snapshot(engine: Pictured, now: float, done: bool = False) -> Snapshot:
     m = engine.metrics
     out, inp, req, err = m.rates(now)
     good_req, good_tok = m.goodput(now)
-    lane_ttft, lane_itl = engine.lane_stats.p50_ms(now)
+    lane_stats = engine.recorder.lane_stats
+    lane_ttft, lane_itl = lane_stats.p50_ms(now)
     st = m.percentiles
-    ctl = engine.controller
+    load = engine.load
+    ctl = load.controller
     tgt = engine.target
     cfg = engine.config
     book = engine.book
-    h = engine.ticker.health
+    ticker = engine.ticker
+    h = ticker.health
     tel = engine.telemetry
+    session = engine.disk.session
     return Snapshot(
         t=now,
-        elapsed_s=now - engine.t0,
+        elapsed_s=now - engine.life.t0,
         state=engine.state,
         target_c=ctl.target if ctl else cfg.concurrency,
         previous_c=ctl.previous if ctl else None,
@@ -52,11 +119,11 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         dropped_or_delayed=ctl.delayed + ctl.dropped if ctl else 0,
         workload=dict(book.workload or cfg.workload.describe()),
         turns=cfg.workload.turns,
-        trace_progress=engine.trace.progress() if engine.trace is not None else None,
+        trace_progress=load.trace.progress() if load.trace is not None else None,
         targets=tuple(st.stats.live(now) | _server(st) for st in engine.targets) if len(engine.targets) > 1 else (),
-        workers=tuple(engine.pool.summary()) if engine.pool is not None else (),
+        workers=tuple(load.pool.summary()) if load.pool is not None else (),
         probing=ctl.probing if ctl else False,
-        preset_running=engine.driver_running,
+        preset_running=engine.steering.driving,
         url=tgt.url if tgt else cfg.url,
         model=tgt.model if tgt else "",
         api=tgt.api if tgt else "",
@@ -68,9 +135,9 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         errors_s=err,
         goodput_req_s=good_req,
         goodput_tok_s=good_tok,
-        lane_on=engine.lane is not None and engine.lane.on,
+        lane_on=load.lane is not None and load.lane.on,
         lane_ttft_ms=lane_ttft,
-        lane_ttft_bound=engine.lane_stats.ttft_bound,
+        lane_ttft_bound=lane_stats.ttft_bound,
         lane_itl_ms=lane_itl,
         slo=cfg.slo.describe() if cfg.slo is not None else "",
         ttft_ms=st.ttft.ms(),
@@ -90,21 +157,21 @@ def build_snapshot(engine: Any, now: float, done: bool = False) -> Snapshot:
         break_result=book.break_result,
         probe_result=book.probe_result,
         knee=knee_from_summary(summary_knee(book.steps, book.search, book.plateau_gain)),  # the one verdict, not the screen's own
-        preset=engine.preset_line,
+        preset=engine.steering.line,
         server=tel.server if tel else None,
         gpus=tuple(tel.gpus) if tel else (),
         client_cpu_pct=h.cpu_pct if h else None,
         loop_lag_ms=h.loop_lag_ms if h else None,
         client_overloaded=h.overloaded if h else False,
         warnings=engine.events.warnings(server_gone=engine.server_gone),
-        tok_per_joule=engine.ticker.row.get("tok_per_joule"),
-        second=engine.ticker.second,
-        row=engine.ticker.row,
-        recent=tuple(islice(reversed(engine.history), RECENT_ROWS))[::-1],
+        tok_per_joule=ticker.row.get("tok_per_joule"),
+        second=ticker.second,
+        row=ticker.row,
+        recent=tuple(islice(reversed(ticker.history), RECENT_ROWS))[::-1],
         log=engine.events.recent(50),
         session_dir=str(cfg.out_dir or ""),
-        session_error=engine.session.error if engine.session else None,
-        session_lost_rows=engine.session.lost_rows if engine.session else 0,
+        session_error=session.error if session else None,
+        session_lost_rows=session.lost_rows if session else 0,
         done=done,
-        finished=engine.finished,
+        finished=engine.life.finished,
     )

@@ -1,10 +1,12 @@
-"""Where every measurement lands: the load's listener, the harvest of in-flight requests'
-gaps, the workers' replayed reports and the probe lane's own listener.
+"""Where every measurement lands: the load's requests' events, the harvest of in-flight
+requests' gaps, the workers' replayed reports and the probe lane's own subscriber.
 
-Each target's Sender reports to its TargetStats (engine/run/target_stats.py), which forwards every
-event here; worker processes' reports are replayed into the same TargetStats (engine/load/worker_pool.py).
-From here each value goes to the live windows (metrics.py), the steps (stepbook.py), the
-Prometheus figures (prom.py, with --control) and the session log (session/writer.py).
+Each target's Sender fires its requests' events (engine/measure/events.py) to its TargetStats
+(engine/run/target_stats.py) and here (subscribed in engine/run/wiring.py); worker processes'
+reports are replayed into the same events (engine/load/worker_pool.py). From here each value
+goes to the live windows (engine/measure/live_metrics.py), the steps (engine/measure/step_book.py),
+the run's totals, the Prometheus figures (engine/control/prometheus.py, with --control: the
+harvest's gaps here, ended requests subscribed beside) and the session log (engine/session/writer.py).
 
 - A failed request leaves every latency figure (its first token and its gaps are taken back)
   and the output tok/s (its tokens, counted as they arrived, move to failed_output_tok_s);
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from ..load.probe_lane import LaneStats, is_lane
 from ..load.sender import Sender
@@ -25,11 +27,20 @@ from ..measure import records as R
 from ..measure.accumulator import new_gaps
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock, RequestRecord
+from ..measure.run_totals import RunTotals
 from ..measure.step_book import StepBook
 
 if TYPE_CHECKING:
     from ..session import SessionWriter
     from .event_log import EventLog
+
+
+class GapExport(Protocol):
+    """What takes the load's inter-token gaps as they are harvested (engine/control/prometheus.py
+    PromMetrics, with --control)."""
+
+    def on_itls(self, rec: RequestRecord | None, itls: Sequence[float]) -> None: ...
+    def on_gaps(self, gaps: Sequence[tuple]) -> None: ...
 
 
 @dataclass
@@ -57,7 +68,7 @@ class FailureStreak:
 
 
 class Recorder:
-    """The listener of the load (through each target's TargetStats) and the harvest."""
+    """A subscriber of every load request's events (engine/run/wiring.py), and the harvest."""
 
     def __init__(self, metrics: LiveMetrics, book: StepBook, events: EventLog, clock: Clock) -> None:
         self.metrics = metrics
@@ -66,18 +77,18 @@ class Recorder:
         self.clock = clock
         self.lane_stats = LaneStats()
         self.session: SessionWriter | None = None  # set once the session directory is open
-        self.prom: Any = None  # engine/control/prometheus.py PromMetrics, set with --control
+        self.prom: GapExport | None = None  # with --control (engine/run/wiring.py with_prometheus)
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
-        self.totals: Any = None  # the whole run (engine/measure/run_totals.py RunTotals), for the end summary
+        self.totals = RunTotals()  # the whole run (engine/measure/run_totals.py), for the end summary
         self.streak = FailureStreak()  # the load's failed requests in a row, and the server's last reason
         # the load's output tokens received, and the arrival of the latest (a preset's stall
         # rule, engine/drive/stall.py, watches the count: worker processes report it late)
         self.tokens_received = 0
         self.last_token_t: float | None = None
 
-    # -- the load's listener ------------------------------------------------------------------
+    # -- the load's requests' events ----------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
         if rec.phase != "calibration":
@@ -99,8 +110,6 @@ class Recorder:
 
     def on_end(self, rec: RequestRecord) -> None:
         self.harvest(rec)
-        if self.prom is not None:
-            self.prom.on_end(rec)
         # failed requests stay out of every latency figure; a cancelled one (the client's abort,
         # the run's end) keeps what the server served it
         if rec.status == R.FAILED and not is_lane(rec):
@@ -114,8 +123,7 @@ class Recorder:
         self.book.on_end(rec)  # first: the request's one SLO verdict (rec.slo_met), which the live goodput reads
         self.metrics.on_request_end(rec, measured=rec.phase != "calibration")  # start-up's requests: counted, not measured
         self.streak.on_end(rec)
-        if self.totals is not None:
-            self.totals.on_end(rec)
+        self.totals.on_end(rec)
         if rec.phase != "calibration":
             self.ended += 1
         if self.session is not None:
@@ -196,8 +204,8 @@ class Recorder:
 
 
 class LaneListener:
-    """The probe lane's requests: their own live window and step figures, their own rows,
-    never the load's tokens or latencies."""
+    """The probe lane's requests' subscriber: their own live window and step figures, their own
+    rows, never the load's tokens or latencies."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.r = recorder

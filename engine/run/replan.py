@@ -19,18 +19,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..constants import PESSIMISTIC_TOKEN_S
 from ..load.worker_count import CROWDED_KEY, Plan, crowded, crowded_warning, kernel_stamped, live_plan, per_process
+from .load_start import Starting, worker_spec
+
+if TYPE_CHECKING:
+    from ..telemetry.types import ClientHealthSample
 
 GROW_PAUSE_S = 5.0  # after a growth, the figures of the new processes settle before the next judgement
 MIN_TOK_S = 1000.0  # below, a second's CPU per token is mostly the engine's own idle work: not judged
 WARN_MARGIN = 1.15  # warned only past 15 % over what the processes hold (a measure moves a little)
 
 
+class Replanned(Starting, Protocol):
+    """What the re-plan reads of the engine (and what a grown pool's workers are given)."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+
 class Replanner:
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Replanned) -> None:
         self.e = engine
         self._kernel: bool | None = None
         self._growing: asyncio.Task | None = None
@@ -38,19 +49,19 @@ class Replanner:
         self.last: Plan | None = None  # the last live plan (tests, the log)
 
     def processes(self) -> int:
-        e = self.e
-        if e.pool is None:
+        pool = self.e.load.pool
+        if pool is None:
             return 1
-        return max(1, sum(1 for s in e.pool.states if s.alive))
+        return max(1, sum(1 for s in pool.states if s.alive))
 
     def streams(self) -> int:
         """The load to hold: the target C in a closed loop (it is where the run is going), else in flight."""
         e = self.e
-        ctl = e.controller
+        ctl = e.load.controller
         target = ctl.target if ctl is not None and ctl.mode == "concurrency" and not ctl.probing and not ctl.paused else 0
         return max(target, e.in_flight)
 
-    def each_second(self, now: float, health: Any) -> None:
+    def each_second(self, now: float, health: ClientHealthSample | None) -> None:
         e = self.e
         ev = e.events
         if self._kernel is None:
@@ -63,9 +74,9 @@ class Replanner:
             return
         cpu = None
         if health is not None:
-            cpu = health.loop_cpu_pct if e.pool is None else (
+            cpu = health.loop_cpu_pct if e.load.pool is None else (
                 None if health.cpu_pct is None or health.loop_cpu_pct is None else health.cpu_pct - health.loop_cpu_pct)
-        p = live_plan(streams, n, cpu, tok_s, interval, self._kernel, getattr(health, "others_cpu_pct", None))
+        p = live_plan(streams, n, cpu, tok_s, interval, self._kernel, health.others_cpu_pct if health is not None else None)
         if p is None:
             return
         self.last = p
@@ -86,27 +97,28 @@ class Replanner:
 
     def _can_grow(self) -> bool:
         e = self.e
-        return e.pool is not None and e.config.ray is None and getattr(e.config, "workers_auto", False) and not e.pool.stopped
+        pool = e.load.pool
+        return pool is not None and e.config.ray is None and e.config.workers_auto and not pool.stopped
 
     def _why_not(self) -> str:
         e = self.e
-        if e.pool is None:
+        if e.load.pool is None:
             return "the load started in this process and stays in it"
         if e.config.ray is not None:
             return "Ray actors are fixed at start"
-        if not getattr(e.config, "workers_auto", False):
+        if not e.config.workers_auto:
             return f"--workers {e.config.workers} was given"
         return ""
 
     async def _grow(self, p: Plan, n: int) -> None:
-        from .load_start import worker_spec
-
         e = self.e
+        pool = e.load.pool
+        assert pool is not None
         try:
             more = p.processes - n
             e.log("notice", f"--workers auto: {p.processes} worker processes now (were {n}): {p.why.split(': ', 1)[-1]}")
-            got = await e.pool.grow(worker_spec(e), more)
-            e.config.workers = e.pool.n
+            got = await pool.grow(worker_spec(e), more)
+            e.config.workers = pool.n
             if got < more:
                 e.log("warning", f"--workers auto: {more - got} of {more} new worker processes did not start")
         finally:

@@ -4,14 +4,39 @@ from the engine's parts, written by the SessionWriter (session/writer.py) off th
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import __version__
 from ..rules.verdicts import slo_verdict, summary_knee
 
 if TYPE_CHECKING:
     from ..client.target import Target
+    from ..measure.live_metrics import LiveMetrics
+    from ..measure.slo import Slo
+    from ..measure.step_book import StepBook
+    from ..measure.step_result import StepResult
     from .config import EngineConfig
+    from .held_load import HeldLoad
+    from .lifetime import Lifetime
+    from .live_steps import LiveSteps
+    from .recording import Recorder
+    from .target_set import TargetSet
+
+
+class Summarized(Protocol):
+    """What summary.json reads of the engine."""
+
+    config: EngineConfig
+    book: StepBook
+    metrics: LiveMetrics
+    recorder: Recorder
+    targets: TargetSet
+    load: HeldLoad
+    live: LiveSteps
+    life: Lifetime
+
+    @property
+    def target(self) -> Target | None: ...
 
 
 def default_label(tgt: Target) -> str:
@@ -44,7 +69,7 @@ def session_meta(cfg: EngineConfig, tgt: Target) -> dict:
     }
 
 
-def summary_doc(e: Any) -> dict:
+def summary_doc(e: Summarized) -> dict[str, Any]:
     """summary.json: the steps, the knee (engine/rules/verdicts.py), the break, the probe, the
     search, the SLO, the targets and the workers (one process: itself, as worker 0), as they stand now (rewritten at each
     step and at the end)."""
@@ -60,14 +85,14 @@ def summary_doc(e: Any) -> dict:
         "probe": b.probe_result.to_dict() if b.probe_result else None,
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
-        "targets": [st.stats.summary(time.perf_counter() - e.t0) for st in e.targets],
-        "workers": e.pool.summary() if e.pool is not None else [_this_process(e)],
+        "targets": [st.stats.summary(time.perf_counter() - e.life.t0) for st in e.targets],
+        "workers": e.load.pool.summary() if e.load.pool is not None else [_this_process(e)],
         # the whole run at once, as bench_serving reports it (engine/measure/run_totals.py)
-        "run": e.totals.summary(cfg.percentiles),
+        "run": e.recorder.totals.summary(cfg.percentiles),
     }
 
 
-def step_doc(s: Any, slo: Any) -> dict:
+def step_doc(s: StepResult, slo: Slo | None) -> dict[str, Any]:
     """One step of summary.json: its StepResult, and with an SLO the engine's verdict on it,
     `meets_slo` (true: met; false: a bound missed; null: not proven, e.g. nothing judged:
     engine/rules/verdicts.py slo_verdict), which the HTML page and readers take as it is."""
@@ -78,16 +103,16 @@ def step_doc(s: Any, slo: Any) -> dict:
     return d
 
 
-def _this_process(e: Any) -> dict:
+def _this_process(e: Summarized) -> dict[str, Any]:
     """The load held in this process, as one worker (the same shape as --workers N)."""
-    d = max(time.perf_counter() - e.t0, 1e-9)
+    d = max(time.perf_counter() - e.life.t0, 1e-9)
     lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
     return {
         "worker": 0, "node": _node(), "alive": True,
-        "share": e.live.concurrency() if e.controller is not None else 0,
+        "share": e.live.concurrency() if e.load.controller is not None else 0,
         "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
         "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
-        "cpu_pct": round(100.0 * (time.process_time() - e.cpu0) / d, 1),
+        "cpu_pct": round(100.0 * (time.process_time() - e.life.cpu0) / d, 1),
     }
 
 

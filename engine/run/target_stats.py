@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ..client.server_watch import ServerWatch
     from ..client.target import Target
-    from ..load.sender import Listener, Sender
+    from ..load.sender import Sender
     from ..telemetry.hub import TelemetryHub
 
 
@@ -56,12 +56,11 @@ def _ms(v: float | None) -> float | None:
 
 
 class TargetStats:
-    """One target's figures; also the listener of its Sender (it forwards every event to the
-    engine, so the session-wide figures stay the sum of the targets')."""
+    """One target's figures: a subscriber of its Sender's events (engine/run/wiring.py), beside
+    the engine's Recorder, so the session-wide figures stay the sum of the targets'."""
 
-    def __init__(self, url: str, engine: Listener) -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
-        self._engine = engine
         self.watch: ServerWatch | None = None
         self.sent = 0
         self.completed = 0
@@ -74,22 +73,19 @@ class TargetStats:
         self.ttft_all = Digest()
         self.e2e_all = Digest()
 
-    # -- the Sender's listener ---------------------------------------------------------
+    # -- its Sender's events ----------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         if rec.phase != "calibration":
             self.sent += 1
-        self._engine.on_send(rec)
 
     def on_first(self, rec: RequestRecord) -> None:
         if rec.phase != "calibration" and rec.ttft is not None and rec.t_first is not None:
             self.ttft.add(rec.t_first, rec.ttft)
             self.ttft_all.add(rec.ttft)
-        self._engine.on_first(rec)
 
     def on_tokens(self, t: float, n: int) -> None:
         self.out_tokens.add(t, n)
         self.out_tokens_total += n
-        self._engine.on_tokens(t, n)
 
     def on_end(self, rec: RequestRecord) -> None:
         watch = self.watch
@@ -108,14 +104,14 @@ class TargetStats:
             self.out_tokens.remove_many(credits)
             self.out_tokens_total -= sum(n for _, n in credits)
         if watch is not None and rec.status == R.OK:
-            watch.succeeded()  # a failure was judged by the Sender (engine/load/sender.py), or on_remote_end
-        self._engine.on_end(rec)
+            watch.succeeded()  # a failure was judged by the Sender (engine/load/sender.py), or judge_remote_end
 
-    def on_remote_end(self, rec: RequestRecord) -> None:
-        """A worker's request ended (engine/load/worker_pool.py): its worker judged whether the
-        server had died (engine/load/worker.py: the worker's own watch made it `server_gone`);
-        here a failure that may mean so asks this target's watch, which holds the load, and one
-        still `connect` or `disconnect` is `server_gone` once that watch says the server is gone."""
+    def judge_remote_end(self, rec: RequestRecord) -> None:
+        """A worker's request ended (engine/load/worker_pool.py), before its `ended` is fired:
+        its worker judged whether the server had died (engine/load/worker.py: the worker's own
+        watch made it `server_gone`); here a failure that may mean so asks this target's watch,
+        which holds the load, and one still `connect` or `disconnect` is `server_gone` once that
+        watch says the server is gone."""
         watch = self.watch
         if watch is not None and rec.status == R.FAILED and rec.error_kind in (*SUSPECT_KINDS, R.ERR_SERVER_GONE):
             if watch.gone and rec.error_kind != R.ERR_SERVER_GONE:
@@ -123,7 +119,6 @@ class TargetStats:
                 rec.error_text = f"server gone: {rec.error_text}"[:ERROR_TEXT_CHARS]
             elif not watch.gone:
                 watch.connect_failed()
-        self.on_end(rec)
 
     # -- reading -----------------------------------------------------------------------
     def live(self, now: float) -> dict:

@@ -127,9 +127,10 @@ class NvmlSource:
         self.notice = f"{NVML_ABSENT_PREFIX}{reason})"
         return self.notice
 
-    def _name(self, handle: Any) -> str:
+    # device_ref: pynvml's device handle, an untyped ctypes pointer (Any: the third-party type)
+    def _name(self, device_ref: Any) -> str:
         try:
-            name = self._backend.nvmlDeviceGetName(handle)
+            name = self._backend.nvmlDeviceGetName(device_ref)
         except Exception:
             return ""
         return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
@@ -141,16 +142,16 @@ class NvmlSource:
             return ""
         return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
-    def _temperature(self, handle: Any) -> Any:
+    def _temperature(self, device_ref: Any) -> Any:
         """nvmlDeviceGetTemperature, or its successor where a driver no longer has it."""
         nv = self._backend
         try:
-            return nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+            return nv.nvmlDeviceGetTemperature(device_ref, nv.NVML_TEMPERATURE_GPU)
         except Exception as exc:
             missing = getattr(nv, "NVMLError_FunctionNotFound", None)
             if missing is None or not isinstance(exc, missing) or not hasattr(nv, "nvmlDeviceGetTemperatureV"):
                 raise
-            return nv.nvmlDeviceGetTemperatureV(handle, nv.NVML_TEMPERATURE_GPU)
+            return nv.nvmlDeviceGetTemperatureV(device_ref, nv.NVML_TEMPERATURE_GPU)
 
     def _read(self, gpu: int, field: str, call: Callable[[], Any]) -> Any:
         """One NVML read; None when unsupported (remembered, not retried) or failing."""

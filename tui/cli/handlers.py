@@ -103,7 +103,7 @@ async def _held(cfg, progress_s: float | None = None) -> int:
         stopped.append(reason)
         done.set()
 
-    engine.on_stop_request = on_stop_request
+    engine.steering.on_stop_request = on_stop_request
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     ticking = None

@@ -27,10 +27,9 @@ def _err(text: str) -> None:
 def headless_engine(cfg):
     """The engine as a headless run drives it (a preset's or a held load): commands run in
     this process, warnings printed as they come."""
-    from ...engine.api import Engine, execute
+    from ...engine.api import new_engine
 
-    engine = Engine(cfg)
-    engine.dispatch = execute
+    engine = new_engine(cfg)
     engine.events.on_warning = _warning_printer()
     return engine
 
@@ -106,7 +105,7 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
         for fut in work:
             fut.cancel()
 
-    engine.on_stop_request = on_stop_request
+    engine.steering.on_stop_request = on_stop_request
 
     for sig in SIGNALS:  # before start-up: a signal during detection must close the log too
         loop.add_signal_handler(sig, on_signal, sig)
@@ -123,7 +122,7 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
         ticking = asyncio.ensure_future(progress.run())
         work.append(asyncio.ensure_future(run_preset(engine, preset, on_line=progress.say)))
         if cfg.control is not None:  # an API command that takes the wheel cancels the preset
-            engine.driver = work[-1]
+            engine.steering.drive(work[-1])
         try:
             out = await work[-1]
         except asyncio.CancelledError:

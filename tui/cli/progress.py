@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ...engine.api import BOUND, ms, rate
+
+if TYPE_CHECKING:
+    from ...engine.api import Engine
 
 DEFAULT_EVERY_S = 10.0
 CLEAR = "\r\x1b[2K"
 
 
 class Progress:
-    def __init__(self, engine: Any, every_s: float | None = None, stream: TextIO | None = None) -> None:
+    def __init__(self, engine: Engine, every_s: float | None = None, stream: TextIO | None = None) -> None:
         self.e = engine
         self.stream = stream or sys.stdout
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())

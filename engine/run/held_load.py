@@ -1,0 +1,33 @@
+"""The load the engine holds, in one place: what steers it (a LoadControl: engine/load/
+controller.py in this process, a WorkerPool or RayPool with workers), what sends it here (the
+one LoadHolder, engine/load/holder.py), the prompts and the trace it sends, the calibration
+they were cut with, the probe lane beside it, and the open loop's last rate. Filled at the
+start (engine/run/load_start.py); the engine's commands change it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..workload.prompts import DEFAULT_CALIBRATION, Calibration
+
+if TYPE_CHECKING:
+    from ..load.controller import LoadControl
+    from ..load.holder import LoadHolder
+    from ..load.probe_lane import ProbeLane
+    from ..load.trace_replay import TraceReplay
+    from ..load.worker_pool import WorkerPool
+    from ..workload.prompts import PromptSource
+
+
+@dataclass
+class HeldLoad:
+    base_workload: dict[str, object]  # a replay's [workload], before any change (the config's, described)
+    controller: LoadControl | None = None  # the load's state and commands; None before the start
+    pool: WorkerPool | None = None  # --workers N / --ray: the same object as `controller` (RayPool is a WorkerPool)
+    holder: LoadHolder | None = None  # the load held in this process (no workers)
+    source: PromptSource | None = None  # the workload's prompts
+    trace: TraceReplay | None = None  # with a trace workload
+    calibration: Calibration = DEFAULT_CALIBRATION  # tokens per word, as measured at the start
+    lane: ProbeLane | None = None  # the probe lane: one request at a time beside the load
+    last_rate: float | None = None  # the open loop's last rate, for the mode key
