@@ -45,7 +45,7 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
     from redline.engine.host import _child_main
     from redline.engine.measure.histogram import LogHistogram
-    from redline.engine.run.each_second import Ticker
+    from redline.engine.run.ticker import Ticker
     from redline.engine.run.engine import Engine
 
     base_bins: list[int] = []

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
-    from .sweep.record import SWEEP_FILE, load_sweep
+    from .sweep.sweep_file import SWEEP_FILE, load_sweep
     from .sweep.merge import merged_doc
     from .sweep.resume import check_resume, preset_digest
     from .sweep.runner import ConfigServer, TimeLeft, open_sweep_file, run_sweep
@@ -128,7 +128,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",
     ),
     ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
-    ".sweep.record": ("SWEEP_FILE", "load_sweep"),
+    ".sweep.sweep_file": ("SWEEP_FILE", "load_sweep"),
     ".sweep.merge": ("merged_doc",),
     ".sweep.resume": ("check_resume", "preset_digest"),
     ".sweep.runner": ("ConfigServer", "TimeLeft", "open_sweep_file", "run_sweep"),

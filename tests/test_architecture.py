@@ -168,7 +168,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),  # transport, SSE, API bodies and decoders, one request, target detection
     ("load",),  # controller, sender, the one load holder, worker pool, Ray pool (its port: load/port.py)
     ("preset",),  # preset spec and parsing
-    ("run",),  # the Engine coordinator, commands, config, snapshot, recorder, targets
+    ("run",),  # the Engine coordinator, commands, config, snapshot, measurements, targets
     ("drive", "report"),  # preset runner, server operations, estimates; what reads a session
     ("control",),  # control API, Prometheus
     ("sweep",),  # a preset against each server configuration: launch, wait, stop, compare

@@ -131,7 +131,7 @@ def test_commands_change_the_load_and_refusals_leave_it(held, sim):
     assert c.post("/v1/search", json={"start": 0}).status_code == 400
     assert c.post("/v1/lane", json={"on": "yes"}).status_code == 400
     assert c.post("/v1/export", json={"format": "xlsx"}).status_code == 400
-    assert h.engine.controller.target == 16 and sim_running(url) == 16 and not h.engine.closed
+    assert h.engine.controller.concurrency == 16 and sim_running(url) == 16 and not h.engine.closed
     assert time.monotonic() - t0 < 30
     # the C=1 probe: at most 1 at the server within 1.5 s, then back
     r = c.post("/v1/probe")
@@ -333,7 +333,7 @@ def test_token_required_and_never_written(sim, tmp_path):
                 assert bad.get(path).status_code == 401
             r = bare.post("/v1/concurrency", json={"value": 9})
             assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
-            assert h.engine.controller.target == 4
+            assert h.engine.controller.concurrency == 4
             assert good.get("/v1/status").status_code == 200
             assert good.get("/metrics").status_code == 200
             assert good.post("/v1/concurrency", json={"value": 9}).json()["concurrency"] == 9
@@ -417,7 +417,7 @@ def test_fuzz_never_crashes_nor_stops_the_load(fuzz_engine, method, path, body, 
     if r.status_code >= 400:
         assert r.json()["ok"] is False
     e = h.engine
-    assert not e.closed and not e.controller.stopped and e.controller.target >= 1
+    assert not e.closed and not e.controller.stopped and e.controller.concurrency >= 1
     if e.controller.paused or e.controller.probing:  # a valid restore/resume cannot pause; keep the load on
         c.post("/v1/resume")
 

@@ -173,9 +173,9 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
             assert await until(lambda: e.ticker.guard.last_good == 32, 15.0), e.ticker.guard.last_good
             e.set_concurrency(80)
             t0 = _t.monotonic()
-            while e.controller.target != 32 and _t.monotonic() - t0 < 20:
+            while e.controller.concurrency != 32 and _t.monotonic() - t0 < 20:
                 await asyncio.sleep(0.2)
-            return e.controller.target, [l.text for l in e.snapshot.log], e.snapshot.warnings
+            return e.controller.concurrency, [l.text for l in e.snapshot.log], e.snapshot.warnings
         finally:
             await e.stop("quit")
 

@@ -470,7 +470,7 @@ def test_the_tui_exit_says_the_loss_and_exits_5(healthy_sim, tmp_path, monkeypat
 
 
 def test_a_sweep_configuration_that_lost_rows_says_so_and_the_sweep_exits_5(tmp_path, monkeypatch, capsys):
-    from redline.engine.sweep.record import COMPLETED, entry
+    from redline.engine.sweep.sweep_file import COMPLETED, entry
     from redline.engine.sweep.runner import ConfigServer
     from redline.engine.sweep.spec import Config
     from redline.tui.cli.sweep_cmd import _rows_lost

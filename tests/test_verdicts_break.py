@@ -34,7 +34,7 @@ from redline.engine.rules.verdicts import (
     summary_knee,
 )
 from redline.engine.run.summary import step_doc
-from redline.engine.sweep.record import figures
+from redline.engine.sweep.sweep_file import figures
 
 
 def step(c, tps, *, se=0.0, steady=True, completed=10, failed=0, workload=None, **kw) -> StepResult:

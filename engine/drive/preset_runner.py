@@ -25,7 +25,7 @@ from ..preset import Preset
 from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
-from ..run import commands as C
+from ..run import commands
 from ..run.config import EngineConfig
 from ..run.engine import COMMANDS as ENGINE_COMMANDS, Engine
 from ..run.steering import Handler
@@ -134,7 +134,7 @@ def start_preset(engine: Engine, preset: Preset) -> None:
     engine.attach_driver(asyncio.create_task(managed(), name="redline-preset"))
 
 
-def _start_profile(engine: Engine, cmd: C.StartProfile) -> object:
+def _start_profile(engine: Engine, cmd: commands.StartProfile) -> object:
     """The server's profiler at the load held now (key P): "started", or why not (a coroutine)."""
     task = start_capture(engine, cmd.seconds)
     return capture_started(engine) if task is not None else "already running"
@@ -144,8 +144,8 @@ def _start_profile(engine: Engine, cmd: C.StartProfile) -> object:
 # runner's (the engine knows no presets)
 COMMANDS: dict[type, Handler[Engine]] = {
     **ENGINE_COMMANDS,
-    C.StartPreset: lambda e, c: start_preset(e, c.preset),
-    C.StartProfile: _start_profile,
+    commands.StartPreset: lambda e, c: start_preset(e, c.preset),
+    commands.StartProfile: _start_profile,
 }
 
 

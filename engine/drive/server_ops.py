@@ -32,7 +32,7 @@ A server without an endpoint (404, 405, 501) gets one warning line, once per ope
 error; later calls to that operation are skipped quietly. So does a 401/403.
 
 The endpoints themselves (ServerOps) are engine/client/server_admin.py; the engine keeps its
-first target's (engine/run/target_set.py server_ops).
+first target's (engine/run/targets.py server_ops).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ POLL_S = 0.05
 
 
 def server_ops(engine: Engine) -> ServerOps:
-    """The engine's ServerOps: its first target's (engine/run/target_set.py), made on first use."""
+    """The engine's ServerOps: its first target's (engine/run/targets.py), made on first use."""
     return engine.targets.server_ops()
 
 

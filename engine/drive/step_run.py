@@ -250,7 +250,7 @@ def _sent_before(engine: Engine) -> int:
     worker processes, their reported in-flight."""
     ctl = engine.controller
     waiting = ctl.waiting if ctl is not None else 0
-    sender = engine.recorder.load_sender
+    sender = engine.measurements.load_sender
     if engine.pool is None and sender is not None:
         return len(sender.in_flight) + waiting
     return engine.in_flight + waiting

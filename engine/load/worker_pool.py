@@ -264,7 +264,7 @@ class WorkerPool(LoadControl):
         n = self.n
         alive = [s.index for s in self.states if s.alive]
         k = len(alive) or 1
-        c = 1 if self.probing else self.target
+        c = 1 if self.probing else self.concurrency
         cs = dict(zip(alive, split(c, k)))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
         stamp = self.port.stamp()
@@ -466,7 +466,7 @@ class WorkerPool(LoadControl):
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
-            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's recorder takes them out)
+            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's Measurements takes them out)
                 rec.remote_credits = unbucket_tokens(x.failed_tokens)
                 st.tokens -= sum(n for _, n in x.failed_tokens)
             stats[ti].on_remote_end(rec)  # a failure asks the target's health watch

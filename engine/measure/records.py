@@ -131,7 +131,7 @@ class RequestRecord:
     rid: int
     phase: str  # "calibration" | "warmup" | "measure" | "live" | "probe"
     step: int  # index of the step (period at one concurrency) it was sent in
-    concurrency: int  # target concurrency when it was sent
+    concurrency: int  # the concurrency asked for when it was sent (an open loop: its in-flight cap)
     t_send: float
     expected_input_tokens: int = 0
     max_tokens: int = 0

@@ -85,7 +85,7 @@ class Snapshot:
     cancelled: int = 0
     errors_by_kind: dict = field(default_factory=dict)
     # the load's failed requests in a row (a completed one resets it) and the server's reason for
-    # the last one (engine/run/recording.py FailureStreak)
+    # the last one (engine/run/measurements.py FailureStreak)
     failures_in_a_row: int = 0
     last_failure: str = ""
     output_tokens_total: int = 0
