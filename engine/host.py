@@ -3,7 +3,7 @@
 Drawing holds the UI's interpreter; an engine in the same interpreter waits for the GIL and
 stamps bytes late (measured: 60 ms event-loop lag on a thread beside Textual at 80x24).
 So the TUI runs the engine in a child process with its own loop; typed commands
-(engine/run/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
+(engine/core/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
 each command's reply comes back too.
 
 Both hosts have the same surface: start(), stop(reason), snapshot, and send(command), which
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
-from .run import commands
-from .run.config import EngineConfig
-from .run.snapshot import Snapshot
+from .core import commands
+from .core.config import EngineConfig
+from .core.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
-    from .run.engine import Engine
+    from .core.engine import Engine
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -43,7 +43,7 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from .drive.preset_runner import new_engine
+        from .run.preset_runner import new_engine
 
         self.config = config
         self.engine = new_engine(config)
@@ -124,8 +124,8 @@ def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if config is None:  # launched before its target was known: import the engine, then wait for it
-        from .drive import preset_runner as runner  # noqa: F401
-        from .run import engine as core
+        from .run import preset_runner as runner  # noqa: F401
+        from .core import engine as core
 
         try:
             msg = conn.recv()
@@ -159,7 +159,7 @@ def freeze_heap() -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
-    from .drive.preset_runner import new_engine
+    from .run.preset_runner import new_engine
 
     engine = new_engine(config)
     loop = asyncio.get_running_loop()

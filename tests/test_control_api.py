@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redline.engine.control.address import ControlAddress, ControlError, check_control, parse_control
 from redline.engine.host import EngineThread
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 LONG = WorkloadConfig(input_len=16, output_len=2000)  # requests that stay in flight
@@ -195,7 +195,7 @@ def test_each_command_is_logged_with_its_source(held, tmp_path):
     c.post("/v1/concurrency", json={"value": 0})
     c.post("/v1/probe")
     assert wait_for(lambda: any(line.kind == "probe" for line in h.snapshot.log), 3)
-    h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
+    h.send(__import__("redline.engine.core.commands", fromlist=["Flush"]).Flush()).result(5)
     rows = events(tmp_path / "session")
     api = [r for r in rows if r["kind"] == "api"]
     assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64"]
@@ -250,7 +250,7 @@ def test_metrics_parse_back_and_match_the_request_rows(shared_sim, tmp_path):
             assert wait_for(lambda: h.snapshot.completed >= 90, 30)
             c.post("/v1/pause")
             assert wait_for(lambda: h.engine.in_flight == 0, 10)
-            h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
+            h.send(__import__("redline.engine.core.commands", fromlist=["Flush"]).Flush()).result(5)
             r = c.get("/metrics")
             assert r.headers["content-type"].startswith("text/plain")
             fam = families(r.text)

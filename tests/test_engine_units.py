@@ -228,8 +228,8 @@ def test_no_import_cycle_between_modules():
     for name, p in mods.items():
         here = name if p.name == "__init__.py" else name
         graph[name] = {m for m in _imports(p, here) if m in mods and m != name}
-    assert "redline.engine.run.engine" in graph["redline.engine.drive.preset_runner"]  # the runner drives the engine ...
-    assert not any(m.startswith("redline.engine.drive.preset_runner") for m in graph["redline.engine.run.engine"])  # ... never the reverse
+    assert "redline.engine.core.engine" in graph["redline.engine.run.preset_runner"]  # the runner drives the engine ...
+    assert not any(m.startswith("redline.engine.run.preset_runner") for m in graph["redline.engine.core.engine"])  # ... never the reverse
     assert not any(m.startswith("redline.tui") for n, ms in graph.items() if n.startswith("redline.engine") for m in ms)
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -297,8 +297,8 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     from redline.engine.measure.live_metrics import LiveMetrics
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
-    from redline.engine.run.event_log import EventLog
-    from redline.engine.run.measurements import Measurements
+    from redline.engine.core.event_log import EventLog
+    from redline.engine.core.measurements import Measurements
 
     def setup():
         clock = Clock.now()

@@ -44,7 +44,7 @@ def _stream(book: StepBook, rec: RequestRecord, t_first: float, itl: float, n: i
 
 
 def _end(book: StepBook, rec: RequestRecord, t_end: float, status: str = records.OK, *, metrics: LiveMetrics | None = None) -> None:
-    """The request's end as the engine's measurements delivers it (engine/run/measurements.py)."""
+    """The request's end as the engine's measurements delivers it (engine/core/measurements.py)."""
     rec.t_end = t_end
     rec.status = status
     if status == records.FAILED:
@@ -332,7 +332,7 @@ def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_f
 
     from redline.engine.measure.step_result import StepResult
     from redline.engine.preset import parse_preset
-    from redline.engine.run.config import EngineConfig
+    from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("pp-capped", extra_args=("--set", "time_scale=0.05"))

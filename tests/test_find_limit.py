@@ -14,8 +14,8 @@ from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.guard import GuardError, parse_guard
 from redline.engine.rules.knee_search import KneeSearch
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")

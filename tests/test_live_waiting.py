@@ -14,7 +14,7 @@ from redline.engine.measure import records
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.measure.timeline import timeline_row
-from redline.engine.run.snapshot import Snapshot
+from redline.engine.core.snapshot import Snapshot
 from redline.tui.widgets.panels import lane_text
 
 
@@ -90,8 +90,8 @@ async def test_the_live_ttft_of_a_capped_server_reads_the_queue_against_the_sims
     import httpx
     from helpers import until
 
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.config import EngineConfig
+    from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("pp-capped")

@@ -28,9 +28,9 @@ from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
-from redline.engine.run.measurements import FailureStreak
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
+from redline.engine.core.measurements import FailureStreak
 from redline.engine.sim.profiles import get_profile
 from redline.engine.sim.refusals import QUEUE_FULL
 from redline.engine.sim.serve import start_sim_thread

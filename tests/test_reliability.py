@@ -41,8 +41,8 @@ from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import SERVER_GONE, Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import SERVER_GONE, Engine
 from redline.engine.sim.serve import LISTENING_PREFIX
 from redline.engine.workload.prompts import WorkloadConfig
 

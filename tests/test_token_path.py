@@ -371,8 +371,8 @@ def test_an_engine_process_imports_no_command_line_client_nor_unused_parts():
     code = (
         "import sys\n"
         "from redline.engine.host import new_event_loop\n"
-        "from redline.engine.run.engine import Engine\n"
-        "from redline.engine.run.config import EngineConfig\n"
+        "from redline.engine.core.engine import Engine\n"
+        "from redline.engine.core.config import EngineConfig\n"
         "bad = [m for m in ('click', 'rich', 'pygments', 'prometheus_client', 'polars', 'redline.engine.load.worker', 'platform') if m in sys.modules]\n"
         "import httpx\n"
         "sys.argv = ['httpx', '--help']\n"

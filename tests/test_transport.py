@@ -27,8 +27,8 @@ from redline.engine.loop import wait_within
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 MODEL = "redline-sim-70b"

@@ -11,7 +11,7 @@ from helpers import sim_running_async as running, sim_state_async
 
 from redline.engine.constants import MIN_LIVE_STEP_S
 from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader

@@ -1,7 +1,7 @@
 """The control API (`--control`): HTTP/JSON under /v1/, server-sent events, /metrics.
 
 It runs on the engine's own event loop, in the engine's process (under the TUI: the engine's
-child process), and sends the same typed commands (engine/run/commands.py) through the same entry
+child process), and sends the same typed commands (engine/core/commands.py) through the same entry
 point as the keys and the presets (Engine.execute, by the engine's one command table), with the same checks. Each
 command is logged on screen and in events.ndjson as an `api` line naming the client, and the
 engine's own lines for it carry `source: api` and `client` in events.ndjson.
@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from aiohttp import web
 
 from ..loop import wait_within
-from ..run import commands
-from ..run.wiring import with_prometheus
+from ..core import commands
+from ..core.wiring import with_prometheus
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
 from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
-    from ..run.engine import Engine
+    from ..core.engine import Engine
 
 __all__ = [
     "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
@@ -172,7 +172,7 @@ class ControlServer:
 
     async def _run(self, request: web.Request, cmd: commands.Command) -> Any:
         """The command through the engine's one command table (the host's: with the preset
-        runner's commands, engine/drive/preset_runner.py new_engine); its log lines carry the API as source.
+        runner's commands, engine/run/preset_runner.py new_engine); its log lines carry the API as source.
         A refusal of the engine (a ValueError: a value it does not take) is a 400; a command
         that cannot apply now (RuntimeError) a 409."""
         e = self.engine
@@ -406,7 +406,7 @@ class ControlServer:
         return {"line": f"workload {change.describe()}", "workload": got}
 
     async def profile(self, request: web.Request, body: dict) -> dict:
-        """The server's profiler at the load held now (engine/drive/server_ops.py), for `seconds`
+        """The server's profiler at the load held now (engine/run/server_ops.py), for `seconds`
         (default --profile-s) or until the step ends."""
         secs = body.get("seconds")
         if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 < secs <= 3600):

@@ -42,8 +42,8 @@ from ..measure import records
 
 if TYPE_CHECKING:
     from ..measure.records import RequestRecord
-    from ..run.engine import Engine
-    from ..run.snapshot import Snapshot
+    from ..core.engine import Engine
+    from ..core.snapshot import Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -68,7 +68,7 @@ class Sender:
     ) -> None:
         self.client = client
         self.target = target
-        self.hooks = hooks  # what its requests tell (subscribed to by its owner: engine/run/wiring.py)
+        self.hooks = hooks  # what its requests tell (subscribed to by its owner: engine/core/wiring.py)
         self._stamp = stamp
         self._wall_offset = wall_offset
         self._ids = ids if ids is not None else itertools.count(1)  # request ids, shared by every sender of a session
@@ -77,7 +77,7 @@ class Sender:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
         self.continuous_usage = True
-        self.watch: ServerWatch | None = None  # the target's health watch (engine/run/targets.py)
+        self.watch: ServerWatch | None = None  # the target's health watch (engine/core/targets.py)
         # request shaping every body carries (--extra-body, --no-ignore-eos; engine/workload/request_shape.py)
         self.extra_body: dict | None = None
         self.ignore_eos = True

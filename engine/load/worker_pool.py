@@ -11,7 +11,7 @@ the session log, telemetry, calibration and the probe lane.
   (step, concurrency, phase) to stamp on its requests. An order goes out as soon as
   something changes, and the stamp is checked every ORDER_POLL_S: well within 100 ms.
 - Reports: every FLUSH_S each worker sends what it measured (engine/load/worker.py Batch); the
-  pool replays it into the targets' listeners (engine/run/target_stats.py), so the engine's figures,
+  pool replays it into the targets' listeners (engine/core/target_stats.py), so the engine's figures,
   steps and rows are built by the same code as in one process, from the same values.
 - A step closing first asks every worker to report at once (`sync`), so what was measured
   before the close is in the step however late its report would have come; the report
@@ -127,7 +127,7 @@ class WorkerPool(LoadControl):
 
     async def grow(self, spec: WorkerSpec, more: int) -> int:
         """`more` worker processes beside the running ones (`--workers auto` re-planned: the
-        load outgrew them, engine/run/replan.py). Each takes its share of the load once it is
+        load outgrew them, engine/core/replan.py). Each takes its share of the load once it is
         ready (until then the others hold it all); returns how many came up."""
         loop = asyncio.get_running_loop()
         first, self._batches = self.n, self._batches + 1

@@ -114,9 +114,9 @@ class StepAccumulator(OwnRequests):
         self.cached_tokens = 0  # own requests that said: prompt tokens the server found cached
         self.cached_prompt_tokens = 0  # ... and their prompt tokens
         self.cached_reports = 0  # own requests whose server said how many were cached
-        self.profiles: list[dict] = []  # profiler captures during the step (engine/drive/server_ops.py)
+        self.profiles: list[dict] = []  # profiler captures during the step (engine/run/server_ops.py)
         self.profiled = False  # ... or one whose trace the server wrote while the step was live
-        self.cache_flush: dict | None = None  # the flush done before it (engine/drive/server_ops.py)
+        self.cache_flush: dict | None = None  # the flush done before it (engine/run/server_ops.py)
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/load/probe_lane.py), in the window
         self.lane_itl = Digest()
         self.concurrency = concurrency

@@ -1,6 +1,6 @@
 """The measurement path's named events, its hooks, with their typed payloads, listed in one
 module as Locust lists its own: one request's way and a step's record. Hooks, not "events":
-the engine's event log (engine/run/event_log.py) is another thing.
+the engine's event log (engine/core/event_log.py) is another thing.
 
     hook         payload                   fired by
     sent         RequestRecord             Sender.send (engine/load/sender.py), as the request goes
@@ -15,7 +15,7 @@ the engine's event log (engine/run/event_log.py) is another thing.
 Each is a `Hook`: its subscribers, called in the order they were added, each with the hook's
 payload; a subscriber that raises stops the hook there (run_request then fails the
 request, as a bug of the listener's). Subscriptions are made in one place: the engine's in
-engine/run/wiring.py, a worker process's in engine/load/worker.py (its Batch).
+engine/core/wiring.py, a worker process's in engine/load/worker.py (its Batch).
 """
 
 from __future__ import annotations

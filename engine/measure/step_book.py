@@ -57,7 +57,7 @@ class StepBook:
         self.break_result: BreakResult | None = None
         self.search: dict | None = None  # a knee search's answer (engine/rules/knee_search.py), for summary.json
         # a driver's verdicts over its steps, judged again when a step's final figures land
-        # (engine/drive/preset_runner.py: the break and last good, a search's answers)
+        # (engine/run/preset_runner.py: the break and last good, a search's answers)
         self.rejudge: Callable[[], None] | None = None
         self.cause: str | None = None  # what the server said limits it, beside the break or the knee (a preset's run)
         self.plateau_gain: float | None = None  # the knee's (engine/rules/verdicts.py): a preset's [stop] plateau_gain, else the default

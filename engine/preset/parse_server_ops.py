@@ -1,4 +1,4 @@
-"""Reading the [ramp] keys that look inside the server (engine/drive/server_ops.py), for every ramp
+"""Reading the [ramp] keys that look inside the server (engine/run/server_ops.py), for every ramp
 form:
 
     profile = [64]        capture the server's profiler during the steps at these loads (C; req/s

@@ -2,7 +2,7 @@
 
 Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
 presets, never the reverse). A Preset comes from parse.py (a TOML file) or replay.py (a
-recorded session); the runner (engine/drive/preset_runner.py) follows `Preset.ramp.steps()`, the breaker
+recorded session); the runner (engine/run/preset_runner.py) follows `Preset.ramp.steps()`, the breaker
 (engine/rules/verdicts.py) applies `Preset.stop`. Every key is described in the docs/presets.md.
 """
 
@@ -138,7 +138,7 @@ class RampSpec:
     speed: tuple[float, ...] | None = None  # a trace replay ([workload].trace) per speed factor
     # replay mode: the workload of each step (None: [workload]'s), for sessions that changed it live
     workloads: tuple[dict | None, ...] | None = None
-    # looking inside the server (engine/drive/server_ops.py): the loads (C, or req/s of a rate
+    # looking inside the server (engine/run/server_ops.py): the loads (C, or req/s of a rate
     # ramp) at which the profiler captures, and a prefix-cache flush before each step
     profile: tuple[float, ...] = ()
     flush_cache: bool = False

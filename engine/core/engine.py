@@ -2,12 +2,12 @@
 
     Engine.start()   -> check URL, detect the server, calibrate prompts, open the session,
                         start telemetry, the request pool and the ticker.
-    Engine.execute() -> a typed command (engine/run/commands.py): concurrency, pause, probe, ...
-    Engine.snapshot  -> the latest Snapshot (what the UI draws; built in engine/run/publisher.py)
+    Engine.execute() -> a typed command (engine/core/commands.py): concurrency, pause, probe, ...
+    Engine.snapshot  -> the latest Snapshot (what the UI draws; built in engine/core/publisher.py)
     Engine.stop()    -> stop all load, close the step, complete the session log.
 
 The TUI, the headless runner and the tests drive this same API. It knows nothing of Textual,
-nor of presets: the preset runner (engine/drive/preset_runner.py) drives it from above, and a
+nor of presets: the preset runner (engine/run/preset_runner.py) drives it from above, and a
 host makes it with the runner's command table (`new_engine` there: StartPreset, StartProfile
 added to COMMANDS below); a driver's task steers it until an operator command cancels it.
 engine/host.py runs it in its own process under the TUI, so drawing cannot delay its timestamps.
@@ -84,7 +84,7 @@ SERVER_NOT_READY = "server not ready"  # every target's /health answers 503 (eng
 class Engine:
     def __init__(self, config: EngineConfig, table: Mapping[type, Handler[Engine]] | None = None) -> None:
         """`table`: the whole command table (default: the engine's own, COMMANDS; a host
-        gives engine/drive/preset_runner.py's, which adds the preset runner's commands)."""
+        gives engine/run/preset_runner.py's, which adds the preset runner's commands)."""
         self.config = config
         self.clock = Clock.now()
         self.metrics = LiveMetrics()
@@ -201,7 +201,7 @@ class Engine:
         TypeError for a command not in it); returns the reply (or a coroutine of it for
         SetWorkload/Probe/Abort/Flush, StartProfile). The snapshot is republished at once. The
         preset runner's commands (StartPreset, StartProfile) are in the table a host gives
-        (engine/drive/preset_runner.py new_engine): the engine knows no presets."""
+        (engine/run/preset_runner.py new_engine): the engine knows no presets."""
         run = self.steering.handler(cmd)
         if isinstance(cmd, commands.OPERATOR_TAKES_OVER):
             self.steering.cancel_driver()
@@ -480,7 +480,7 @@ class Engine:
 
     @property
     def failure_streak(self) -> FailureStreak:
-        """The load's failures in a row, and the last reason (engine/run/measurements.py)."""
+        """The load's failures in a row, and the last reason (engine/core/measurements.py)."""
         return self.measurements.streak
 
     @property
@@ -563,11 +563,11 @@ class Engine:
         return s
 
     def publish(self, now: float, done: bool = False) -> None:
-        """A new Snapshot, to every subscriber (engine/run/publisher.py)."""
+        """A new Snapshot, to every subscriber (engine/core/publisher.py)."""
         self.publisher.publish(build_snapshot(self, now, done))
 
 
-# The engine's commands (engine/run/commands.py): what each one runs. A coroutine's reply is
+# The engine's commands (engine/core/commands.py): what each one runs. A coroutine's reply is
 # awaited by whoever sent it (the snapshot is republished when it is done).
 COMMANDS: dict[type, Handler[Engine]] = {
     commands.SetConcurrency: lambda e, c: e.raise_max(c.n) if c.raise_max else e.set_concurrency(c.n),

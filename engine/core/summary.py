@@ -81,7 +81,7 @@ def summary_doc(e: Summarized) -> dict[str, Any]:
         "steps": [step_doc(s, cfg.slo) for s in b.steps],
         **summary_knee(b.steps, b.search, b.plateau_gain),
         "break": b.break_result.to_dict() if b.break_result else None,
-        **({"cause": b.cause} if b.cause else {}),  # the cap detector's finding beside it (engine/drive/ramp_record.py)
+        **({"cause": b.cause} if b.cause else {}),  # the cap detector's finding beside it (engine/run/ramp_record.py)
         "probe": b.probe_result.to_dict() if b.probe_result else None,
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),

@@ -1,7 +1,7 @@
 """Steps as the operator makes them: every change of the load (a key, a command from the
 control API) closes the live step and opens the next, at the new load (docs/numbers.md#what-a-steps-figures-describe).
 
-A preset run (engine/drive/preset_runner.py) manages its own steps: it suspends the rolling and resumes it
+A preset run (engine/run/preset_runner.py) manages its own steps: it suspends the rolling and resumes it
 when it ends. With worker processes a step is recorded only once every worker has reported
 what it measured before the step closed (`pending`, awaited at stop).
 """

@@ -2,7 +2,7 @@
 requests' gaps, the workers' replayed reports and the probe lane's own subscriber.
 
 Each target's Sender fires its requests' hooks (engine/measure/hooks.py) to its TargetStats
-(engine/run/target_stats.py) and here (subscribed in engine/run/wiring.py); worker processes'
+(engine/core/target_stats.py) and here (subscribed in engine/core/wiring.py); worker processes'
 reports are replayed into the same hooks (engine/load/worker_pool.py). From here each value
 goes to the live windows (engine/measure/live_metrics.py), the steps (engine/measure/step_book.py),
 the run's totals, the Prometheus figures (engine/control/prometheus.py, with --control: the
@@ -68,7 +68,7 @@ class FailureStreak:
 
 
 class Measurements:
-    """A subscriber of every load request's hooks (engine/run/wiring.py), and the harvest."""
+    """A subscriber of every load request's hooks (engine/core/wiring.py), and the harvest."""
 
     def __init__(self, metrics: LiveMetrics, book: StepBook, events: EventLog, clock: Clock) -> None:
         self.metrics = metrics
@@ -77,14 +77,14 @@ class Measurements:
         self.clock = clock
         self.lane_stats = LaneStats()
         self.session: SessionWriter | None = None  # set once the session directory is open
-        self.prom: GapExport | None = None  # with --control (engine/run/wiring.py with_prometheus)
+        self.prom: GapExport | None = None  # with --control (engine/core/wiring.py with_prometheus)
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals = RunTotals()  # the whole run (engine/measure/run_totals.py), for the end summary
         self.streak = FailureStreak()  # the load's failed requests in a row, and the server's last reason
         # the load's output tokens received, and the arrival of the latest (a preset's stall
-        # rule, engine/drive/run_watch.py, watches the count: worker processes report it late)
+        # rule, engine/run/run_watch.py, watches the count: worker processes report it late)
         self.tokens_received = 0
         self.last_token_t: float | None = None
 

@@ -1,6 +1,6 @@
 """`--workers auto` while the run goes: sized again each second from what it measured.
 
-Once a second (engine/run/ticker.py) the plan of engine/load/worker_count.py is made again
+Once a second (engine/core/ticker.py) the plan of engine/load/worker_count.py is made again
 from the run's own figures: the load processes' CPU (the engine's own process, or its worker
 processes: the client-health reading of the process tree) over the tokens they received per
 second, and the token interval (the live ITL median). When the load (the C asked for, or what is

@@ -56,7 +56,7 @@ def _ms(v: float | None) -> float | None:
 
 
 class TargetStats:
-    """One target's figures: a subscriber of its Sender's events (engine/run/wiring.py), beside
+    """One target's figures: a subscriber of its Sender's events (engine/core/wiring.py), beside
     the engine's Measurements, so the session-wide figures stay the sum of the targets'."""
 
     def __init__(self, url: str) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Coordinating(Protocol):
-    """What the port reads of the engine (engine/run/engine.py Engine)."""
+    """What the port reads of the engine (engine/core/engine.py Engine)."""
 
     config: EngineConfig
     book: StepBook

@@ -1,5 +1,5 @@
 """The session's targets (`--url`, repeated): each its own client, Sender, health watch and
-/metrics poller (engine/run/target_stats.py TargetState), the choice of the next one, what the
+/metrics poller (engine/core/target_stats.py TargetState), the choice of the next one, what the
 engine does when one goes or comes back, and the first target's profiler and cache endpoints
 (engine/client/server_admin.py ServerOps, made on first use).
 
@@ -83,7 +83,7 @@ class TargetSet:
     def add(self, client: httpx.AsyncClient, target: Target, weight: float) -> TargetState:
         """One target: its TargetStats, its load Sender (every one shares the request ids and
         the in-flight records, harvested twenty times a second by rid, whichever target they
-        went to), its hooks' subscribers (engine/run/wiring.py) and its health watch."""
+        went to), its hooks' subscribers (engine/core/wiring.py) and its health watch."""
         stats = TargetStats(target.url)
         hooks = load_hooks(stats, self.measurements, self.metrics.on_lag, self.overloaded)
         sender = Sender(client, target, hooks, self.stamp, self.clock.wall0 - self.clock.perf0, ids=self.ids,
@@ -122,7 +122,7 @@ class TargetSet:
         """The first target's load Sender (start-up's own requests go through it)."""
         return self.states[0].sender
 
-    # -- the profiler and the cache (engine/drive/server_ops.py) -------------------------------
+    # -- the profiler and the cache (engine/run/server_ops.py) -------------------------------
     def server_ops(self) -> ServerOps:
         """The first target's ServerOps, made on first use: its kind by what the server said,
         else by what its /metrics say it is."""

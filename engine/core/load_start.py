@@ -1,4 +1,4 @@
-"""The load's start, on the engine (engine/run/engine.py): start-up's own requests, the
+"""The load's start, on the engine (engine/core/engine.py): start-up's own requests, the
 prompts, what holds the load, its telemetry, and a fixed-size run's end.
 
 Start-up's own requests (`prepare`): whether the server streams usage per chunk, and the
@@ -7,8 +7,8 @@ workload's prompts and the trace. `make_load` builds what the engine steers (a L
 engine/load/controller.py): in this process a Controller whose launch is the engine's
 LoadHolder (engine/load/holder.py: the one-worker case of what every worker holds); with
 `--workers N` or `--ray` a WorkerPool or RayPool (the same commands), its workers started,
-reaching the engine through the load's port (engine/run/engine_port.py). They fill the
-engine's HeldLoad (engine/run/held_load.py); `start_telemetry` returns the hub it starts.
+reaching the engine through the load's port (engine/core/engine_port.py). They fill the
+engine's HeldLoad (engine/core/held_load.py); `start_telemetry` returns the hub it starts.
 
 What they take of the engine is `Starting` (below).
 """

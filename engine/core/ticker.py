@@ -79,7 +79,7 @@ class Ticker:
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
-        self.replan = Replanner(engine)  # --workers auto while the run goes (engine/run/replan.py)
+        self.replan = Replanner(engine)  # --workers auto while the run goes (engine/core/replan.py)
         self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
     # -- start / stop -------------------------------------------------------------------------
@@ -177,7 +177,7 @@ class Ticker:
 
     def _check_crowded(self, now: float) -> None:
         """More streams than the load processes hold, by what the run measured
-        (engine/run/replan.py): `--workers auto` adds worker processes, else a warning while it lasts."""
+        (engine/core/replan.py): `--workers auto` adds worker processes, else a warning while it lasts."""
         self.replan.each_second(now, self.health)
 
     def server_total(self) -> ServerSample | None:

@@ -1,9 +1,9 @@
 """Who hears what on the measurement path: every subscription the engine makes to its named
 events, the hooks (engine/measure/hooks.py), in one place.
 
-    a load request (one Sender per target, engine/run/targets.py):
+    a load request (one Sender per target, engine/core/targets.py):
         sent, first_token, tokens, ended -> its TargetStats (the target's own figures), then the
-                                            Measurements (engine/run/measurements.py: live windows, steps,
+                                            Measurements (engine/core/measurements.py: live windows, steps,
                                             the run's totals, the failure streak, the session's rows)
         lag                              -> LiveMetrics.on_lag (the chunks' lag behind the server)
         overloaded                       -> the engine's warning (slots backing off)
@@ -13,7 +13,7 @@ events, the hooks (engine/measure/hooks.py), in one place.
     a step (engine/measure/step_book.py):
         closed, final                    -> the engine: its log line, and summary.json rewritten
 
-A worker process's reports are replayed into the same load hooks (engine/run/engine_port.py
+A worker process's reports are replayed into the same load hooks (engine/core/engine_port.py
 EnginePort.listeners); a worker subscribes its own Batch (engine/load/worker.py).
 """
 
