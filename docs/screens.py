@@ -59,8 +59,9 @@ async def shoot(profile: str, size: tuple[int, int], script: list[tuple[float, t
 
 async def shoot_all(out_dir: Path, only: list[str]) -> None:
     if "80x24" in only:
-        # 80x24: the PP micro-batch cap story (C=8, then C=32 typed and held; the server runs 8)
-        await shoot("pp-capped", (80, 24), [(20, ("c", "3", "2", "enter")), (28, ())],
+        # 80x24: the PP micro-batch story (C=8, then C=96 typed and held: 64 run as 8 micro-batches
+        # of 8, the gauge reads one, 32 queue)
+        await shoot("pp-capped", (80, 24), [(20, ("c", "9", "6", "enter")), (28, ())],
                     out_dir / "screen-80x24.svg")
     if "160x44" in only:
         # wide: a healthy server ramped 8 → 16 → 32 → 64, a probe, back to 64

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         DEFAULT_REQUEST_TIMEOUT_S,
         DEFAULT_STEP,
         DEFAULT_TRANSPORT,
+        MAX_SEED,
         MIN_LIVE_STEP_S,
         TIMELINE_INTERVAL_S,
         TRANSPORTS,
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from .sweep.server_proc import free_port
     from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
     from .sweep.table import format_answers, format_sweep
-    from .text import closest
+    from .text import closest, one_line
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
     from .workload.prompts import WorkloadConfig, WorkloadError, is_prefix_spec, load_dataset, parse_prefix_spec
@@ -95,7 +96,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".core.config": ("EngineConfig",),
     ".constants": (
         "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S", "TRANSPORTS",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MAX_SEED", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S",
+        "TRANSPORTS",
     ),
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
@@ -135,7 +137,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sweep.server_proc": ("free_port",),
     ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
     ".sweep.table": ("format_answers", "format_sweep"),
-    ".text": ("closest",),
+    ".text": ("closest", "one_line"),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("Plan", "auto_plan", "kernel_stamped", "usable_cores"),
 }

@@ -103,3 +103,19 @@ EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this m
 
 # meta.json's fingerprint (engine/core/provenance.py): how long it waits for telemetry's first GPU reading
 FINGERPRINT_GPU_WAIT_S = 15.0
+
+# Presets (engine/preset/, docs/presets.md): each step's hold, and the bounds every key is checked against
+DEFAULT_WARMUP_S = 10.0
+DEFAULT_HOLD_S = 30.0
+DEFAULT_MIN_REQUESTS = 20
+DEFAULT_MAX_HOLD_FACTOR = 3.0  # max_hold_s defaults to 3 x hold_s
+COUNT_MAX_HOLD_S = 600.0  # a step that counts requests ([ramp] num_requests) measures at most this long by default
+MAX_REPEATS = 100  # [ramp] repeats, --repeats
+MAX_CONCURRENCY = 100_000  # a sanity bound on one step's concurrency
+MAX_STEPS = 10_000  # a sanity bound on the number of steps in a ramp
+MAX_SECONDS = 7 * 24 * 3600.0  # a sanity bound on any time value (one week)
+MAX_COUNT = 10_000_000  # a sanity bound on a preset's token lengths and request counts
+MAX_TURNS = 1000  # [workload] turns
+MAX_SEED = 2**63 - 1  # [workload] seed, --seed
+RATE_SEARCH_LEVELS = 1000  # a rate search bisects on max/1000 req/s
+TRACE_TAIL_S = 60.0  # what the time estimate of a trace step allows for its last answers

@@ -9,14 +9,17 @@ if TYPE_CHECKING:
 __all__ = ["closest", "did_you_mean", "one_line"]
 
 
-def one_line(text: object, limit: int | None = None, *, ellipsis: bool = False) -> str:
+def one_line(text: object, limit: int | None = None, *, ellipsis: bool = False, multiline_only: bool = False) -> str:
     """``str(text)`` on one line: every run of whitespace (newlines included) becomes one space.
 
     ``limit``: cut to at most that many characters; with ``ellipsis`` the last one kept is
     "…", so a reader sees that the text was cut (for messages on screen; stored fields are
-    cut plainly to their documented width).
+    cut plainly to their documented width). ``multiline_only``: a text with no line break is
+    left as it is (a refusal that quotes a value keeps its spaces: engine/preset/fields.py).
     """
-    s = " ".join(str(text).split())
+    s = str(text)
+    if not multiline_only or "\n" in s or "\r" in s:
+        s = " ".join(s.split())
     if limit is None or len(s) <= limit:
         return s
     return s[: limit - 1] + "…" if ellipsis and limit > 0 else s[: max(limit, 0)]

@@ -83,6 +83,11 @@ def common_prefix_len(a: str, b: str) -> int:
 #: sim settings that make a decode step short (TUI tests that want answers quickly)
 FAST_SIM = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
 
+#: the pp-capped profile as it was before its micro-batches followed SGLang (64 run there now):
+#: one batch of at most 8 (60 ms a step) and a queue behind it; a --set after it wins
+CAP8_SIM = ("--set", "pp_size=1", "--set", "max_running_requests=8", "--set", "decode_base_s=0.060",
+            "--set", "decode_per_seq_s=0.0002")
+
 
 async def settle(pilot, pred: Callable[[], bool], timeout: float = 15.0) -> bool:
     """Let a Textual app run (bounded) until `pred()` holds; returns whether it did. It returns

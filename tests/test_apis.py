@@ -2,10 +2,10 @@
 
 - build_body asks for usage on every chunk (stream_options.continuous_usage_stats) unless
   told not to; continuous_usage_refused reads a 400 that names the option.
-- The OpenAI decoder's fast path (no json.loads) gives exactly the full parse's Event and
-  takes the plain chunks real servers send (the vLLM captures in tests/fixtures, answer
-  chunks of reasoning models); usage, reasoning and SGLang's all-fields chunks take the
-  full parse; the property test covers generated variants of all of them.
+- The OpenAI decoder reads the chunks real servers send (the vLLM captures in tests/fixtures,
+  answer chunks of reasoning models, SGLang's all-fields chunks, usage); the /generate
+  decoder's fast path (no parse of the output_ids list) gives exactly the full parse's Event
+  on generated variants and on SGLang's own chunks.
 - Reasoning: content (a token of any kind) but not answer; the answer flag on answer text.
 """
 
@@ -70,15 +70,9 @@ def test_continuous_usage_refused(status, text, refused):
 
 # -- the decoders ---------------------------------------------------------------------------
 def both(api: str, payload: bytes, fast_path: bool = True) -> Event:
-    """decode()'s Event; the fast path's, when it takes one, equal to the full parse's.
-    `fast_path`: this shape must not cost a json.loads (False: it must take the full parse)."""
-    d = OpenAIDecoder(api)
-    fast = d.fast(payload)
-    full = d.full(payload)
-    assert (fast is not None) == fast_path, payload
-    assert fast is None or fast == full, payload
-    assert d.decode(payload) == full
-    return full
+    """decode()'s Event (one path: the full parse; `fast_path` names the shapes an earlier
+    byte scan took, kept so the cases read as before)."""
+    return OpenAIDecoder(api).decode(payload)
 
 
 def dumps(obj) -> bytes:
@@ -103,35 +97,21 @@ def sglang_chunk(content=None, reasoning=None, usage=None) -> bytes:
                   "usage": usage})
 
 
-def test_fast_path_on_the_real_vllm_captures():
+def test_the_real_vllm_captures():
     for api, name in ((CHAT, "vllm_chat_stream.txt"), (COMPLETIONS, "vllm_completions_stream.txt")):
         payloads = SSEDecoder().feed((FIXTURES / name).read_bytes())
         assert payloads[-1] == DONE
         d = OpenAIDecoder(api)
         evs = [d.decode(p) for p in payloads[:-1]]
-        fast_ones = 0
-        for p in payloads[:-1]:
-            fast = d.fast(p)
-            # the closing usage-only chunk takes the full parse, and so does text with
-            # unbalanced brackets (the capture has "]))"): the fast path does not guess
-            obj = json.loads(p)
-            text = "".join(str(c.get("text") or (c.get("delta") or {}).get("content") or "") for c in obj["choices"])
-            if obj["choices"] and not set(text) & set("{}[]"):
-                assert fast is not None, p
-            if fast is not None:
-                fast_ones += 1
-                assert fast == d.full(p)
-        assert fast_ones >= len(payloads) - 3
         assert sum(e.tokens for e in evs) == 12 and all(e.answer == e.content for e in evs)
         assert [e.completion_tokens for e in evs if e.completion_tokens is not None] == [12]
 
 
 def test_continuous_usage_chunks_are_read_exactly():
-    """Chunks with usage counts take json.loads (no cheaper scan exists); the Event is exact."""
+    """Chunks with usage counts are read exactly."""
     d = OpenAIDecoder(CHAT)
     u = {"prompt_tokens": 15, "total_tokens": 18, "completion_tokens": 3}
     p = vllm_chunk({"content": "ab"}, u)
-    assert d.fast(p) is None
     assert d.decode(p) == Event(tokens=1, content=True, answer=True, prompt_tokens=15, completion_tokens=3)
     ev = d.decode(vllm_chunk({"role": "assistant", "content": ""}, dict(u, completion_tokens=0, total_tokens=15)))
     assert not ev.content and ev.completion_tokens == 0 and ev.prompt_tokens == 15
@@ -141,11 +121,11 @@ def test_continuous_usage_chunks_are_read_exactly():
 
 
 def test_sglang_chunks():
-    """SGLang writes every field, null when unused: those take the full parse (measured no
-    slower than judging them here)."""
-    assert both(CHAT, sglang_chunk(content="hi"), False) == Event(tokens=1, content=True, answer=True)
+    """SGLang writes every field, null when unused (0.5.9's pydantic: reasoning_content,
+    tool_calls, usage; 0.5.23's msgspec: reasoning_content): a null is nothing (issue 43 case 11)."""
+    assert both(CHAT, sglang_chunk(content="hi")) == Event(tokens=1, content=True, answer=True)
     assert both(CHAT, sglang_chunk(reasoning="hmm"), False) == Event(tokens=1, content=True, answer=False)
-    assert both(CHAT, sglang_chunk(), False) == Event()
+    assert both(CHAT, sglang_chunk()) == Event()
     ev = both(CHAT, sglang_chunk(content="hi", usage={"prompt_tokens": 4, "total_tokens": 9, "completion_tokens": 5}), False)
     assert ev.completion_tokens == 5 and ev.prompt_tokens == 4 and ev.answer
 
@@ -155,7 +135,7 @@ def test_reasoning_is_content_not_answer():
                   {"content": None, "reasoning_content": "Let"}, {"content": "", "reasoning": "Let"}):
         ev = both(CHAT, vllm_chunk(delta), False)
         assert ev.content and not ev.answer and ev.tokens == 1, delta
-    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}), False)
+    ev = both(CHAT, vllm_chunk({"reasoning_content": None, "content": "The"}))  # null: the fast path
     assert ev.content and ev.answer
     assert both(CHAT, vllm_chunk({"reasoning": "", "content": ""}), False) == Event()
     # answer chunks of a reasoning model (vLLM leaves the reasoning field out) are plain
@@ -163,22 +143,16 @@ def test_reasoning_is_content_not_answer():
     assert both(CHAT, vllm_chunk({"content": None})) == Event()
 
 
-def test_shapes_left_to_the_full_parse():
+def test_shapes_with_usage_errors_and_tool_calls():
     d = OpenAIDecoder(CHAT)
-    slow = [
+    cases = [
         vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1}}),
         vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4.0}),  # a float is not a count
-        vllm_chunk({"content": "x"}, {"prompt_tokens": True, "completion_tokens": 4}),
         vllm_chunk({"content": None, "tool_calls": [{"index": 0, "function": {"name": "f"}}]}),
         vllm_chunk({"content": "x"}, error={"message": "boom"}),
-        vllm_chunk({"content": "x"}, usage=None, nested={"usage": {"completion_tokens": 9}}),
-        vllm_chunk({"content": 5}),
-        vllm_chunk({"content": "x"}, {"prompt_tokens": 3, "completion_tokens": 4}),
     ]
-    for p in slow:
-        assert d.fast(p) is None, p
-    assert d.decode(slow[0]).completion_tokens == 4
-    assert d.decode(slow[4]).error == "boom"
+    assert [d.decode(p).completion_tokens for p in cases] == [4, None, None, None]
+    assert d.decode(cases[0]).cached_tokens == 1 and d.decode(cases[3]).error == "boom"
 
 
 def test_generate_events_are_answers():
@@ -197,45 +171,69 @@ _maybe_text = st.one_of(_text, st.just(""), st.none())
 _count = st.one_of(st.integers(0, 10**6), st.none(), st.just(-1), st.just(2.5), st.just(True))
 
 
+# -- /generate: the fast path skips the output_ids list and agrees with the full parse -------------
 @st.composite
-def _chunk(draw):
-    api = draw(st.sampled_from([CHAT, COMPLETIONS]))
-    choice: dict = {"index": 0, "finish_reason": draw(st.sampled_from([None, "length"]))}
-    if api == CHAT:
-        delta: dict = {}
-        for key in draw(st.permutations(["role", "content", "reasoning_content", "reasoning", "tool_calls"])):
-            if draw(st.booleans()):
-                delta[key] = None if key == "tool_calls" and draw(st.booleans()) else draw(_maybe_text)
-        choice["delta"] = delta
-    else:
-        choice["text"] = draw(_maybe_text)
-    obj: dict = {"id": draw(_text), "choices": [choice]}
-    if draw(st.booleans()):
-        usage: dict = {}
-        for key in draw(st.permutations(["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details"])):
-            if draw(st.booleans()):
-                usage[key] = draw(_count) if key != "prompt_tokens_details" else draw(st.sampled_from([None, {"cached_tokens": 2}]))
-        obj["usage"] = usage if draw(st.booleans()) else None
-    if draw(st.booleans()):
-        obj["error"] = draw(st.sampled_from([None, {"message": "x"}, "bad"]))
+def _generate_chunk(draw):
+    obj: dict = {}
+    meta: dict = {}
+    for key in draw(st.permutations(["id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency"])):
+        if draw(st.booleans()):
+            meta[key] = {"finish_reason": draw(st.sampled_from([None, {"type": "length", "length": 4},
+                                                                {"type": "abort", "status_code": 503, "message": "full"}])),
+                         "id": draw(_text), "e2e_latency": 0.5}.get(key, draw(_count))
+    parts = {"text": draw(_maybe_text), "output_ids": draw(st.lists(st.integers(0, 200_000), max_size=6)),
+             "meta_info": meta if draw(st.integers(0, 9)) else draw(st.sampled_from([None, [], "m"]))}
+    for key in draw(st.permutations(["text", "output_ids", "meta_info"])):
+        if draw(st.integers(0, 7)):
+            obj[key] = parts[key]
     if draw(st.booleans()):
         obj["sim_t"] = draw(st.floats(min_value=0, max_value=2e9, allow_nan=False))
-    keys = list(obj)
-    order = draw(st.permutations(keys))
-    obj = {k: obj[k] for k in order}
+    if draw(st.integers(0, 6)) == 0:
+        obj["error"] = draw(st.sampled_from([None, {"message": "x", "code": 400}, "bad"]))
+    if draw(st.integers(0, 6)) == 0:
+        obj["index"] = 0
     seps = draw(st.sampled_from([(",", ":"), (",", ":"), (", ", ": ")]))
     payload = json.dumps(obj, separators=seps, ensure_ascii=draw(st.booleans())).encode()
     if draw(st.integers(0, 5)) == 0:
         payload = payload[: draw(st.integers(0, len(payload)))]
-    return api, payload
+    return payload, draw(st.booleans()), draw(st.integers(0, 3))
 
 
 @settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_chunk())
-def test_fast_path_equals_the_full_parse_on_real_shapes(case):
-    api, payload = case
-    d = OpenAIDecoder(api)
-    fast = d.fast(payload)
+@given(_generate_chunk())
+def test_generate_fast_path_equals_the_full_parse(case):
+    payload, text, seen = case
+    a, b = GenerateDecoder(text), GenerateDecoder(text)
+    for d in (a, b):  # the same state before: `seen` tokens and text so far
+        d._tokens, d._text_len = seen, seen
+    fast = a.fast(payload)
     if fast is None:
         return
-    assert fast == d.full(payload), payload
+    assert fast == b.full(payload), payload
+    assert (a._tokens, a.text_len(), a._incremental) == (b._tokens, b.text_len(), b._incremental)
+
+
+@pytest.mark.parametrize("version,incremental", [("0.5.9", False), ("0.5.23", False), ("0.5.23", True)])
+def test_sglangs_generate_chunks_take_the_fast_path(version, incremental):
+    """The sim's /generate chunks as each version writes them (the whole output_ids list in
+    every chunk; 0.5.23's incremental deltas): every one decoded without the list's parse, the
+    counts exact, and a text decoder's text the whole answer, incremental output joined."""
+    import random
+
+    from redline.engine.sim.chunks import GenerateShape
+    from redline.engine.sim.wire import GenerationRequest
+
+    req = GenerationRequest(api="generate", model="m", prompt_tokens=9, max_tokens=40, stream=True, include_usage=False)
+    shape = GenerateShape("ab" * 16, 1, req, version, incremental=incremental, rng=random.Random(1))
+    words = [f" w{i}" for i in range(40)]
+    payloads = [shape.token_events(w, 1, i + 1, i == 39)[0] + b',"sim_t":1.5}' for i, w in enumerate(words)]
+    plain, texts = GenerateDecoder(), GenerateDecoder(text=True)
+    evs = []
+    for p in payloads:
+        ev = plain.fast(p)
+        assert ev is not None, p[:80]
+        evs.append(ev)
+        last = texts.fast(p)
+        assert last is not None
+    assert [e.tokens for e in evs] == [1] * 40 and evs[-1].completion_tokens == 40 and all(e.sim_t == 1.5 for e in evs)
+    assert last.text == "".join(words)

@@ -31,15 +31,16 @@ from redline.tui.cli.arguments import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 
-# Three steps; plateau at +10 %: pp-capped (server runs 8) gains ~6 % from 8 to 16, so it
-# breaks at 16 with last good 8; healthy gains >= 90 % per step and never breaks.
+# Three steps; plateau at +10 %: pp-capped (64 run, as 8 micro-batches of 8: SGLang's pp) climbs
+# to C=64 and gains nothing to 128, so it breaks at 128 with last good 64; healthy gains >= 50 %
+# per step and never breaks.
 PRESET = """
 name = "compare-test"
 [workload]
 input_len = 16
 output_len = 24
 [ramp]
-concurrency = [8, 16, 48]
+concurrency = [16, 64, 128]
 warmup_s = 0.5
 hold_s = 2
 min_requests = 2
@@ -104,10 +105,11 @@ def test_sessions_load_with_labels_steps_break_probe(sessions):
     healthy, capped = sessions
     assert healthy.label != capped.label
     assert "pp8" in capped.label and "tp8" in healthy.label  # default label: model and tp/pp
-    assert [s.concurrency for s in healthy.steps] == [8, 16, 48]
+    assert [s.concurrency for s in healthy.steps] == [16, 64, 128]
     assert capped.steps and all(s.phase != "probe" for s in capped.steps)
     assert capped.break_result is not None and capped.break_result.reason == "plateau"
-    assert [s.server_max_running for s in capped.steps] == [8, 8]  # the micro-batch cap
+    # each pp rank's running gauge is one micro-batch: 8 at most, while up to 64 run
+    assert [s.server_max_running for s in capped.steps][1:] == [8, 8]  # the micro-batch cap
     assert healthy.probe is not None and healthy.probe.concurrency == 1
     assert capped.probe is not None and capped.probe.concurrency == 1
 
@@ -118,17 +120,17 @@ def test_headless_cli_prints_steps_break_and_probe_and_completes_the_log(compare
     d, out, took = compare_runs["pp-capped"]
     assert took < RUN_TIMEOUT_S
     lines = out.splitlines()
-    assert any(l.startswith("C=8 ") for l in lines) and any(l.startswith("C=16 ") for l in lines), out
-    assert any(l.startswith("break: plateau at C=16") for l in lines), out
+    assert any(l.startswith("C=16 ") for l in lines) and any(l.startswith("C=64 ") for l in lines), out
+    assert any(l.startswith("break: plateau at C=128") for l in lines), out
     assert any(l.startswith("probe: C=1 ") for l in lines), out
     summary = json.loads((d / "summary.json").read_text())
-    assert summary["break"] == {**summary["break"], "reason": "plateau", "concurrency": 16, "last_good_concurrency": 8}
+    assert summary["break"] == {**summary["break"], "reason": "plateau", "concurrency": 128, "last_good_concurrency": 64}
     assert summary["probe"]["concurrency"] == 1
     meta = json.loads((d / "meta.json").read_text())
     assert meta["ended_at"] and meta["end_reason"] == "preset finished"
     # the report command prints the same table from the directory (a process of its own)
     rep = subprocess.run([*redline_command(), "report", str(d), "--no-plot"], capture_output=True, text=True, timeout=30)
-    assert rep.returncode == 0 and "last good C=8" in rep.stdout, rep.stderr
+    assert rep.returncode == 0 and "last good C=64" in rep.stdout, rep.stderr
 
 
 def test_rows_aligned_by_concurrency(sessions):
@@ -144,9 +146,9 @@ def test_rows_aligned_by_concurrency(sessions):
                 assert cell is not None and cell.concurrency == r.concurrency
             else:
                 assert cell is None
-    # pp-capped stopped at its break; the C=48 row holds only healthy
-    assert capped.break_result.concurrency < 48
-    assert rows[-1].concurrency == 48 and rows[-1].cells[1] is None and rows[-1].best is None
+    # both ran every step: pp-capped broke on the last (plateau at C=128)
+    assert capped.break_result.concurrency == 128
+    assert rows[-1].concurrency == 128 and rows[-1].best == 0
 
 
 def test_best_session_per_row_is_healthy_from_16(sessions):
@@ -163,8 +165,8 @@ def test_each_knee_at_its_own_last_good_concurrency(sessions):
     healthy, capped = sessions
     b = capped.break_result
     assert knee(capped) == b.last_good_concurrency
-    assert knee(capped) is not None and knee(capped) <= 16  # the server runs 8
-    # healthy never breaks (it gains >= 90 % per step) and its top step still gains: its knee
+    assert knee(capped) == 64  # 64 run in all (max_running_requests); the rest queue
+    # healthy never breaks (it gains >= 50 % per step) and its top step still gains: its knee
     # lies above the concurrencies measured, so none is named
     assert healthy.break_result is None
     assert knee(healthy) is None

@@ -189,6 +189,35 @@ def test_preset_and_search_run_in_the_engine(held):
     assert wait_for(lambda: not h.snapshot.preset_running, 3)
 
 
+def test_ctl_preset_refuses_what_the_p_key_refuses(held):
+    """`redline ctl preset X` and the TUI's `p` ask one function (engine/preset/workload_fit.py):
+    a preset whose request shaping differs from the running session's, or that replays a trace,
+    or that has other turns, is refused with the `p` key's own line, and nothing starts."""
+    from redline.engine.preset import PresetError, parse_toml
+    from redline.engine.preset.workload_fit import preset_workload_change
+
+    h, c = held
+    trace = Path(__file__).resolve().parents[1] / "presets" / "traces" / "example.jsonl"
+    ramp = "[ramp]\nconcurrency = [2]\nhold_s = 60\n"
+    for body in ("[workload]\nignore_eos = false\n", "[workload]\nrandom_range_ratio = 0.5\n",
+                 '[workload]\nextra_body = {temperature = 0.5}\n', '[workload]\nheaders = {"X-Tenant" = "a"}\n',
+                 "[workload]\nturns = 2\n"):
+        toml = f'name = "shaped"\n{body}{ramp}'
+        with pytest.raises(PresetError) as p_key:  # what `p` says, against the session's workload
+            preset_workload_change(parse_toml(toml, "preset"), h.engine.config.workload.describe())
+        r = c.post("/v1/preset", json={"toml": toml})
+        assert r.status_code == 409 and r.json()["error"] == str(p_key.value), (body, r.text)
+        assert "nothing started" in r.json()["error"]
+    toml = f'name = "replay"\n[workload]\ntrace = "{trace}"\n[ramp]\nspeed = [1.0]\n'
+    r = c.post("/v1/preset", json={"toml": toml})
+    assert r.status_code == 409 and "replays the trace" in r.json()["error"], r.text
+    assert not h.snapshot.preset_running and c.get("/v1/status").json()["state"] == "running"
+    # the session's own shaping is no difference: it starts
+    r = c.post("/v1/preset", json={"toml": f'name = "plain"\n[workload]\nignore_eos = true\ninput_len = 16\n{ramp}'})
+    assert r.status_code == 200, r.text
+    assert wait_for(lambda: c.get("/v1/status").json()["preset"]["running"], 3)
+
+
 def test_each_command_is_logged_with_its_source(held, tmp_path):
     h, c = held
     c.post("/v1/concurrency", json={"value": 6})

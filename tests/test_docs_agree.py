@@ -80,5 +80,5 @@ def test_the_readmes_sweep_example_is_docs_sweeps_with_the_same_result():
     sweep = (ROOT / "docs" / "sweep.md").read_text()
     cmd = next(line.strip() for line in README.splitlines() if line.strip().startswith("redline sweep --serve 'redline sim"))
     assert cmd in sweep
-    result = "mb8 knee C=8 (plateau at C=32) and mb64\nknee C=128 (plateau at C=256)"
+    result = "mb8 knee C=128 (plateau at C=256) and mb64 no knee (still rising at C=256, +56 %)"
     assert " ".join(result.split()) in " ".join(README.split()) and " ".join(result.split()) in " ".join(sweep.split())

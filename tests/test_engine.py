@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import sim_state_async as state, until
+from helpers import CAP8_SIM
 
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.client.http import make_client
@@ -83,7 +84,7 @@ async def test_completed_and_failed_equal_server_counts(sim_factory):
 
 
 async def test_abort_leaves_server_empty_within_1s(sim_factory):
-    sim = sim_factory("pp-capped")  # 8 running + a queue
+    sim = sim_factory("pp-capped", extra_args=CAP8_SIM)  # 8 running + a queue
     e = await started(sim.url, 32, telemetry=False)
     try:
         assert await until(lambda: _q(sim.url, lambda s: s["running"] == 8 and s["queued"] > 0), 5.0) is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from helpers import until
+from helpers import sim_state_async as sim_state, until
 
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
@@ -27,17 +27,26 @@ def cap_warnings(e: Engine) -> list[str]:
 
 
 async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path):
+    """SGLang's pp as the sim schedules it (engine/sim/pipeline.py): at C=96, 64 run as 8
+    micro-batches of 8 and 32 queue; each pp rank's running gauge reads one micro-batch (8), and
+    the warning names micro-batches, not a running cap of 8."""
     sim = sim_factory("pp-capped")
     e = await started(sim.url, 4, out_dir=tmp_path / "s")
     try:
-        # below the cap the server runs everything (staying silent then: the healthy test below)
-        assert await until(lambda: e.snapshot.server is not None and e.snapshot.server.running == 4, 5.0)
+        # below the cap the server runs everything (staying silent then: the healthy test below);
+        # 4 requests sent a moment apart join micro-batches of their own: the gauge reads one, as
+        # the scheduler wrote it at its last decode log (every 40 decode batches: 4 a round here)
+        assert await until(lambda: _truth_runs(sim.url, 4), 5.0)
+        assert await until(lambda: e.snapshot.server is not None and e.snapshot.server.running is not None
+                           and 1 <= e.snapshot.server.running <= 4, 12.0), e.snapshot.server
         assert cap_warnings(e) == []
-        e.set_concurrency(32)
+        e.set_concurrency(96)
         took = await until(lambda: cap_warnings(e), 10.0, interval=0.1)
         assert took is not None, "no cap warning within 10 s of C passing the cap"
         w = cap_warnings(e)[0]
-        assert "server runs 8" in w and "micro-batches of 8 from max_running_requests 64 / pp 8" in w, w
+        assert "server runs 8 a micro-batch" in w and "micro-batches of 8 from max_running_requests 64 / pp 8" in w, w
+        truth = await sim_state(sim.url)
+        assert (truth["running"], truth["micro_batches"]) == (64, [8] * 8)  # the gauge is one of them
         snap = e.snapshot
         assert snap.server is not None and snap.server.running == 8
         assert len(snap.gpus) == 8 and all(g.power_w and g.power_limit_w for g in snap.gpus)
@@ -52,12 +61,16 @@ async def test_cap_detector_fires_on_pp_capped_within_10s(sim_factory, tmp_path)
     assert "server cap" in events
     rows = [r for r in e.ticker.history if r.get("server_running") is not None]
     assert rows and rows[-1]["gpu7_power_w"] > 0
-    # the rows at C=32 carry the server's queue (the last row may be the stop's, after the
+    # the rows at C=96 carry the server's queue (the last row may be the stop's, after the
     # load was cancelled and the queue emptied)
     assert any(r["server_queued"] > 0 for r in rows), [r["server_queued"] for r in rows]
-    step = next(s for s in e.steps if s.concurrency == 32)
+    step = next(s for s in e.steps if s.concurrency == 96)
     assert step.server_max_running == 8
     assert step.mean_power_w and step.tokens_per_joule and step.joules_per_token
+
+
+async def _truth_runs(url: str, n: int) -> bool:
+    return (await sim_state(url))["running"] == n
 
 
 async def test_cap_detector_silent_on_healthy_below_its_cap(sim_factory):

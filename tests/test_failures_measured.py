@@ -320,7 +320,7 @@ def test_a_held_send_given_up_after_the_close_is_censored_at_the_close():
 
 
 def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_factory, tmp_path):
-    """Case 15 on a server, until-it-breaks on pp-capped at a twentieth of its time (8 running,
+    """Case 15 on a server, until-it-breaks on a cap of 8 (pp-capped's old numbers, CAP8_SIM) at a twentieth of its time (8 running,
     2048-token answers of ~6 s): C=32 closes with 24 requests queued, its TTFT a bound, and
     breaks on `p99_ttft_ms`; the requests are still queued through the C=1 probe and cancelled
     when the run ends. The step line (the close) said >=15.0 s while summary.json (the final
@@ -328,14 +328,14 @@ def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_f
     counting through the probe. One bound now, the ages at the close; E2E never below TTFT."""
     import json
 
-    from helpers import run_preset_headless
+    from helpers import CAP8_SIM, run_preset_headless
 
     from redline.engine.measure.step_result import StepResult
     from redline.engine.preset import parse_preset
     from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
-    sim = sim_factory("pp-capped", extra_args=("--set", "time_scale=0.05"))
+    sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, "--set", "time_scale=0.05"))
     d = {"workload": {"api": "chat", "input_len": 64, "output_len": 2048},
          "ramp": {"concurrency": [32], "warmup_s": 1, "hold_s": 2, "min_requests": 20, "max_hold_s": 3},
          "stop": {"p99_ttft_ms": 1000}, "after": {"probe_s": 2}}

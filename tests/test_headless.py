@@ -93,7 +93,10 @@ async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
     br = out.break_result
     assert br is not None and br.reason == "plateau", br
     assert (br.concurrency, br.last_good_concurrency) == (224, 160), br  # saturated near C=128
-    assert all(s.server_max_running == s.concurrency for s in out.steps)
+    # the running gauge as SGLang writes it (a decode log every 40 iterations, each prefill the
+    # batch before it joins): the step's highest reading is its full batch, or a refill short of it
+    assert all(0.9 * s.concurrency <= s.server_max_running <= s.concurrency for s in out.steps), [
+        (s.concurrency, s.server_max_running) for s in out.steps]
     assert_steps_match_sim(out, samples)
     summary = json.loads((tmp_path / "session" / "summary.json").read_text())
     assert summary["break"]["reason"] == "plateau"

@@ -79,14 +79,12 @@ def test_each_in_stream_refusal_is_read_with_its_status_and_message():
     assert records.ERR_SHED in OVERLOADED and records.ERR_SHED in records.ERROR_KINDS
 
 
-def test_an_abort_chunk_takes_the_full_parse_and_both_paths_agree():
-    """The fast path of plain content chunks gives way to the full parse on `"abort"`: a
-    chunk that carries text and its abort is read as both."""
+def test_an_abort_chunk_is_read_as_text_and_abort():
+    """A chunk that carries text and its abort is read as both."""
     payload = b'{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"abort"}]}'
     from redline.engine.client.api_formats import OpenAIDecoder
 
     d = OpenAIDecoder(CHAT)
-    assert d.fast(payload) is None
     ev = d.decode(payload)
     assert ev.abort and ev.content and ev.tokens == 1
 

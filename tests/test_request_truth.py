@@ -577,7 +577,8 @@ async def test_refused_continuous_usage_is_recognised_and_the_body_rebuilt():
 
 
 async def test_sim_accepts_continuous_usage(healthy_sim):
-    """The sim takes the option as vLLM does: no fallback needed, usage on every chunk."""
+    """The sim takes the option as SGLang 0.5.23 does: no fallback needed, usage on every
+    token chunk (serving_chat.py: not on the role chunk nor the finish_reason chunk)."""
     client = make_client(transport="lean")
     try:
         async with client.stream("POST", healthy_sim.url + PATHS[CHAT], json=build_body(CHAT, MODEL, PROMPT, 3)) as resp:
@@ -586,5 +587,6 @@ async def test_sim_accepts_continuous_usage(healthy_sim):
     finally:
         await client.aclose()
     events = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: {")]
-    assert [e["usage"]["completion_tokens"] for e in events] == [0, 1, 2, 3, 3]  # role, 3 tokens, closing
+    # role, 3 tokens, finish_reason, closing
+    assert [(e.get("usage") or {}).get("completion_tokens") for e in events] == [None, 1, 2, 3, None, 3]
     assert events[-1]["choices"] == []

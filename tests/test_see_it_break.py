@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 from aiohttp import web
-from helpers import ROOT, ThreadedServer, redline_command, run_preset_headless, steady_in
+from helpers import CAP8_SIM, ROOT, ThreadedServer, redline_command, run_preset_headless, steady_in
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
@@ -209,13 +209,13 @@ def test_a_break_is_placed_at_its_steps_load_never_none():
 
 
 def test_a_step_that_breaks_only_on_its_final_figures_is_the_break(sim_factory, tmp_path):
-    """pp-capped runs 8 at a time, each request 150 decode steps (~1.5 s): at C=16 half the
+    """A cap of 8 (pp-capped's old numbers, CAP8_SIM), each request 150 decode steps (~1.5 s): at C=16 half the
     step's requests queue ~1.5 s for a slot. The step closes after 0.8 s, while they still wait:
     its p99 TTFT is a bound (>= 0.8 s) under the 1 s limit and no rule fires; the ramp goes on
     to C=8. When they get their first tokens, C=16's final figures breach the limit: the break
     is judged again, `latency at C=16`, in summary.json and in the log (no step passed: 0.8 s
     steps are never steady, and only steady steps are last good)."""
-    sim = sim_factory("pp-capped", extra_args=FAST)
+    sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, *FAST))
     preset = parse_preset({"workload": {"input_len": 16, "output_len": 150},
                            "ramp": {"concurrency": [8, 16, 4], "warmup_s": 0, "hold_s": 0.8, "min_requests": 1, "max_hold_s": 0.8},
                            "stop": {"p99_ttft_ms": 1000}, "after": {"probe_s": 0}}, "late.toml")
@@ -312,7 +312,8 @@ probe_s = 1.5
 
 
 def test_pp_capped_until_it_breaks_prints_one_bound_everywhere_and_names_the_cap(sim_factory, tmp_path):
-    """until-it-breaks on pp-capped, scaled down (time_scale 0.1: a 2048-token answer takes the
+    """until-it-breaks on a cap of 8 (pp-capped's old numbers, CAP8_SIM; the pp gauge's own cause
+    is tests/test_engine_telemetry.py's), scaled down (time_scale 0.1: a 2048-token answer takes the
     capped server 12 s; the preset's times and limits scaled to match): at C=32 the server runs
     8 and queues 24, none of whose requests answers before the step closes. It breaks on
     latency at C=32 with no step passed; the p99 TTFT is one bound, the same in the step line,
@@ -321,7 +322,7 @@ def test_pp_capped_until_it_breaks_prints_one_bound_everywhere_and_names_the_cap
     said only mid-run)."""
     from helpers import finish, main_in_process, start_headless
 
-    sim = sim_factory("pp-capped", extra_args=("--set", "time_scale=0.1"))
+    sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, "--set", "time_scale=0.1"))
     preset = tmp_path / "uib.toml"
     preset.write_text(UNTIL_IT_BREAKS_SCALED)
     out_dir = tmp_path / "run"
@@ -338,8 +339,7 @@ def test_pp_capped_until_it_breaks_prints_one_bound_everywhere_and_names_the_cap
     assert f"p99 {bound} ms" in step_line and bound in table_row.split(), (bound, step_line, table_row)
     gate = summary["gate"]["results"][0]
     assert gate["measured"] == pytest.approx(c32["p99_ttft_ms"], abs=1e-3) and gate["bound"] and not gate["passed"], gate
-    cause = ("latency at C=32: server runs 8 a micro-batch: micro-batches of 8 from max_running_requests 64 / pp 8: "
-             "GPUs underfed; set --pp-max-micro-batch-size")
+    cause = "latency at C=32: server runs 8 of 32 in flight: max_running_requests 8"
     assert summary["cause"] == cause, summary.get("cause")
     assert f"cause: {cause}" in out.splitlines(), out
     import contextlib
@@ -528,7 +528,8 @@ def test_forecasts_name_what_the_profile_knows_and_never_none():
     assert "expected: errors at C=128, last good C=32" in said("quick", "fragile")
     assert "expected: errors at C=8, no step passed" in said("quick", "flaky")
     assert "expected: stalled at C=128, last good C=32" in said("quick", "hung")
-    assert "expected: latency at C=32, no step passed" in said("until-it-breaks", "pp-capped")
+    # 64 run as 8 micro-batches of 8 (SGLang's pp): C=96's 32 queue for a whole answer
+    assert "expected: latency at C=96, last good C=64" in said("until-it-breaks", "pp-capped")
     assert "expected: plateau at C=192, last good C=128" in said("until-it-breaks", "healthy")
     search = load_preset(resolve_preset("quick"))
     from redline.engine.preset.spec import as_search

@@ -248,7 +248,8 @@ def test_profile_s_ends_the_capture_before_the_step_and_the_sim_names_the_trace(
     c2, c4 = _summary(tmp_path / "s")["steps"]
     (p,) = c4["profiles"]
     assert p["stopped_by"] == "profile_s" and 0.4 <= p["duration_s"] < 2.0
-    assert p["trace"] == truth["trace"]  # where the server said the trace is
+    # SGLang's answer names no path: redline found the files the sim wrote as SGLang does, one per rank
+    assert p["trace"] == f"{truth['trace']} (and 7 more: one per rank)" and len(truth["traces"]) == 8
     assert truth["running_at_start"] >= 3 and truth["t_stop"] < c4["t_start"] + c4["duration_s"]
 
 
@@ -299,7 +300,8 @@ def test_without_a_cache_report_rows_say_nothing(sim_factory, tmp_path):
     assert s["cached_prompt_ratio"] is None and s["prefix_hit_rate"] is not None
     # ... and redline says why, once: the workload asks for cached tokens (issue 43 case 9)
     hints = [e["text"] for e in _events(tmp_path / "s") if "--enable-cache-report" in e["text"]]
-    assert len(hints) == 1 and hints[0].startswith("cached tokens: none of "), hints
+    # the sim's /server_info says --enable-cache-report is off, as SGLang's does: said at once
+    assert len(hints) == 1 and hints[0].startswith("cached tokens: this SGLang server was started without"), hints
 
 
 # -- speculative decoding and the server's own view ------------------------------------------
@@ -339,7 +341,7 @@ def test_preemptions_rise_with_c_and_the_cap_detector_names_the_kv_cache(sim_fac
     preset = _preset([2, 32], hold_s=9.0, output_len=200)
     out, _ = asyncio.run(_run(_config(sim.url, tmp_path / "s"), preset))
     c2, c32 = out.steps
-    assert c2.server_preemptions == 0
+    assert c2.server_preemptions is None  # SGLang's counter has no series before its first retraction
     total = httpx.get(sim.url + "/sim/state").json()["preemptions_total"]
     assert 0 < c32.server_preemptions <= total
     assert c32.server_kv_usage_max is not None and c32.server_kv_usage_max > 0.8
@@ -485,7 +487,7 @@ def test_redline_run_with_preset_keys_and_flags_end_to_end(sim_factory, tmp_path
     (p,) = state["profiles"]
     assert p["running_at_start"] >= 3 and 0.4 <= p["t_stop"] - p["t_start"] < 3.0
     steps = _summary(tmp_path / "s")["steps"]
-    assert steps[1]["profiles"][0]["load"] == "C=4" and steps[1]["profiles"][0]["trace"] == p["trace"]
+    assert steps[1]["profiles"][0]["load"] == "C=4" and steps[1]["profiles"][0]["trace"].startswith(p["trace"] + " (and 7 more")
     # --flush-cache on a preset that does not ask for it: a flush before its one step
     plain = write_preset(tmp_path, "plain", concurrency=[2], hold_s=1.0, max_hold_s=1.0, output_len=16)
     rc, out, err = finish(start_headless(sim.url, plain, tmp_path / "f", "--flush-cache"), 120)

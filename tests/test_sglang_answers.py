@@ -57,7 +57,7 @@ def test_the_pp_cap_is_named_from_the_server_info_not_unknown(version):
     i = info(version, "server_info_pp8")
     s = metrics(version, "metrics_pp8_busy")
     assert (s.running, s.queued) == (8.0, 0.0)  # the max over the pp ranks' views: one micro-batch
-    assert cap_cause(i, s) == "micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"
+    assert cap_cause(i, s) == "micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; raise --max-running-requests (--pp-max-micro-batch-size alone runs no more)"
     assert cap_warning(i, 64, s).startswith(
         "server cap: client holds 64 in flight, server runs 8 a micro-batch, queue 0 — micro-batches of 8")
     det = CapDetector(i)

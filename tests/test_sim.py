@@ -71,6 +71,12 @@ async def get_json(s: aiohttp.ClientSession, url: str) -> Any:
         return await r.json()
 
 
+async def get_text(s: aiohttp.ClientSession, url: str) -> str:
+    async with s.get(url) as r:
+        assert r.status == 200, (url, r.status)
+        return await r.text()
+
+
 async def metric_values(s: aiohttp.ClientSession, url: str) -> dict[str, float]:
     """``name -> value`` of the single-sample series in Prometheus text."""
     async with s.get(url) as r:
@@ -110,8 +116,10 @@ def test_profiles_and_unknown_name() -> None:
     # the profiles whose breaks the performance model alone cannot forecast
     assert [n for n, p in PROFILES.items() if p.has_faults] == ["fragile", "flaky", "hung", "shedding"]
     assert PROFILES["shedding"].max_queued_requests == 16 and PROFILES["hung"].hang_after == 200
-    assert get_profile("pp-capped").running_cap == 8
-    assert get_profile("pp-capped").max_running_requests == 64
+    # SGLang's pp: 8 micro-batches of 64 // 8 = 8, 64 running in all (engine/sim/pipeline.py)
+    pp = get_profile("pp-capped")
+    assert (pp.running_cap, pp.micro_batch_cap, pp.micro_batches) == (64, 8, 8)
+    assert pp.max_running_requests == 64 and pp.pp_max_micro_batch_size is None
     with pytest.raises(ValueError, match=r"unknown profile 'x' \(expected one of: healthy, "
                                          r"pp-capped, fragile, flaky, hung, shedding\)"):
         get_profile("x")
@@ -167,17 +175,21 @@ async def test_info_endpoints(healthy: SimProcess, session: aiohttp.ClientSessio
     assert m["object"] == "model" and m["max_model_len"] >= 4096
     for path in ("/get_server_info", "/server_info"):
         info = await get_json(session, healthy.url + path)
+        # SGLang's arguments: the typed ones (tp 8, max_running_requests 256), its defaults else
         assert info["tp_size"] == 8 and info["pp_size"] == 1 and info["dp_size"] == 1
-        assert info["max_running_requests"] == 256
-        assert info["version"] == "redline-sim 0.1"
+        assert info["max_running_requests"] == 256 and info["chunked_prefill_size"] is None
+        assert info["version"] == "0.5.23" and info["status"] == "ready"
         sim_info = dict(info["redline_sim"])
         assert sim_info.pop("settings")["decode_base_s"] == 0.04
         assert sim_info == {"profile": "healthy", "gpus": 8, "pp_max_micro_batch_size": None,
                             "running_cap": 256, "seed": 0}
-        assert info["internal_states"][0]["max_total_num_tokens"] >= 256 * (1024 + 2048)
-        assert {"model_path", "served_model_name", "max_total_tokens",
-                "chunked_prefill_size"} <= info.keys()
+        assert info["max_total_num_tokens"] >= 256 * (1024 + 2048)
+        (st,) = info["internal_states"]
+        assert st["effective_max_running_requests_per_dp"] == 256 and st["chunked_prefill_size"] == 8192
+        assert st["memory_usage"]["token_capacity"] == info["max_total_num_tokens"]
+        assert {"model_path", "served_model_name", "launch_command"} <= info.keys()
     state = await get_json(session, healthy.url + "/sim/state")
+    assert state["deprecated_info_calls"] == 1  # /get_server_info (SGLang logs a warning for each)
     assert {"t", "running", "queued", "completed", "failed", "aborted", "received",
             "prompt_tokens_total", "generation_tokens_total"} <= state.keys()
     assert state["profile"] == "healthy"
@@ -188,10 +200,14 @@ async def test_metrics_and_dcgm_text(healthy: SimProcess,
                                      session: aiohttp.ClientSession) -> None:
     async with session.get(healthy.url + "/metrics") as r:
         text = await r.text()
+    sched = 'engine_type="unified",model_name="redline-sim-70b",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-                 "sglang:gen_throughput", "sglang:prompt_tokens_total",
-                 "sglang:generation_tokens_total", "sglang:num_requests_total",
-                 "redline_sim:requests_completed_total", "redline_sim:requests_failed_total",
+                 "sglang:gen_throughput", "sglang:spec_accept_length"):  # SGLang 0.5.23's scheduler labels
+        assert f'{name}{{{sched}}} ' in text, name
+    for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total"):
+        # its tokenizer's, by then holding its own warm-up request (8 tokens, not streamed)
+        assert f'{name}{{engine_type="unified",is_streaming="false",model_name="redline-sim-70b"}} ' in text, name
+    for name in ("redline_sim:requests_completed_total", "redline_sim:requests_failed_total",
                  "redline_sim:requests_aborted_total"):
         assert f'{name}{{model_name="redline-sim-70b"}} ' in text, name
     async with session.get(healthy.url + "/dcgm/metrics") as r:
@@ -218,12 +234,16 @@ async def test_chat_stream_of_12_tokens(healthy: SimProcess,
     assert ": " not in "".join(events[:-1]).replace('"content":" ', "")  # compact JSON
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(isinstance(c["sim_t"], float) for c in chunks)
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    content = [c for c in chunks[1:] if c["choices"]]
+    # SGLang 0.5.23 (sse_utils.py build_sse_content): reasoning_content always, null
+    assert chunks[0]["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    content = [c for c in chunks[1:-2] if c["choices"]]
     assert len(content) == 12
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    assert [c["choices"][0]["finish_reason"] for c in content] == [None] * 11 + ["length"]
+    assert [c["choices"][0]["finish_reason"] for c in content] == [None] * 12
     assert all(c["choices"][0]["delta"]["content"].startswith(" ") for c in content)
+    # finish_reason in a chunk of its own
+    assert chunks[-2]["choices"][0] == {"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
+                                        "finish_reason": "length", "matched_stop": None}
     usage = chunks[-1]
     assert usage["choices"] == []
     assert usage["usage"]["completion_tokens"] == 12
@@ -236,7 +256,7 @@ async def test_chat_stream_of_12_tokens(healthy: SimProcess,
     # Without include_usage there is no usage chunk; non-streaming gives one body.
     async with session.post(healthy.url + CHAT, json=chat_body(max_tokens=3, usage=False)) as r:
         events = split_events(await r.read())
-    assert len(events) == 1 + 3 + 1
+    assert len(events) == 1 + 3 + 1 + 1  # role, 3 tokens, finish, [DONE]
     async with session.post(healthy.url + CHAT, json=chat_body(max_tokens=5, stream=False)) as r:
         body = await r.json()
     assert body["object"] == "chat.completion"
@@ -259,7 +279,12 @@ async def test_generate_stream_is_cumulative(healthy: SimProcess,
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 10))
     assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * 8
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 9}
-    assert all("sim_t" in c and c["index"] == 0 for c in chunks)
+    assert all("sim_t" in c for c in chunks)
+    # the whole output_ids list in every chunk (tokenizer_manager.py _handle_batch_output)
+    ids = [c["output_ids"] for c in chunks]
+    assert [len(i) for i in ids] == list(range(1, 10)) and all(b[:len(a)] == a for a, b in zip(ids, ids[1:]))
+    assert {"id", "prompt_tokens", "weight_version", "num_retractions", "cached_tokens"} <= chunks[0]["meta_info"].keys()
+    assert "e2e_latency" in chunks[-1]["meta_info"] and "e2e_latency" not in chunks[0]["meta_info"]
 
 
 async def test_completions_stream_and_prompt_tokens(healthy: SimProcess,
@@ -305,20 +330,28 @@ async def test_bad_request_is_400(healthy: SimProcess, session: aiohttp.ClientSe
 @pytest.mark.server
 async def test_pp_cap_is_visible_and_aborts_clear_at_once(
         session: aiohttp.ClientSession) -> None:
+    """SGLang's pp (engine/sim/pipeline.py): 8 micro-batches of 64 // 8 = 8, 64 running in all;
+    each pp rank's running gauge is one micro-batch, the rest queue; each GPU runs a batch of 8."""
     with spawn_sim_process("pp-capped") as sim:
-        info = await get_json(session, sim.url + "/get_server_info")
+        info = await get_json(session, sim.url + "/server_info")
         assert info["max_running_requests"] == 64 and info["pp_size"] == 8
+        assert info["pp_max_micro_batch_size"] is None  # not typed: the scheduler derives it
+        assert info["internal_states"][0]["pp_max_micro_batch_size"] == 8
         assert info["redline_sim"]["pp_max_micro_batch_size"] == 8
-        tasks = await hold_streams(session, sim.url, 32)
+        tasks = await hold_streams(session, sim.url, 96)
         try:
             async def capped() -> bool:
                 m = await metric_values(session, sim.url + "/metrics")
-                return (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (8, 24)
+                return (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (8, 32)
 
             assert await until(capped, 10)
-            await asyncio.sleep(0.5)
+            state = await get_json(session, sim.url + "/sim/state")
+            assert (state["running"], state["queued"], state["micro_batches"]) == (64, 32, [8] * 8)
+            with_ranks = await get_text(session, sim.url + "/metrics")
+            gauges = [ln for ln in with_ranks.splitlines() if ln.startswith("sglang:num_running_reqs{")]
+            assert len(gauges) == 8 and all(ln.endswith(" 8.0") for ln in gauges)  # one per pp_rank
+            assert sorted(ln.split('pp_rank="')[1][0] for ln in gauges) == list("01234567")
             m = await metric_values(session, sim.url + "/metrics")
-            assert (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (8, 24)
             assert 0 < m["sglang:token_usage"] < 1
             gpu = await metric_values(session, sim.url + "/dcgm/metrics")
             assert 0.3 * 700 < gpu["DCGM_FI_DEV_POWER_USAGE"] < 0.5 * 700
@@ -333,7 +366,7 @@ async def test_pp_cap_is_visible_and_aborts_clear_at_once(
         assert await until(drained, 1.0, interval=0.02)
         assert time.monotonic() - t0 <= 1.0
         state = await get_json(session, sim.url + "/sim/state")
-        assert state["aborted"] == 32 and state["received"] == 32
+        assert state["aborted"] == 96 and state["received"] == 96
         assert state["completed"] == 0 and state["failed"] == 0
         gpu = await metric_values(session, sim.url + "/dcgm/metrics")
         assert gpu["DCGM_FI_DEV_GPU_UTIL"] == 0
@@ -487,7 +520,7 @@ async def test_thread_form_custom_profile(session: aiohttp.ClientSession) -> Non
         assert handle.url == f"http://127.0.0.1:{handle.port}"
         async with session.post(handle.url + CHAT, json=chat_body(max_tokens=10)) as r:
             chunks = [json.loads(e) for e in split_events(await r.read())[:-1]]
-        content = [c["choices"][0]["delta"]["content"] for c in chunks[1:-1]]
+        content = [c["choices"][0]["delta"]["content"] for c in chunks[1:-2]]  # role ... finish, usage
         assert [t.count(" ") for t in content] == [4, 4, 2]
         assert chunks[-1]["usage"]["completion_tokens"] == 10
         # No max tokens: the profile's default of 128.

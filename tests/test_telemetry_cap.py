@@ -39,7 +39,7 @@ def test_pp_capped_sequence_fires_within_10s_and_names_the_cap():
     assert t <= 10.0
     assert text == (
         "server cap: client holds 64 in flight, server runs 8 a micro-batch, "
-        "queue 56 — micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; set --pp-max-micro-batch-size"
+        "queue 56 — micro-batches of 8 from max_running_requests 64 / pp 8: GPUs underfed; raise --max-running-requests (--pp-max-micro-batch-size alone runs no more)"
     )
     assert det.active and det.last_warning == text
 

@@ -15,7 +15,7 @@ from collections import Counter
 
 import httpx
 import pytest
-from helpers import ThreadServer, sim_state_async as sim_state, until
+from helpers import CAP8_SIM, ThreadServer, sim_state_async as sim_state, until
 
 import redline.engine.client.transport as transport_mod
 from redline.engine.client import kstamp
@@ -154,7 +154,7 @@ async def _running(url: str, pred) -> bool:
 
 
 async def test_engine_abort_on_lean_leaves_server_empty_within_1s(sim_factory):
-    sim = sim_factory("pp-capped")  # 8 running + a queue
+    sim = sim_factory("pp-capped", extra_args=CAP8_SIM)  # 8 running + a queue
     e = Engine(EngineConfig(url=sim.url, concurrency=32, transport="lean", telemetry=False, calibrate=False))
     await e.start()
     try:

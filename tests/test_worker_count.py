@@ -76,6 +76,19 @@ def test_the_token_cost_is_measured_on_the_engines_own_read_path():
     assert 0.2 * US < c.read_s < 2e-3 and c.token_s == pytest.approx(c.read_s / token_cost.READ_PATH_SHARE)
 
 
+def test_the_token_cost_is_measured_from_inside_a_running_loop_too():
+    """A sweep starts each configuration's engine, and so `--workers auto`'s measure, from its
+    own running loop: the measure runs in a thread of its own there (it died with 'Cannot run
+    the event loop while another loop is running' at a sweep's peak of 256)."""
+    import asyncio
+
+    async def inside() -> token_cost.TokenCost:
+        return token_cost.measure(streams=16, rounds=4)
+
+    c = asyncio.run(inside())
+    assert c.chunks == 64 and c.read == 64
+
+
 def test_the_live_plan_reads_the_processes_cpu_per_token_received(monkeypatch):
     # 2 workers at 60 % of a core for 50k tok/s: 12 us a token; a token each 40 ms: 1111 each
     monkeypatch.setattr(worker_count, "usable_cores", lambda: 8)

@@ -1,5 +1,5 @@
 """The engine's commands as the app sends them (engine/core/commands.py, imported when the first
-command is sent: the first frame does not wait for it), and an engine error as one line."""
+command is sent: the first frame does not wait for it), and an engine error as one line (error_line)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ else:
 
     C = _Commands()
 
-__all__ = ["C", "one_line"]
+__all__ = ["C", "error_line"]
 
 
-def one_line(exc: BaseException) -> str:
-    """An engine error as the operator reads it: one line, without the exception's class name
-    that a reply from the engine's process carries ("WorkloadError: ...")."""
-    text = " ".join(str(exc).split()) or exc.__class__.__name__
+def error_line(exc: BaseException) -> str:
+    """An engine error as the operator reads it: on one line (engine/text.py one_line), without
+    the exception's class name that a reply from the engine's process carries ("WorkloadError: ...")."""
+    text = api.one_line(exc) or exc.__class__.__name__
     return re.sub(r"^[A-Z]\w*(Error|Exception): ", "", text)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ..engine import api
-from .engine_commands import C, one_line
+from .engine_commands import C, error_line
 from .widgets.header import StatusHeader
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class LoadKeys:
             self.notify("workload change sent; the engine has not confirmed it yet", severity="warning")
             return None
         except Exception as exc:  # noqa: BLE001 - the engine's refusal, shown in the form
-            return one_line(exc)
+            return error_line(exc)
         return None
 
     def action_probe(self) -> None:

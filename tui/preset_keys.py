@@ -10,7 +10,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..engine import api
-from .engine_commands import C, one_line
+from .engine_commands import C, error_line
 
 if TYPE_CHECKING:
     from ..engine.api import Preset, Snapshot
@@ -82,7 +82,7 @@ class PresetKeys:
             self.notify(f"preset {preset.name}: the engine has not confirmed its workload ({change.describe()}); not started", severity="error")
             return
         except Exception as exc:  # noqa: BLE001 - the engine's refusal (a dataset file it cannot read)
-            self.notify(f"preset {preset.name}: workload {change.describe()}: {one_line(exc)}; not started", severity="error")
+            self.notify(f"preset {preset.name}: workload {change.describe()}: {error_line(exc)}; not started", severity="error")
             return
         self._start_preset(preset)
 

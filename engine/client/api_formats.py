@@ -242,108 +242,25 @@ def _sim_t(ev: Event, obj: dict[str, Any]) -> None:
             ev.sim_t = f
 
 
-# Anything in a chunk that the fast path does not judge sends it to json.loads: usage counts
-# (every chunk under continuous usage), errors, an in-stream abort (finish_reason "abort"),
-# reasoning, tool calls (SGLang writes "reasoning_content":null and "tool_calls":null on every
-# chunk). Scanning those shapes here was measured slower than json.loads itself (issue 13
-# notes), so they go straight there.
-_SLOW_MARKERS = (b'"usage"', b'"error"', b'"abort"', b'"reasoning', b'"tool_calls"', b'"function_call"')
-# any of them, in one scan: 0.48 us of CPU on a 220-byte chunk where a loop of `in` over the
-# markers took 1.3 (1.1 before "abort" joined them)
-_SLOW = re.compile(b"|".join(re.escape(m) for m in _SLOW_MARKERS)).search
-_END = (b",", b"}")
-_NUM_CHARS = b"0123456789.eE+-"
-
-
-def _str_field(payload: bytes, key: bytes) -> int:
-    """A string field by its quoted key, found at most once: 0 when absent, null or "",
-    1 when a non-empty string, -1 for anything the fast path does not judge."""
-    i = payload.find(key)
-    if i < 0:
-        return 0
-    j = i + len(key)
-    if payload[j : j + 1] != b":" or payload.find(key, j) >= 0:
-        return -1
-    c = payload[j + 1 : j + 2]
-    if c == b'"':
-        return 0 if payload[j + 2 : j + 3] == b'"' else 1
-    if c == b"n" and payload[j + 1 : j + 5] == b"null" and payload[j + 5 : j + 6] in _END:
-        return 0
-    return -1
-
-
-def _value_end(payload: bytes, j: int) -> int:
-    """Where a scalar value starting at j ends: the next comma or closing brace."""
-    e = payload.find(b",", j)
-    b = payload.find(b"}", j)
-    return b if e < 0 or (0 <= b < e) else e
-
-
 class OpenAIDecoder:
     """chat and completions: one content chunk = one provisional token; usage is exact.
 
-    Most chunks are the same small shape ({"choices":[{"delta":{"content":"..."}}]}); the
-    client's CPU per token is the ceiling of what redline can measure, so those are read
-    without json.loads: the text key (content / text) found at most once, a string or null.
-    Every other shape (usage, errors, reasoning, tool calls, several choices, anything odd)
-    takes the full parse. tests/test_fuzz.py and tests/test_apis.py prove both paths give
-    the same Event.
+    Every chunk is read by the C scanner json.loads ends in (``_loads``). A scan of the bytes
+    for the plain content shape that skipped it (the "fast path" of issues 13 and 42) was
+    measured slower than that parse on every shape real servers send, once the parse went
+    straight to the scanner: 3.0 us against 2.3 on vLLM's chunk, 4.4 against 2.8 on SGLang
+    0.5.9's (every field, null when unused), 4.1 against 2.5 on 0.5.23's, on CPython 3.11, 3.12
+    and 3.13 (benchmarks/generate_cost.py prints the figures), so it is gone.
     """
 
-    __slots__ = ("_field", "_key", "_text", "_usage")
+    __slots__ = ("_field", "_text")
 
     def __init__(self, api: str) -> None:
         self._field = api
-        self._key = b'"content"' if api == CHAT else b'"text"'
         self._text = False  # OpenAITextDecoder: put the answer text on the Event
-        self._usage = False  # this stream's chunks carry usage: the fast path would give way
 
     def decode(self, payload: bytes) -> Event:
-        # Under continuous usage (what redline asks for) every chunk carries "usage", which
-        # the fast path leaves to the full parse: once the stream has shown usage, its chunks
-        # go straight to the full parse.
-        if not self._usage:
-            ev = self.fast(payload)
-            if ev is not None:
-                return ev
-        ev = self.full(payload)
-        if ev.completion_tokens is not None:
-            self._usage = True
-        return ev
-
-    def fast(self, payload: bytes) -> Event | None:
-        """The Event of a plain content chunk, or None when it needs the full parse."""
-        if payload[:1] != b"{" or payload[-1:] != b"}":
-            return None
-        if _SLOW(payload) is not None:
-            return None
-        if b'"choices":[{' not in payload or payload.count(b'"index":') > 1:
-            return None
-        if payload.count(b"{") != payload.count(b"}") or payload.count(b"[") != payload.count(b"]"):
-            return None  # truncated or odd (or braces inside the text): let the parser judge
-        a = _str_field(payload, self._key)
-        if a < 0:
-            return None
-        ev = Event()
-        if a:
-            ev.content = ev.answer = True
-            ev.tokens = 1
-        k = payload.find(b'"sim_t"')
-        if k >= 0:
-            j = k + 7
-            if payload[j : j + 1] != b":" or payload.find(b'"sim_t"', j) >= 0:
-                return None
-            j += 1
-            v = payload[j : _value_end(payload, j)]
-            if not v or v.translate(None, _NUM_CHARS):
-                return None
-            try:
-                t = float(v)
-            except ValueError:
-                return None
-            if math.isfinite(t):
-                ev.sim_t = t
-        return ev
+        return self.full(payload)
 
     def full(self, payload: bytes) -> Event:
         obj = _loads(payload)
@@ -382,49 +299,129 @@ class OpenAIDecoder:
 
 
 class OpenAITextDecoder(OpenAIDecoder):
-    """OpenAIDecoder that also puts each chunk's answer text on the Event (`Event.text`).
+    """OpenAIDecoder that also puts each chunk's answer text on the Event (`Event.text`)."""
 
-    A subclass, so the plain decoder's fast path stays as it is: only requests that collect
-    their answer (multi-turn) pay for the text. The fast path reads the JSON string in place
-    (json's own scanstring, escapes decoded exactly as json.loads does).
-    """
-
-    __slots__ = ("_skey",)
+    __slots__ = ()
 
     def __init__(self, api: str) -> None:
         super().__init__(api)
         self._text = True
-        self._skey = self._key.decode() + ':"'
-
-    def fast(self, payload: bytes) -> Event | None:
-        ev = OpenAIDecoder.fast(self, payload)
-        if ev is None or not ev.answer:
-            return ev
-        try:  # the fast path found the key once, its value a non-empty string
-            s = payload.decode("utf-8")
-            i = s.find(self._skey)
-            if i < 0:
-                return None
-            ev.text = scanstring(s, i + len(self._skey))[0]
-        except ValueError:  # bad UTF-8 or a bad string: the full parse judges
-            return None
-        return ev
 
 
 class GenerateDecoder:
     """SGLang /generate: cumulative text, exact completion_tokens in meta_info.
 
-    `text=True`: Event.text is the whole text so far (the chunk's `text`, cumulative).
+    `text=True`: Event.text is the whole text so far (the chunk's `text`, cumulative; SGLang
+    0.5.23 with --incremental-streaming-output sends each chunk's delta instead, told by its
+    output_ids holding fewer ids than completion_tokens counts: the deltas are joined).
+
+    SGLang puts the whole ``output_ids`` list and the text so far in every chunk
+    (``tokenizer_manager.py _handle_batch_output``): parsing them costs the client a Python int
+    per id and the whole text, O(n) a chunk, O(n^2) an answer. The fast path takes a chunk of
+    that shape, ``{"text": "...", "output_ids": [...], "meta_info": {...}, ...}``, by its
+    landmarks: ``meta_info`` is its last top-level key (its quote unescaped, which no string
+    value holds), the last quote before it closes the ``output_ids`` key (a list of ids holds
+    none), and the text is one string that ends there (the first quote after its start, or json's
+    own scanstring when the text holds quotes). It parses ``meta_info`` and what follows it, and
+    reads the text only when it must: for a text decoder, or a chunk without a new token (whether
+    the text grew); a chunk with a new token leaves its text's length to be counted when one
+    must (``_settle``; the newest such chunk stands for the ones before it, its text holding
+    theirs). The list is never parsed (counted by its commas for a text decoder, to
+    tell incremental output). Every other shape takes the full parse; tests/test_apis.py proves
+    both give the same Event and leave the same state.
     """
 
-    __slots__ = ("_tokens", "_text_len", "_text")
+    __slots__ = ("_tokens", "_text_len", "_text", "_incremental", "_joined", "_pending")
 
     def __init__(self, text: bool = False) -> None:
         self._tokens = 0
         self._text_len = 0
         self._text = text
+        self._incremental = False  # the chunks' text is a delta (0.5.23 incremental output)
+        self._joined = ""  # ... joined
+        self._pending: tuple[bytes, int] | None = None  # a chunk whose text's length is not counted yet
 
     def decode(self, payload: bytes) -> Event:
+        if len(payload) < _FAST_MIN_BYTES:  # a small chunk: the whole parse is cheaper
+            return self.full(payload)
+        ev = self.fast(payload)
+        return ev if ev is not None else self.full(payload)
+
+    def text_len(self) -> int:
+        """The longest text seen so far, in characters."""
+        self._settle()
+        return self._text_len
+
+    def _settle(self) -> None:
+        """Count the length of the text the fast path left unread."""
+        p = self._pending
+        if p is not None:
+            self._pending = None
+            payload, close = p
+            try:
+                n = len(scanstring(payload[8:close + 1].decode("utf-8"), 1)[0])
+            except ValueError:  # pragma: no cover - the landmarks held it
+                return
+            if n > self._text_len:
+                self._text_len = n
+
+    def fast(self, payload: bytes) -> Event | None:
+        """The Event of a chunk shaped as SGLang writes it, or None for the full parse."""
+        i = payload.rfind(_META_KEY)
+        if i < 0 or payload[:9] != b'{"text":"' or payload[i - 1:i] != b"]":
+            return None
+        k = payload.rfind(b'"', 9, i)  # the output_ids key's closing quote
+        close = k - 13  # the text's closing quote
+        if close < 8 or payload[close:k + 3] != _IDS_KEY:
+            return None
+        try:
+            s = payload[i + len(_META_KEY) - 1:].decode("utf-8")
+            meta, end = _scan_once(s, 0)
+        except (ValueError, RecursionError, StopIteration):
+            return None
+        if not isinstance(meta, dict):
+            return None
+        rest = s[end:]
+        tail: dict[str, Any] = {}
+        if rest != "}":
+            m = _SIM_T_TAIL(rest)
+            if m is not None:  # the sim's send time alone: no json for it
+                tail = {"sim_t": float(m.group(1))}
+            else:
+                if rest[:1] != "," or rest[-1:] != "}":
+                    return None
+                try:
+                    tail = json.loads("{" + rest[1:])
+                except (ValueError, RecursionError):
+                    return None
+                if not isinstance(tail, dict) or tail.get("error") or "meta_info" in tail or "text" in tail:
+                    return None
+        ct = meta.get("completion_tokens")
+        clean = payload.find(b'"', 9, close + 1) == close  # no quote inside the text: one string
+        text: Any = _UNREAD
+        ids = -1
+        if clean and not self._text and type(ct) is int and ct > self._tokens:
+            pending = (payload, close)  # a new token: whether the text grew says nothing more
+        else:
+            pending = None
+            try:
+                text, j = scanstring(payload[8:close + 1].decode("utf-8"), 1)
+            except ValueError:
+                return None
+            if j != close - 7:  # the string ended before the landmark: other keys between
+                return None
+            if self._text and not self._incremental and type(ct) is int and ct > 1:
+                ids = payload.count(b",", k + 3, i - 1) + 1 if i - 1 > k + 3 else 0
+        ev = Event()
+        if "sim_t" in tail:
+            _sim_t(ev, tail)
+        if pending is None:
+            self._settle()
+        self._pending = pending  # a newer chunk's text holds the older one's (the text so far)
+        return self._event(ev, meta, text, ids)
+
+    def full(self, payload: bytes) -> Event:
+        self._settle()
         obj = _loads(payload)
         ev = Event()
         _sim_t(ev, obj)
@@ -434,9 +431,14 @@ class GenerateDecoder:
             ev.status = _error_status(obj)
             return ev
         meta = obj.get("meta_info")
-        text = obj.get("text")
+        ids = obj.get("output_ids")
+        return self._event(ev, meta if isinstance(meta, dict) else None, obj.get("text"), len(ids) if isinstance(ids, list) else -1)
+
+    def _event(self, ev: Event, meta: dict[str, Any] | None, text: Any, ids: int) -> Event:
+        """The Event of a chunk's meta_info and text (_UNREAD: its length is pending); ``ids``:
+        how many output_ids it carried (-1: not counted)."""
         n_text = len(text) if isinstance(text, str) else self._text_len
-        if isinstance(meta, dict):
+        if meta is not None:
             finish = meta.get("finish_reason")
             if isinstance(finish, dict) and finish.get("type") == "abort":
                 # SGLang's in-stream abort: {"type": "abort", "status_code": 503, "message": ...}
@@ -453,13 +455,30 @@ class GenerateDecoder:
                 ev.completion_tokens = ct
                 ev.tokens = max(0, ct - self._tokens)
                 self._tokens = max(self._tokens, ct)
+                if self._text and 0 < ids < ct:  # fewer ids than tokens: each chunk carries its own (incremental)
+                    self._incremental = True
         elif n_text > self._text_len:
             ev.tokens = 1
         ev.content = ev.answer = ev.tokens > 0 or n_text > self._text_len
-        self._text_len = max(self._text_len, n_text)
+        if text is not _UNREAD:
+            self._text_len = max(self._text_len, n_text)
         if self._text and isinstance(text, str):
-            ev.text = text
+            if self._incremental:
+                self._joined += text
+                ev.text = self._joined
+            else:
+                self._joined = text
+                ev.text = text
         return ev
+
+
+_META_KEY = b',"meta_info":{'
+# below this a chunk's whole parse costs less than the fast path's landmarks (measured: 3.8 us
+# against 4.3 at 341 bytes, 4.5 against 4.5 at 455, 6.7 against 4.4 at 820)
+_FAST_MIN_BYTES = 400
+_IDS_KEY = b'","output_ids":['
+_SIM_T_TAIL = re.compile(r',"sim_t":(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)}').fullmatch
+_UNREAD = object()
 
 
 def make_decoder(api: str, text: bool = False) -> Callable[[bytes], Event]:

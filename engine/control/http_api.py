@@ -49,9 +49,10 @@ from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
     from ..core.engine import Engine
+    from ..preset import Preset
 
 __all__ = [
-    "ControlServer", "Refused", "clean", "client", "describe", "flag", "preset_change", "read_json",
+    "ControlServer", "Refused", "clean", "client", "describe", "flag", "read_json",
     "refusal", "reply", "request_stop", "sse", "status_of", "step_of", "value",
 ]
 
@@ -347,12 +348,18 @@ class ControlServer:
         out["line"] = f"knee search from C={start} up to {max(start, top)}"
         return out
 
-    async def _start_preset(self, request: web.Request, preset) -> dict:
+    async def _start_preset(self, request: web.Request, preset: Preset) -> dict:
+        from ..preset import PresetError
+        from ..preset.workload_fit import preset_workload_change
+
         e = self.engine
         top = max(preset.ramp.concurrency, default=0)
         if top > e.controller.max_concurrency:
             raise Refused(400, f"preset {preset.name} steps up to C={top}, above --max-concurrency {e.controller.max_concurrency}")
-        change = preset_change(preset, e.config.workload.describe())
+        try:  # what the TUI's p refuses, in its words: a trace, turns, request shaping that differs
+            change = preset_workload_change(preset, e.config.workload.describe())
+        except PresetError as exc:
+            raise Refused(409, str(exc)) from None
         if change is not None:
             await self._run(request, commands.SetWorkload(change))
         await self._run(request, commands.StartPreset(preset))
@@ -465,29 +472,6 @@ def request_stop(engine: Engine, reason: str) -> None:
         cb(reason)
     else:
         asyncio.ensure_future(engine.stop(reason))
-
-
-def preset_change(preset, current: dict):
-    """The WorkloadChange giving the session the preset's [workload], None when it has it
-    (the TUI's preset_workload_change, here in the engine). Refused for a trace or turns."""
-    from ..workload.change import WorkloadChange
-
-    w = preset.workload
-    trace = getattr(w, "trace", None)
-    if (trace or None) != (current.get("trace") or None):
-        raise Refused(409, f"preset {preset.name}: {'replays a trace' if trace else 'has no trace and this session replays one'}; start it with `redline run {preset.name}`")
-    turns = getattr(w, "turns", 1)
-    if turns != current.get("turns", 1):
-        raise Refused(409, f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}; start it with `redline run {preset.name}`")
-    if trace:
-        return None
-    prefix = w.dataset.startswith("prefix:")
-    change = WorkloadChange(
-        input_len=w.input_len if w.input_len != current.get("input_len") and not prefix else None,
-        output_len=w.output_len if w.output_len != current.get("output_len") else None,
-        dataset=w.dataset if w.dataset != current.get("dataset", "random") else None,
-    )
-    return None if change.empty else change
 
 
 async def start_engine(engine: Engine) -> None:

@@ -133,7 +133,7 @@ class Ticker:
             elif srv is not None and srv.running is not None and srv.queued is not None:
                 if self.cap.active and self.cap.holding:  # the condition at this update, server info read
                     # the warning stays while the cap holds, with today's numbers
-                    ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, srv), now)
+                    ev.hold("server cap", cap_warning(e.target.info if e.target else None, e.in_flight, self.cap.server or srv), now)
                 else:  # its condition ended (the probe: the server runs 1, queue 0): off the screen now
                     ev.clear("server cap")
         h = self.health

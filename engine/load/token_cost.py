@@ -16,6 +16,7 @@ the whole, measured by benchmarks/client_cost.py (it prints both).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import time
 from dataclasses import dataclass
@@ -44,7 +45,18 @@ class TokenCost:
 
 
 def measure(streams: int = STREAMS, rounds: int = ROUNDS) -> TokenCost:
-    """Run the measure in a fresh event loop (not inside a running one)."""
+    """Run the measure in a fresh event loop: in this thread, or, called from inside a
+    running loop (a sweep's configuration starts its engine from the sweep's loop), in a
+    thread of its own, waited for (30-100 ms, once at start)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _in_fresh_loop(streams, rounds)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="redline-token-cost") as pool:
+        return pool.submit(_in_fresh_loop, streams, rounds).result()
+
+
+def _in_fresh_loop(streams: int, rounds: int) -> TokenCost:
     loop = new_event_loop()
     try:
         return loop.run_until_complete(_measure(streams, rounds))

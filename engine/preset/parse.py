@@ -1,47 +1,28 @@
 """Reading a preset: TOML text in, a checked `Preset` out, or one line saying what is wrong.
 
-Every key is checked (docs/presets.md, lists them all); unknown tables and keys are errors.
+Every key is checked (docs/presets.md lists them all); unknown tables and keys are errors.
 A bad one raises PresetError naming the file, the key and what is accepted. In short:
 
     name = "until-it-breaks"          # optional; default: the file name without .toml
     description = "..."               # optional; one line, shown in the preset picker
     [target]                          # optional; --url overrides
     url = "http://127.0.0.1:30000"
-    api = "chat"                      # alias of [workload].api
     [workload]
     api = "chat"                      # chat | completions | generate
-    dataset = "random"                # random | sharegpt:PATH | jsonl:PATH
     input_len = 1024
-    output_len = 2048
-    model = "..."                     # optional; default: what the server says it serves
     [ramp]                            # required
     concurrency = [32, 64, 96]        # or start/factor/max, or start/step/max
-    warmup_s = 10                     # not measured; 0 allowed
     hold_s = 30                       # measured window per step, at least
-    min_requests = 20                 # keep holding until this many completed ...
-    max_hold_s = 90                   # ... but no longer than this (default 3 x hold_s)
-    durations_s = [12.5, 40, 7]       # replay: exact per-step time (see replay.py)
     [stop]                            # absent rule = off; "server gone" and "stalled" are always on
     plateau_gain = 0.05
-    p99_ttft_ms = 10000
-    p99_itl_ms = 500
-    error_rate = 0.05
-    collapse = 0.2
-    stall_s = 10                      # "stalled": in flight, no token this long (default 10)
-    [after]
-    probe_s = 30                      # C=1 probe at the end; 0 = none
+    [after]                           # the C=1 probe at the end
     [gate]                            # optional; CI conditions of a headless run (engine/report/gate.py)
     conditions = ["knee>=64", "errors<=1%"]   # or a string; --gate replaces them
 
-The tables are read by one module each; this one checks the document's shape (no unknown
-tables or keys) and assembles the Preset:
-
-    parse_workload.py   [target], [workload], and that they agree with the ramp's shape
-    parse_ramp.py       [ramp]: picks the form; the concurrency list, generated and replay forms
-    parse_open_loop.py  [ramp] rate = [..] and speed = [..]
-    parse_search.py     [ramp] mode = "search"
-    ramp_fields.py      the [ramp] values those forms share (step lists, hold keys, rates)
-    parse_rules.py      [stop], [slo], [guard], [gate], [after]
+Each key is declared once (spec.py, tables.py, ramp_forms.py): this module checks the
+document's shape against those declarations (no unknown tables or keys), reads each table
+through them, [ramp] through its forms (ramp_forms.py), and checks what one table says
+against another (`_check_shape`).
 """
 
 from __future__ import annotations
@@ -54,64 +35,21 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from typing import cast
+
+from ..measure.slo import Slo
+from ..rules.guard import GuardSpec
 from ..text import closest, did_you_mean
-from .fields import Ctx, has_control, key_name
-from .parse_ramp import parse_ramp
-from .parse_rules import parse_after, parse_gate, parse_guard, parse_slo, parse_stop
-from .parse_search import RATE_SEARCH_LEVELS
-from .parse_server_ops import SERVER_OPS_KEYS, parse_server_ops
-from .parse_workload import MAX_TURNS, check_shape, parse_target, parse_workload
-from .ramp_fields import RATE_WHAT
-from .spec import MAX_REPEATS, Preset, PresetError
+from .fields import Ctx, PresetError, TomlTable, key_name
+from .keys import Key, build
+from .ramp_forms import parse_ramp
+from .spec import AfterSpec, Preset, RampSpec, StopSpec, TargetSpec, WorkloadSpec
+from .tables import GUARD, SLO, STOP, TABLES, TOP, read_keys
 
-__all__ = [
-    "MAX_TURNS",
-    "RATE_SEARCH_LEVELS",
-    "RATE_WHAT",
-    "TABLES",
-    "TABLE_KEYS",
-    "TOP_KEYS",
-    "load_preset",
-    "parse_preset",
-    "parse_toml",
-]
+__all__ = ["TABLES", "load_preset", "parse_preset", "parse_toml"]
 
-TOP_KEYS = ("name", "description")
-TABLES = ("target", "workload", "ramp", "stop", "after", "slo", "guard", "gate")
-TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    "target": ("url", "api"),
-    "workload": ("api", "dataset", "input_len", "output_len", "model", "turns", "think_s", "trace",
-                 "headers", "extra_body", "ignore_eos", "random_range_ratio", "seed"),
-    "ramp": (
-        "concurrency",
-        "start",
-        "factor",
-        "step",
-        "max",
-        "warmup_s",
-        "hold_s",
-        "min_requests",
-        "num_requests",
-        "max_hold_s",
-        "durations_s",
-        "mode",
-        "resolution",
-        "rate",
-        "arrival",
-        "max_concurrency",
-        "speed",
-        "over",
-        "workloads",
-        "probes",
-        "repeats",
-        *SERVER_OPS_KEYS,  # profile, flush_cache (parse_server_ops.py)
-    ),
-    "slo": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment"),
-    "guard": ("error_rate", "ttft_p99_ms", "gpu_temp_c"),
-    "gate": ("conditions",),
-    "stop": ("plateau_gain", "p99_ttft_ms", "p99_itl_ms", "error_rate", "collapse", "stall_s"),
-    "after": ("probe_s",),
-}
+TOP_KEYS = tuple(k.name for k in TOP)
+TABLE_NAMES = tuple(TABLES)
 
 
 def parse_toml(text: str, source: str) -> Preset:
@@ -146,20 +84,52 @@ def load_preset(path: str | Path) -> Preset:
     return parse_toml(text, source)
 
 
-def parse_preset(data: dict, source: str) -> Preset:
+def parse_preset(data: TomlTable, source: str) -> Preset:
     """Check a decoded preset. `source` names the file in errors and anchors relative
     dataset paths (its folder). Only ever raises PresetError."""
-    ctx = Ctx(str(source))
+    try:
+        base = Path(str(source)).expanduser().resolve().parent
+    except (OSError, ValueError, RuntimeError):
+        base = Path.cwd()
+    ctx = Ctx(str(source), base)
     if not isinstance(data, dict):
         raise ctx.bad("", "a TOML document (a table of tables)", data)
+    _check_names(ctx, data)
 
+    top = read_keys(ctx, TOP, data)
+    name = cast(str, top.get("name") or Path(str(source)).stem or str(source))
+    target = build(TargetSpec, read_keys(ctx, TABLES["target"].keys, _table(data, "target")))
+    workload = _workload(ctx, _table(data, "workload"), target.api)
+    if "ramp" not in data:
+        raise ctx.err("[ramp]", "missing (a preset needs [ramp] with concurrency = [..] or start/factor/max)")
+    ramp = parse_ramp(ctx, data["ramp"])
+    _check_shape(ctx, workload, ramp)
+    stop = build(StopSpec, read_keys(ctx, STOP, _table(data, "stop")))
+    after = build(AfterSpec, read_keys(ctx, TABLES["after"].keys, _table(data, "after")))
+    slo = build(Slo, _at_least_one(ctx, "slo", SLO, _table(data, "slo"))) if "slo" in data else None
+    guard = build(GuardSpec, _at_least_one(ctx, "guard", GUARD, _table(data, "guard"))) if "guard" in data else None
+    gate = _gate(ctx, data["gate"]) if "gate" in data else None
+    repeats = _repeats(ctx, _table(data, "ramp"))
+    path = Path(str(source)) if source else None
+    return Preset(name, path, target, workload, ramp, stop, after, cast(str, top.get("description", "")), slo, guard, gate,
+                  repeats)
+
+
+def _table(data: TomlTable, name: str) -> TomlTable:
+    """A table of the document (a table: _check_names saw to it), {} when absent."""
+    value = data.get(name, {})
+    return value if isinstance(value, dict) else {}
+
+
+def _check_names(ctx: Ctx, data: TomlTable) -> None:
+    """No unknown table or key: each refused with the nearest real one, else every accepted one."""
     for key, value in data.items():
         if key in TOP_KEYS or (key == "gate" and not isinstance(value, dict)):
-            continue  # gate = "knee>=64" (or a list): checked by parse_gate
+            continue  # gate = "knee>=64" (or a list): checked by _gate
         if key in TABLES:
             if not isinstance(value, dict):
                 raise ctx.bad(f"[{key}]", "a table", value)
-            allowed = TABLE_KEYS[key]
+            allowed = tuple(k.name for k in TABLES[key].keys)
             for sub in value:
                 if sub not in allowed:
                     # `; did you mean p99_ttft_ms?` when one is close, else every accepted key
@@ -167,41 +137,72 @@ def parse_preset(data: dict, source: str) -> Preset:
                     raise ctx.err("", f"unknown key [{key}].{key_name(sub)}{hint}")
             continue
         if isinstance(value, dict):
-            hint = did_you_mean(key, TABLES, "[{}]") or f" (accepted: {', '.join(TABLES)})"
+            hint = did_you_mean(key, TABLE_NAMES, "[{}]") or f" (accepted: {', '.join(TABLE_NAMES)})"
             raise ctx.err("", f"unknown table [{key_name(key)}]{hint}")
-        near = closest(key, (*TOP_KEYS, *TABLES))
+        near = closest(key, (*TOP_KEYS, *TABLE_NAMES))
         hint = (f"; did you mean {near if near in TOP_KEYS else '[' + str(near) + ']'}?" if near is not None else
-                f" (accepted: {', '.join(TOP_KEYS)}, and tables {', '.join('[' + t + ']' for t in TABLES)})")
+                f" (accepted: {', '.join(TOP_KEYS)}, and tables {', '.join('[' + t + ']' for t in TABLE_NAMES)})")
         raise ctx.err("", f"unknown key {key_name(key)}{hint}")
 
+
+def _workload(ctx: Ctx, w: TomlTable, alias_api: str | None) -> WorkloadSpec:
+    """[workload]; [target].api is an alias of its api (the two must agree)."""
+    keys = TABLES["workload"].keys
+    api_key = keys[0]
+    vals = read_keys(ctx, (api_key,), w)
+    if alias_api is not None:
+        if vals.setdefault("api", alias_api) != alias_api:
+            raise ctx.err("[workload].api", f"{vals['api']!r} disagrees with [target].api {alias_api!r} (give one, or the same in both)")
+    vals.update(read_keys(ctx, keys[1:], w))
+    return build(WorkloadSpec, vals)
+
+
+def _check_shape(ctx: Ctx, w: WorkloadSpec, r: RampSpec) -> None:
+    """The workload and the ramp agree on the load shape."""
+    if w.trace is not None and r.speed is None:
+        raise ctx.err("[workload].trace", "a trace replays one step per [ramp].speed factor: give speed = [1.0] (or more)")
+    if r.speed is not None and w.trace is None:
+        raise ctx.err("[ramp].speed", "replays [workload].trace = \"PATH\": give the trace")
+    if w.turns > 1 and (r.rate is not None or r.speed is not None or (r.search is not None and r.search.rate_unit is not None)):
+        raise ctx.err("[workload].turns", "multi-turn sessions run in concurrency mode (C counts sessions), not with rate or speed")
+    if w.think_s > 0 and w.turns == 1:
+        raise ctx.err("[workload].think_s", "only used with turns > 1 (the pause between a session's turns)")
+    if w.random_range_ratio and (w.trace is not None or w.dataset != "random"):
+        raise ctx.err("[workload].random_range_ratio", "spreads the random dataset's lengths: not with a trace or "
+                      f"dataset {w.trace or w.dataset!r} (their lengths are their own)")
+
+
+def _at_least_one(ctx: Ctx, table: str, keys: tuple[Key, ...], data: TomlTable) -> dict[str, object]:
+    """[slo] or [guard]: at least one of its bounds (an attainment alone is none)."""
+    vals = read_keys(ctx, keys, data)
+    bounds = [k.name for k in keys if not k.always]
+    if not any(k in vals for k in bounds):
+        raise ctx.err(f"[{table}]", f"expected at least one of {', '.join(bounds)}")
+    return vals
+
+
+def _gate(ctx: Ctx, g: object) -> tuple[str, ...]:
+    """`[gate] conditions = "knee>=64,errors<=1%"` (or a list of them), or `gate = ...` at the
+    top: the conditions of `redline run --headless`'s gate (engine/rules/gate_conditions.py), checked here."""
+    from ..rules.gate_conditions import GateError, parse_gate as parse_conditions
+
+    key = "gate"
+    if isinstance(g, dict):
+        if "conditions" not in g:
+            raise ctx.err("[gate]", "expected conditions = \"knee>=64,errors<=1%\" (a string or a list of strings)")
+        key, g = "[gate].conditions", g["conditions"]
+    if isinstance(g, str):
+        g = [g]
+    if not isinstance(g, list) or not g or not all(isinstance(x, str) for x in g):
+        raise ctx.bad(key, "a string of conditions such as \"knee>=64,errors<=1%\", or a list of such strings", g)
     try:
-        base = Path(str(source)).expanduser().resolve().parent
-    except (OSError, ValueError, RuntimeError):
-        base = Path.cwd()
+        conds = parse_conditions(g, flag=key)
+    except GateError as exc:
+        raise ctx.err("", str(exc)) from None
+    return tuple(c.text for c in conds)
 
-    name = data.get("name")
-    if name is None:
-        name = Path(str(source)).stem or str(source)
-    else:
-        name = ctx.string("name", name)
-    description = data.get("description", "")
-    if not isinstance(description, str) or has_control(description):
-        raise ctx.bad("description", "a one-line string", description)
 
-    target, alias_api = parse_target(ctx, data.get("target", {}))
-    workload = parse_workload(ctx, data.get("workload", {}), alias_api, base)
-    if "ramp" not in data:
-        raise ctx.err(
-            "[ramp]",
-            "missing (a preset needs [ramp] with concurrency = [..] or start/factor/max)",
-        )
-    ramp = parse_server_ops(ctx, data["ramp"], parse_ramp(ctx, data["ramp"]))
-    check_shape(ctx, workload, ramp)
-    stop = parse_stop(ctx, data.get("stop", {}))
-    after = parse_after(ctx, data.get("after", {}))
-    slo = parse_slo(ctx, data["slo"]) if "slo" in data else None
-    guard = parse_guard(ctx, data["guard"]) if "guard" in data else None
-    gate = parse_gate(ctx, data["gate"]) if "gate" in data else None
-    path = Path(str(source)) if source else None
-    repeats = ctx.integer("[ramp].repeats", data["ramp"]["repeats"], maximum=MAX_REPEATS) if "repeats" in data["ramp"] else 1
-    return Preset(name, path, target, workload, ramp, stop, after, description, slo, guard, gate, repeats)
+def _repeats(ctx: Ctx, r: TomlTable) -> int:
+    """[ramp].repeats: the whole ramp run this many times (Preset.repeats)."""
+    key = next(k for k in TABLES["ramp"].keys if k.name == "repeats")
+    return cast(int, key.read(ctx, r["repeats"])) if key.name in r else 1

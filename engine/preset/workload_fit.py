@@ -4,25 +4,24 @@ cannot (a trace replay, a number of turns: those start only with `redline run`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import cast
 
 from ..workload.change import WorkloadChange
-from .spec import PresetError
+from .fields import PresetError, TomlTable
+from .keys import keys_of
+from .spec import Preset, WorkloadSpec
 
-if TYPE_CHECKING:
-    from .spec import Preset
 
-
-def preset_workload_change(preset: Preset, current: dict) -> WorkloadChange | None:
+def preset_workload_change(preset: Preset, current: TomlTable) -> WorkloadChange | None:
     """The WorkloadChange that gives the session `preset`'s [workload] (its lengths and
     dataset), or None when the session already has it. PresetError (one line) for what a
     running session cannot change: a trace replay or the number of turns."""
     w = preset.workload
-    trace = getattr(w, "trace", None)
+    trace = w.trace
     if (trace or None) != (current.get("trace") or None):
         what = f"replays the trace {trace}" if trace else f"has no trace and this session replays {current.get('trace')}"
         raise PresetError(f"preset {preset.name} {what}: start it with `redline run {preset.name}`; nothing started")
-    turns = getattr(w, "turns", 1)
+    turns = w.turns
     if turns != current.get("turns", 1):
         raise PresetError(f"preset {preset.name} has {turns} turn(s) per session, this session {current.get('turns', 1)}: "
                           f"start it with `redline run {preset.name}`; nothing started")
@@ -41,20 +40,24 @@ def preset_workload_change(preset: Preset, current: dict) -> WorkloadChange | No
     return None if change.empty else change
 
 
-def _shaping_differs(w: object, current: dict) -> str | None:
-    """The first request-shaping key (headers, extra_body, ignore_eos, random_range_ratio) in
-    which the preset's [workload] differs from the session's (WorkloadConfig.describe()), or
-    None."""
+def _shaping_differs(w: WorkloadSpec, current: TomlTable) -> str | None:
+    """The first request-shaping key (each declared `shaping` on WorkloadSpec) in which the
+    preset's [workload] differs from the session's (WorkloadConfig.describe()), or None."""
+    for k in keys_of(WorkloadSpec, "workload"):
+        if k.shaping and _as_described(k.name, getattr(w, k.name)) != current.get(k.name, _as_described(k.name, k.default)):
+            return k.name
+    return None
+
+
+def _as_described(name: str, value: object) -> object:
+    """A request-shaping value as WorkloadConfig.describe() gives it: headers with a
+    credential's value masked, the extra body as an object."""
     import json
 
     from ..workload.request_shape import shown_headers
 
-    mine = {
-        "headers": shown_headers(getattr(w, "headers", ())),
-        "extra_body": json.loads(getattr(w, "extra_body", "") or "{}"),
-        "ignore_eos": getattr(w, "ignore_eos", True),
-        "random_range_ratio": getattr(w, "random_range_ratio", 0.0),
-    }
-    now = {"headers": {}, "extra_body": {}, "ignore_eos": True, "random_range_ratio": 0.0}
-    now.update({k: current[k] for k in now if k in current})
-    return next((k for k in mine if mine[k] != now[k]), None)
+    if name == "headers":
+        return shown_headers(cast("tuple[tuple[str, str], ...]", value))
+    if name == "extra_body":
+        return json.loads(cast(str, value) or "{}")
+    return value

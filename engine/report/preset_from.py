@@ -29,6 +29,7 @@ from ..preset.spec import (
     TargetSpec,
     WorkloadSpec,
 )
+from ..preset.ramp_values import STEP_WORKLOAD_KEYS
 from ..preset.toml_out import preset_to_toml
 
 REPLAY_HEADER = "Replays a recorded session's concurrency timeline (redline preset-from)."
@@ -137,12 +138,9 @@ def _rate(p: tuple) -> float | None:
     return float(r) if r else None
 
 
-_REPLAYED_KEYS = ("dataset", "input_len", "output_len")
-
-
 def _wl(p: tuple) -> dict | None:
     w = p[3] if len(p) > 3 else None
-    return {k: w[k] for k in _REPLAYED_KEYS if k in w} or None if isinstance(w, dict) else None
+    return {k: w[k] for k in STEP_WORKLOAD_KEYS if k in w} or None if isinstance(w, dict) else None
 
 
 def _shaping(wl: dict) -> tuple[dict, str]:

@@ -142,10 +142,6 @@ def _pct(frac: float) -> str:
     return f"{frac * 100:g}"
 
 
-def _ms(x: float) -> str:
-    return fmt.ms(x, unit=False)
-
-
 def _best(steps: Sequence[StepResult]) -> StepResult | None:
     """Highest output_throughput among the steps that decide; ties go to the lower concurrency."""
     best = None
@@ -188,7 +184,7 @@ class StopRules:
             ("ITL", cur.p99_itl_ms, self.spec.p99_itl_ms),
         ):
             if limit is not None and value is not None and value > limit:
-                parts.append(f"p99 {label} {_ms(value)} ms over limit {_ms(limit)} ms")
+                parts.append(f"p99 {label} {fmt.ms(value, unit=False)} ms over limit {fmt.ms(limit, unit=False)} ms")
         if not parts:
             return None
         return f"latency: {', '.join(parts)} at {cur.load}"

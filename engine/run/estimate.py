@@ -63,11 +63,11 @@ def _model_step(p: SimProfile, plan: StepPlan, input_len: int, output_len: int) 
     (queue included), the ITL)."""
     c = plan.concurrency
     if plan.rate is not None:  # open loop: the batch is what the rate keeps in flight (Little)
-        itl = p.step_time(max(1, p.running_cap))
-        d1 = output_len * p.step_time(1)
+        itl = p.token_interval(max(1, p.running_cap))
+        d1 = output_len * p.token_interval(1)
         c = max(1, min(p.running_cap, round(plan.rate * d1)))
     b = max(1, min(c, p.running_cap))
-    itl = p.step_time(b)
+    itl = p.token_interval(b)
     prefill = input_len * p.prefill_per_token_s * p.time_scale
     d_server = prefill + output_len * itl
     d_client = d_server * max(1.0, c / b)  # beyond the cap, a request waits for a slot
@@ -195,7 +195,7 @@ def _probe(preset: Preset, p: SimProfile, input_len: int) -> float:
     (its prefill and one decode step)."""
     if preset.after.probe_s <= 0:
         return 0.0
-    first = input_len * p.prefill_per_token_s * p.time_scale + p.step_time(1)
+    first = input_len * p.prefill_per_token_s * p.time_scale + p.token_interval(1)
     return min(max(preset.after.probe_s, first), PROBE_MAX_HOLD_S)
 
 

@@ -52,11 +52,11 @@ class GpuFleet:
         self._last = clock()
 
     @property
-    def batch(self) -> int:
+    def batch(self) -> float:
         """The batch size the GPUs are running now."""
         return self._batch
 
-    def set_batch(self, batch: int) -> None:
+    def set_batch(self, batch: float) -> None:
         """Account energy up to now, then switch to the new batch size."""
         self._integrate()
         self._batch = batch

@@ -10,41 +10,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
+import logging
 import random
 import time
 from typing import Any, Callable
 
 from aiohttp import web
 
+from .chunks import ResponseShape, make_shape
 from .faults import FaultKind, FaultPlan, OverloadGuard, draw_fault
 from .gpu import GpuFleet
-from .metrics import PROMETHEUS_CONTENT_TYPE, make_registry, render_dcgm, render_sglang
-from .model import BatchModel, ModelSnapshot, SimRequest, SimShutdown
+from .metrics import (
+    PROMETHEUS_CONTENT_TYPE,
+    WARMUP_NEW_TOKENS,
+    WARMUP_PROMPT_TOKENS,
+    FinishedCounters,
+    make_registry,
+    render_dcgm,
+    render_sglang,
+)
+from .model import BatchModel, SimRequest, SimShutdown
 from .ops import SimOps
 from .profiles import SimProfile
 from .refusals import MIDSTREAM_FAILURE, QUEUE_FULL, Abort, abort_events
+from .sched_log import LoggedStats
+from .sglang_info import server_info
 from .stats import RequestCounters, RequestTracker
 from .tokens import TokenStream
 from .truth import TruthLog, TruthRecord
-from .wire import (
-    DONE_EVENT,
-    Api,
-    BadRequest,
-    GenerationRequest,
-    ResponseShape,
-    encode_event,
-    error_body,
-    make_shape,
-    parse_request,
-)
+from .wire import DONE_EVENT, Api, BadRequest, ContextTooLong, GenerationRequest, error_body, parse_request
 
 __all__ = ["SimService", "SIM_VERSION", "SERVICE_KEY"]
 
 SIM_VERSION = "redline-sim 0.1"
 #: Seconds between two checks of the crash rules.
 _CRASH_CHECK_S = 0.05
+_LOG = logging.getLogger("redline.sim")
 
 SERVICE_KEY: web.AppKey[SimService] = web.AppKey("redline_sim_service")
 
@@ -72,6 +74,11 @@ class SimService:
         self._on_crash = on_crash
         self._arrivals = 0
         self.truth = TruthLog()  # per-request ground truth, /sim/requests
+        # the tokenizer's counters (at each request's finish), SGLang's warm-up request in them
+        self.finished = FinishedCounters()
+        self.finished.finished(WARMUP_PROMPT_TOKENS, WARMUP_NEW_TOKENS, 0, False, None)
+        self.finished.first_token(profile.step_time(1, WARMUP_PROMPT_TOKENS))
+        self.deprecated_info_calls = 0  # /get_server_info asked (SGLang logs a warning each time)
         self._registry = make_registry(profile, self._read_state)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
@@ -86,7 +93,7 @@ class SimService:
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_get("/get_server_info", self.get_server_info)
         app.router.add_get("/server_info", self.server_info)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/metrics", self.metrics)
@@ -128,8 +135,8 @@ class SimService:
 
     # ---- state ----------------------------------------------------------------------
 
-    def _read_state(self) -> tuple[ModelSnapshot, RequestCounters]:
-        return self.model.snapshot(), self.counters
+    def _read_state(self) -> tuple[LoggedStats, int, RequestCounters, FinishedCounters]:
+        return self.model.gauges(), self.model.snapshot().preemptions_total, self.counters, self.finished
 
     def state(self) -> dict[str, Any]:
         """The exact snapshot served by ``/sim/state``."""
@@ -157,6 +164,9 @@ class SimService:
             "preemptions_total": snap.preemptions_total,
             "spec_accept_length": snap.spec_accept_length,
             "spec_verify_steps_total": snap.spec_verify_steps_total,
+            "micro_batches": list(snap.micro_batches),
+            "sglang_version": self.profile.sglang_version,
+            "deprecated_info_calls": self.deprecated_info_calls,
             **self.ops.state(),
             "overloaded": self.guard.overloaded(snap.running + snap.queued),
             "crashed": self.guard.crashed,
@@ -164,38 +174,9 @@ class SimService:
         }
 
     def server_args(self) -> dict[str, Any]:
-        """SGLang-shaped ``/get_server_info`` body."""
-        p = self.profile
-        snap = self.model.snapshot()
-        return {
-            "model_path": f"redline-sim/{p.model_name}",
-            "tokenizer_path": f"redline-sim/{p.model_name}",
-            "served_model_name": p.model_name,
-            "context_length": p.max_model_len,
-            "tp_size": p.tp_size,
-            "pp_size": p.pp_size,
-            "dp_size": p.dp_size,
-            "max_running_requests": p.max_running_requests,
-            "pp_max_micro_batch_size": p.pp_max_micro_batch_size,
-            "max_total_tokens": p.kv_budget_tokens,
-            "chunked_prefill_size": p.chunked_prefill_size,
-            "enable_metrics": True,
-            "version": SIM_VERSION,
-            "redline_sim": {
-                "profile": p.name,
-                "gpus": p.gpus,
-                "pp_max_micro_batch_size": p.pp_max_micro_batch_size,
-                "running_cap": p.running_cap,
-                "seed": self.seed,
-                "settings": dataclasses.asdict(p),
-            },
-            "internal_states": [
-                {
-                    "max_total_num_tokens": p.kv_budget_tokens,
-                    "last_gen_throughput": snap.gen_throughput,
-                }
-            ],
-        }
+        """SGLang's ``/server_info`` body, by the profile's version (engine/sim/sglang_info.py)."""
+        return server_info(self.profile, gen_throughput=self.model.gauges().gen_throughput,
+                           startup_time=self.profile.startup_s, seed=self.seed)
 
     # ---- GET endpoints --------------------------------------------------------------
 
@@ -225,7 +206,14 @@ class SimService:
             "max_model_len": p.max_model_len}]})
 
     async def server_info(self, request: web.Request) -> web.Response:
-        """SGLang ``/get_server_info``."""
+        """SGLang ``/server_info``."""
+        return _json(self.server_args())
+
+    async def get_server_info(self, request: web.Request) -> web.Response:
+        """SGLang's deprecated ``/get_server_info``: the same body, a warning logged each time."""
+        self.deprecated_info_calls += 1
+        _LOG.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                     "Please use '/server_info' instead.")
         return _json(self.server_args())
 
     async def model_info(self, request: web.Request) -> web.Response:
@@ -291,21 +279,25 @@ class SimService:
     async def _serve_generation(
         self, request: web.Request, api: Api, rng: random.Random, tracker: RequestTracker, truth: TruthRecord
     ) -> web.StreamResponse:
+        p = self.profile
         try:
             try:
                 body = await request.json()
             except ValueError:
                 raise BadRequest("the request body is not valid JSON") from None
-            req = parse_request(api, body, self.profile)
+            req = parse_request(api, body, p)
+        except ContextTooLong as exc:
+            tracker.fail("bad_request")
+            return await self._refuse_invalid(request, api, bool(isinstance(body, dict) and body.get("stream")), str(exc))
         except BadRequest as exc:
             tracker.fail("bad_request")
             return _error(400, str(exc), "BadRequestError")
-        if self.profile.strict_model and api != "generate" and req.model != self.profile.model_name:
+        if p.strict_model and api != "generate" and req.model != p.model_name:
             tracker.fail("model_not_found")  # vLLM's answer to a model it does not serve
             return _json({"object": "error", "message": f"The model '{req.model}' does not exist.",
                           "type": "NotFoundError", "param": None, "code": 404}, status=404)
 
-        plan = draw_fault(self.profile, rng, req.max_tokens)
+        plan = draw_fault(p, rng, req.max_tokens)
         load = self.model.load
         if self.guard.should_reject(load, plan.reject_draw):
             tracker.fail("overloaded")
@@ -319,26 +311,26 @@ class SimService:
             resp.headers["Retry-After"] = "1"
             return resp
 
-        limit = self.profile.max_queued_requests
+        shape = make_shape(req, rng, int(time.time()), p.sglang_version, cache_report=p.cache_report,
+                           reasoning=p.reasoning_tokens if api == "chat" else 0,
+                           incremental=p.incremental_streaming_output)
+        limit = p.max_queued_requests
         if limit is not None and self.model.queued + 1 > limit:  # SGLang's _abort_on_queued_limit
             tracker.fail("shed")
             shed = Abort(503, QUEUE_FULL)
             if not req.stream:
                 return _error(503, shed.message, "SERVICE_UNAVAILABLE")
-            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()), cache_report=self.profile.cache_report)
             resp = web.StreamResponse(headers=_SSE_HEADERS)
             await resp.prepare(request)
             await self._end_aborted(request, resp, shape, shed, 0, truth)
             return resp
         try:
-            sim_req = self.model.submit(req.prompt_tokens, req.max_tokens)
+            sim_req = self.model.submit(req.prompt_tokens, req.max_tokens, req.priority)
         except ValueError as exc:
             tracker.fail("bad_request")
             return _error(400, str(exc), "BadRequestError")
         try:
             self.guard.observe(self.model.load)
-            shape = make_shape(req, f"{rng.getrandbits(64):016x}", int(time.time()),
-                               cache_report=self.profile.cache_report)
             tokens = TokenStream(rng, first=f" r{truth.index}")  # every answer its own text
             truth.prompt_tokens = req.prompt_tokens
             truth.set_prompt_tail(req.prompt_tail)
@@ -349,6 +341,42 @@ class SimService:
             truth.cached_tokens = sim_req.cached_tokens
             truth.preempted = sim_req.preempted
             self.model.release(sim_req)
+            # the tokenizer counts a request when it finishes (observe_one_finished_request)
+            self.finished.finished(req.prompt_tokens, sim_req.generated, sim_req.cached_tokens, req.stream,
+                                   req.priority)
+
+    async def _refuse_invalid(self, request: web.Request, api: Api, stream: bool, message: str) -> web.StreamResponse:
+        """SGLang's answer to a request its tokenizer refuses (a ValueError: too long for the
+        context), by route and version: 0.5.23's OpenAI routes HTTP 400 with an ErrorResponse
+        (serving_chat.py primes the stream before the 200); 0.5.9's OpenAI streams a 200 with an
+        error event; /generate a 200 with ``{"error": ...}`` when streaming (http_server.py
+        generate_request), else HTTP 400 ``{"error": {"message": ...}}``."""
+        v9 = self.profile.sglang_version == "0.5.9"
+        if api == "generate":
+            if not stream:
+                return _json({"error": {"message": message}}, status=400)
+            err: dict[str, Any] = {"message": message}
+            if not v9:
+                err.update(type="invalid_request_error", code=400, retryable=False)
+            event = b"data: " + json.dumps({"error": err}, separators=(",", ":")).encode() + b"\n\n"
+        else:
+            body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+            if not (v9 and stream):
+                return _json(body, status=400)
+            event = b"data: " + json.dumps({"error": body}).encode() + b"\n\n"
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        await resp.write(event)
+        await resp.write(DONE_EVENT)
+        return resp
+
+    def _first_token(self, shape: ResponseShape, sim_req: SimRequest) -> None:
+        """The request's first token: its TTFT into the tokenizer's histogram, its queue time."""
+        now = time.time()
+        shape.first_token_s = now - shape.t_arrive
+        self.finished.first_token(shape.first_token_s)
+        if sim_req.t_admit is not None:
+            shape.queue_time = max(0.0, sim_req.t_admit - (time.monotonic() - shape.first_token_s))
 
     async def _stream(
         self,
@@ -362,7 +390,8 @@ class SimService:
         truth: TruthRecord,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
-        await resp.prepare(request)
+        if not shape.headers_at_first_token:
+            await resp.prepare(request)
         per_chunk = self.profile.tokens_per_chunk
         chunk_all = self.profile.spec_accept_length is not None  # one chunk per verify step
         stall_at = self.profile.stall_after_tokens
@@ -374,9 +403,6 @@ class SimService:
                 tracker.fail("midstream")
                 await self._end_aborted(request, resp, shape, Abort(500, MIDSTREAM_FAILURE), 0, truth)
                 return resp
-            opening = shape.opening()
-            if opening is not None:
-                await _send(resp, opening)
             produced = sent = 0
             while sent < total:
                 if stall_at is not None and sent >= stall_at:
@@ -384,14 +410,21 @@ class SimService:
                     return resp
                 produced += await sim_req.next_tokens()
                 shape.cached_tokens = sim_req.cached_tokens  # known once admitted
+                shape.retractions = sim_req.preempted
                 while produced - sent >= per_chunk or (produced == total and sent < total) or (chunk_all and produced > sent):
+                    if sent == 0:  # the first output: the headers (0.5.23), the role chunk
+                        self._first_token(shape, sim_req)
+                        if not resp.prepared:
+                            await resp.prepare(request)
+                        for event in shape.first_events():
+                            await _send(resp, event)
                     k = produced - sent if chunk_all else min(per_chunk, produced - sent)
                     if plan.kind is FaultKind.DISCONNECT and sent + k >= plan.at_token and self.profile.disconnect_stall_s:
                         await asyncio.sleep(self.profile.disconnect_stall_s)
                     text = tokens.next_text(k)
-                    chunk = shape.token_chunk(text, sent + k, sent + k == total)
-                    await _send(resp, chunk)
-                    truth.chunk(chunk["sim_t"], k, text)
+                    events = shape.token_events(text, k, sent + k, sent + k == total)
+                    t = await _send(resp, events[0])
+                    truth.chunk(t, k, text)
                     sent += k
                     tracker.sent_tokens(k)
                     if plan.kind is FaultKind.DISCONNECT and sent >= plan.at_token:
@@ -401,17 +434,18 @@ class SimService:
                     if malformed_pending and sent >= plan.at_token:
                         malformed_pending = False
                         tracker.fail("malformed")
-                        await resp.write(_malformed(chunk))
+                        await resp.write(_malformed(events[0]))
                     if midstream and sent >= plan.at_token and sent < total:
                         tracker.fail("midstream")
                         await self._end_aborted(request, resp, shape, Abort(500, MIDSTREAM_FAILURE), sent, truth)
                         return resp
+                    for event in events[1:]:  # chat: the finish_reason chunk
+                        await _send(resp, event)
                     if stall_at is not None and sent >= stall_at and sent < total:
                         await self._stall(sim_req, tracker)
                         return resp
-            closing = shape.closing(sent)
-            if closing is not None:
-                await _send(resp, closing)
+            for event in shape.closing(sent):
+                await _send(resp, event)
             await resp.write(DONE_EVENT)
             tracker.complete()
         except ConnectionError:
@@ -445,7 +479,10 @@ class SimService:
                 await self._stall(sim_req, tracker)
                 return web.Response()
             produced += await sim_req.next_tokens()
+            if produced and shape.first_token_s is None:
+                self._first_token(shape, sim_req)
             shape.cached_tokens = sim_req.cached_tokens
+            shape.retractions = sim_req.preempted
             if plan.kind is FaultKind.DISCONNECT and produced >= plan.at_token:
                 tracker.fail("disconnect")
                 _close_connection(request)
@@ -465,10 +502,12 @@ class SimService:
 
     async def _end_aborted(self, request: web.Request, resp: web.StreamResponse, shape: ResponseShape,
                            abort: Abort, sent: int, truth: TruthRecord) -> None:
-        """End a prepared stream whose request the scheduler aborted after ``sent`` tokens, as
-        the profile's SGLang version does (engine/sim/refusals.py): its last events and
-        [DONE], or a broken connection."""
+        """End a stream whose request the scheduler aborted after ``sent`` tokens, as the
+        profile's SGLang version does (engine/sim/refusals.py): its last events and [DONE],
+        or a broken connection."""
         events = abort_events(shape, self.profile.sglang_version, abort, sent, truth.t_arrive)
+        if not resp.prepared:
+            await resp.prepare(request)
         if events is None:
             _close_connection(request)
             return
@@ -483,18 +522,19 @@ class SimService:
         await self._closing.wait()
 
 
-async def _send(resp: web.StreamResponse, chunk: dict[str, Any]) -> None:
-    """Stamp ``sim_t`` just before the write and send one SSE event."""
-    chunk["sim_t"] = time.time()
-    await resp.write(encode_event(chunk))
+async def _send(resp: web.StreamResponse, event: bytes) -> float:
+    """Write one SSE event (a JSON object's bytes without its closing brace, engine/sim/chunks.py)
+    with the sim's send time ``sim_t`` stamped just before the write; returns that time."""
+    t = time.time()
+    await resp.write(b"data: " + event + b',"sim_t":' + repr(t).encode() + b"}\n\n")
+    return t
 
 
-def _malformed(chunk: dict[str, Any]) -> bytes:
-    """A truncated copy of ``chunk`` as one SSE event: JSON that cannot be parsed."""
-    text = json.dumps(chunk, separators=(",", ":"))
-    cut = text.find('"choices":[')
-    cut = cut + len('"choices":[') if cut > 0 else max(1, len(text) // 2)
-    return b"data: " + text[:cut].encode() + b"\n\n"
+def _malformed(event: bytes) -> bytes:
+    """A truncated copy of ``event`` as one SSE event: JSON that cannot be parsed."""
+    cut = event.find(b'"choices":[')
+    cut = cut + len(b'"choices":[') if cut > 0 else max(1, len(event) // 2)
+    return b"data: " + event[:cut] + b"\n\n"
 
 
 def _close_connection(request: web.Request) -> None:

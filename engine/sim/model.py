@@ -48,9 +48,12 @@ import math
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Sequence
+from typing import Callable
 
+from .pipeline import run_pipeline
+from .prefix_cache import PrefixCache, PromptTokens, prompt_blocks
 from .profiles import SimProfile
+from .sched_log import LoggedStats, SchedulerLog
 
 __all__ = ["BatchModel", "ModelSnapshot", "PrefixCache", "PromptTokens", "RequestState",
            "SimRequest", "SimShutdown", "prompt_blocks"]
@@ -59,94 +62,6 @@ __all__ = ["BatchModel", "ModelSnapshot", "PrefixCache", "PromptTokens", "Reques
 _MAX_LAG_S = 0.05
 #: Window of sglang:gen_throughput.
 _THROUGHPUT_WINDOW_S = 5.0
-#: Characters per prompt token of the sim's fake tokenizer (tokens.count_tokens).
-_CHARS_PER_TOKEN = 4
-
-
-def prompt_blocks(prompt: str | Sequence[int], block_tokens: int) -> tuple[int, ...]:
-    """Chained hashes of the prompt's full blocks of ``block_tokens`` tokens.
-
-    Text is cut every ``4 * block_tokens`` characters (the fake tokenizer counts 4 characters
-    a token), a list of token ids every ``block_tokens`` ids; a partial last block is not
-    cached. Block k's key hashes block k's content together with block k-1's key.
-    """
-    if block_tokens < 1:
-        return ()
-    out: list[int] = []
-    h = 0
-    if isinstance(prompt, str):
-        size = block_tokens * _CHARS_PER_TOKEN
-        for i in range(0, len(prompt) - size + 1, size):
-            h = hash((h, prompt[i:i + size]))
-            out.append(h)
-    else:
-        ids = list(prompt)
-        for i in range(0, len(ids) - block_tokens + 1, block_tokens):
-            h = hash((h, tuple(ids[i:i + block_tokens])))
-            out.append(h)
-    return tuple(out)
-
-
-class PromptTokens(int):
-    """A prompt's token count that also carries its prefix blocks (:func:`prompt_blocks`).
-
-    The request parser counts prompt tokens and passes this int where a plain count went
-    before, so the handler's ``model.submit(req.prompt_tokens, ...)`` hands the blocks to the
-    model unchanged; :meth:`BatchModel.submit` takes them (and drops them from this object).
-    """
-
-    def __new__(cls, n: int, blocks: Sequence[int] = ()) -> PromptTokens:
-        self = super().__new__(cls, n)
-        self.blocks = tuple(blocks)
-        return self
-
-    def __reduce__(self) -> tuple:  # copies and pickles stay plain ints
-        return (int, (int(self),))
-
-
-class PrefixCache:
-    """Blocks of prompt prefixes held by the server: an LRU set of chained block hashes."""
-
-    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self._capacity_blocks = capacity_tokens // block_tokens if block_tokens > 0 else 0
-        self._blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
-
-    @property
-    def enabled(self) -> bool:
-        return self._capacity_blocks > 0
-
-    @property
-    def held_tokens(self) -> int:
-        """Tokens the cache holds now."""
-        return len(self._blocks) * self.block_tokens
-
-    def match(self, blocks: Sequence[int]) -> int:
-        """How many of ``blocks``, from the first, the cache holds (no change to it)."""
-        n = 0
-        for h in blocks:
-            if h not in self._blocks:
-                break
-            n += 1
-        return n
-
-    def clear(self) -> None:
-        """Forget every block."""
-        self._blocks.clear()
-
-    def insert(self, blocks: Sequence[int]) -> None:
-        """Hold all ``blocks`` as most recently used, the first one last: eviction takes the
-        deepest blocks of a prefix before the blocks it hangs from."""
-        if not self.enabled:
-            return
-        cache = self._blocks
-        for h in reversed(blocks):
-            if h in cache:
-                cache.move_to_end(h)
-            else:
-                cache[h] = None
-        while len(cache) > self._capacity_blocks:
-            cache.popitem(last=False)
 
 
 class SimShutdown(Exception):
@@ -166,12 +81,15 @@ class SimRequest:
     """One generation request inside the model."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "generated", "state", "blocks",
-                 "cached_tokens", "admitted", "preempted", "spec_credit", "_available", "_waiter",
-                 "_error")
+                 "cached_tokens", "admitted", "preempted", "spec_credit", "slot", "priority", "t_admit", "_available",
+                 "_waiter", "_error")
 
     def __init__(self, rid: int, prompt_tokens: int, max_tokens: int,
-                 blocks: tuple[int, ...] = ()) -> None:
+                 blocks: tuple[int, ...] = (), priority: int | None = None) -> None:
         self.rid = rid
+        self.slot = -1  # its micro-batch under pipeline parallelism, while it runs
+        self.priority = priority  # the request's "priority" (--enable-priority-scheduling)
+        self.t_admit: float | None = None  # when it was first admitted (time.monotonic)
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.blocks = blocks  # prefix-cache block keys of the prompt (dropped at admission)
@@ -241,6 +159,7 @@ class ModelSnapshot:
     spec_acceptance_rate: float | None = None  # (accept length - 1) / draft tokens
     spec_verify_steps_total: int = 0  # one per running request per iteration (spec decoding)
     flushes_total: int = 0  # prefix-cache flushes done (refused ones not counted)
+    micro_batches: tuple[int, ...] = ()  # pipeline parallelism: the requests in each micro-batch
 
     @property
     def token_usage(self) -> float:
@@ -271,12 +190,18 @@ class BatchModel:
     def __init__(
         self,
         profile: SimProfile,
-        on_batch: Callable[[int], None] | None = None,
+        on_batch: Callable[[float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``on_batch(n)`` is told the batch size at each change (the GPU model listens)."""
+        """``on_batch(n)`` is told the batch size at each change (the GPU model listens; under
+        pp the batch a GPU runs on average, engine/sim/pipeline.py)."""
         self._profile = profile
         self._cap = profile.running_cap
+        # pipeline parallelism: the running requests of each micro-batch (pipeline.py)
+        self._slots: list[dict[SimRequest, None]] = [{} for _ in range(profile.micro_batches)] if profile.pp_size > 1 else []
+        self.log = SchedulerLog(profile.sglang_version, profile.decode_log_interval, profile.kv_budget_tokens,
+                                spec_draft_tokens=profile.spec_draft_tokens,
+                                priority=profile.enable_priority_scheduling, clock=clock)
         self._on_batch = on_batch
         self._clock = clock
         self._queue: collections.deque[SimRequest] = collections.deque()
@@ -302,6 +227,8 @@ class BatchModel:
         self._batch_reported = -1
         self._closed = False
         self._stopped = asyncio.Event()  # set by close(): a hung scheduler waits for it alone
+        self._go = asyncio.Event()  # cleared while paused (the profiler's trace export)
+        self._go.set()
 
     # ---- handler side ---------------------------------------------------------------
 
@@ -327,7 +254,7 @@ class BatchModel:
         """Requests inside the server: running + queued."""
         return len(self._running) + len(self._queue)
 
-    def submit(self, prompt_tokens: int, max_tokens: int) -> SimRequest:
+    def submit(self, prompt_tokens: int, max_tokens: int, priority: int | None = None) -> SimRequest:
         """Queue a request; ValueError if it could never fit in the KV budget.
 
         ``prompt_tokens`` may be a :class:`PromptTokens` carrying the prompt's prefix blocks;
@@ -344,7 +271,7 @@ class BatchModel:
         blocks: tuple[int, ...] = ()
         if isinstance(prompt_tokens, PromptTokens):
             blocks, prompt_tokens.blocks = prompt_tokens.blocks, ()
-        req = SimRequest(self._next_rid, int(prompt_tokens), max_tokens, blocks)
+        req = SimRequest(self._next_rid, int(prompt_tokens), max_tokens, blocks, priority)
         self._next_rid += 1
         self._queue.append(req)
         self._wake.set()
@@ -355,9 +282,7 @@ class BatchModel:
         if req.state is RequestState.QUEUED:
             self._queue.remove(req)
         elif req.state is RequestState.RUNNING:
-            del self._running[req]
-            self._kv_reserved -= req.kv_reserved
-            self._kv_used -= req.kv_used
+            self._leave(req)
             self._report_batch(len(self._running))
         else:
             return
@@ -385,7 +310,12 @@ class BatchModel:
             spec_acceptance_rate=self._spec_acceptance_rate(),
             spec_verify_steps_total=self._spec_steps,
             flushes_total=self._flushes,
+            micro_batches=tuple(len(s) for s in self._slots),
         )
+
+    def gauges(self) -> LoggedStats:
+        """The /metrics gauges: what the scheduler last wrote (engine/sim/sched_log.py)."""
+        return self.log.read(not self._running, [r.priority for r in self._queue], self._kv_used)
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False, nothing changes) while any request is
@@ -394,6 +324,21 @@ class BatchModel:
             return False
         self._cache.clear()
         self._flushes += 1
+        self.log.flushed()
+        return True
+
+    def pause(self) -> None:
+        """Stop making tokens (SGLang's scheduler exporting a trace) until :meth:`resume`."""
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    async def wait_go(self) -> bool:
+        """Wait while paused; True when it was (the loop's clock starts again)."""
+        if self._go.is_set():
+            return False
+        await self._go.wait()
         return True
 
     def close(self) -> None:
@@ -405,17 +350,23 @@ class BatchModel:
         self._report_batch(0)
         self._wake.set()
         self._stopped.set()
+        self._go.set()
 
     # ---- scheduler side -------------------------------------------------------------
 
     async def run(self) -> None:
         """The scheduler loop; runs until cancelled."""
+        if self._slots:
+            await run_pipeline(self, self._profile)
+            return
         loop = asyncio.get_running_loop()
         next_start: float | None = None
         while not self._closed:
             if self.hung:
                 await self._stopped.wait()
                 continue
+            if await self.wait_go():
+                next_start = None
             prefill = self._admit()
             batch = len(self._running)
             if batch == 0:
@@ -433,17 +384,22 @@ class BatchModel:
             delay = end - loop.time()
             await asyncio.sleep(delay if delay > 0 else 0)
             next_start = end
+            if await self.wait_go():  # paused meanwhile (a trace export): its tokens come after it
+                next_start = None
             self._emit()
 
-    def _admit(self) -> int:
-        """Admit queued requests for this iteration; return the prompt tokens to prefill
-        (those not found in the prefix cache)."""
+    def _admit(self, slot: int = -1) -> int:
+        """Admit queued requests for this iteration (under pp: into micro-batch ``slot``, up to
+        its cap); return the prompt tokens to prefill (those not found in the prefix cache)."""
         budget = self._profile.kv_budget_tokens
         reserve = self._profile.kv_reserve_output
         chunk = self._profile.chunked_prefill_size
         cache = self._cache
+        into = self._slots[slot] if slot >= 0 else self._running
+        room = self._profile.micro_batch_cap if slot >= 0 else self._cap
+        before = [r.priority for r in into] if self._queue else []
         prefill = queried = hit = 0
-        while self._queue and len(self._running) < self._cap:
+        while self._queue and len(self._running) < self._cap and len(into) < room:
             head = self._queue[0]
             if reserve:
                 if self._kv_reserved + head.kv_reserved > budget:
@@ -455,7 +411,7 @@ class BatchModel:
                 if prefill and prefill + new > chunk:
                     break
                 self._queue.popleft()
-                self._start_running(head)
+                self._start_running(head, slot)
                 prefill += new
                 continue
             cached = 0
@@ -469,7 +425,8 @@ class BatchModel:
             head.blocks = ()
             head.cached_tokens = cached
             head.admitted = True
-            self._start_running(head)
+            head.t_admit = time.monotonic()
+            self._start_running(head, slot)
             self._prompt_total += head.prompt_tokens
             queried += head.prompt_tokens
             hit += cached
@@ -478,46 +435,61 @@ class BatchModel:
             self._prefix_queried += queried
             self._prefix_hit += hit
             self._last_batch_hit_rate = hit / queried
+        if prefill:  # SGLang logs each prefill batch (sched_log.py)
+            self.log.prefill(before, [r.priority for r in self._queue], self._kv_used, hit, queried)
         return prefill
 
-    def _start_running(self, req: SimRequest) -> None:
+    def _start_running(self, req: SimRequest, slot: int = -1) -> None:
         req.state = RequestState.RUNNING
         self._running[req] = None
+        if slot >= 0:
+            req.slot = slot
+            self._slots[slot][req] = None
         self._kv_reserved += req.kv_reserved
         self._kv_used += req.kv_used
 
-    def _retract(self, req: SimRequest) -> None:
-        """Preempt a running request: back to the front of the queue, its KV freed."""
+    def _leave(self, req: SimRequest) -> None:
+        """Take a running request out of the batch (and its micro-batch), its KV freed."""
         del self._running[req]
+        if req.slot >= 0:
+            del self._slots[req.slot][req]
+            req.slot = -1
         self._kv_reserved -= req.kv_reserved
         self._kv_used -= req.kv_used
+
+    def _retract(self, req: SimRequest) -> None:
+        """Preempt a running request: back to the front of the queue, its KV freed."""
+        self._leave(req)
         req.state = RequestState.QUEUED
         req.preempted += 1
         self._queue.appendleft(req)
         self._preemptions += 1
+        self.log.retracted(1)
 
-    def _make_room(self, per_request: int) -> None:
-        """Without output reservations: retract the newest running requests while this
+    def _make_room(self, per_request: int, batch: dict[SimRequest, None]) -> None:
+        """Without output reservations: retract the newest requests of ``batch`` while this
         iteration's tokens would not fit in the KV budget (one always stays)."""
         budget = self._profile.kv_budget_tokens
-        while len(self._running) > 1 and self._kv_used + per_request * len(self._running) > budget:
-            self._retract(next(reversed(self._running)))
+        while len(batch) > 1 and self._kv_used + per_request * len(batch) > budget:
+            self._retract(next(reversed(batch)))
         if self._running and self._preemptions:
             self._report_batch(len(self._running))
 
-    def _emit(self) -> None:
-        """End of an iteration: one token to every running request (speculative decoding:
-        its accepted tokens)."""
+    def _emit(self, slot: int = -1) -> None:
+        """End of an iteration: one token to every running request (under pp: to those of
+        micro-batch ``slot``; speculative decoding: its accepted tokens)."""
         self._iterations += 1
-        if not self._running:
+        batch = self._slots[slot] if slot >= 0 else self._running
+        if not batch:
             return
         spec = self._profile.spec_accept_length
         if not self._profile.kv_reserve_output:
-            self._make_room(1 if spec is None else int(math.ceil(spec)))
-        n = len(self._running)
+            self._make_room(1 if spec is None else int(math.ceil(spec)), batch)
+        n = len(batch)
+        prios = [r.priority for r in batch]
         finished: list[SimRequest] = []
         made = 0
-        for req in self._running:
+        for req in batch:
             k = 1
             if spec is not None:
                 req.spec_credit += spec
@@ -535,11 +507,11 @@ class BatchModel:
             self._spec_steps += n
             self._recent_steps.append((self._clock(), n, made))
         for req in finished:
-            del self._running[req]
+            self._leave(req)
             req.state = RequestState.FINISHED
-            self._kv_reserved -= req.kv_reserved
-            self._kv_used -= req.kv_used
         self._finished_total += len(finished)
+        self.log.decode(prios, [r.priority for r in self._queue], self._kv_used, made,
+                        n if spec is not None else 0, made if spec is not None else 0)
         if finished:
             self._report_batch(len(self._running))
         now = self._clock()
@@ -573,7 +545,7 @@ class BatchModel:
         span = min(_THROUGHPUT_WINDOW_S, max(now - self._started, 1e-3))
         return sum(n for _, n in self._recent) / span
 
-    def _report_batch(self, batch: int) -> None:
+    def _report_batch(self, batch: float) -> None:
         if batch != self._batch_reported:
             self._batch_reported = batch
             if self._on_batch is not None:

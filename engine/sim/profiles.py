@@ -14,11 +14,23 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["SimProfile", "PROFILES", "SGLANG_VERSIONS", "get_profile", "profile_names", "apply_overrides"]
+__all__ = ["SimProfile", "PROFILES", "SGLANG_ARG_NAMES", "SGLANG_VERSIONS", "get_profile", "profile_names", "apply_overrides"]
 
 #: SGLang versions whose answers the sim can give (engine/sim/refusals.py: how each ends a
 #: request its scheduler refuses or aborts inside a 200 stream).
 SGLANG_VERSIONS = ("0.5.9", "0.5.23")
+
+#: Profile fields that are SGLang launch arguments, by the argument's name (ServerArgs): one
+#: set with --set counts as typed on SGLang's command line (SimProfile.typed_args).
+SGLANG_ARG_NAMES = {
+    "model_name": "served_model_name", "max_model_len": "context_length", "tp_size": "tp_size",
+    "pp_size": "pp_size", "dp_size": "dp_size", "max_running_requests": "max_running_requests",
+    "pp_max_micro_batch_size": "pp_max_micro_batch_size", "pp_async_batch_depth": "pp_async_batch_depth",
+    "chunked_prefill_size": "chunked_prefill_size", "kv_budget_tokens": "max_total_tokens",
+    "max_queued_requests": "max_queued_requests", "cache_report": "enable_cache_report",
+    "decode_log_interval": "decode_log_interval", "enable_priority_scheduling": "enable_priority_scheduling",
+    "incremental_streaming_output": "incremental_streaming_output",
+}
 
 
 @dataclass(frozen=True)
@@ -32,20 +44,29 @@ class SimProfile:
     model_name: str = "redline-sim-70b"
     max_model_len: int = 32768
 
-    # Parallel layout (reported by /get_server_info).
+    # Parallel layout (reported by /server_info). Pipeline parallelism (pp_size > 1) runs as
+    # SGLang schedules it (engine/sim/pipeline.py): pp_size + pp_async_batch_depth micro-batches
+    # of at most pp_max_micro_batch_size requests each (None: max_running_requests // pp_size,
+    # SGLang's default), max_running_requests in all (its request pool).
     gpus: int = 8
     tp_size: int = 8
     pp_size: int = 1
     dp_size: int = 1
     max_running_requests: int = 256
     pp_max_micro_batch_size: int | None = None
+    pp_async_batch_depth: int = 0
     chunked_prefill_size: int = 8192
     kv_budget_tokens: int = 800_000
+    # SGLang's arguments the operator typed, comma-separated (each --set of one counts too):
+    # /server_info's top level holds them; the rest stay SGLang's defaults there (None for a
+    # limit the scheduler derives), the effective values in internal_states (sglang_info.py).
+    typed_args: str = "tp_size,max_running_requests"
 
     # Performance model: one decode iteration of a batch of B requests takes
     # max(decode_base_s + decode_per_seq_s * B, B / ceiling_tok_s)
     #   + collapse_per_seq_s * max(0, B - collapse_above_batch)
     #   + prefill_per_token_s * (prompt tokens admitted in this iteration).
+    # Under pipeline parallelism each is one stage's time (a GPU holding 1/pp of the layers).
     decode_base_s: float = 0.040
     decode_per_seq_s: float = 0.0002
     ceiling_tok_s: float | None = 2000.0
@@ -78,8 +99,24 @@ class SimProfile:
     spec_accept_length: float | None = None
     spec_draft_tokens: int = 3
     # The torch profiler endpoints (/start_profile, /stop_profile): False answers 404 (vLLM
-    # started without VLLM_TORCH_PROFILER_DIR).
+    # started without VLLM_TORCH_PROFILER_DIR). SGLang's /stop_profile answers once its
+    # scheduler wrote the trace, and makes no token meanwhile: that takes profile_export_s.
     profiler: bool = True
+    profile_export_s: float = 0.0
+    # SGLang's scheduler writes its /metrics gauges at each prefill batch and every
+    # decode_log_interval decode iterations (--decode-log-interval, 40), and when idle
+    # (0.5.9: 30 s after the last write; 0.5.23: at once if the running gauge is stale):
+    # engine/sim/sched_log.py. 1 writes them at every iteration.
+    decode_log_interval: int = 40
+    # --enable-priority-scheduling: a request's "priority" counts in the request gauges' series
+    # of its own beside the total under priority="" (0.5.23).
+    enable_priority_scheduling: bool = False
+    # Chat answers begin with this many reasoning tokens (delta.reasoning_content: SGLang with
+    # --reasoning-parser); they are output tokens and end TTFT, not answer text.
+    reasoning_tokens: int = 0
+    # --incremental-streaming-output (0.5.23): /generate's text is each chunk's delta, not the
+    # whole text so far.
+    incremental_streaming_output: bool = False
 
     # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
     # power = idle_w + (peak_w - idle_w) * util.
@@ -142,7 +179,7 @@ class SimProfile:
         problems: list[str] = []
         for attr in ("gpus", "tp_size", "pp_size", "dp_size", "max_running_requests",
                      "kv_budget_tokens", "max_model_len", "tokens_per_chunk",
-                     "default_max_tokens", "saturation_batch"):
+                     "default_max_tokens", "saturation_batch", "decode_log_interval"):
             if getattr(self, attr) < 1:
                 problems.append(f"{attr} must be >= 1")
         if self.spec_accept_length is not None and not 1.0 <= self.spec_accept_length <= self.spec_draft_tokens + 1:
@@ -155,6 +192,14 @@ class SimProfile:
             problems.append("prefix_cache_tokens must be >= 0 (0 turns the cache off) or None")
         if self.pp_max_micro_batch_size is not None and self.pp_max_micro_batch_size < 1:
             problems.append("pp_max_micro_batch_size must be >= 1 or None")
+        if self.pp_async_batch_depth < 0:
+            problems.append("pp_async_batch_depth must be >= 0")
+        if self.reasoning_tokens < 0:
+            problems.append("reasoning_tokens must be >= 0")
+        if not 0.0 <= self.profile_export_s < float("inf"):
+            problems.append("profile_export_s must be >= 0")
+        if self.incremental_streaming_output and self.sglang_version == "0.5.9":
+            problems.append("incremental_streaming_output needs sglang_version 0.5.23 (0.5.9 has no such option)")
         for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",
                      "fail_midstream_rate", "overload_reject_fraction", "util_ceiling"):
             if not 0.0 <= getattr(self, attr) <= 1.0:
@@ -184,10 +229,33 @@ class SimProfile:
 
     @property
     def running_cap(self) -> int:
-        """The number of requests the server really runs at once (the PP cap included)."""
-        if self.pp_max_micro_batch_size is None:
+        """The number of requests the server really runs at once, in all: max_running_requests
+        (under pipeline parallelism its request pool holds that many, whatever the micro-batch
+        size); without pp a pp_max_micro_batch_size below it caps the one batch (SGLang's
+        get_num_allocatable_reqs)."""
+        if self.pp_size > 1 or self.pp_max_micro_batch_size is None:
             return self.max_running_requests
         return min(self.max_running_requests, self.pp_max_micro_batch_size)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches in flight: pp_size + pp_async_batch_depth under pp (SGLang's
+        pp_loop_size), else 1."""
+        return self.pp_size + self.pp_async_batch_depth if self.pp_size > 1 else 1
+
+    @property
+    def micro_batch_cap(self) -> int:
+        """Requests one micro-batch holds at most: pp_max_micro_batch_size, by default
+        max(max_running_requests // pp_size, 1) (scheduler.py); without pp, the running cap."""
+        if self.pp_size <= 1:
+            return self.running_cap
+        if self.pp_max_micro_batch_size is not None:
+            return self.pp_max_micro_batch_size
+        return max(self.max_running_requests // self.pp_size, 1)
+
+    def typed(self) -> frozenset[str]:
+        """The SGLang arguments the operator typed (``typed_args``)."""
+        return frozenset(a.strip() for a in self.typed_args.split(",") if a.strip())
 
     @property
     def has_faults(self) -> bool:
@@ -220,27 +288,46 @@ class SimProfile:
         t += self.prefill_per_token_s * prefill_tokens
         return t if self.time_scale == 1.0 else t * self.time_scale
 
+    def token_interval(self, running: int) -> float:
+        """Seconds between two tokens of one request while ``running`` requests run (no
+        prefill). Under pp they fill micro-batches of up to ``micro_batch_cap`` (k of them);
+        each needs pp_size stage times for a token and the first stage serves the k in turn:
+        max(pp_size, k) stage times of its batch."""
+        running = min(max(running, 1), self.running_cap)
+        if self.pp_size <= 1:
+            return self.step_time(running)
+        b = min(self.micro_batch_cap, running)
+        k = -(-running // b)
+        return max(self.pp_size, k) * self.step_time(b)
+
     def steady_throughput(self, batch: int) -> float:
-        """Output tokens/s of a full batch with no prefill (the model's ideal curve)."""
-        return batch / self.step_time(batch) if batch > 0 else 0.0
+        """Output tokens/s of ``batch`` running requests with no prefill (the model's ideal
+        curve; past the running cap, the cap's)."""
+        if batch <= 0:
+            return 0.0
+        return min(batch, self.running_cap) / self.token_interval(batch)
 
 
 _HEALTHY = SimProfile(name="healthy")
 
 PROFILES: dict[str, SimProfile] = {
     "healthy": _HEALTHY,
-    # The story: pipeline parallelism, pp_max_micro_batch_size = 64 // 8 = 8 caps the batch.
+    # The story: pipeline parallelism, `--tp 1 --pp-size 8 --max-running-requests 64`: 8
+    # micro-batches of 64 // 8 = 8 (SGLang's default micro-batch size), 64 running in all,
+    # each GPU a stage (1/8 of the layers: ~10 ms a pass) running a batch of 8: ~600 tok/s from
+    # C=64 on, underfed (~40 % utilisation, ~320 W). With --set max_running_requests=512
+    # --set pp_max_micro_batch_size=64: ~1400 tok/s at C=256 and climbing.
     "pp-capped": dataclasses.replace(
         _HEALTHY,
         name="pp-capped",
         tp_size=1,
         pp_size=8,
         max_running_requests=64,
-        pp_max_micro_batch_size=64 // 8,
-        decode_base_s=0.060,
+        typed_args="tp_size,pp_size,max_running_requests",
+        decode_base_s=0.010,
+        decode_per_seq_s=0.0004,
         ceiling_tok_s=None,
-        saturation_batch=8,
-        util_ceiling=0.40,
+        saturation_batch=20,
     ),
     # Latency collapses above 32 running, 503 above 48 in flight, dies above 96 for 2 s.
     "fragile": dataclasses.replace(
@@ -337,4 +424,10 @@ def apply_overrides(profile: SimProfile, overrides: Mapping[str, str]) -> SimPro
                 f"unknown profile field {key!r} (expected one of: {', '.join(settable)})"
             )
         changes[key] = _coerce(key, hints[key], raw)
+    typed = [a for a in profile.typed_args.split(",") if a] if "typed_args" not in changes else []
+    for key in changes:
+        if key in SGLANG_ARG_NAMES and key not in typed:
+            typed.append(key)  # set on the command line: what SGLang's /server_info top level shows
+    if typed:
+        changes["typed_args"] = ",".join(typed)
     return dataclasses.replace(profile, **changes)

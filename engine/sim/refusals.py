@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from .wire import ChatShape, CompletionShape, GenerateShape, ResponseShape
+from .chunks import ChatShape, CompletionShape, GenerateShape, ResponseShape, obj_event
 
 __all__ = ["Abort", "QUEUE_FULL", "MIDSTREAM_FAILURE", "abort_events"]
 
@@ -52,23 +51,26 @@ class Abort:
 
 
 def abort_events(shape: ResponseShape, version: str, abort: Abort, completion_tokens: int,
-                 started: float) -> list[dict[str, Any]] | None:
+                 started: float) -> list[bytes] | None:
     """The events that end a stream whose request the scheduler aborted after
-    ``completion_tokens`` tokens (``[DONE]`` follows them); None: the version breaks the
-    connection instead (0.5.9's chat and completions). ``started``: the request's arrival
-    (time.time()), for /generate's ``e2e_latency``."""
+    ``completion_tokens`` tokens (``[DONE]`` follows them; each without its closing brace, as
+    engine/sim/chunks.py builds them); None: the version breaks the connection instead (0.5.9's
+    chat and completions). ``started``: the request's arrival (time.time()), for /generate's
+    ``e2e_latency``."""
     finish = {"type": "abort", "status_code": abort.status, "message": abort.message}
     if isinstance(shape, GenerateShape):
         meta = {"id": shape.rid, "finish_reason": finish, "weight_version": "default",
                 "e2e_latency": max(0.0, time.time() - started), "completion_tokens": completion_tokens}
-        return [{"text": shape.text, "output_ids": [], "meta_info": meta}]
+        return [obj_event({"text": shape.text, "output_ids": [], "meta_info": meta})]
     if version == "0.5.9":
         return None
+    # create_streaming_error_response: json.dumps, its default separators
     error = {"error": {"object": "error", "message": abort.message,
                        "type": _STATUS_NAMES.get(abort.status, "ERROR"), "param": None, "code": abort.status}}
-    events: list[dict[str, Any]] = [error]
+    events = [obj_event(error, compact=False)]
     if shape.req.include_usage and isinstance(shape, (ChatShape, CompletionShape)):
         usage = shape._chunk([])
-        usage["usage"] = {"prompt_tokens": 0, "total_tokens": completion_tokens, "completion_tokens": completion_tokens}
-        events.append(usage)
+        usage["usage"] = {"prompt_tokens": 0, "total_tokens": completion_tokens, "completion_tokens": completion_tokens,
+                          "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+        events.append(obj_event(usage))
     return events

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .profiles import SimProfile, apply_overrides, get_profile, profile_names
+from .profiles import SGLANG_VERSIONS, SimProfile, apply_overrides, get_profile, profile_names
 
 if TYPE_CHECKING:  # aiohttp and the sim's app are imported where a server is made: spawning one needs neither
     from aiohttp import web
@@ -39,6 +39,9 @@ __all__ = [
 LISTENING_PREFIX = "redline sim: listening on "
 #: Seconds in-flight handlers get to finish when a server stops.
 _SHUTDOWN_TIMEOUT_S = 1.0
+#: SGLang's uvicorn closes a connection idle this long (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s in 0.5.23;
+#: timeout_keep_alive=5 in 0.5.9's http_server.py launch_server)
+KEEPALIVE_S = 5.0
 
 
 def _resolve(profile: str | SimProfile) -> SimProfile:
@@ -89,6 +92,7 @@ class SimServer:
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
+            keepalive_timeout=KEEPALIVE_S,
         )
         await runner.setup()
         try:
@@ -462,6 +466,12 @@ def _port(text: str) -> int:
     return value
 
 
+def _sglang_version(text: str) -> str:
+    if text not in SGLANG_VERSIONS:
+        raise argparse.ArgumentTypeError(f"--sglang {text!r}: expected one of {', '.join(SGLANG_VERSIONS)}")
+    return text
+
+
 def _override(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -494,6 +504,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of token texts and fault draws (default 0)")
+    parser.add_argument("--sglang", dest="sglang_version", type=_sglang_version, default=None, metavar="VERSION",
+                        help=f"whose answers the sim gives: SGLang {' or '.join(SGLANG_VERSIONS)} "
+                             f"(default {SimProfile.__dataclass_fields__['sglang_version'].default})")
     parser.add_argument("--set", dest="overrides", action="append", type=_override,
                         default=[], metavar="FIELD=VALUE",
                         help="override one profile field, e.g. --set error_429_rate=0.1")
@@ -503,7 +516,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the simulator from parsed :func:`add_sim_arguments` options; exit status."""
     try:
-        prof = apply_overrides(get_profile(args.profile), dict(args.overrides))
+        overrides = dict(args.overrides)
+        if getattr(args, "sglang_version", None) and "sglang_version" not in overrides:
+            overrides = {"sglang_version": args.sglang_version, **overrides}
+        prof = apply_overrides(get_profile(args.profile), overrides)
     except ValueError as exc:
         print(f"redline sim: {exc}", file=sys.stderr)
         return 2

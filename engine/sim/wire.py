@@ -1,18 +1,15 @@
-"""Request parsing and response shapes of the three generation APIs.
+"""Request parsing of the three generation APIs (their response chunks: engine/sim/chunks.py).
 
 - ``chat``: OpenAI ``/v1/chat/completions``
 - ``completions``: OpenAI ``/v1/completions``
 - ``generate``: SGLang native ``/generate``
 
-Shapes follow the vLLM captures in ``shared/samples/vllm`` (compact JSON, ``logprobs: null``,
-``finish_reason: "length"`` on the last token's chunk, a usage chunk with ``choices: []``) and
-SGLang's ``/generate`` stream (cumulative ``text`` plus ``meta_info``).
+A prompt that does not fit the context is refused with SGLang's own words
+(``managers/tokenizer_manager.py`` ``_validate_one_request``, the same in 0.5.9 and 0.5.23:
+input + max_new_tokens >= the context length): :class:`ContextTooLong`, whose HTTP answer
+depends on the version and the route (engine/sim/http_app.py).
 
-``stream_options: {"include_usage": true, "continuous_usage_stats": true}`` puts the
-cumulative usage on every chunk (the role chunk with 0 completion tokens, then each token
-chunk), as vLLM does; the closing usage chunk still comes.
-
-The prompt's token count is a :class:`~.model.PromptTokens` carrying the keys of its
+The prompt's token count is a :class:`~.prefix_cache.PromptTokens` carrying the keys of its
 prefix-cache blocks (the text of chat messages joined by newlines, a completion prompt, or the
 token ids), which the model looks up in its prefix cache at admission.
 
@@ -27,12 +24,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .model import PromptTokens, prompt_blocks
+from .prefix_cache import PromptTokens, prompt_blocks
 from .profiles import SimProfile
 from .tokens import count_prompt_tokens
 
-__all__ = ["Api", "BadRequest", "GenerationRequest", "ResponseShape", "parse_request",
-           "make_shape", "encode_event", "DONE_EVENT", "error_body"]
+__all__ = ["Api", "BadRequest", "ContextTooLong", "GenerationRequest", "parse_request", "encode_event", "DONE_EVENT",
+           "error_body"]
 
 Api = Literal["chat", "completions", "generate"]
 
@@ -56,6 +53,10 @@ class BadRequest(ValueError):
     """The request body is not something the server accepts (HTTP 400)."""
 
 
+class ContextTooLong(BadRequest):
+    """Prompt + max_new_tokens reach the context length (SGLang's ValueError)."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """What the sim needs from a generation request body."""
@@ -67,6 +68,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool = False  # usage on every chunk (needs include_usage, as in vLLM)
+    priority: int | None = None  # the request's "priority" (SGLang --enable-priority-scheduling)
     # the end of the prompt text (chat: messages' contents joined by newlines), for the truth log
     prompt_tail: str = field(default="", repr=False)
 
@@ -161,13 +163,15 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         continuous_usage = include_usage and bool(options.get("continuous_usage_stats"))
     if max_tokens is None:
         max_tokens = profile.default_max_tokens
-    if prompt_tokens + max_tokens > profile.max_model_len:
-        raise BadRequest(
-            f"This model's maximum context length is {profile.max_model_len} tokens. However, "
-            f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
-            f"messages, {max_tokens} in the completion)."
+    if prompt_tokens + max_tokens >= profile.max_model_len:
+        raise ContextTooLong(
+            f"Requested token count exceeds the model's maximum context length of {profile.max_model_len} tokens. "
+            f"You requested a total of {prompt_tokens + max_tokens} tokens: {prompt_tokens} tokens from the input "
+            f"messages and {max_tokens} tokens for the completion. Please reduce the number of tokens in the input "
+            "messages or the completion to fit within the limit."
         )
     model = body.get("model")
+    priority = body.get("priority")
     return GenerationRequest(
         api=api,
         model=model if isinstance(model, str) and model else profile.model_name,
@@ -176,146 +180,6 @@ def parse_request(api: Api, body: Any, profile: SimProfile) -> GenerationRequest
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous_usage,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
         prompt_tail=tail,
     )
-
-
-class ResponseShape:
-    """Builds the chunks and the full body of one response (one subclass per API)."""
-
-    def __init__(self, rid: str, created: int, req: GenerationRequest,
-                 cache_report: bool = False) -> None:
-        self.rid = rid
-        self.created = created
-        self.req = req
-        self.cache_report = cache_report  # usage carries prompt_tokens_details.cached_tokens
-        self.cached_tokens = 0  # prompt tokens found in the prefix cache (set once admitted)
-
-    def usage(self, completion_tokens: int) -> dict[str, Any]:
-        """OpenAI usage object (with the cache report: prompt_tokens_details.cached_tokens,
-        as vLLM --enable-prompt-tokens-details and SGLang --enable-cache-report write it)."""
-        p = self.req.prompt_tokens
-        out: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + completion_tokens,
-                               "completion_tokens": completion_tokens}
-        if self.cache_report:
-            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
-        return out
-
-    def opening(self) -> dict[str, Any] | None:
-        """A chunk sent before the first token, if the API has one."""
-        return None
-
-    def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        """The chunk carrying ``text``; ``completion_tokens`` counts tokens so far."""
-        raise NotImplementedError
-
-    def closing(self, completion_tokens: int) -> dict[str, Any] | None:
-        """A chunk sent after the last token (the usage chunk), if any."""
-        return None
-
-    def full_body(self, text: str, completion_tokens: int) -> dict[str, Any]:
-        """The non-streaming response."""
-        raise NotImplementedError
-
-
-class ChatShape(ResponseShape):
-    """``/v1/chat/completions``."""
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.req.model, "choices": choices}
-
-    def opening(self) -> dict[str, Any]:
-        chunk = self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                              "logprobs": None, "finish_reason": None}])
-        if self.req.continuous_usage:
-            chunk["usage"] = self.usage(0)
-        return chunk
-
-    def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        chunk = self._chunk([{"index": 0, "delta": {"content": text}, "logprobs": None,
-                              "finish_reason": "length" if last else None}])
-        if self.req.continuous_usage:
-            chunk["usage"] = self.usage(completion_tokens)
-        return chunk
-
-    def closing(self, completion_tokens: int) -> dict[str, Any] | None:
-        if not self.req.include_usage:
-            return None
-        chunk = self._chunk([])
-        chunk["usage"] = self.usage(completion_tokens)
-        return chunk
-
-    def full_body(self, text: str, completion_tokens: int) -> dict[str, Any]:
-        return {"id": self.rid, "object": "chat.completion", "created": self.created,
-                "model": self.req.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "logprobs": None, "finish_reason": "length"}],
-                "usage": self.usage(completion_tokens)}
-
-
-class CompletionShape(ResponseShape):
-    """``/v1/completions``."""
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.rid, "object": "text_completion", "created": self.created,
-                "model": self.req.model, "choices": choices}
-
-    def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        chunk = self._chunk([{"index": 0, "text": text, "logprobs": None,
-                              "finish_reason": "length" if last else None}])
-        if self.req.continuous_usage:
-            chunk["usage"] = self.usage(completion_tokens)
-        return chunk
-
-    def closing(self, completion_tokens: int) -> dict[str, Any] | None:
-        if not self.req.include_usage:
-            return None
-        chunk = self._chunk([])
-        chunk["usage"] = self.usage(completion_tokens)
-        return chunk
-
-    def full_body(self, text: str, completion_tokens: int) -> dict[str, Any]:
-        body = self._chunk([{"index": 0, "text": text, "logprobs": None,
-                             "finish_reason": "length"}])
-        body["usage"] = self.usage(completion_tokens)
-        return body
-
-
-class GenerateShape(ResponseShape):
-    """SGLang ``/generate``: the streamed ``text`` is cumulative."""
-
-    def __init__(self, rid: str, created: int, req: GenerationRequest,
-                 cache_report: bool = False) -> None:
-        super().__init__(rid, created, req, cache_report)
-        self._text = ""
-
-    @property
-    def text(self) -> str:
-        """The whole text sent so far (what an abort's last event carries)."""
-        return self._text
-
-    def _meta(self, completion_tokens: int, last: bool) -> dict[str, Any]:
-        finish = {"type": "length", "length": completion_tokens} if last else None
-        return {"id": self.rid, "prompt_tokens": self.req.prompt_tokens,
-                "completion_tokens": completion_tokens, "finish_reason": finish,
-                "cached_tokens": self.cached_tokens}
-
-    def token_chunk(self, text: str, completion_tokens: int, last: bool) -> dict[str, Any]:
-        self._text += text
-        return {"text": self._text, "meta_info": self._meta(completion_tokens, last),
-                "index": 0}
-
-    def full_body(self, text: str, completion_tokens: int) -> dict[str, Any]:
-        return {"text": text, "meta_info": self._meta(completion_tokens, True), "index": 0}
-
-
-def make_shape(req: GenerationRequest, rid_hex: str, created: int,
-               cache_report: bool = False) -> ResponseShape:
-    """The response shape for ``req.api``; ``rid_hex`` makes the response id;
-    ``cache_report``: OpenAI usage with prompt_tokens_details.cached_tokens."""
-    if req.api == "chat":
-        return ChatShape(f"chatcmpl-{rid_hex}", created, req, cache_report)
-    if req.api == "completions":
-        return CompletionShape(f"cmpl-{rid_hex}", created, req, cache_report)
-    return GenerateShape(rid_hex, created, req, cache_report)

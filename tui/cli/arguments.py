@@ -34,6 +34,7 @@ from ...engine.api import (
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STEP,
     DEFAULT_TRANSPORT,
+    MAX_SEED,
     TRANSPORTS,
     __version__,
 )
@@ -328,11 +329,12 @@ _range_ratio = _shaping(lambda s, flag: api.check_range_ratio(s, flag), "--rando
 
 
 def _seed(s: str) -> int:
+    """--seed: the bounds of [workload].seed (engine/constants.py MAX_SEED: 2**63-1)."""
     try:
         v = int(s)
     except ValueError:
         v = -1
-    if not 0 <= v <= 2**63 - 1:
+    if not 0 <= v <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"--seed {s!r}: expected a whole number from 0 to 2**63-1")
     return v
 
