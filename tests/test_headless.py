@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from redline.engine.drive.preset_runner import run_preset
+from redline.engine.run.preset_runner import run_preset
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 

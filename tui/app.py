@@ -4,7 +4,7 @@ this process or from worker processes (`--workers N`: their health, widgets/work
 
 The engine runs in its own process (engine/host.py); this app reads its latest Snapshot four
 times a second and sends commands. Nothing here computes a metric: every number drawn comes
-from the Snapshot (see engine/run/snapshot.py for where each is computed).
+from the Snapshot (see engine/core/snapshot.py for where each is computed).
 """
 
 from __future__ import annotations

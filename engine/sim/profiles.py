@@ -266,7 +266,7 @@ class SimProfile:
     def has_faults(self) -> bool:
         """Whether any fault knob is set: errors, disconnects, malformed events, stalls, mid-stream
         aborts, shedding, overload, a crash or a hang (the performance model alone cannot
-        forecast how such a server breaks: engine/drive/estimate.py)."""
+        forecast how such a server breaks: engine/run/estimate.py)."""
         return bool(
             self.error_500_rate or self.error_429_rate or self.disconnect_rate or self.malformed_rate
             or self.fail_midstream_rate or self.stall_after_tokens is not None or self.max_queued_requests is not None
