@@ -52,7 +52,7 @@ worker processes (the TUI's or the driver's descendants), the server process, an
 machine (every process), and "others": the machine less this benchmark's processes (on a
 small machine a neighbour's load shows in the figures; --quiet-below waits for a quieter
 second before each run). "engine tick ms": the median time the engine's once-a-second work
-(engine/run/each_second.py Ticker.each_second, which harvests every in-flight request's gaps) holds the
+(engine/core/ticker.py Ticker.each_second, which harvests every in-flight request's gaps) holds the
 engine's loop in the window: chunks that arrive meanwhile are stamped late, so it shows in
 the ITL's tail. The engine's loop lag p99 (its client-health figure, the last before the stop)
 is printed per run.
@@ -420,8 +420,8 @@ def count_reads(reads: dict) -> None:
 def bench_child_main(config, conn, result_path: str, with_reads: bool = False) -> None:
     from redline.engine.host import _child_main
     from redline.engine.measure.step_book import StepBook
-    from redline.engine.run.each_second import Ticker
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.ticker import Ticker
+    from redline.engine.core.engine import Engine
 
     times, itls, ticks = array("d"), array("d"), array("d")
     reads = {"hist": {}, "times": array("d"), "gaps": array("d"), "flags": array("b")}

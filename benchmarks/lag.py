@@ -45,8 +45,8 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
     from redline.engine.host import _child_main
     from redline.engine.measure.histogram import LogHistogram
-    from redline.engine.run.each_second import Ticker
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.ticker import Ticker
+    from redline.engine.core.engine import Engine
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}

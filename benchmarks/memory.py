@@ -38,7 +38,7 @@ def main() -> None:
 
     from redline.engine.client.http import DEFAULT_TRANSPORT
     from redline.engine.host import EngineProcess
-    from redline.engine.run.config import EngineConfig
+    from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     transport = args.transport or DEFAULT_TRANSPORT

@@ -40,8 +40,8 @@ def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
     from redline.engine.client import kstamp
     from redline.engine.host import new_event_loop
     from redline.engine.load.holder import controller
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.config import EngineConfig
+    from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
 
     controller.SEND_BATCH = batch

@@ -28,8 +28,8 @@ from _bench import FAST_SIM, cpu_seconds, sim, sim_state  # noqa: E402
 
 
 async def one(url: str, workers: int, c: int, seconds: float, warmup: float, output_len: int) -> dict:
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.config import EngineConfig
+    from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
 
     cfg = EngineConfig(url=url, workers=workers, concurrency=c, max_concurrency=max(c, 1024),

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     )
     from .control.address import ControlError, check_control
     from .control.http_api import start_engine
-    from .drive.estimate import duration_text
-    from .drive.preset_runner import RunOutcome, new_engine, run_preset
+    from .run.estimate import duration_text
+    from .run.preset_runner import RunOutcome, new_engine, run_preset
     from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
@@ -56,18 +56,18 @@ if TYPE_CHECKING:
     from .rules.guard import parse_guard
     from .rules.step_text import format_run_summary, format_step_table
     from .rules.verdicts import Knee, knee_from_summary, knees_from_summary, summary_knee
-    from .run import commands
-    from .run.config import EngineConfig
-    from .run.engine import Engine
-    from .run.snapshot import LogLine, Snapshot
-    from .run.target_stats import WeightsError, parse_weights
+    from .core import commands
+    from .core.config import EngineConfig
+    from .core.engine import Engine
+    from .core.snapshot import LogLine, Snapshot
+    from .core.target_stats import WeightsError, parse_weights
     from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
     from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
-    from .sweep.record import SWEEP_FILE, load_sweep
+    from .sweep.sweep_file import SWEEP_FILE, load_sweep
     from .sweep.merge import merged_doc
     from .sweep.resume import check_resume, preset_digest
     from .sweep.runner import ConfigServer, TimeLeft, open_sweep_file, run_sweep
@@ -89,11 +89,11 @@ if TYPE_CHECKING:
     from .workload.trace import TraceError, builtin_traces, load_trace, resolve_trace
 
 # modules given whole: name -> module (relative to this package)
-_MODULES: dict[str, str] = {"commands": ".run.commands"}
+_MODULES: dict[str, str] = {"commands": ".core.commands"}
 # home module (relative to this package) -> the names it gives; "NAME=ATTR" gives ATTR as NAME
 _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.arrivals": ("MAX_RATE", "ArrivalError", "check_rate", "parse_arrival"),
-    ".run.config": ("EngineConfig",),
+    ".core.config": ("EngineConfig",),
     ".constants": (
         "CONSECUTIVE_FAILURES_END", "DEFAULT_CONCURRENCY", "DEFAULT_INPUT_LEN", "DEFAULT_MAX_CONCURRENCY", "DEFAULT_OUTPUT_LEN",
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_STEP", "DEFAULT_TRANSPORT", "MAX_SEED", "MIN_LIVE_STEP_S", "TIMELINE_INTERVAL_S",
@@ -102,8 +102,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".control.address": ("ControlError", "check_control"),
     ".control.http_api": ("start_engine",),
     ".load.controller": ("ConcurrencyError", "check_concurrency"),
-    ".run.engine": ("Engine",),
-    ".drive.estimate": ("duration_text",),
+    ".core.engine": ("Engine",),
+    ".run.estimate": ("duration_text",),
     ".fmt": ("BOUND", "ms", "num", "rate", "step_ms"),
     ".rules.guard": ("parse_guard",),
     ".host": ("EngineError", "EngineProcess", "EngineThread"),
@@ -111,7 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".preset": ("Preset", "PresetError", "as_search", "builtin_dir", "builtin_presets", "load_preset", "resolve_preset"),
     ".preset.knee": ("knee_search_preset",),
     ".preset.workload_fit": ("preset_workload_change",),
-    ".drive.preset_runner": ("RunOutcome", "new_engine", "run_preset"),
+    ".run.preset_runner": ("RunOutcome", "new_engine", "run_preset"),
     ".session": ("SessionError", "check_session_dir", "default_session_dir"),
     ".rules.step_text": ("format_run_summary", "format_step_table"),
     ".session.scrub": ("redact_argv",),
@@ -119,10 +119,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sim.profiles": ("get_profile",),
     ".sim.serve": ("add_sim_arguments", "run_from_args", "spawn_sim_process"),
     ".measure.slo": ("SloError", "parse_slo"),
-    ".run.snapshot": ("LogLine", "Snapshot"),
+    ".core.snapshot": ("LogLine", "Snapshot"),
     ".measure.step_result": ("StepResult",),
     ".client.target": ("TargetError", "TargetUnreachable", "validate_url"),
-    ".run.target_stats": ("WeightsError", "parse_weights"),
+    ".core.target_stats": ("WeightsError", "parse_weights"),
     ".workload.trace": ("TraceError", "builtin_traces", "load_trace", "resolve_trace"),
     ".rules.verdicts": ("Knee", "knee_from_summary", "knees_from_summary", "summary_knee"),
     ".workload.prompts": ("WorkloadConfig", "WorkloadError", "is_prefix_spec", "load_dataset", "parse_prefix_spec"),
@@ -130,7 +130,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",
     ),
     ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
-    ".sweep.record": ("SWEEP_FILE", "load_sweep"),
+    ".sweep.sweep_file": ("SWEEP_FILE", "load_sweep"),
     ".sweep.merge": ("merged_doc",),
     ".sweep.resume": ("check_resume", "preset_digest"),
     ".sweep.runner": ("ConfigServer", "TimeLeft", "open_sweep_file", "run_sweep"),

@@ -87,7 +87,7 @@ GONE_AFTER_CONNECT_ERRORS = 3  # ... unless this many failed in a row since the 
 NOT_READY_GONE_S = 60.0  # a /health that answers 503 this long: the server is gone, not starting
 RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)  # pause between asks while the server is gone or not ready
 # This many failed requests in a row (no completed one between them) end a preset's step or
-# probe as `errors` and a headless run (engine/run/recording.py FailureStreak)
+# probe as `errors` and a headless run (engine/core/measurements.py FailureStreak)
 CONSECUTIVE_FAILURES_END = 20
 
 # ITL histogram resolution: bins grow by this ratio (percentiles exact to +-0.5 %)
@@ -101,7 +101,7 @@ HIST_MAX_S = 1e4
 BOUND_TOLERANCE = 0.02
 EXACT_LIMIT = 4096  # a series / the live window keeps exact values up to this many, then log bins
 
-# meta.json's fingerprint (engine/run/provenance.py): how long it waits for telemetry's first GPU reading
+# meta.json's fingerprint (engine/core/provenance.py): how long it waits for telemetry's first GPU reading
 FINGERPRINT_GPU_WAIT_S = 15.0
 
 # Presets (engine/preset/, docs/presets.md): each step's hold, and the bounds every key is checked against

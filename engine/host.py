@@ -3,7 +3,7 @@
 Drawing holds the UI's interpreter; an engine in the same interpreter waits for the GIL and
 stamps bytes late (measured: 60 ms event-loop lag on a thread beside Textual at 80x24).
 So the TUI runs the engine in a child process with its own loop; typed commands
-(engine/run/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
+(engine/core/commands.py) go down a pipe, immutable Snapshots come back four times a second, and
 each command's reply comes back too.
 
 Both hosts have the same surface: start(), stop(reason), snapshot, and send(command), which
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from .child import reap, spawn_child
 from .loop import new_event_loop, read_pipe
-from .run import commands as C
-from .run.config import EngineConfig
-from .run.snapshot import Snapshot
+from .core import commands
+from .core.config import EngineConfig
+from .core.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
-    from .run.engine import Engine
+    from .core.engine import Engine
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -43,7 +43,7 @@ class EngineThread:
     """The engine on a thread of this process (tests, embedding)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from .drive.preset_runner import new_engine
+        from .run.preset_runner import new_engine
 
         self.config = config
         self.engine = new_engine(config)
@@ -106,11 +106,11 @@ class EngineThread:
     def snapshot(self) -> Snapshot:
         return self.engine.snapshot
 
-    def send(self, cmd: C.Command) -> concurrent.futures.Future:
+    def send(self, cmd: commands.Command) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(_run_command(self.engine, cmd), self._loop)
 
 
-async def _run_command(engine: Engine, cmd: C.Command) -> object:
+async def _run_command(engine: Engine, cmd: commands.Command) -> object:
     res = engine.execute(cmd)
     if asyncio.iscoroutine(res):
         res = await res
@@ -124,8 +124,8 @@ def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if config is None:  # launched before its target was known: import the engine, then wait for it
-        from .drive import preset_runner as runner  # noqa: F401
-        from .run import engine as core
+        from .run import preset_runner as runner  # noqa: F401
+        from .core import engine as core
 
         try:
             msg = conn.recv()
@@ -159,7 +159,7 @@ def freeze_heap() -> None:
 
 
 async def _child(config: EngineConfig, conn: Connection) -> None:
-    from .drive.preset_runner import new_engine
+    from .run.preset_runner import new_engine
 
     engine = new_engine(config)
     loop = asyncio.get_running_loop()
@@ -199,7 +199,7 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
     conn.send(("ready", engine.snapshot))
     freeze_heap()  # start-up is over: what it built lives as long as the process
 
-    async def answer(seq: int, cmd: C.Command) -> None:
+    async def answer(seq: int, cmd: commands.Command) -> None:
         try:
             res = await _run_command(engine, cmd)
             _send(conn, ("reply", seq, True, res))
@@ -213,13 +213,13 @@ async def _child(config: EngineConfig, conn: Connection) -> None:
             stop.set()
             return
         seq, cmd = msg
-        if isinstance(cmd, C.Stop):
+        if isinstance(cmd, commands.Stop):
             reason[0] = cmd.reason
             stop.set()
             return
         asyncio.ensure_future(answer(seq, cmd))
 
-    read_pipe(conn, loop, on_msg, last=lambda msg: isinstance(msg[1], C.Stop), name="redline-commands")
+    read_pipe(conn, loop, on_msg, last=lambda msg: isinstance(msg[1], commands.Stop), name="redline-commands")
     await stop.wait()
     await engine.stop(reason[0])
     _send(conn, ("stopped", engine.snapshot))
@@ -338,12 +338,12 @@ class EngineProcess:
     def pid(self) -> int | None:
         return self._proc.pid
 
-    def send(self, cmd: C.Command) -> concurrent.futures.Future:
+    def send(self, cmd: commands.Command) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._seq += 1
             seq = self._seq
-            if not isinstance(cmd, C.Stop):
+            if not isinstance(cmd, commands.Stop):
                 self._pending[seq] = fut
             try:
                 self._conn.send((seq, cmd))
@@ -357,7 +357,7 @@ class EngineProcess:
         if self._proc.pid is None:
             return
         if self._proc.is_alive():
-            self.send(C.Stop(reason))
+            self.send(commands.Stop(reason))
             self._done.wait(timeout)
         reap(self._proc, timeout)  # it did not answer: make sure no load keeps running
         try:

@@ -513,8 +513,8 @@ def run_preset_headless(cfg, preset, on_line=None):
     (the session log complete); returns the RunOutcome. `on_line`: each line the run prints."""
     import asyncio
 
-    from redline.engine.drive.preset_runner import run_preset
-    from redline.engine.run.engine import Engine
+    from redline.engine.run.preset_runner import run_preset
+    from redline.engine.core.engine import Engine
 
     async def go():
         e = Engine(cfg)

@@ -139,25 +139,25 @@ def test_the_counter_sees_absolute_relative_type_only_and_lazy_imports(tmp_path,
     src.write_text(
         "from typing import TYPE_CHECKING\n"
         "import redline.engine.fmt\n"
-        "from redline.engine.run import commands\n"
+        "from redline.engine.core import commands\n"
         "from ..engine.api import Snapshot\n"
-        "from ..engine.run import snapshot\n"
+        "from ..engine.core import snapshot\n"
         "if TYPE_CHECKING:\n"
-        "    from ..engine.run.engine import Engine\n"
+        "    from ..engine.core.engine import Engine\n"
         "def f():\n"
         "    from redline.engine.sim.serve import spawn_sim_process\n",
         encoding="utf-8",
     )
     monkeypatch.setitem(MODULES, "redline.tui.probe", src)
     assert imported_modules("redline.tui.probe", src) == {
-        "redline.engine.fmt", "redline.engine.run.commands", "redline.engine.api", "redline.engine.run.snapshot",
-        "redline.engine.run.engine", "redline.engine.sim.serve",
+        "redline.engine.fmt", "redline.engine.core.commands", "redline.engine.api", "redline.engine.core.snapshot",
+        "redline.engine.core.engine", "redline.engine.sim.serve",
     }
 
 
 # -- the layers (docs/architecture.md) -------------------------------------------------------
 # engine/'s packages, lowest first: a module imports only from its own package and from
-# packages on lower layers (sim/ apart: it imports nothing of the engine, and only the drive,
+# packages on lower layers (sim/ apart: it imports nothing of the engine, and only the run,
 # report and facade layers may import it). The root's leaf helpers are layer 0; its facades and
 # the engine host the top.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -168,17 +168,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),  # transport, SSE, API bodies and decoders, one request, target detection
     ("load",),  # controller, sender, the one load holder, worker pool, Ray pool (its port: load/port.py)
     ("preset",),  # preset spec and parsing
-    ("run",),  # the Engine coordinator, commands, config, snapshot, recorder, targets
-    ("drive", "report"),  # preset runner, server operations, estimates; what reads a session
+    ("core",),  # the Engine coordinator and its parts: commands, config, snapshot, measurements, targets
+    ("run", "report"),  # what `redline run` runs: the preset runner, server operations, estimates; what reads a session
     ("control",),  # control API, Prometheus
     ("sweep",),  # a preset against each server configuration: launch, wait, stop, compare
     ("host",),  # the engine host: the engine in its own process or thread
     ("api",),  # the facade: what tui/ may import (with the session tools' facade)
     ("report.api",),  # the session tools' facade (it shares api.py's lazy lookup)
 )
-SIM_USERS = ("drive", "report", "api", "host", "report.api")
+SIM_USERS = ("run", "report", "api", "host", "report.api")
 # beyond the order: a reader of sessions never reaches the running engine's parts
-FORBIDDEN = {"report": ("run", "load", "client"), "measure": ("client", "load", "run", "rules")}
+FORBIDDEN = {"report": ("core", "load", "client"), "measure": ("client", "load", "core", "rules")}
 
 
 def layer_of(module: str) -> str | None:
@@ -231,10 +231,10 @@ def test_every_import_goes_down_the_layers():
 
 
 def test_the_layer_check_fails_on_an_import_up():
-    g = {"redline.engine.measure.records": {"redline.engine.run.engine"}, "redline.engine.load.sender": {"redline.engine.client.http"},
+    g = {"redline.engine.measure.records": {"redline.engine.core.engine"}, "redline.engine.load.sender": {"redline.engine.client.http"},
          "redline.engine.report.compare": {"redline.engine.load.holder"}, "redline.engine.sim.http_app": {"redline.engine.fmt"}}
     bad = layer_violations(g)
-    assert len(bad) == 3 and any("measure.records -> redline.engine.run.engine" in b for b in bad)
+    assert len(bad) == 3 and any("measure.records -> redline.engine.core.engine" in b for b in bad)
     assert any("report/ never imports load/" in b for b in bad) and any("sim/ stands apart" in b for b in bad)
 
 
@@ -344,7 +344,7 @@ def test_the_private_name_check_sees_imports_and_module_attributes(tmp_path, mon
 
 
 def test_the_package_has_no_import_circle():
-    """Type-only and lazy imports included: the engine's helpers in run/ take it loosely typed,
+    """Type-only and lazy imports included: the engine's parts in core/ take what they need of it as Protocols,
     the load reaches it through its port (engine/load/port.py), the sim's operations see its
     service as a Protocol."""
     circles = strongly_connected(import_graph())
@@ -401,7 +401,7 @@ def _fresh_modules(code: str) -> set[str]:
     return set(r.stdout.split())
 
 
-HEAVY = ("httpx", "polars", "textual", "aiohttp", "plotly", "psutil", "redline.engine.run.engine", "redline.engine.host",
+HEAVY = ("httpx", "polars", "textual", "aiohttp", "plotly", "psutil", "redline.engine.core.engine", "redline.engine.host",
          "redline.engine.preset")
 
 

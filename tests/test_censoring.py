@@ -22,7 +22,7 @@ from helpers import finish, run_preset_headless, start_headless, steady_in
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.sim.truth import window_truth
 from redline.engine.workload.prompts import WorkloadConfig
 
@@ -268,7 +268,7 @@ def test_a_step_the_probe_aborts_keeps_its_itl_and_censors_its_ends(sim_factory,
     bound (the requests' ages at the abort), not a missing figure."""
     import asyncio
 
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.engine import Engine
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0"))
     cfg = EngineConfig(url=sim.url, concurrency=16, workload=WorkloadConfig(input_len=16, output_len=1000), out_dir=tmp_path / "s", use_nvml=False)
@@ -299,7 +299,7 @@ def test_a_close_while_the_loop_is_behind_counts_the_answers_that_had_arrived(si
     close, as the log's stamps say (it used to close on them as still in flight)."""
     import time
 
-    from redline.engine.run.live_steps import LiveSteps
+    from redline.engine.core.live_steps import LiveSteps
 
     close = LiveSteps.close_step
 

@@ -23,9 +23,9 @@ from redline.engine.client.api_formats import CHAT, PATHS
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.load.worker import bucket_gaps, unbucket_gaps
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.accumulator import StepAccumulator
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import COALESCED, Clock, RequestRecord
 from redline.engine.measure.step_result import StepResult
 
@@ -56,10 +56,10 @@ async def test_a_held_loop_reads_several_chunks_at_once_they_are_marked_and_the_
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=on_tokens))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=on_tokens))
         finally:
             await client.aclose()
-    assert rec.status == R.OK and len(rec.chunk_times) == 12, rec.error_text
+    assert rec.status == records.OK and len(rec.chunk_times) == 12, rec.error_text
     ts = list(rec.chunk_times)
     merged = rec.coalesced or []
     # the writes made while the loop was held came in one read: one stamp for all of them

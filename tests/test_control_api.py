@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redline.engine.control.address import ControlAddress, ControlError, check_control, parse_control
 from redline.engine.host import EngineThread
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 LONG = WorkloadConfig(input_len=16, output_len=2000)  # requests that stay in flight
@@ -131,7 +131,7 @@ def test_commands_change_the_load_and_refusals_leave_it(held, sim):
     assert c.post("/v1/search", json={"start": 0}).status_code == 400
     assert c.post("/v1/lane", json={"on": "yes"}).status_code == 400
     assert c.post("/v1/export", json={"format": "xlsx"}).status_code == 400
-    assert h.engine.controller.target == 16 and sim_running(url) == 16 and not h.engine.closed
+    assert h.engine.controller.concurrency == 16 and sim_running(url) == 16 and not h.engine.closed
     assert time.monotonic() - t0 < 30
     # the C=1 probe: at most 1 at the server within 1.5 s, then back
     r = c.post("/v1/probe")
@@ -224,7 +224,7 @@ def test_each_command_is_logged_with_its_source(held, tmp_path):
     c.post("/v1/concurrency", json={"value": 0})
     c.post("/v1/probe")
     assert wait_for(lambda: any(line.kind == "probe" for line in h.snapshot.log), 3)
-    h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
+    h.send(__import__("redline.engine.core.commands", fromlist=["Flush"]).Flush()).result(5)
     rows = events(tmp_path / "session")
     api = [r for r in rows if r["kind"] == "api"]
     assert [r["text"].split(": ", 1)[1] for r in api][:3] == ["concurrency value=6", "concurrency value=0", "concurrency refused: concurrency 0: expected a whole number from 1 to 64"]
@@ -279,7 +279,7 @@ def test_metrics_parse_back_and_match_the_request_rows(shared_sim, tmp_path):
             assert wait_for(lambda: h.snapshot.completed >= 90, 30)
             c.post("/v1/pause")
             assert wait_for(lambda: h.engine.in_flight == 0, 10)
-            h.send(__import__("redline.engine.run.commands", fromlist=["Flush"]).Flush()).result(5)
+            h.send(__import__("redline.engine.core.commands", fromlist=["Flush"]).Flush()).result(5)
             r = c.get("/metrics")
             assert r.headers["content-type"].startswith("text/plain")
             fam = families(r.text)
@@ -362,7 +362,7 @@ def test_token_required_and_never_written(sim, tmp_path):
                 assert bad.get(path).status_code == 401
             r = bare.post("/v1/concurrency", json={"value": 9})
             assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
-            assert h.engine.controller.target == 4
+            assert h.engine.controller.concurrency == 4
             assert good.get("/v1/status").status_code == 200
             assert good.get("/metrics").status_code == 200
             assert good.post("/v1/concurrency", json={"value": 9}).json()["concurrency"] == 9
@@ -446,7 +446,7 @@ def test_fuzz_never_crashes_nor_stops_the_load(fuzz_engine, method, path, body, 
     if r.status_code >= 400:
         assert r.json()["ok"] is False
     e = h.engine
-    assert not e.closed and not e.controller.stopped and e.controller.target >= 1
+    assert not e.closed and not e.controller.stopped and e.controller.concurrency >= 1
     if e.controller.paused or e.controller.probing:  # a valid restore/resume cannot pause; keep the load on
         c.post("/v1/resume")
 

@@ -36,8 +36,8 @@ from redline.engine.client.api_formats import (
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.load.conversation import Conversation
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.sim.truth import ANSWER_CHARS, TEXT_KEEP, TruthLog
 
@@ -173,12 +173,12 @@ async def test_run_request_collects_the_answer_the_sim_sent(shared_sim, api, con
     try:
         rec = new_rec(answer=[])
         body = build_body(api, MODEL, prompt, 14, continuous_usage=continuous)
-        await run_request(client, sim.url + PATHS[api], api, body, rec, RequestEvents())
+        await run_request(client, sim.url + PATHS[api], api, body, rec, RequestHooks())
         bare = new_rec()  # answer None: nothing collected
-        await run_request(client, sim.url + PATHS[api], api, body, bare, RequestEvents())
+        await run_request(client, sim.url + PATHS[api], api, body, bare, RequestHooks())
     finally:
         await client.aclose()
-    assert rec.status == R.OK and bare.status == R.OK, (rec.error_text, bare.error_text)
+    assert rec.status == records.OK and bare.status == records.OK, (rec.error_text, bare.error_text)
     assert bare.answer is None
     answer = "".join(rec.answer)
     if api == GENERATE:
@@ -211,10 +211,10 @@ async def test_reasoning_text_is_not_collected():
         client = make_client(transport="lean")
         rec = new_rec(answer=[])
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, "q", 4), rec, RequestEvents())
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, "q", 4), rec, RequestHooks())
         finally:
             await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert rec.answer == ["The answer", " is 4."] and rec.output_tokens == 4
 
 
@@ -229,8 +229,8 @@ async def test_three_turns_send_each_answer_back(shared_sim, api):
             prompt, messages = conv.turn(f"question number {k}: tell me more")
             rec = new_rec(answer=[], turn=k)
             body = build_body(api, MODEL, prompt, 10, messages=messages)
-            await run_request(client, sim.url + PATHS[api], api, body, rec, RequestEvents())
-            assert rec.status == R.OK, rec.error_text
+            await run_request(client, sim.url + PATHS[api], api, body, rec, RequestHooks())
+            assert rec.status == records.OK, rec.error_text
             conv.answered("".join(rec.answer))
             recs.append(rec)
     finally:

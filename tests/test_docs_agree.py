@@ -1,5 +1,5 @@
 """Issue 46, case 11: the docs agree with the program. docs/presets.md's run times are what
-`redline presets` prints (one estimate, engine/drive/estimate.py); the README's test command
+`redline presets` prints (one estimate, engine/run/estimate.py); the README's test command
 runs every part and fails if any part failed (no `&&` chain that skips the rest), and
 docs/install.md gives the same one; README, docs/install.md and .ci/run state one suite time;
 the README's sweep example is docs/sweep.md's, with the same result."""

@@ -15,11 +15,11 @@ from helpers import CAP8_SIM
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 SHORT = WorkloadConfig(input_len=32, output_len=24)
@@ -80,7 +80,7 @@ async def test_completed_and_failed_equal_server_counts(sim_factory):
     assert m.failed == st["failed"]
     assert m.completed + m.failed + m.cancelled == st["received"]
     kinds = set(m.errors_by_kind)
-    assert kinds <= {R.ERR_HTTP_500, R.ERR_DISCONNECT, R.ERR_MALFORMED}, kinds
+    assert kinds <= {records.ERR_HTTP_500, records.ERR_DISCONNECT, records.ERR_MALFORMED}, kinds
 
 
 async def test_abort_leaves_server_empty_within_1s(sim_factory):
@@ -108,11 +108,11 @@ async def test_probe_drops_to_one_and_restore_returns(sim_factory):
     try:
         assert await until(lambda: _q(sim.url, lambda s: s["running"] == 16), 3.0) is not None
         await e.probe()
-        assert e.controller.target == 1 and e.controller.previous == 16
+        assert e.controller.concurrency == 1 and e.controller.previous == 16
         assert await until(lambda: _q(sim.url, lambda s: s["running"] <= 1), 1.0) is not None
         assert e.snapshot.state in ("probe", "running")
         e.restore()
-        assert e.controller.target == 16 and not e.controller.probing
+        assert e.controller.concurrency == 16 and not e.controller.probing
         assert await until(lambda: _q(sim.url, lambda s: s["running"] == 16), 1.0) is not None
     finally:
         await e.stop()
@@ -143,8 +143,8 @@ async def test_apis_report_the_same_tokens(sim_factory):
     try:
         for api in (CHAT, COMPLETIONS, GENERATE):
             rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, RequestEvents())
-            assert rec.status == R.OK, rec.error_text
+            await run_request(client, sim.url + PATHS[api], api, build_body(api, "redline-sim-70b", prompt, 37), rec, RequestHooks())
+            assert rec.status == records.OK, rec.error_text
             assert rec.usage_reported
             got[api] = rec
     finally:

@@ -7,8 +7,8 @@ import asyncio
 import errno
 import time
 
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.session import writer as writer_mod
 from redline.engine.workload.prompts import WorkloadConfig
 

@@ -7,8 +7,8 @@ import time
 
 from helpers import sim_state_async as sim_state, until
 
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.telemetry.cap import SUSTAIN_S
 from redline.engine.workload.prompts import WorkloadConfig
 

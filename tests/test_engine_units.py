@@ -16,8 +16,8 @@ from hypothesis import given, settings, strategies as st
 from redline.engine.client.server_watch import ServerWatch
 from redline.engine.load.controller import Controller
 from redline.engine.load.sender import FAST_FAIL_S, Sender
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.rules.verdicts import STEP_JUDGE
@@ -51,8 +51,8 @@ def test_controller_never_starts_a_request_at_or_above_c(ops, seed):
         ctl: Controller
 
         def launch(t_intended, item):
-            if ctl.in_flight >= ctl.target:
-                violations.append((ctl.in_flight, ctl.target))
+            if ctl.in_flight >= ctl.concurrency:
+                violations.append((ctl.in_flight, ctl.concurrency))
             return asyncio.sleep(rng.choice((0, 0.001, 0.003, 0.01)))
 
         ctl = Controller(launch, 4, 64)
@@ -72,13 +72,13 @@ def test_controller_never_starts_a_request_at_or_above_c(ops, seed):
                 await ctl.probe()
             else:
                 ctl.restore()
-            assert ctl.in_flight <= max(ctl.target, ctl.in_flight)  # reads never raise
+            assert ctl.in_flight <= max(ctl.concurrency, ctl.in_flight)  # reads never raise
         ctl.resume()
         for _ in range(200):  # settle: bounded
             await asyncio.sleep(0.002)
-            if ctl.in_flight == ctl.target:
+            if ctl.in_flight == ctl.concurrency:
                 break
-        assert ctl.in_flight == ctl.target and ctl.settled_at is not None
+        assert ctl.in_flight == ctl.concurrency and ctl.settled_at is not None
         await ctl.stop()
 
     asyncio.run(go())
@@ -89,14 +89,14 @@ def _sender() -> Sender:
     """A Sender whose requests end as their prompt says: "ok" or an error kind (no network)."""
     s = Sender.__new__(Sender)
     s._free, s.backing_off, s.in_flight, s.cursor = [], 0, {}, {}
-    s.events = RequestEvents()  # no one listens: `overloaded` fires to nobody
+    s.hooks = RequestHooks()  # no one listens: `overloaded` fires to nobody
 
     async def send(prompt, max_tokens, expected, phase=None, **_):
         kind = prompt
         rec = RequestRecord(rid=0, phase="live", step=1, concurrency=2, t_send=0.0)
         rec.t_end = 0.001
         if kind != "ok":
-            rec.status, rec.error_kind = R.FAILED, kind
+            rec.status, rec.error_kind = records.FAILED, kind
         await asyncio.sleep(0)
         return rec
 
@@ -228,8 +228,8 @@ def test_no_import_cycle_between_modules():
     for name, p in mods.items():
         here = name if p.name == "__init__.py" else name
         graph[name] = {m for m in _imports(p, here) if m in mods and m != name}
-    assert "redline.engine.run.engine" in graph["redline.engine.drive.preset_runner"]  # the runner drives the engine ...
-    assert not any(m.startswith("redline.engine.drive.preset_runner") for m in graph["redline.engine.run.engine"])  # ... never the reverse
+    assert "redline.engine.core.engine" in graph["redline.engine.run.preset_runner"]  # the runner drives the engine ...
+    assert not any(m.startswith("redline.engine.run.preset_runner") for m in graph["redline.engine.core.engine"])  # ... never the reverse
     assert not any(m.startswith("redline.tui") for n, ms in graph.items() if n.startswith("redline.engine") for m in ms)
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -297,13 +297,13 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     from redline.engine.measure.live_metrics import LiveMetrics
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
-    from redline.engine.run.event_log import EventLog
-    from redline.engine.run.recording import Recorder
+    from redline.engine.core.event_log import EventLog
+    from redline.engine.core.measurements import Measurements
 
     def setup():
         clock = Clock.now()
         book = StepBook(clock, judge=STEP_JUDGE)
-        rec = Recorder(LiveMetrics(), book, EventLog(), clock)
+        rec = Measurements(LiveMetrics(), book, EventLog(), clock)
         step = book.open_step(len(streams), "ramp", 100.0)
         recs = {i: RequestRecord(rid=i, phase="ramp", step=step.index, concurrency=len(streams), t_send=100.0) for i in range(len(streams))}
         sender = SimpleNamespace(in_flight=dict(recs), cursor={})

@@ -15,7 +15,7 @@ from helpers import run_preset_headless
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 # 8 running at a time, 5 ms a token (a 40-token answer in ~0.2 s: every request ends well

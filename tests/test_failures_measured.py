@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.slo import Slo
@@ -43,12 +43,12 @@ def _stream(book: StepBook, rec: RequestRecord, t_first: float, itl: float, n: i
     return t
 
 
-def _end(book: StepBook, rec: RequestRecord, t_end: float, status: str = R.OK, *, metrics: LiveMetrics | None = None) -> None:
-    """The request's end as the engine's recorder delivers it (engine/run/recording.py)."""
+def _end(book: StepBook, rec: RequestRecord, t_end: float, status: str = records.OK, *, metrics: LiveMetrics | None = None) -> None:
+    """The request's end as the engine's measurements delivers it (engine/core/measurements.py)."""
     rec.t_end = t_end
     rec.status = status
-    if status == R.FAILED:
-        rec.error_kind = R.ERR_DISCONNECT
+    if status == records.FAILED:
+        rec.error_kind = records.ERR_DISCONNECT
         book.remove_gaps(rec.gaps_from(1))
         book.remove_tokens(rec.credits())
         if metrics is not None:
@@ -76,7 +76,7 @@ def test_one_ok_and_nine_failed_attain_a_tenth_whatever_bounds_are_set(slo):
         book.on_send(r)
         if i <= 5:
             _stream(book, r, 1.3, 0.02, 25)
-        _end(book, r, 1.9, R.FAILED)
+        _end(book, r, 1.9, records.FAILED)
     res = book.close_step(acc, 5.0)
     assert (res.completed, res.failed) == (1, 9)
     assert res.slo_attainment == pytest.approx(0.1)
@@ -96,7 +96,7 @@ def test_a_request_judged_good_at_the_close_that_fails_after_it_is_a_miss():
     closing = book.close_step(acc, 10.0)  # b is out, judged good on its window
     book.record(closing)
     assert closing.slo_attainment == 1.0 and not closing.final
-    _end(book, b, 12.0, R.FAILED)
+    _end(book, b, 12.0, records.FAILED)
     final = book.steps[-1]
     assert final.final and (final.completed, final.failed) == (1, 1)
     assert final.slo_attainment == pytest.approx(0.5)
@@ -197,7 +197,7 @@ def test_eight_of_eight_failing_half_way_read_no_throughput():
         _stream(book, r, 100.05, 0.01, 400, metrics=metrics)
     assert metrics.rates(104.0)[0] == pytest.approx(8 * 400 / 3.0, rel=0.05)  # live: counted as they arrive
     for r in recs:
-        _end(book, r, 104.1, R.FAILED, metrics=metrics)
+        _end(book, r, 104.1, records.FAILED, metrics=metrics)
     assert metrics.rates(104.2)[0] == 0.0  # known failed: out of the live window
     assert metrics.output_tokens_total == 0 and metrics.failed_output_tokens_total == 8 * 400
     res = book.close_step(acc, 108.0)
@@ -227,7 +227,7 @@ def test_throughput_counts_completed_and_still_running_requests_only():
     _end(book, done, 105.1)
     _stream(book, running, 100.05, 0.05, 200)  # to 109.99: by the close at 110
     _stream(book, failed, 100.1, 0.02, 150)
-    _end(book, failed, 103.1, R.FAILED)
+    _end(book, failed, 103.1, records.FAILED)
     closing = book.close_step(acc, 110.0)
     book.record(closing)
     assert closing.output_throughput == pytest.approx(30.0)
@@ -238,7 +238,7 @@ def test_throughput_counts_completed_and_still_running_requests_only():
         running.chunk_tokens.append(1)
         running.output_tokens += 1
         book.on_tokens(110.0 + i * 0.05, 1)
-    _end(book, running, 111.05, R.FAILED)
+    _end(book, running, 111.05, records.FAILED)
     final = book.steps[-1]
     assert final.final and final.failed == 2
     assert final.output_throughput == pytest.approx(10.0) and final.failed_output_tok_s == pytest.approx(35.0)
@@ -282,7 +282,7 @@ def test_a_censored_bound_is_the_age_at_the_close_not_at_the_cancel(how):
         book.finalize_all(298.5)
     else:
         for r in recs:
-            _end(book, r, 298.5, R.CANCELLED)
+            _end(book, r, 298.5, records.CANCELLED)
     final = book.steps[-1]
     assert final.final and final.cancelled == (4 if how.startswith('cancelled') else 0)  # lost: censored, not cancelled
     for name in ("median_ttft_ms", "p99_ttft_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms"):
@@ -332,7 +332,7 @@ def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_f
 
     from redline.engine.measure.step_result import StepResult
     from redline.engine.preset import parse_preset
-    from redline.engine.run.config import EngineConfig
+    from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, "--set", "time_scale=0.05"))

@@ -14,8 +14,8 @@ from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.guard import GuardError, parse_guard
 from redline.engine.rules.knee_search import KneeSearch
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
@@ -173,9 +173,9 @@ def test_a_guard_drops_the_load_when_the_fragile_server_starts_failing(sim_facto
             assert await until(lambda: e.ticker.guard.last_good == 32, 15.0), e.ticker.guard.last_good
             e.set_concurrency(80)
             t0 = _t.monotonic()
-            while e.controller.target != 32 and _t.monotonic() - t0 < 20:
+            while e.controller.concurrency != 32 and _t.monotonic() - t0 < 20:
                 await asyncio.sleep(0.2)
-            return e.controller.target, [l.text for l in e.snapshot.log], e.snapshot.warnings
+            return e.controller.concurrency, [l.text for l in e.snapshot.log], e.snapshot.warnings
         finally:
             await e.stop("quit")
 

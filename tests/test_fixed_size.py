@@ -25,7 +25,7 @@ from helpers import ROOT, finish, main_in_process, redline_command, start_headle
 
 from redline.engine.api import EngineConfig, Snapshot, format_run_summary
 from redline.engine.load.controller import Controller
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.records import RequestRecord
 from redline.engine.measure.run_totals import RunTotals
 from redline.engine.preset import PresetError, parse_toml
@@ -84,7 +84,7 @@ def test_the_controller_launches_its_budget_and_no_more():
     assert (launched, drained, after) == (20, True, 20)
 
 
-def _rec(rid: int, t_send: float, ttft: float, gaps: list[float], status: str = R.OK, phase: str = "live") -> RequestRecord:
+def _rec(rid: int, t_send: float, ttft: float, gaps: list[float], status: str = records.OK, phase: str = "live") -> RequestRecord:
     r = RequestRecord(rid=rid, phase=phase, step=0, concurrency=4, t_send=t_send)
     r.t_first = t_send + ttft
     t = r.t_first
@@ -106,7 +106,7 @@ def test_run_totals_follow_bench_servings_definitions():
     tot.on_end(_rec(1, 100.0, 0.1, [0.02, 0.02, 0.02]))  # e2e 0.16, tpot 20 ms
     tot.on_end(_rec(2, 100.5, 0.3, [0.04, 0.04]))  # e2e 0.38, tpot 40 ms
     failed = _rec(3, 100.2, 0.1, [])
-    failed.status = R.FAILED
+    failed.status = records.FAILED
     tot.on_end(failed)
     tot.on_end(_rec(4, 50.0, 0.1, [0.01], phase="calibration"))  # not load
     s = tot.summary((50.0, 90.0, 99.0))

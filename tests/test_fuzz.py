@@ -31,8 +31,8 @@ from redline.engine.client import sse as sse_mod
 from redline.engine.client.api_formats import APIS, CHAT, COMPLETIONS, GENERATE, MalformedEvent, make_decoder
 from redline.engine.client.request import run_request
 from redline.engine.client.sse import DONE, SSEDecoder
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.preset import PresetError, load_preset
 
@@ -208,7 +208,7 @@ def replay(api: str, pieces: list[bytes], status: int = 200, clock=None, api_key
     async def go() -> RequestRecord:
         rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
         async with mock_client(status, pieces, api_key) as client:
-            return await run_request(client, "http://test/x", api, {}, rec, RequestEvents(tokens=lambda t, n: tokens.append((t, n))))
+            return await run_request(client, "http://test/x", api, {}, rec, RequestHooks(tokens=lambda t, n: tokens.append((t, n))))
 
     if clock is None:
         return asyncio.run(go()), tokens
@@ -222,17 +222,17 @@ def replay(api: str, pieces: list[bytes], status: int = 200, clock=None, api_key
 def test_run_request_never_raises_on_any_body(api, pieces, status):
     pieces = [p for p in pieces if p]
     rec, _ = replay(api, pieces, status)
-    assert rec.status in (R.OK, R.FAILED)
+    assert rec.status in (records.OK, records.FAILED)
     assert rec.http_status == status
-    if rec.status == R.FAILED:
-        assert rec.error_kind in R.ERROR_KINDS
+    if rec.status == records.FAILED:
+        assert rec.error_kind in records.ERROR_KINDS
         assert "\n" not in rec.error_text and len(rec.error_text) <= 200
     assert rec.output_tokens >= 0 and rec.t_end is not None
 
 
 def test_non_sse_body_is_malformed_not_a_disconnect():
     rec, _ = replay(CHAT, [b'{"id": "x", "choices": [{"message": {"content": "hi"}}]}'])
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_MALFORMED, rec.error_text
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_MALFORMED, rec.error_text
     assert "not an SSE stream" in rec.error_text
 
 
@@ -240,7 +240,7 @@ def test_error_body_message_is_extracted_and_key_masked():
     key = "sk-fuzz-0123456789abcdef"
     body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}\nsecond line", "code": 401}}).encode()
     rec, _ = replay(CHAT, [body], status=401, api_key=key)
-    assert rec.error_kind == R.ERR_HTTP_4XX
+    assert rec.error_kind == records.ERR_HTTP_4XX
     assert rec.error_text.startswith("HTTP 401: Incorrect API key provided: ***"), rec.error_text
     assert key not in rec.error_text and "\n" not in rec.error_text
 
@@ -314,7 +314,7 @@ def test_capture_through_run_request_at_random_splits(case, cuts):
     pieces = split_at(x["data"], cuts)
     ticks = iter(range(10_000))
     rec, tokens = replay(api, pieces, clock=lambda: float(next(ticks)))
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert rec.output_tokens == 12 and rec.usage_reported
     assert rec.input_tokens == x["usage"]["prompt_tokens"]
     # chunks one read brought together share its stamp: their gaps are no ITL (docs/numbers.md, coalesced reads)

@@ -245,7 +245,7 @@ def test_late_requests_agree_in_number(n, words):
     from types import SimpleNamespace
 
     from redline.engine.measure.step_result import StepResult
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.engine import Engine
 
     logged: list[str] = []
     fake = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), write_summary=lambda: None)

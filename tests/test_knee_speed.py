@@ -18,7 +18,7 @@ from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.knee_search import KneeSearch
 from redline.engine.rules.verdicts import STEP_JUDGE
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")

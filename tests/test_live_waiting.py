@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 
 from redline.engine.load.probe_lane import LaneStats
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.measure.timeline import timeline_row
-from redline.engine.run.snapshot import Snapshot
+from redline.engine.core.snapshot import Snapshot
 from redline.tui.widgets.live_panels import lane_text
 
 
@@ -45,7 +45,7 @@ def test_a_queue_with_no_first_token_in_the_window_reads_its_age_as_a_bound():
     st = m.recompute_percentiles(176.0)
     assert "p50" not in st.ttft.bounds and st.ttft.p50 == pytest.approx(75.9, abs=0.1)
     for r in recs[20:]:
-        r.t_end, r.status = 176.5, R.CANCELLED
+        r.t_end, r.status = 176.5, records.CANCELLED
         m.on_request_end(r)
     st = m.recompute_percentiles(177.0)
     assert not st.ttft.bounds and "ttft_p50_ms_bound" not in _row(m)
@@ -90,8 +90,8 @@ async def test_the_live_ttft_of_a_capped_server_reads_the_queue_against_the_sims
     import httpx
     from helpers import until
 
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.run.engine import Engine
+    from redline.engine.core.config import EngineConfig
+    from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
 
     from helpers import CAP8_SIM

@@ -29,8 +29,8 @@ from helpers import run_preset_headless, until
 from redline.engine.load.controller import Controller
 from redline.engine.preset import parse_preset, parse_toml
 from redline.engine.report.preset_from import preset_from_session
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
 from redline.engine.workload.change import WorkloadChange, parse_workload_change
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError

@@ -27,8 +27,8 @@ from helpers import run_preset_headless, steady_in, until
 
 from redline.engine.measure.slo import Slo
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 QUARTER = ("--set", "time_scale=0.25")

@@ -12,7 +12,7 @@ from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.slo import Slo
 from redline.engine.measure.step_book import StepBook
@@ -55,7 +55,7 @@ def _run(requests: list[Spec], slo: Slo) -> tuple[StepResult, StepResult]:
 
     def end(r: RequestRecord, s: Spec) -> None:
         if s.failed:
-            r.status, r.error_kind = R.FAILED, R.ERR_DISCONNECT
+            r.status, r.error_kind = records.FAILED, records.ERR_DISCONNECT
             book.remove_gaps(r.gaps_from(1))
             book.remove_tokens(r.credits())
         book.on_end(r)

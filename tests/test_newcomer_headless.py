@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import ROOT, FAST_SIM, finish, main_in_process, redline_command, wait_for
 
-from redline.engine.run.event_log import EventLog
+from redline.engine.core.event_log import EventLog
 from redline.tui.cli.progress import CLEAR, Progress
 
 

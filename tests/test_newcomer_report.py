@@ -121,7 +121,7 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
-    from redline.engine.drive import preset_runner as runner
+    from redline.engine.run import preset_runner as runner
     from redline.engine.preset import load_preset, resolve_preset
     from redline.engine.rules.breaks import RampJudge
 
@@ -182,7 +182,7 @@ def test_report_shows_client_limited_steps():
 
 
 def test_event_log_calls_on_warning_once_per_episode():
-    from redline.engine.run.event_log import EventLog
+    from redline.engine.core.event_log import EventLog
 
     ev, got = EventLog(), []
     ev.on_warning = lambda key, text: got.append(key)

@@ -11,11 +11,11 @@ import subprocess
 
 from helpers import ROOT, finish, redline_command, start_headless, until
 
-from redline.engine.drive.preset_runner import start_preset
+from redline.engine.run.preset_runner import start_preset
 from redline.engine.preset.knee import knee_search_preset
-from redline.engine.run.commands import SetConcurrency
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.commands import SetConcurrency
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001", "--set", "ceiling_tok_s=100000")

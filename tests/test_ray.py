@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 from helpers import free_port
 
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'redline[ray]')")

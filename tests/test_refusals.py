@@ -24,13 +24,13 @@ from redline.engine.client.request import refusal, run_request
 from redline.engine.client.target import TargetUnreachable, detect
 from redline.engine.constants import CONSECUTIVE_FAILURES_END
 from redline.engine.load.sender import OVERLOADED
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
-from redline.engine.run.recording import FailureStreak
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
+from redline.engine.core.measurements import FailureStreak
 from redline.engine.sim.profiles import get_profile
 from redline.engine.sim.refusals import QUEUE_FULL
 from redline.engine.sim.serve import start_sim_thread
@@ -46,7 +46,7 @@ def _profile(**knobs):
 
 async def _one(client: httpx.AsyncClient, url: str, api: str, max_tokens: int = 8) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=max_tokens)
-    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, RequestEvents())
+    return await run_request(client, url + PATHS[api], api, build_body(api, MODEL, "hello there", max_tokens), rec, RequestHooks())
 
 
 def _truth(url: str) -> tuple[dict, list[dict]]:
@@ -59,24 +59,24 @@ def test_each_in_stream_refusal_is_read_with_its_status_and_message():
     chat, gen = make_decoder(CHAT), make_decoder(GENERATE)
     # 0.5.23 chat / completions: an error event with the status as its code
     ev = chat(b'{"error":{"object":"error","message":"The request queue is full.","type":"SERVICE_UNAVAILABLE","param":null,"code":503}}')
-    assert refusal(ev) == (R.ERR_SHED, 503, "in-stream 503: The request queue is full.")
+    assert refusal(ev) == (records.ERR_SHED, 503, "in-stream 503: The request queue is full.")
     # /generate: meta_info.finish_reason of type abort, its status_code and message
     ev = gen(b'{"text":"","output_ids":[],"meta_info":{"id":"x","finish_reason":{"type":"abort","status_code":503,'
              b'"message":"The request queue is full."},"completion_tokens":0}}')
-    assert ev.abort and refusal(ev) == (R.ERR_SHED, 503, "in-stream 503: The request queue is full.")
+    assert ev.abort and refusal(ev) == (records.ERR_SHED, 503, "in-stream 503: The request queue is full.")
     # a choice's finish_reason "abort" (a graceful abort: no status, no message): shed too
     ev = chat(b'{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}')
-    assert ev.abort and refusal(ev) == (R.ERR_SHED, None, 'in-stream abort (finish_reason "abort")')
+    assert ev.abort and refusal(ev) == (records.ERR_SHED, None, 'in-stream abort (finish_reason "abort")')
     # an abort with an internal error's status is a server error, not load shedding
     ev = gen(b'{"text":"ab","meta_info":{"finish_reason":{"type":"abort","status_code":500,"message":"boom"},"completion_tokens":2}}')
-    assert refusal(ev) == (R.ERR_SERVER, 500, "in-stream 500: boom")
+    assert refusal(ev) == (records.ERR_SERVER, 500, "in-stream 500: boom")
     # an error event without a code keeps its plain message, as before
     ev = chat(b'{"error":{"message":"bad things"}}')
-    assert refusal(ev) == (R.ERR_SERVER, None, "bad things")
+    assert refusal(ev) == (records.ERR_SERVER, None, "bad things")
     # 429 in the stream is shedding as well; a slot backs off on shed as on HTTP 503
     ev = chat(b'{"error":{"message":"slow down","code":429}}')
-    assert refusal(ev)[:2] == (R.ERR_SHED, 429)
-    assert R.ERR_SHED in OVERLOADED and R.ERR_SHED in R.ERROR_KINDS
+    assert refusal(ev)[:2] == (records.ERR_SHED, 429)
+    assert records.ERR_SHED in OVERLOADED and records.ERR_SHED in records.ERROR_KINDS
 
 
 def test_an_abort_chunk_is_read_as_text_and_abort():
@@ -107,11 +107,11 @@ def test_a_full_queue_sheds_each_api_as_the_version_does(version):
     assert state["failures"] == {"shed": 3} and state["received"] == 3
     assert all(r["tokens"] == 0 for r in truth)
     for api, rec in zip(APIS, recs):
-        assert rec.status == R.FAILED and rec.output_tokens == 0 and rec.t_first is None, (api, rec)
+        assert rec.status == records.FAILED and rec.output_tokens == 0 and rec.t_first is None, (api, rec)
         if version == "0.5.9" and api != GENERATE:
-            assert rec.error_kind == R.ERR_DISCONNECT and rec.http_status == 200, (api, rec.error_kind, rec.error_text)
+            assert rec.error_kind == records.ERR_DISCONNECT and rec.http_status == 200, (api, rec.error_kind, rec.error_text)
         else:
-            assert rec.error_kind == R.ERR_SHED, (api, rec.error_kind, rec.error_text)
+            assert rec.error_kind == records.ERR_SHED, (api, rec.error_kind, rec.error_text)
             assert rec.http_status == 503 and rec.error_text == f"in-stream 503: {QUEUE_FULL}"
 
 
@@ -132,12 +132,12 @@ def test_a_request_aborted_half_way_keeps_its_partial_tokens(version):
     assert state["failures"] == {"midstream": 3}
     assert [r["tokens"] for r in truth] == [5, 5, 5]  # half of 10 sent to each
     for api, rec in zip(APIS, recs):
-        assert rec.status == R.FAILED
+        assert rec.status == records.FAILED
         assert rec.output_tokens == 5 and len(rec.chunk_times) == 5, (api, rec.output_tokens, len(rec.chunk_times))
         if version == "0.5.9" and api != GENERATE:
-            assert rec.error_kind == R.ERR_DISCONNECT, (api, rec.error_text)
+            assert rec.error_kind == records.ERR_DISCONNECT, (api, rec.error_text)
         else:
-            assert rec.error_kind == R.ERR_SERVER and rec.http_status == 500, (api, rec.error_kind, rec.error_text)
+            assert rec.error_kind == records.ERR_SERVER and rec.http_status == 500, (api, rec.error_kind, rec.error_text)
             assert rec.error_text.startswith("in-stream 500: ")
 
 
@@ -150,7 +150,7 @@ def test_an_ok_stream_with_no_token_is_empty():
                 return await _one(c, srv.url, CHAT, max_tokens=8)
 
         rec = asyncio.run(go())
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_EMPTY and rec.http_status == 200
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_EMPTY and rec.http_status == 200
     assert rec.error_text == "the stream ended without an output token (8 asked for)"
 
 
@@ -170,10 +170,10 @@ def test_a_model_the_server_does_not_list_is_refused_with_the_list():
         async def wrong():
             async with make_client() as c:
                 rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, max_tokens=4)
-                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, RequestEvents())
+                return await run_request(c, sim.url + PATHS[CHAT], CHAT, build_body(CHAT, "llama-3-70b", "hi", 4), rec, RequestHooks())
 
         rec = asyncio.run(wrong())
-    assert rec.error_kind == R.ERR_HTTP_4XX and rec.error_text == "HTTP 404: The model 'llama-3-70b' does not exist."
+    assert rec.error_kind == records.ERR_HTTP_4XX and rec.error_text == "HTTP 404: The model 'llama-3-70b' does not exist."
 
 
 def test_the_failure_streak_counts_failures_in_a_row_and_keeps_the_last_reason():
@@ -184,11 +184,11 @@ def test_the_failure_streak_counts_failures_in_a_row_and_keeps_the_last_reason()
         s.on_end(rec)
 
     for _ in range(3):
-        end(R.FAILED, R.ERR_HTTP_4XX, "HTTP 404: The model 'x' does not exist.")
-    end(R.CANCELLED)  # neither a failure nor a success
-    end(R.OK, phase="calibration")  # start-up's own: not the load's
-    assert (s.count, s.kind, s.reason) == (3, R.ERR_HTTP_4XX, "HTTP 404: The model 'x' does not exist.")
-    end(R.OK)
+        end(records.FAILED, records.ERR_HTTP_4XX, "HTTP 404: The model 'x' does not exist.")
+    end(records.CANCELLED)  # neither a failure nor a success
+    end(records.OK, phase="calibration")  # start-up's own: not the load's
+    assert (s.count, s.kind, s.reason) == (3, records.ERR_HTTP_4XX, "HTTP 404: The model 'x' does not exist.")
+    end(records.OK)
     assert s.count == 0 and s.reason  # the last reason stays for who reads it after the streak
 
 
@@ -216,7 +216,7 @@ async def test_shed_requests_back_off_and_the_streak_names_the_servers_reason(si
         await e.stop()
     state, truth = _truth(sim.url)
     assert state["failures"] == {"shed": state["received"]} and state["completed"] == 0
-    assert set(e.metrics.errors_by_kind) == {R.ERR_SHED}
+    assert set(e.metrics.errors_by_kind) == {records.ERR_SHED}
     arrivals = sorted(r["t_arrive"] - t0 for r in truth)
     per_second = [sum(1 for a in arrivals if k <= a < k + 1) for k in range(3)]
     # a slot's sends at ~0, 0.1, 0.3, 0.7, 1.5, 3.1 s: at most 4 in the first second, 1 in
@@ -229,7 +229,7 @@ async def test_shed_requests_back_off_and_the_streak_names_the_servers_reason(si
     assert "overloaded" in " ".join(snap.warnings)  # the overload warning, as for HTTP 503
 
 
-@pytest.mark.parametrize("version,kind", [("0.5.23", R.ERR_SERVER), ("0.5.9", R.ERR_DISCONNECT)])
+@pytest.mark.parametrize("version,kind", [("0.5.23", records.ERR_SERVER), ("0.5.9", records.ERR_DISCONNECT)])
 async def test_every_request_failing_half_way_is_recorded_with_its_partial_tokens(sim_factory, tmp_path, version, kind):
     """fail_midstream_rate=1 at C=4: every load request's row is failed, of kind server_error
     (0.5.23: an error event, status 500) or disconnect (0.5.9), with the tokens the sim sent it

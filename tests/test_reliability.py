@@ -37,12 +37,12 @@ from helpers import (
 from redline.engine.client.api_formats import CHAT, PATHS, build_body
 from redline.engine.client.http import TRANSPORTS, make_client
 from redline.engine.client.request import run_request
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import SERVER_GONE, Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import SERVER_GONE, Engine
 from redline.engine.sim.serve import LISTENING_PREFIX
 from redline.engine.workload.prompts import WorkloadConfig
 
@@ -100,9 +100,9 @@ def end_proc(p: subprocess.Popen) -> None:
 @pytest.mark.parametrize(
     "settings,kinds",
     [
-        (("error_500_rate=0.3", "error_429_rate=0.3"), {"http_500": R.ERR_HTTP_500, "http_429": R.ERR_HTTP_429}),
-        (("overload_above=3",), {"overloaded": R.ERR_HTTP_503}),
-        (("disconnect_rate=0.3", "malformed_rate=0.3"), {"disconnect": R.ERR_DISCONNECT, "malformed": R.ERR_MALFORMED}),
+        (("error_500_rate=0.3", "error_429_rate=0.3"), {"http_500": records.ERR_HTTP_500, "http_429": records.ERR_HTTP_429}),
+        (("overload_above=3",), {"overloaded": records.ERR_HTTP_503}),
+        (("disconnect_rate=0.3", "malformed_rate=0.3"), {"disconnect": records.ERR_DISCONNECT, "malformed": records.ERR_MALFORMED}),
     ],
     ids=["500-429", "503", "disconnect-malformed"],
 )
@@ -140,14 +140,14 @@ async def test_stalled_stream_times_out_within_the_request_timeout(sim_factory, 
     timeout = 0.6
     e = await started(sim.url, 4, tmp_path / "s", request_timeout=timeout)
     try:
-        assert await until(lambda: e.metrics.errors_by_kind.get(R.ERR_TIMEOUT, 0) >= 8, 10)
+        assert await until(lambda: e.metrics.errors_by_kind.get(records.ERR_TIMEOUT, 0) >= 8, 10)
         snap = e.snapshot
     finally:
         assert await stop_within(e) < 5
-    assert set(k for k, v in e.metrics.errors_by_kind.items() if v) == {R.ERR_TIMEOUT}
+    assert set(k for k, v in e.metrics.errors_by_kind.items() if v) == {records.ERR_TIMEOUT}
     assert snap.state == "running"
     reqs = read_table(tmp_path / "s", "requests")
-    failed = reqs.filter(reqs["error_kind"] == R.ERR_TIMEOUT)
+    failed = reqs.filter(reqs["error_kind"] == records.ERR_TIMEOUT)
     assert failed.height >= 8
     assert set(failed["chunks"].to_list()) == {3}  # the three tokens before the stall were measured
     e2e = failed["e2e_ms"].to_list()
@@ -177,7 +177,7 @@ async def test_killed_server_is_gone_without_hot_loop_and_load_resumes_on_restar
             # waited for the health watch's verdict, so every one is a victim of the death,
             # `server_gone`, none a `disconnect` or `connect` error of the load that sent it
             kinds = e.metrics.errors_by_kind
-            assert kinds.get(R.ERR_SERVER_GONE, 0) >= c and set(kinds) == {R.ERR_SERVER_GONE}, kinds
+            assert kinds.get(records.ERR_SERVER_GONE, 0) >= c and set(kinds) == {records.ERR_SERVER_GONE}, kinds
             assert gone_after < 3
             # no hot loop: while gone, nothing is sent (the reconnect loop only asks /health)
             n0 = attempts(e)
@@ -192,7 +192,7 @@ async def test_killed_server_is_gone_without_hot_loop_and_load_resumes_on_restar
             assert not e.server_gone
             assert await until(lambda: e.snapshot.state == "running", 1.0)  # the next snapshot says so
             assert time.monotonic() - t1 < 6
-            assert e.controller.target == c
+            assert e.controller.concurrency == c
         finally:
             assert await stop_within(e) < 5
         events = read_table(tmp_path / "s", "events")["text"].to_list()
@@ -265,8 +265,8 @@ async def test_server_that_hangs_up_is_gone_and_comes_back(tmp_path):
             srv.dead = True
             assert await until(lambda: e.server_gone, 5), e.metrics.errors_by_kind
             # each hung-up request waited for /health's verdict (hung up too): server_gone
-            assert e.metrics.errors_by_kind.get(R.ERR_SERVER_GONE, 0) >= 6, e.metrics.errors_by_kind
-            assert set(e.metrics.errors_by_kind) == {R.ERR_SERVER_GONE}
+            assert e.metrics.errors_by_kind.get(records.ERR_SERVER_GONE, 0) >= 6, e.metrics.errors_by_kind
+            assert set(e.metrics.errors_by_kind) == {records.ERR_SERVER_GONE}
             n0 = len(srv.auth_seen("/v1/chat"))
             await asyncio.sleep(1.0)
             assert len(srv.auth_seen("/v1/chat")) - n0 <= 2  # no hot loop against it
@@ -281,7 +281,7 @@ async def test_server_that_hangs_up_is_gone_and_comes_back(tmp_path):
 # -- one request: every transport maps each fault to the same kind ------------------------
 async def one(client: httpx.AsyncClient, url: str) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-    return await run_request(client, url + PATHS[CHAT], CHAT, build_body(CHAT, "m", "hi", 8), rec, RequestEvents())
+    return await run_request(client, url + PATHS[CHAT], CHAT, build_body(CHAT, "m", "hi", 8), rec, RequestHooks())
 
 
 async def _hang_up_at_once(reader, writer) -> None:
@@ -310,18 +310,18 @@ async def test_each_transport_maps_faults_to_the_same_kinds(transport):
     client = make_client(transport=transport, request_timeout=0.5)
     try:
         rec = await one(client, f"http://127.0.0.1:{refused}")
-        assert (rec.error_kind, rec.error_text, rec.http_status) == (R.ERR_CONNECT, "connection refused", 0)
+        assert (rec.error_kind, rec.error_text, rec.http_status) == (records.ERR_CONNECT, "connection refused", 0)
         with raw_server(_hang_up_at_once) as port:
             rec = await one(client, f"http://127.0.0.1:{port}")
-        assert rec.error_kind == R.ERR_CONNECT and "closed the connection before responding" in rec.error_text, rec.error_text
+        assert rec.error_kind == records.ERR_CONNECT and "closed the connection before responding" in rec.error_text, rec.error_text
         with raw_server(_reset_after_headers) as port:
             rec = await one(client, f"http://127.0.0.1:{port}")
-        assert rec.error_kind == R.ERR_DISCONNECT and rec.http_status == 200 and len(rec.chunk_times) == 1, rec.error_text
+        assert rec.error_kind == records.ERR_DISCONNECT and rec.http_status == 200 and len(rec.chunk_times) == 1, rec.error_text
         with raw_server(_never_answer) as port:
             t0 = time.monotonic()
             rec = await one(client, f"http://127.0.0.1:{port}")
             took = time.monotonic() - t0
-        assert rec.error_kind == R.ERR_TIMEOUT and 0.5 <= took < 2.0, (rec.error_kind, rec.error_text, took)
+        assert rec.error_kind == records.ERR_TIMEOUT and 0.5 <= took < 2.0, (rec.error_kind, rec.error_text, took)
     finally:
         await client.aclose()
 

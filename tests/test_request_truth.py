@@ -34,8 +34,8 @@ from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import Stamped
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 
 MODEL = "redline-sim-70b"
@@ -140,7 +140,7 @@ async def _two_streams_first_token_spread(transport: str, monkeypatch) -> float:
         client = make_client(transport=transport)
         recs = [new_rec(), new_rec()]
         try:
-            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestEvents())) for r in recs]
+            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestHooks())) for r in recs]
             for _ in range(200):
                 if len(srv.requests) == 2:
                     break
@@ -157,7 +157,7 @@ async def _two_streams_first_token_spread(transport: str, monkeypatch) -> float:
         finally:
             done.set()
             await client.aclose()
-    assert all(r.status == R.OK for r in recs), [r.error_text for r in recs]
+    assert all(r.status == records.OK for r in recs), [r.error_text for r in recs]
     return abs(recs[0].t_first - recs[1].t_first)
 
 
@@ -344,10 +344,10 @@ async def test_generate_multi_token_chunks_itl_as_bench_serving():
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[GENERATE], GENERATE, {}, rec, RequestEvents())
+            await run_request(client, srv.url + PATHS[GENERATE], GENERATE, {}, rec, RequestHooks())
         finally:
             await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert rec.spread_itl and rec.output_tokens == 10 and rec.input_tokens == 9
     ts = list(rec.chunk_times)
     assert len(ts) == 5 and list(rec.chunk_tokens) == [2, 3, 0, 1, 4]
@@ -374,10 +374,10 @@ async def test_generate_spread_itl_matches_the_sims_send_stamps(sim_factory):
     rec = new_rec()
     try:
         await run_request(client, sim.url + PATHS[GENERATE], GENERATE, build_body(GENERATE, MODEL, PROMPT, 40), rec,
-                          RequestEvents(lag=lags.append), wall_offset)
+                          RequestHooks(lag=lags.append), wall_offset)
     finally:
         await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert list(rec.chunk_tokens) == [4] * 10 and len(lags) == 10
     sim_t = [t + wall_offset - lag for t, lag in zip(rec.chunk_times, lags)]  # the sim's send stamps
     truth = [g / 4 for g in (b - a for a, b in zip(sim_t, sim_t[1:])) for _ in range(4)]
@@ -396,8 +396,8 @@ async def test_openai_streams_keep_one_gap_per_chunk(sim_factory):
     try:
         for api in (CHAT, COMPLETIONS):
             rec = new_rec()
-            await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 12), rec, RequestEvents())
-            assert rec.status == R.OK and not rec.spread_itl
+            await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 12), rec, RequestHooks())
+            assert rec.status == records.OK and not rec.spread_itl
             assert list(rec.chunk_tokens) == [3, 3, 3, 3]  # exact, from continuous usage
             assert rec.itls() == rec.chunk_gaps() and len(rec.itls()) == 3
     finally:
@@ -443,10 +443,10 @@ async def test_reasoning_ttft_at_first_thought_ttfat_at_first_answer(with_usage)
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: calls.append(("tokens", t)), first_token=on_first))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=lambda t, n: calls.append(("tokens", t)), first_token=on_first))
         finally:
             await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     # TTFT ends at the first reasoning chunk (event 1), not the role chunk, not the answer
     assert sent[1] <= rec.t_first < sent[1] + 0.015
     assert sent[4] <= rec.t_first_answer < sent[4] + 0.015
@@ -467,8 +467,8 @@ async def test_on_first_once_per_request_against_the_sim(healthy_sim):
             seen: list[RequestRecord] = []
             rec = new_rec()
             await run_request(client, healthy_sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 6), rec,
-                              RequestEvents(first_token=seen.append))
-            assert rec.status == R.OK and seen == [rec]
+                              RequestHooks(first_token=seen.append))
+            assert rec.status == records.OK and seen == [rec]
             assert rec.t_first == rec.chunk_times[0] and rec.t_first_answer == rec.t_first  # no reasoning here
     finally:
         await client.aclose()
@@ -484,8 +484,8 @@ async def test_continuous_usage_credits_exact_deltas_per_chunk(sim_factory, api)
         rec = new_rec()
         body = build_body(api, MODEL, PROMPT, 10)
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-        await run_request(client, sim.url + PATHS[api], api, body, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
-        assert rec.status == R.OK, rec.error_text
+        await run_request(client, sim.url + PATHS[api], api, body, rec, RequestHooks(tokens=lambda t, n: credits.append((t, n))))
+        assert rec.status == records.OK, rec.error_text
         assert [n for _, n in credits] == [3, 3, 3, 1]  # as they arrived, not 1 per chunk
         assert [t for t, _ in credits] == list(rec.chunk_times)  # each at its own chunk's read
         assert sum(n for _, n in credits) == rec.output_tokens == 10 and rec.usage_reported
@@ -494,7 +494,7 @@ async def test_continuous_usage_credits_exact_deltas_per_chunk(sim_factory, api)
         credits.clear()
         rec2 = new_rec()
         await run_request(client, sim.url + PATHS[api], api, build_body(api, MODEL, PROMPT, 10, continuous_usage=False), rec2,
-                          RequestEvents(tokens=lambda t, n: credits.append((t, n))))
+                          RequestHooks(tokens=lambda t, n: credits.append((t, n))))
         assert rec2.output_tokens == 10 and list(rec2.chunk_tokens) == [1, 1, 1, 1]
         # one call per read (its events' tokens summed): the usage chunk's 6 lands with the
         # last content chunk's 1 when one read brought both, else at a read of its own
@@ -531,10 +531,10 @@ async def test_continuous_usage_on_a_vllm_shaped_stream_with_held_back_tokens():
         client = make_client(transport="lean")
         rec = new_rec()
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append(n)))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=lambda t, n: credits.append(n)))
         finally:
             await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert credits == [1, 1, 2, 1] and sum(credits) == rec.output_tokens == 5
     assert rec.input_tokens == 15 and len(rec.chunk_times) == 4
 
@@ -564,13 +564,13 @@ async def test_refused_continuous_usage_is_recognised_and_the_body_rebuilt():
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3), rec, RequestEvents())
-            assert rec.status == R.FAILED and rec.http_status == 400 and rec.error_kind == R.ERR_HTTP_4XX
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3), rec, RequestHooks())
+            assert rec.status == records.FAILED and rec.http_status == 400 and rec.error_kind == records.ERR_HTTP_4XX
             assert continuous_usage_refused(rec.http_status, rec.error_text), rec.error_text
             rec2 = new_rec()
             await run_request(client, srv.url + PATHS[CHAT], CHAT, build_body(CHAT, MODEL, PROMPT, 3, continuous_usage=False), rec2,
-                              RequestEvents())
-            assert rec2.status == R.OK and rec2.output_tokens == 3, rec2.error_text
+                              RequestHooks())
+            assert rec2.status == records.OK and rec2.output_tokens == 3, rec2.error_text
         finally:
             await client.aclose()
     assert len(srv.requests) == 2

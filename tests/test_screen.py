@@ -23,9 +23,9 @@ from rich.console import Console
 from textual.widgets import DataTable
 
 from redline.engine.measure.step_result import StepResult
-from redline.engine.run import commands as C
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.snapshot import LogLine, Snapshot
+from redline.engine.core import commands as C
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.snapshot import LogLine, Snapshot
 from redline.engine.telemetry.types import GpuSample, ServerSample
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp

@@ -31,8 +31,8 @@ from helpers import ROOT, MiniServer, main_in_process, redline_command, until, w
 from redline.engine.client.http import TRANSPORTS, make_client
 from redline.engine.client.target import TargetUnreachable, detect, validate_url
 from redline.engine.report.export import export_session
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 KEY = "sk-redline-secret-K1-6f0c2a9e"

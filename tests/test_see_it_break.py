@@ -24,7 +24,7 @@ from redline.engine.rules.breaks import Place, RampJudge, RunEvent
 from redline.engine.rules.step_text import format_break_line, format_step_table
 from redline.engine.rules.knee_search import KneeSearch
 from redline.engine.rules.verdicts import StopRules, StopSpec
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
@@ -133,7 +133,7 @@ def test_a_search_without_stop_rules_is_not_bounded_by_errors_it_does_not_judge(
 
 
 def test_a_search_point_whose_requests_failed_in_a_row_bounds_it_and_the_search_narrows_below():
-    """C=64's requests failed 20 in a row (the runner ended the point: engine/drive/run_watch.py):
+    """C=64's requests failed 20 in a row (the runner ended the point: engine/run/run_watch.py):
     no knee above it, the bracket below it is halved, and nothing above it is measured."""
     s = KneeSearch(16, 256, resolution=0.1)
     for c in (16, 32):
@@ -428,7 +428,7 @@ async def test_the_tui_says_a_streak_of_refusals_once_with_the_reason_and_holds_
 
     from test_screen import make_app, play
 
-    from redline.engine.run import commands as C
+    from redline.engine.core import commands as C
 
     app, host, snaps = make_app("healthy")
     reason = "HTTP 404: The model 'llama-3-70b' does not exist."
@@ -493,8 +493,8 @@ def test_a_stall_that_began_in_an_earlier_step_is_that_steps():
     the stall is C=128's (the step the server hung in), last good the best step before it."""
     from types import SimpleNamespace
 
-    from redline.engine.drive.ramp_record import RampRecord
-    from redline.engine.drive.run_watch import StallWatch
+    from redline.engine.run.ramp_record import RampRecord
+    from redline.engine.run.run_watch import StallWatch
 
     w = StallWatch(stall_s=10.0)
     assert w.quiet(100.0, 128, 4990, (3, "C=128")) == 0.0  # tokens still coming
@@ -518,7 +518,7 @@ def test_forecasts_name_what_the_profile_knows_and_never_none():
     is forecast where its knobs know the answer (fragile: refused at C=128, before it dies;
     flaky: 10 % of requests fail, errors at the first step; hung: stalled), a search on one is
     no forecast, and no forecast prints None (pp-capped until-it-breaks said `last good C=None`)."""
-    from redline.engine.drive.estimate import estimate
+    from redline.engine.run.estimate import estimate
     from redline.engine.preset import load_preset, resolve_preset
     from redline.engine.sim.profiles import get_profile, profile_names
 
@@ -548,7 +548,7 @@ def test_v1_status_says_the_break_and_its_cause_as_summary_json_does():
 
     from redline.engine.control.status_json import status_of
     from redline.engine.measure.step_result import BreakResult
-    from redline.engine.run.snapshot import Snapshot
+    from redline.engine.core.snapshot import Snapshot
 
     br = BreakResult("stalled", 32, 16, "stalled: 32 requests in flight, no token for 10.0 s at C=32")
     book = SimpleNamespace(steps=[], search=None, plateau_gain=None, break_result=br, cause="stalled at C=32: server runs 8 a micro-batch: ...",

@@ -17,11 +17,11 @@ from helpers import ThreadedServer, until
 
 from redline.engine.client.server_watch import GONE, NOT_READY, UP, ServerWatch
 from redline.engine.constants import HEALTH_FAILS_GONE
-from redline.engine.measure import records as R
+from redline.engine.measure import records
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import SERVER_NOT_READY, Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import SERVER_NOT_READY, Engine
 from redline.engine.sim.profiles import get_profile
 from redline.engine.sim.serve import start_sim_thread
 from redline.engine.workload.prompts import WorkloadConfig
@@ -36,8 +36,8 @@ def _watch(answer):
     return w, events
 
 
-def _failed(kind: str = R.ERR_DISCONNECT, text: str = "stream broke") -> RequestRecord:
-    return RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, status=R.FAILED, error_kind=kind, error_text=text)
+def _failed(kind: str = records.ERR_DISCONNECT, text: str = "stream broke") -> RequestRecord:
+    return RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0, status=records.FAILED, error_kind=kind, error_text=text)
 
 
 def test_a_health_check_slower_than_the_old_2_s_budget_is_up():
@@ -60,7 +60,7 @@ def test_a_health_check_slower_than_the_old_2_s_budget_is_up():
     w, events, recs, took = asyncio.run(go())
     assert w.state == UP and not w.gone and "gone" not in events
     assert 2.4 < took < 4.0  # each waited for the one shared ask
-    assert {r.error_kind for r in recs} == {R.ERR_DISCONNECT}
+    assert {r.error_kind for r in recs} == {records.ERR_DISCONNECT}
     assert events == ["notice"]  # 4 failures in a row, but /health answers: said once
 
 
@@ -72,7 +72,7 @@ def test_a_health_503_is_not_ready_not_up_and_200_brings_it_back():
 
     async def go():
         w, events = _watch(answer)
-        rec = _failed(R.ERR_CONNECT, "connection refused")
+        rec = _failed(records.ERR_CONNECT, "connection refused")
         await w.judge(rec)
         seen = (w.state, w.gone, w.down, list(events), rec.error_kind)
         status[0] = 200
@@ -82,7 +82,7 @@ def test_a_health_503_is_not_ready_not_up_and_200_brings_it_back():
 
     (state, gone, down, events_then, kind), events = asyncio.run(go())
     assert state == NOT_READY and not gone and down  # the server is there, it says it cannot serve
-    assert events_then == ["not ready"] and kind == R.ERR_CONNECT  # not a death: its kind stays
+    assert events_then == ["not ready"] and kind == records.ERR_CONNECT  # not a death: its kind stays
     assert events[-1] == "back"
 
 
@@ -97,7 +97,7 @@ def test_refused_health_asks_make_it_gone_and_every_waiting_request_server_gone(
         w, events = _watch(refused)
         recs = [_failed() for _ in range(5)]
         await asyncio.gather(*(w.judge(r) for r in recs))
-        late = _failed(R.ERR_CONNECT, "connection refused")
+        late = _failed(records.ERR_CONNECT, "connection refused")
         await w.judge(late)  # once gone: at once
         await w.stop()
         return w, events, recs + [late]
@@ -105,7 +105,7 @@ def test_refused_health_asks_make_it_gone_and_every_waiting_request_server_gone(
     w, events, recs = asyncio.run(go())
     assert w.state == GONE and events.count("gone") == 1
     assert len(asked) >= HEALTH_FAILS_GONE and asked[1] - asked[0] >= 0.15  # asked twice, apart
-    assert {r.error_kind for r in recs} == {R.ERR_SERVER_GONE}
+    assert {r.error_kind for r in recs} == {records.ERR_SERVER_GONE}
     assert recs[0].error_text == "server gone: stream broke"
 
 
@@ -182,7 +182,7 @@ async def test_a_slow_health_never_gives_server_gone_over_a_run(sim_factory, del
     finally:
         await e.stop()
     kinds = e.metrics.errors_by_kind
-    assert kinds.get(R.ERR_DISCONNECT, 0) >= 10 and R.ERR_SERVER_GONE not in kinds, kinds
+    assert kinds.get(records.ERR_DISCONNECT, 0) >= 10 and records.ERR_SERVER_GONE not in kinds, kinds
     assert {gone for gone, _ in seen} == {False}
     assert not {s for _, s in seen} & {"server gone", SERVER_NOT_READY}
     assert e.metrics.completed >= 20  # the load went on
@@ -234,7 +234,7 @@ async def test_a_server_whose_health_answers_503_is_not_ready_and_its_load_is_he
             n0 = srv.chats
             await asyncio.sleep(1.0)
             assert srv.chats - n0 <= 4  # the load is held: no hot loop against it
-            assert set(e.metrics.errors_by_kind) <= {R.ERR_CONNECT}  # not victims of a death
+            assert set(e.metrics.errors_by_kind) <= {records.ERR_CONNECT}  # not victims of a death
             srv.ready = True
             assert await until(lambda: e.metrics.completed >= 8, 10)
             assert e.state == "running"
@@ -263,7 +263,7 @@ async def test_the_requests_a_crash_kills_are_server_gone_with_and_without_worke
     rows = read_table(tmp_path / "s", "requests")
     failed = rows.filter(rows["status"] == "failed")
     assert failed.height >= 16
-    assert set(failed["error_kind"].to_list()) == {R.ERR_SERVER_GONE}, failed["error_kind"].value_counts()
+    assert set(failed["error_kind"].to_list()) == {records.ERR_SERVER_GONE}, failed["error_kind"].value_counts()
     assert all(t.startswith("server gone: ") for t in failed["error_text"].to_list())
 
 
@@ -287,4 +287,4 @@ def test_a_dying_server_that_says_503_once_then_refuses_is_gone_and_its_victims_
 
     w, events, rec = asyncio.run(go())
     assert w.state == GONE and "not ready" not in events and events.count("gone") == 1
-    assert rec.error_kind == R.ERR_SERVER_GONE
+    assert rec.error_kind == records.ERR_SERVER_GONE

@@ -25,11 +25,11 @@ import pytest
 from aiohttp import web
 from helpers import ThreadedServer, until
 
-from redline.engine.drive.preset_runner import run_preset
+from redline.engine.run.preset_runner import run_preset
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 pytestmark = pytest.mark.server
@@ -503,7 +503,7 @@ async def test_vllm_is_flushed_at_reset_prefix_cache_and_an_unknown_server_is_wa
     """The flush path is chosen by what the server said it is: vLLM /reset_prefix_cache (404
     without VLLM_SERVER_DEV_MODE: one warning, then skipped quietly); an unknown kind: one
     warning, no call."""
-    from redline.engine.drive.server_ops import ServerOps
+    from redline.engine.run.server_ops import ServerOps
 
     calls: list[str] = []
     dev_mode = {"on": True}

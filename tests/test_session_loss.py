@@ -441,7 +441,7 @@ def test_the_tui_exit_says_the_loss_and_exits_5(healthy_sim, tmp_path, monkeypat
     """The TUI's exit reads the engine's last snapshot (its own process in the TUI): the loss
     travels in it (session_error, session_lost_rows)."""
     from redline.engine.host import EngineThread
-    from redline.engine.run.config import EngineConfig
+    from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
     from redline.tui.run_app import saved
 
@@ -470,7 +470,7 @@ def test_the_tui_exit_says_the_loss_and_exits_5(healthy_sim, tmp_path, monkeypat
 
 
 def test_a_sweep_configuration_that_lost_rows_says_so_and_the_sweep_exits_5(tmp_path, monkeypatch, capsys):
-    from redline.engine.sweep.record import COMPLETED, entry
+    from redline.engine.sweep.sweep_file import COMPLETED, entry
     from redline.engine.sweep.runner import ConfigServer
     from redline.engine.sweep.spec import Config
     from redline.tui.cli.sweep_cmd import _rows_lost

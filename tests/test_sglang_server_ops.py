@@ -14,11 +14,11 @@ import httpx
 import pytest
 from sglang_fixture import SglangFixture
 
-from redline.engine.drive.preset_runner import run_preset
+from redline.engine.run.preset_runner import run_preset
 from redline.engine.preset import parse_preset
 from redline.engine.report.export import export_session
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 pytestmark = pytest.mark.server
@@ -82,7 +82,7 @@ def test_the_flush_follows_the_servers_answer_not_its_stale_gauges(tmp_path, ver
 def test_a_flush_refused_for_good_says_so(tmp_path):
     """The server keeps refusing (another client's load): redline stops asking after its
     limit and says it was refused, with the status, not a metrics timeout."""
-    from redline.engine.drive.server_ops import ServerOps
+    from redline.engine.run.server_ops import ServerOps
 
     async def go():
         with SglangFixture("0.5.9", hold_s=3600) as srv:

@@ -25,7 +25,7 @@ import redline.engine.host
 import redline.tui.run_app as run_app
 from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
 from redline.engine.load import worker_count
-from redline.engine.run import commands as C
+from redline.engine.core import commands as C
 from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
@@ -306,7 +306,7 @@ def test_the_first_frame_imports_only_what_it_draws():
         "redline.tui.body", "redline.tui.widgets.step_table", "redline.tui.widgets.curve_view", "redline.tui.widgets.dialogs",
         "redline.tui.widgets.help", "redline.tui.widgets.workload_form", "redline.tui.plots",  # the body, the dialogs
         "textual.widgets._data_table",  # the step table's Textual widget
-        "redline.engine.run.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
+        "redline.engine.core.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
         "httpx", "aiohttp", "polars", "plotext",
     }
     assert not loaded & later, sorted(loaded & later)
@@ -362,7 +362,7 @@ def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
     import socket
 
     from redline.engine.host import EngineError, EngineProcess
-    from redline.engine.run.config import EngineConfig
+    from redline.engine.core.config import EngineConfig
 
     with socket.socket() as silent:  # listens (the kernel completes connections), never reads
         silent.bind(("127.0.0.1", 0))

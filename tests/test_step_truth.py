@@ -19,7 +19,7 @@ from helpers import run_preset_headless
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.sim.truth import window_truth
 from redline.engine.workload.prompts import WorkloadConfig
 

@@ -13,9 +13,9 @@ import pytest
 from helpers import until
 
 from redline.engine.load.holder import pick
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
-from redline.engine.run.target_stats import TargetState, TargetStats, WeightsError, parse_weights
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
+from redline.engine.core.target_stats import TargetState, TargetStats, WeightsError, parse_weights
 from redline.engine.workload.prompts import WorkloadConfig
 
 

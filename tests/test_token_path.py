@@ -26,8 +26,8 @@ from redline.engine.client.api_formats import CHAT, PATHS
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import BODY_EXTENSION
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -92,10 +92,10 @@ async def test_bytes_that_keep_coming_are_not_a_read_timeout():
         client = make_client(transport="lean", request_timeout=0.5)
         try:
             rec = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents())
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks())
         finally:
             await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert rec.output_tokens == 12 and len(rec.chunk_times) == 12
     assert rec.e2e is not None and rec.e2e > 1.0  # longer than two timeouts: one wait, many reads
     assert all(s <= t for t, s in zip(rec.chunk_times, sent))  # each chunk stamped at a read after its send
@@ -109,11 +109,11 @@ async def test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived():
         try:
             rec = new_rec()
             t0 = time.perf_counter()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=lambda t, n: credits.append((t, n))))
             waited = time.perf_counter() - t0
         finally:
             await client.aclose()
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_TIMEOUT, (rec.status, rec.error_text)
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_TIMEOUT, (rec.status, rec.error_text)
     assert len(rec.chunk_times) == 4 and rec.output_tokens == 4 and sum(n for _, n in credits) == 4
     assert 0.39 <= waited - (sent[-1] - t0) < 2.5  # the timeout counted from the last read
 
@@ -143,7 +143,7 @@ async def test_pump_and_iterator_give_the_same_record(monkeypatch):
         if not pump:  # the response without its body extension: run_request iterates aiter_raw
             _without_body_extension(client, monkeypatch)
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append((t, n))))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=lambda t, n: credits.append((t, n))))
         finally:
             await client.aclose()
         return rec, credits
@@ -152,7 +152,7 @@ async def test_pump_and_iterator_give_the_same_record(monkeypatch):
         a, ca = await one(True)
         b, cb = await one(False)
     for rec, credits in ((a, ca), (b, cb)):
-        assert rec.status == R.OK, rec.error_text
+        assert rec.status == records.OK, rec.error_text
         assert rec.output_tokens == 6 and rec.input_tokens == 5 and rec.usage_reported
         assert list(rec.chunk_tokens) == [1, 1, 1, 1, 1, 1]
         # events 2 and 3 completed by one read: one stamp; one credit per read, its events' sum
@@ -176,14 +176,14 @@ async def test_a_listener_that_raises_fails_the_request_and_closes_the_connectio
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            out = await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=on_tokens))
+            out = await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=on_tokens))
             ok = new_rec()
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, ok, RequestEvents())
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, ok, RequestHooks())
         finally:
             await client.aclose()
-    assert out is rec and rec.status == R.FAILED and rec.error_kind == R.ERR_OTHER
+    assert out is rec and rec.status == records.FAILED and rec.error_kind == records.ERR_OTHER
     assert "a listener's bug" in rec.error_text
-    assert ok.status == R.OK and ok.output_tokens == 2
+    assert ok.status == records.OK and ok.output_tokens == 2
     assert srv.connections == 2  # the failed request's connection was not reused
 
 
@@ -204,10 +204,10 @@ async def test_an_event_past_the_size_limit_stops_reading(monkeypatch):
         client = make_client(transport="lean")
         try:
             rec = new_rec()
-            await asyncio.wait_for(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents()), 5)
+            await asyncio.wait_for(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks()), 5)
         finally:
             await client.aclose()
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_MALFORMED, rec.error_text
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_MALFORMED, rec.error_text
     assert len(rec.chunk_times) == 1 and rec.output_tokens == 1
 
 
@@ -247,7 +247,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
             _without_body_extension(client, monkeypatch)
         recs = [new_rec() for _ in range(n)]
         try:
-            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestEvents())) for r in recs]
+            tasks = [asyncio.create_task(run_request(client, srv.url + PATHS[CHAT], CHAT, {}, r, RequestHooks())) for r in recs]
             for _ in range(500):  # every stream has its first event
                 if all(r.chunk_times for r in recs):
                     break
@@ -266,7 +266,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
     assert burst == n, batches  # the eight reads that landed together: one callback
     for a, b in zip(pumped, iterated):
         for rec in (a, b):
-            assert rec.status == R.OK, rec.error_text
+            assert rec.status == records.OK, rec.error_text
             assert rec.output_tokens == 3 and list(rec.chunk_tokens) == [1, 1, 1]
             assert len(set(rec.chunk_times)) == 3  # one stamp per read
     # the burst's reads: stamped when each arrived, after the busy loop woke
@@ -341,7 +341,7 @@ async def test_a_continuous_usage_stream_records_what_the_full_parse_records(mon
         rec = new_rec()
         client = make_client(transport="lean")
         try:
-            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestEvents(tokens=lambda t, n: credits.append(n)))
+            await run_request(client, srv.url + PATHS[CHAT], CHAT, {}, rec, RequestHooks(tokens=lambda t, n: credits.append(n)))
         finally:
             await client.aclose()
         return rec, credits
@@ -351,7 +351,7 @@ async def test_a_continuous_usage_stream_records_what_the_full_parse_records(mon
         monkeypatch.setattr(apis.OpenAIDecoder, "decode", apis.OpenAIDecoder.full)
         b, cb = await one()
     for rec in (a, b):
-        assert rec.status == R.OK, rec.error_text
+        assert rec.status == records.OK, rec.error_text
     assert (a.output_tokens, a.input_tokens, a.cached_tokens, a.usage_reported, list(a.chunk_tokens), ca) == \
            (b.output_tokens, b.input_tokens, b.cached_tokens, b.usage_reported, list(b.chunk_tokens), cb)
     assert a.output_tokens == 5 and ca == [1, 1, 1, 1, 1] and a.cached_tokens == 4
@@ -368,8 +368,8 @@ def test_an_engine_process_imports_no_command_line_client_nor_unused_parts():
     code = (
         "import sys\n"
         "from redline.engine.host import new_event_loop\n"
-        "from redline.engine.run.engine import Engine\n"
-        "from redline.engine.run.config import EngineConfig\n"
+        "from redline.engine.core.engine import Engine\n"
+        "from redline.engine.core.config import EngineConfig\n"
         "bad = [m for m in ('click', 'rich', 'pygments', 'prometheus_client', 'polars', 'redline.engine.load.worker', 'platform') if m in sys.modules]\n"
         "import httpx\n"
         "sys.argv = ['httpx', '--help']\n"

@@ -16,8 +16,8 @@ from helpers import run_preset_headless, until
 
 from redline.engine.load.trace_replay import FedSchedule
 from redline.engine.preset import parse_preset
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.engine.workload.trace import TraceRow
 

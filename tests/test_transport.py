@@ -24,11 +24,11 @@ from redline.engine.client.http import DEFAULT_TRANSPORT, TRANSPORTS, make_clien
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
 from redline.engine.loop import wait_within
-from redline.engine.measure import records as R
-from redline.engine.measure.events import RequestEvents
+from redline.engine.measure import records
+from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.engine import Engine
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 MODEL = "redline-sim-70b"
@@ -45,7 +45,7 @@ def fast_sim(shared_sim):
 
 async def one(client: httpx.AsyncClient, url: str, api: str = CHAT, max_tokens: int = 24) -> RequestRecord:
     rec = RequestRecord(rid=1, phase="live", step=0, concurrency=1, t_send=0.0)
-    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, RequestEvents())
+    await run_request(client, url + PATHS[api], api, build_body(api, MODEL, PROMPT, max_tokens), rec, RequestHooks())
     return rec
 
 
@@ -74,7 +74,7 @@ async def test_streams_every_api(fast_sim, api):
         rec = await one(client, fast_sim.url, api, 37)
     finally:
         await client.aclose()
-    assert rec.status == R.OK, rec.error_text
+    assert rec.status == records.OK, rec.error_text
     assert rec.http_status == 200
     assert rec.output_tokens == 37 and rec.usage_reported
     assert len(rec.chunk_times) == 37  # one token per chunk on the healthy profile
@@ -96,7 +96,7 @@ async def test_plain_get_and_status_codes(fast_sim):
         await client.aclose()
 
 
-@pytest.mark.parametrize("setting,status,kind", [("error_500_rate=1", 500, R.ERR_HTTP_500), ("error_429_rate=1", 429, R.ERR_HTTP_429)])
+@pytest.mark.parametrize("setting,status,kind", [("error_500_rate=1", 500, records.ERR_HTTP_500), ("error_429_rate=1", 429, records.ERR_HTTP_429)])
 async def test_error_status_maps_to_its_kind(sim_factory, setting, status, kind):
     sim = sim_factory("healthy", extra_args=("--set", setting, *FAST))
     client = lean()
@@ -107,7 +107,7 @@ async def test_error_status_maps_to_its_kind(sim_factory, setting, status, kind)
     finally:
         await client.aclose()
     for r in (rec, rec2):
-        assert r.status == R.FAILED and r.http_status == status and r.error_kind == kind
+        assert r.status == records.FAILED and r.http_status == status and r.error_kind == kind
         assert f"HTTP {status}" in r.error_text
 
 
@@ -115,14 +115,14 @@ async def test_keep_alive_reuse(fast_sim):
     client = lean()
     try:
         for _ in range(5):
-            assert (await one(client, fast_sim.url, max_tokens=8)).status == R.OK
+            assert (await one(client, fast_sim.url, max_tokens=8)).status == records.OK
         assert opened(client) == 1
         recs = await asyncio.gather(*(one(client, fast_sim.url, max_tokens=8) for _ in range(8)))
-        assert all(r.status == R.OK for r in recs)
+        assert all(r.status == records.OK for r in recs)
         n = opened(client)
         assert n == 8  # the idle one is reused, 7 more opened for 8 at once
         recs = await asyncio.gather(*(one(client, fast_sim.url, max_tokens=8) for _ in range(8)))
-        assert all(r.status == R.OK for r in recs) and opened(client) == n
+        assert all(r.status == records.OK for r in recs) and opened(client) == n
     finally:
         await client.aclose()
 
@@ -144,7 +144,7 @@ async def test_cancel_closes_the_connection_and_the_sim_empties_within_1s(sim_fa
         assert st["aborted"] == 20 and st["queued"] == 0
         assert not client._transport._conns  # nothing left open on our side
         # and the client is still usable afterwards
-        assert (await one(client, sim.url, max_tokens=4)).status == R.OK
+        assert (await one(client, sim.url, max_tokens=4)).status == records.OK
     finally:
         await client.aclose()
 
@@ -187,7 +187,7 @@ async def test_disconnect_mid_stream_is_a_disconnect(sim_factory):
     finally:
         await client.aclose()
     for r in recs:
-        assert r.status == R.FAILED and r.error_kind == R.ERR_DISCONNECT, (r.error_kind, r.error_text)
+        assert r.status == records.FAILED and r.error_kind == records.ERR_DISCONNECT, (r.error_kind, r.error_text)
         assert 0 < len(r.chunk_times) < 40
 
 
@@ -204,7 +204,7 @@ async def test_read_timeout_on_a_stalled_stream(sim_factory):
                     pass
     finally:
         await client.aclose()
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_TIMEOUT, (rec.error_kind, rec.error_text)
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_TIMEOUT, (rec.error_kind, rec.error_text)
     assert len(rec.chunk_times) == 5
     assert 0.5 <= took < 2.0
     st = await sim_state(sim.url)
@@ -219,7 +219,7 @@ async def test_connect_error():
             await client.get("http://127.0.0.1:9/health")
     finally:
         await client.aclose()
-    assert rec.status == R.FAILED and rec.error_kind == R.ERR_CONNECT
+    assert rec.status == records.FAILED and rec.error_kind == records.ERR_CONNECT
 
 
 async def test_a_cancel_while_the_connection_opens_is_never_lost():
@@ -283,7 +283,7 @@ async def test_same_tokens_through_every_transport(shared_sim, api):
             await client.aclose()
     figures = {n: (r.status, r.output_tokens, r.input_tokens, len(r.chunk_times), sum(r.chunk_tokens)) for n, r in got.items()}
     assert len(set(figures.values())) == 1, figures
-    assert figures["lean"][0] == R.OK and figures["lean"][1] == 50 and figures["lean"][3] == 17  # ceil(50/3) chunks
+    assert figures["lean"][0] == records.OK and figures["lean"][1] == 50 and figures["lean"][3] == 17  # ceil(50/3) chunks
 
 
 def test_streams_and_cancels_on_uvloop(fast_sim):
@@ -294,7 +294,7 @@ def test_streams_and_cancels_on_uvloop(fast_sim):
         client = lean()
         try:
             rec = await one(client, fast_sim.url, GENERATE, 30)
-            assert rec.status == R.OK and rec.output_tokens == 30
+            assert rec.status == records.OK and rec.output_tokens == 30
             tasks = [asyncio.create_task(one(client, fast_sim.url, max_tokens=2000)) for _ in range(10)]
             assert await until(lambda: _running(fast_sim.url, lambda n: n == 10), 5.0) is not None
             for t in tasks:
@@ -549,7 +549,7 @@ async def test_tls_verifies_by_default_and_insecure_skips(tmp_path):
                 await client.get(url)
             assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
             rec = await one(client, url.rstrip("/"))
-            assert rec.error_kind == R.ERR_CONNECT and "verif" in rec.error_text
+            assert rec.error_kind == records.ERR_CONNECT and "verif" in rec.error_text
         finally:
             await client.aclose()
         client = lean(verify=False)

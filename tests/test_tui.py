@@ -11,7 +11,7 @@ from helpers import sim_running_async as running, sim_state_async
 
 from redline.engine.constants import MIN_LIVE_STEP_S
 from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
@@ -67,7 +67,7 @@ async def test_keys_change_concurrency_and_server_follows(host, sim):
         assert "C=8" in header(app) and host.snapshot.target_c == 8
         await pilot.press("plus")
         assert await settle(pilot, lambda: _q(url, 16), 1.5)
-        assert host.engine.controller.target == 16
+        assert host.engine.controller.concurrency == 16
         aborted = (await sim_state_async(url))["aborted"]
         await pilot.press("minus")
         assert await settle(pilot, lambda: host_target(host) == 8 and host.snapshot.target_c == 8)
@@ -82,7 +82,7 @@ async def test_keys_change_concurrency_and_server_follows(host, sim):
 
 
 def host_target(host) -> int:
-    return host.engine.controller.target
+    return host.engine.controller.concurrency
 
 
 async def _q(url: str, n: int) -> bool:

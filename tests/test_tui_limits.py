@@ -7,7 +7,7 @@ import pytest
 from helpers import FAST_SIM, settle
 
 from redline.engine.host import EngineThread
-from redline.engine.run.config import EngineConfig
+from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader

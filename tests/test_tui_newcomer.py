@@ -18,9 +18,9 @@ from textual import events
 
 from redline.engine.host import EngineProcess, EngineThread
 from redline.engine.measure.step_result import BreakResult
-from redline.engine.run import commands as C
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.snapshot import LogLine
+from redline.engine.core import commands as C
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.snapshot import LogLine
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.dialogs import PresetPicker

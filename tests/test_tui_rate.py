@@ -18,9 +18,9 @@ from helpers import FAST_SIM, settle
 from rich.console import Console
 
 from redline.engine.host import EngineThread
-from redline.engine.run import commands as C
-from redline.engine.run.config import EngineConfig
-from redline.engine.run.snapshot import Snapshot
+from redline.engine.core import commands as C
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.snapshot import Snapshot
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
 from redline.tui.load_asks import RATE_FLOOR

@@ -258,7 +258,7 @@ def test_live_goodput_never_exceeds_live_throughput():
     `ttft=2s,itl=100ms`, the fourth stalled 1.1 s nine times (its own ITL p99 misses). (The test
     this replaces fed requests of one 10.45 s gap: none met itl=100ms, goodput read 0.0 at all
     26 readings and could never exceed throughput.) Each end reaches the step book first, for
-    its one verdict, then the live window (engine/run/recording.py)."""
+    its one verdict, then the live window (engine/core/measurements.py)."""
     m = LiveMetrics()
     book = StepBook(Clock.now(), judge=STEP_JUDGE)
     m.slo = book.slo = Slo(ttft_ms=2000, itl_ms=100)

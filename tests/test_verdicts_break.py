@@ -33,8 +33,8 @@ from redline.engine.rules.verdicts import (
     slo_rule,
     summary_knee,
 )
-from redline.engine.run.summary import step_doc
-from redline.engine.sweep.record import figures
+from redline.engine.core.summary import step_doc
+from redline.engine.sweep.sweep_file import figures
 
 
 def step(c, tps, *, se=0.0, steady=True, completed=10, failed=0, workload=None, **kw) -> StepResult:
@@ -49,7 +49,7 @@ def dead(c) -> StepResult:
 
 
 def session(tmp: Path, name: str, steps: list[StepResult], slo: Slo | None = None, **summary) -> Path:
-    """A session directory whose summary.json is written as the engine writes it (run/summary.py's
+    """A session directory whose summary.json is written as the engine writes it (core/summary.py's
     step_doc and summary_knee)."""
     d = tmp / name
     d.mkdir()
@@ -170,7 +170,7 @@ def test_the_tui_curve_draws_the_sessions_verdict_not_its_own():
     from redline.engine.report.compare import knee_load, session_from_steps
     from redline.engine.rules.verdicts import knee_from_summary
 
-    from redline.engine.run.snapshot import Snapshot
+    from redline.engine.core.snapshot import Snapshot
     from redline.tui.widgets.curve_view import CurveView
 
     steps = [step(8, 400, p99_ttft_ms=100.0), step(16, 800, p99_ttft_ms=100.0), step(32, 1000, p99_ttft_ms=100.0),

@@ -4,7 +4,7 @@ process holds as many streams as keep its burst of reads within a share of the t
 https://), by a token's CPU measured at start (engine/load/token_cost.py) and the interval
 assumed until the run measures it; at most one process per core free. While the run goes the
 plan is made again from what it measured: auto's worker processes grow, anything else is
-warned of, on screen and in the log, while it lasts (engine/run/replan.py)."""
+warned of, on screen and in the log, while it lasts (engine/core/replan.py)."""
 
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def test_a_load_one_process_cannot_hold_is_split_by_default_and_warned_of_in_one
     prints the warning once (it stays in the event log); the default splits it over two worker
     processes, says why at start, and warns of nothing."""
     from redline.engine.client import kstamp
-    from redline.engine.run import replan
+    from redline.engine.core import replan
     from redline.tui import cli
 
     monkeypatch.setattr(worker_count, "usable_cores", lambda: 2)
@@ -247,9 +247,9 @@ def test_raised_past_what_its_workers_hold_auto_adds_one_and_every_request_is_on
     import polars as pl
     from helpers import until
 
-    from redline.engine.run import replan
-    from redline.engine.run.config import EngineConfig
-    from redline.engine.run.engine import Engine
+    from redline.engine.core import replan
+    from redline.engine.core.config import EngineConfig
+    from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
 
     holds = 10

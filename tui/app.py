@@ -7,7 +7,7 @@ The engine runs in its own process (engine/host.py); the app reads its latest Sn
 times a second and hands it to the screen, which sends commands. The app owns the way out: `q`
 and a sweep's `n` (the screen's keys) and Ctrl-C (the app's, so it quits from under a dialog
 too), the signals, the exit status. Nothing here computes a metric: every number drawn comes
-from the Snapshot (see engine/run/snapshot.py for where each is computed).
+from the Snapshot (see engine/core/snapshot.py for where each is computed).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engine's commands as the screen sends them (engine/run/commands.py, imported when the first
+"""The engine's commands as the screen sends them (engine/core/commands.py, imported when the first
 command is sent: the first frame does not wait for it), and an engine error as one line (error_line)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..engine.api import commands
 else:
     class _Commands:
-        """engine/run/commands.py, imported when the first command is sent."""
+        """engine/core/commands.py, imported when the first command is sent."""
 
         def __getattr__(self, name: str):
             value = getattr(api.commands, name)

@@ -6,7 +6,7 @@ arrived together). The lean transport stamps each read with the kernel's receive
 parsing) and hands (stamp, bytes) to this module's per-read path (`_Stream.feed`)
 from a loop callback (`_Body.pump`: no wake-up of the request's task per read), so a slow
 parse of one stream never delays another stream's timestamp; other transports get
-perf_counter() when the read reaches this loop. A read's tokens reach its `tokens` event (engine/measure/events.py) in one call. TTFT ends at the first event with a token of any kind
+perf_counter() when the read reaches this loop. A read's tokens reach its `tokens` hook (engine/measure/hooks.py) in one call. TTFT ends at the first event with a token of any kind
 (reasoning or answer), `t_first_answer` at the first answer token; chunk gaps are between
 content events (RequestRecord.itls() spreads them per token on SGLang /generate, as
 bench_serving does). Output tokens are credited as they arrive: the exact delta of the
@@ -33,8 +33,8 @@ from typing import Any, Callable
 import httpx
 
 from ..constants import ERROR_BODY_BYTES, ERROR_TEXT_CHARS
-from ..measure import records as R
-from ..measure.events import RequestEvents
+from ..measure import records
+from ..measure.hooks import RequestHooks
 from ..measure.records import RequestRecord
 from ..text import one_line
 from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
@@ -42,7 +42,7 @@ from . import fast_path
 from .sse import DONE, SSEDecoder, too_big
 from .transport import BODY_EXTENSION
 
-# a request's events as the per-read path fires them (engine/measure/events.py RequestEvents):
+# a request's hooks as the per-read path fires them (engine/measure/hooks.py RequestHooks):
 # tokens(t, output_tokens) as tokens arrive (live throughput); lag(lag_s) with (receive wall
 # time - server send time) when the server stamps chunks; first_token(rec) once, when
 # rec.t_first (the first token of any kind) is set.
@@ -52,8 +52,8 @@ FirstCallback = Callable[[RequestRecord], None]
 
 
 def _fail(rec: RequestRecord, kind: str, text: str, client: httpx.AsyncClient | None = None) -> None:
-    if rec.status != R.FAILED:  # keep the first cause
-        rec.status = R.FAILED
+    if rec.status != records.FAILED:  # keep the first cause
+        rec.status = records.FAILED
         rec.error_kind = kind
         rec.error_text = scrub_key(one_line(text), client)[:ERROR_TEXT_CHARS]
 
@@ -77,7 +77,7 @@ def refusal(ev: Event) -> tuple[str, int | None, str]:
         text = f"in-stream abort: {msg}" if msg else 'in-stream abort (finish_reason "abort")'
     else:
         text = msg or "error object in the stream"
-    return (R.ERR_SHED if shed else R.ERR_SERVER), status, text
+    return (records.ERR_SHED if shed else records.ERR_SERVER), status, text
 
 
 def scrub_key(text: str, client: httpx.AsyncClient | None) -> str:
@@ -145,31 +145,31 @@ def classify_error(exc: BaseException, responded: bool) -> tuple[str, str]:
 
     if (e := find(ssl.SSLCertVerificationError)) is not None:
         why = getattr(e, "verify_message", None) or getattr(e, "reason", None) or _msg(e)
-        return R.ERR_CONNECT, f"TLS certificate verification failed ({why}); --insecure skips verification"
+        return records.ERR_CONNECT, f"TLS certificate verification failed ({why}); --insecure skips verification"
     if find(ConnectionRefusedError) is not None:
-        return R.ERR_CONNECT, "connection refused"
+        return records.ERR_CONNECT, "connection refused"
     if (e := find(socket.gaierror)) is not None or (aio is not None and (e := find(aio.ClientConnectorDNSError)) is not None):
-        return R.ERR_CONNECT, f"cannot resolve the host name ({getattr(e, 'strerror', None) or _msg(e)})"
+        return records.ERR_CONNECT, f"cannot resolve the host name ({getattr(e, 'strerror', None) or _msg(e)})"
     if (aio is not None and find(aio.ConnectionTimeoutError) is not None) or find(httpx.ConnectTimeout) is not None:
-        return R.ERR_CONNECT, "connect timeout"
+        return records.ERR_CONNECT, "connect timeout"
     if (e := find(httpx.TimeoutException, TimeoutError)) is not None:
         if responded:
-            return R.ERR_TIMEOUT, f"no data for the request timeout ({e.__class__.__name__})"
-        return R.ERR_TIMEOUT, f"no response within the request timeout ({e.__class__.__name__})"
+            return records.ERR_TIMEOUT, f"no data for the request timeout ({e.__class__.__name__})"
+        return records.ERR_TIMEOUT, f"no response within the request timeout ({e.__class__.__name__})"
     if (e := find(ssl.SSLError)) is not None:
-        return (R.ERR_DISCONNECT if responded else R.ERR_CONNECT), f"TLS error: {getattr(e, 'reason', None) or _msg(e)}"
+        return (records.ERR_DISCONNECT if responded else records.ERR_CONNECT), f"TLS error: {getattr(e, 'reason', None) or _msg(e)}"
     if (aio is not None and (e := find(aio.ClientConnectorError)) is not None) or (e := find(httpx.ConnectError)) is not None:
-        return R.ERR_CONNECT, f"cannot connect: {_msg(e)}"
+        return records.ERR_CONNECT, f"cannot connect: {_msg(e)}"
     if not responded and any(sign in _msg(e) for e in evidence for sign in NOT_HTTP_SIGNS):
-        return R.ERR_CONNECT, NOT_HTTP  # an SSH port, a database: its first bytes are no status line
+        return records.ERR_CONNECT, NOT_HTTP  # an SSH port, a database: its first bytes are no status line
     closed_types: tuple[type, ...] = (ConnectionError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.NetworkError)
     if aio is not None:
         closed_types += (aio.ServerDisconnectedError, aio.ClientOSError, aio.ClientPayloadError)
     if (e := find(*closed_types)) is not None:
         if responded:
-            return R.ERR_DISCONNECT, f"stream broke: {e.__class__.__name__} {_msg(e)}"
-        return R.ERR_CONNECT, f"server closed the connection before responding ({e.__class__.__name__} {_msg(e)})"
-    return R.ERR_OTHER, f"{exc.__class__.__name__}: {_msg(exc)}"
+            return records.ERR_DISCONNECT, f"stream broke: {e.__class__.__name__} {_msg(e)}"
+        return records.ERR_CONNECT, f"server closed the connection before responding ({e.__class__.__name__} {_msg(e)})"
+    return records.ERR_OTHER, f"{exc.__class__.__name__}: {_msg(exc)}"
 
 
 def _error_body_text(status: int, body: bytes) -> str:
@@ -236,7 +236,7 @@ class _Stream:
             try:
                 payloads = feed_sse(data)
             except MalformedEvent as exc:  # an event past the size limit: stop reading
-                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                _fail(rec, records.ERR_MALFORMED, str(exc), self.client)
                 return False
             if not self.events and len(self.first_bytes) < 80:
                 self.first_bytes += data[: 80 - len(self.first_bytes)]
@@ -262,7 +262,7 @@ class _Stream:
             new, events, flags, pt, ct, cached, lags, rest = feed(data, t, self.counted, times, tokens)
             if flags & fast_path.TOO_BIG:  # as the Python road: this read's events are not taken
                 del times[n0:], tokens[n0:]
-                _fail(rec, R.ERR_MALFORMED, str(too_big()), self.client)
+                _fail(rec, records.ERR_MALFORMED, str(too_big()), self.client)
                 return False
             if not self.events and len(self.first_bytes) < 80:
                 self.first_bytes += data[: 80 - len(self.first_bytes)]
@@ -314,10 +314,10 @@ class _Stream:
             try:
                 ev: Event = decode(payload)
             except MalformedEvent as exc:
-                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                _fail(rec, records.ERR_MALFORMED, str(exc), self.client)
                 continue
             if ev.error is not None or ev.abort:
-                if rec.status != R.FAILED:
+                if rec.status != records.FAILED:
                     kind, status, text = refusal(ev)
                     if status is not None:
                         rec.http_status = status  # the server's status for it, given in the stream
@@ -358,13 +358,13 @@ class _Stream:
     def close(self) -> None:
         """The body ended: an event not followed by a blank line still counts."""
         rec = self.rec
-        if rec.status != R.FAILED or rec.error_kind != R.ERR_MALFORMED:
+        if rec.status != records.FAILED or rec.error_kind != records.ERR_MALFORMED:
             try:
                 for payload in (self.fast.close() if self.fast is not None else self.sse.close()):
                     self.done = self.done or payload == DONE
                     self.events += 1
             except MalformedEvent as exc:
-                _fail(rec, R.ERR_MALFORMED, str(exc), self.client)
+                _fail(rec, records.ERR_MALFORMED, str(exc), self.client)
 
 
 def _coalesced(rec: RequestRecord, i: int, j: int) -> None:
@@ -381,12 +381,12 @@ async def run_request(
     api: str,
     body: dict,
     rec: RequestRecord,
-    events: RequestEvents,
+    hooks: RequestHooks,
     wall_offset: float = 0.0,
 ) -> RequestRecord:
     """Send, stream, record. Never raises except CancelledError (then rec is CANCELLED).
 
-    Fires `events` (engine/measure/events.py), each hook's subscribers as they stand now:
+    Fires `hooks` (engine/measure/hooks.py), each one's subscribers as they stand now:
     `tokens(t, n)`: n output tokens arrived at t (exact deltas where the server counts,
     provisional otherwise; the exact total is settled by the end); `first_token(rec)`: once,
     right when rec.t_first is set (first token of any kind); `lag(s)`: a chunk's receive wall
@@ -394,9 +394,9 @@ async def run_request(
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
-    on_tokens: TokensCallback = events.tokens.fire
-    on_lag: LagCallback | None = events.lag.fire if events.lag else None
-    on_first: FirstCallback | None = events.first_token.fire if events.first_token else None
+    on_tokens: TokensCallback = hooks.tokens.fire
+    on_lag: LagCallback | None = hooks.lag.fire if hooks.lag else None
+    on_first: FirstCallback | None = hooks.first_token.fire if hooks.first_token else None
     decode = make_decoder(api) if rec.answer is None else make_decoder(api, text=True)
     stream = _Stream(rec, decode, api == GENERATE, client, on_tokens, on_lag, wall_offset, on_first,
                      fast_path.splitter(api, text=rec.answer is not None))
@@ -412,7 +412,7 @@ async def run_request(
                     if len(text) >= ERROR_BODY_BYTES:
                         break
                 rec.t_end = perf()
-                _fail(rec, R.http_error_kind(resp.status_code), _error_body_text(resp.status_code, text[:ERROR_BODY_BYTES]), client)
+                _fail(rec, records.http_error_kind(resp.status_code), _error_body_text(resp.status_code, text[:ERROR_BODY_BYTES]), client)
                 return rec
             lean = resp.extensions.get(BODY_EXTENSION)
             if lean is not None:  # the lean transport: reads straight from its loop callback
@@ -429,7 +429,7 @@ async def run_request(
             rec.t_end = stream.t
     except asyncio.CancelledError:
         rec.t_end = perf()
-        rec.status = R.CANCELLED
+        rec.status = records.CANCELLED
         _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
         raise
     except Exception as exc:  # noqa: BLE001 - run_request never raises: every failure is counted
@@ -437,14 +437,14 @@ async def run_request(
         kind, text = classify_error(exc, responded=rec.http_status != 0)
         _fail(rec, kind, text, client)
     else:
-        if not stream.done and rec.status == R.OK:
+        if not stream.done and rec.status == records.OK:
             if stream.events == 0 and stream.first_bytes:
-                _fail(rec, R.ERR_MALFORMED, f"response is not an SSE stream: {stream.first_bytes!r}", client)
+                _fail(rec, records.ERR_MALFORMED, f"response is not an SSE stream: {stream.first_bytes!r}", client)
             else:
-                _fail(rec, R.ERR_DISCONNECT, "stream ended before [DONE]", client)
+                _fail(rec, records.ERR_DISCONNECT, "stream ended before [DONE]", client)
     _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
-    if rec.status == R.OK and rec.max_tokens > 0 and rec.output_tokens == 0:
-        _fail(rec, R.ERR_EMPTY, f"the stream ended without an output token ({rec.max_tokens} asked for)", client)
+    if rec.status == records.OK and rec.max_tokens > 0 and rec.output_tokens == 0:
+        _fail(rec, records.ERR_EMPTY, f"the stream ended without an output token ({rec.max_tokens} asked for)", client)
     return rec
 
 

@@ -1,4 +1,4 @@
-"""The profiler and prefix-cache endpoints of one server, as HTTP (engine/drive/server_ops.py
+"""The profiler and prefix-cache endpoints of one server, as HTTP (engine/run/server_ops.py
 drives them at the load redline holds, and says what SGLang answers when):
 
 - `POST /start_profile` with SGLang's body `{"output_dir", "activities", "profile_prefix"}`
@@ -109,7 +109,7 @@ class ServerOps:
         self.unsupported: set[str] = set()  # operations a 404 (or 401) told us the server lacks
         self.capture: ProfileCapture | None = None  # the capture running now
         self.captures: list[ProfileCapture] = []
-        self.task: asyncio.Task | None = None  # the running capture (engine/drive/server_ops.py start_capture)
+        self.task: asyncio.Task | None = None  # the running capture (engine/run/server_ops.py start_capture)
         self.started: asyncio.Future | None = None  # the running capture's start: True / False
         self._count = 0
 

@@ -39,7 +39,7 @@ from ..constants import (
     NOT_READY_GONE_S,
     RECONNECT_BACKOFF_S,
 )
-from ..measure import records as R
+from ..measure import records
 from ..measure.records import RequestRecord
 from .request import classify_error
 
@@ -49,7 +49,7 @@ GONE = "gone"
 NO_ANSWER = "no answer"  # one ask's result, never a state
 
 # failures that may mean the server died (its health is asked)
-SUSPECT_KINDS = (R.ERR_CONNECT, R.ERR_DISCONNECT)
+SUSPECT_KINDS = (records.ERR_CONNECT, records.ERR_DISCONNECT)
 
 
 class ServerWatch:
@@ -132,7 +132,7 @@ class ServerWatch:
             if verdict is not None and not verdict.done():
                 await asyncio.shield(verdict)  # cancelled: the request ends as it is
         if self.state == GONE:
-            rec.error_kind = R.ERR_SERVER_GONE
+            rec.error_kind = records.ERR_SERVER_GONE
             rec.error_text = f"server gone: {rec.error_text}"[:ERROR_TEXT_CHARS]
 
     def _maybe_ask(self) -> None:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..measure import records as R
+from ..measure import records
 from ..telemetry.server_info import SERVER_INFO_PATHS, ServerInfo, looks_like_sglang
 from .api_formats import APIS, CHAT, GENERATE
 from .request import NOT_HTTP, classify_error, scrub_key
@@ -118,11 +118,11 @@ class _Probe:
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line, never a traceback
             kind, text = classify_error(exc, responded=False)
             text = scrub_key(text, self.client)
-            if kind in (R.ERR_CONNECT, R.ERR_TIMEOUT):
+            if kind in (records.ERR_CONNECT, records.ERR_TIMEOUT):
                 # refused, DNS, TLS, closed before any response; or no response at all in
                 # DETECT_TIMEOUT_S (the next probes would wait as long again: don't)
-                raise TargetUnreachable(text if kind == R.ERR_CONNECT else f"no response within {DETECT_TIMEOUT_S:g} s") from None
-            if kind == R.ERR_OTHER and (
+                raise TargetUnreachable(text if kind == records.ERR_CONNECT else f"no response within {DETECT_TIMEOUT_S:g} s") from None
+            if kind == records.ERR_OTHER and (
                 not isinstance(exc, httpx.TransportError) or isinstance(exc, (httpx.LocalProtocolError, httpx.UnsupportedProtocol))
             ):
                 # not the network: the request could not even be built or sent (a header, the URL)

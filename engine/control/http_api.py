@@ -1,7 +1,7 @@
 """The control API (`--control`): HTTP/JSON under /v1/, server-sent events, /metrics.
 
 It runs on the engine's own event loop, in the engine's process (under the TUI: the engine's
-child process), and sends the same typed commands (engine/run/commands.py) through the same entry
+child process), and sends the same typed commands (engine/core/commands.py) through the same entry
 point as the keys and the presets (Engine.execute, by the engine's one command table), with the same checks. Each
 command is logged on screen and in events.ndjson as an `api` line naming the client, and the
 engine's own lines for it carry `source: api` and `client` in events.ndjson.
@@ -40,16 +40,16 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from aiohttp import web
 
 from ..loop import wait_within
-from ..run import commands as C
-from ..run.wiring import with_prometheus
+from ..core import commands
+from ..core.wiring import with_prometheus
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value
 from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
+    from ..core.engine import Engine
     from ..preset import Preset
-    from ..run.engine import Engine
 
 __all__ = [
     "ControlServer", "Refused", "clean", "client", "describe", "flag", "read_json",
@@ -171,9 +171,9 @@ class ControlServer:
 
         return handle
 
-    async def _run(self, request: web.Request, cmd: C.Command) -> Any:
+    async def _run(self, request: web.Request, cmd: commands.Command) -> Any:
         """The command through the engine's one command table (the host's: with the preset
-        runner's commands, engine/drive/preset_runner.py new_engine); its log lines carry the API as source.
+        runner's commands, engine/run/preset_runner.py new_engine); its log lines carry the API as source.
         A refusal of the engine (a ValueError: a value it does not take) is a 400; a command
         that cannot apply now (RuntimeError) a 409."""
         e = self.engine
@@ -269,7 +269,7 @@ class ControlServer:
                 above = False
             hint = ' (above --max-concurrency: add "raise_max": true)' if above and not raise_max else ""
             raise Refused(400, f"{exc}{hint}") from None
-        c = await self._run(request, C.SetConcurrency(n, raise_max=raise_max and n > ctl.max_concurrency))
+        c = await self._run(request, commands.SetConcurrency(n, raise_max=raise_max and n > ctl.max_concurrency))
         return {"line": f"C={c}", "concurrency": c}
 
     async def rate(self, request: web.Request, body: dict) -> dict:
@@ -282,18 +282,18 @@ class ControlServer:
             r = check_rate(v)
         except ValueError as exc:
             raise Refused(400, str(exc)) from None
-        got = await self._run(request, C.SetRate(r))
+        got = await self._run(request, commands.SetRate(r))
         return {"line": self.engine.load_text, "rate": got}
 
     async def probe(self, request: web.Request, body: dict) -> dict:
-        n = await self._run(request, C.Probe())
+        n = await self._run(request, commands.Probe())
         return {"line": f"C=1 probe ({n} in-flight requests cancelled)", "cancelled": n}
 
     async def restore(self, request: web.Request, body: dict) -> dict:
         ctl = self.engine.controller
         if not ctl.probing:
             raise Refused(409, "not in the C=1 probe: nothing to restore")
-        c = await self._run(request, C.Restore())
+        c = await self._run(request, commands.Restore())
         if c is None:
             raise Refused(409, "no load to go back to")
         return {"line": f"back to {self.engine.load_text}", "concurrency": c}
@@ -301,13 +301,13 @@ class ControlServer:
     async def pause(self, request: web.Request, body: dict) -> dict:
         if self.engine.controller.paused:
             return {"line": "already paused", "changed": False}
-        await self._run(request, C.TogglePause())
+        await self._run(request, commands.TogglePause())
         return {"line": "paused", "changed": True}
 
     async def resume(self, request: web.Request, body: dict) -> dict:
         if not self.engine.controller.paused:
             return {"line": f"already running at {self.engine.load_text}", "changed": False}
-        await self._run(request, C.TogglePause())
+        await self._run(request, commands.TogglePause())
         return {"line": f"resumed at {self.engine.load_text}", "changed": True}
 
     async def preset(self, request: web.Request, body: dict) -> dict:
@@ -335,7 +335,7 @@ class ControlServer:
 
         e = self.engine
         ctl = e.controller
-        start = body.get("start", ctl.target)
+        start = body.get("start", ctl.concurrency)
         top = body.get("max", ctl.max_concurrency)
         for k, v in (("start", start), ("max", top)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= ctl.max_concurrency:
@@ -361,8 +361,8 @@ class ControlServer:
         except PresetError as exc:
             raise Refused(409, str(exc)) from None
         if change is not None:
-            await self._run(request, C.SetWorkload(change))
-        await self._run(request, C.StartPreset(preset))
+            await self._run(request, commands.SetWorkload(change))
+        await self._run(request, commands.StartPreset(preset))
         steps = len(preset.ramp.concurrency)
         return {"line": f"preset {preset.name} started" + (f" ({steps} steps)" if steps else ""), "preset": preset.name}
 
@@ -373,13 +373,13 @@ class ControlServer:
         if not isinstance(spec, str):
             raise Refused(400, 'expected {"spec": "ttft=2s,itl=100ms"} (or "off")')
         if spec.strip().lower() in ("", "off", "none"):
-            await self._run(request, C.SetSlo(None))
+            await self._run(request, commands.SetSlo(None))
             return {"line": "SLO off", "slo": None}
         try:
             slo = parse_slo(spec, flag="SLO")
         except ValueError as exc:
             raise Refused(400, str(exc)) from None
-        await self._run(request, C.SetSlo(slo))
+        await self._run(request, commands.SetSlo(slo))
         return {"line": f"SLO {slo.describe()}", "slo": slo.describe()}
 
     async def workload(self, request: web.Request, body: dict) -> dict:
@@ -409,16 +409,16 @@ class ControlServer:
                 change.apply(self.engine.config.workload)  # checked before it is sent
         except ValueError as exc:
             raise Refused(400, str(exc)) from None
-        got = await self._run(request, C.SetWorkload(change))
+        got = await self._run(request, commands.SetWorkload(change))
         return {"line": f"workload {change.describe()}", "workload": got}
 
     async def profile(self, request: web.Request, body: dict) -> dict:
-        """The server's profiler at the load held now (engine/drive/server_ops.py), for `seconds`
+        """The server's profiler at the load held now (engine/run/server_ops.py), for `seconds`
         (default --profile-s) or until the step ends."""
         secs = body.get("seconds")
         if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 < secs <= 3600):
             raise Refused(400, f"seconds {secs!r}: expected a number of seconds > 0 (at most 3600)")
-        got = await self._run(request, C.StartProfile(float(secs) if secs is not None else None))
+        got = await self._run(request, commands.StartProfile(float(secs) if secs is not None else None))
         return {"line": f"profiler {got} at {self.engine.load_text}", "started": got == "started"}
 
     async def lane(self, request: web.Request, body: dict) -> dict:
@@ -429,7 +429,7 @@ class ControlServer:
         now = e.load.lane is not None and e.load.lane.on
         if want is not None and want == now:
             return {"line": f"probe lane already {'on' if now else 'off'}", "on": now}
-        on = await self._run(request, C.ToggleLane())
+        on = await self._run(request, commands.ToggleLane())
         return {"line": f"probe lane {'on' if on else 'off'}", "on": on}
 
     async def export(self, request: web.Request, body: dict) -> dict:
@@ -443,7 +443,7 @@ class ControlServer:
         d = e.config.out_dir
         if d is None or e.session is None:
             raise Refused(409, "no session directory")
-        err = await self._run(request, C.Flush())
+        err = await self._run(request, commands.Flush())
         try:
             paths = await asyncio.to_thread(export_session, d, fmt, None)
         except SessionError as exc:
@@ -485,7 +485,7 @@ async def start_engine(engine: Engine) -> None:
         return
     try:
         control = engine.steering.control = ControlServer(engine, cfg.control, cfg.control_token)
-        with_prometheus((t.sender.events for t in engine.targets), engine.recorder, control.metrics)
+        with_prometheus((t.sender.hooks for t in engine.targets), engine.measurements, control.metrics)
         await control.start()
     except asyncio.CancelledError:
         raise

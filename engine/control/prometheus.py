@@ -38,12 +38,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ..load.probe_lane import is_lane
-from ..measure import records as R
+from ..measure import records
 
 if TYPE_CHECKING:
     from ..measure.records import RequestRecord
-    from ..run.engine import Engine
-    from ..run.snapshot import Snapshot
+    from ..core.engine import Engine
+    from ..core.snapshot import Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -131,7 +131,7 @@ class PromMetrics:
         if not self.req_labels:  # one series each from the start: a scrape before any request has them at 0
             for d in (self.ttft, self.e2e):
                 d[()] = Hist()
-            for outcome in (R.OK, R.FAILED, R.CANCELLED):
+            for outcome in (records.OK, records.FAILED, records.CANCELLED):
                 self.requests[(outcome,)] = 0
             self.out_tokens[()] = self.failed_out_tokens[()] = self.in_tokens[()] = 0
         if not self.itl_labels:
@@ -150,16 +150,16 @@ class PromMetrics:
         key = self._labels(rec)
         k = key + (rec.status,)
         self.requests[k] = self.requests.get(k, 0) + 1
-        out = self.failed_out_tokens if rec.status == R.FAILED else self.out_tokens
+        out = self.failed_out_tokens if rec.status == records.FAILED else self.out_tokens
         out[key] = out.get(key, 0) + rec.output_tokens
         self.in_tokens[key] = self.in_tokens.get(key, 0) + rec.input_tokens
-        if rec.status == R.OK:
+        if rec.status == records.OK:
             if rec.ttft is not None:
                 _get(self.ttft, key).observe(rec.ttft)
             if rec.e2e is not None:
                 _get(self.e2e, key).observe(rec.e2e)
-        elif rec.status == R.FAILED:
-            k = key + (rec.error_kind or R.ERR_OTHER,)
+        elif rec.status == records.FAILED:
+            k = key + (rec.error_kind or records.ERR_OTHER,)
             self.errors[k] = self.errors.get(k, 0) + 1
 
     def on_itls(self, rec: RequestRecord | None, itls: Sequence[float]) -> None:

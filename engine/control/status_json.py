@@ -11,7 +11,7 @@ from ..rules.verdicts import summary_knee
 
 if TYPE_CHECKING:
     from ..measure.step_result import StepResult
-    from ..run.engine import Engine
+    from ..core.engine import Engine
 
 
 def status_of(engine: Engine, url: str = "") -> dict[str, Any]:
@@ -57,7 +57,7 @@ def status_of(engine: Engine, url: str = "") -> dict[str, Any]:
         # knee_reason, max_throughput_concurrency (knee_rate, max_throughput_rate over rates)
         "knee": summary_knee(engine.book.steps, engine.book.search, engine.book.plateau_gain),
         # a preset's break and last good as they stand (judged again on final figures:
-        # engine/drive/ramp_record.py), as summary.json records them, and the cause beside them
+        # engine/run/ramp_record.py), as summary.json records them, and the cause beside them
         "break": engine.book.break_result.to_dict() if engine.book.break_result is not None else None,
         "cause": engine.book.cause,
         "preset": {"running": s.preset_running, "progress": s.preset},

@@ -78,7 +78,7 @@ class LoadControl:
         on_abandon: Callable[[list[float]], None] = lambda times: None,
     ) -> None:
         self.max_concurrency = max_concurrency
-        self.target = check_concurrency(concurrency, max_concurrency)
+        self.concurrency = check_concurrency(concurrency, max_concurrency)
         self.mode = CONCURRENCY
         self.arrival = arrival
         self.rate: float | None = None  # req/s of the open loop (RATE), the speed factor (TRACE)
@@ -130,13 +130,13 @@ class LoadControl:
     # -- commands --------------------------------------------------------------------
     def set_concurrency(self, n: int) -> int:
         n = check_concurrency(n, self.max_concurrency)
-        if n != self.target or self.open_loop:
+        if n != self.concurrency or self.open_loop:
             self.settled_at = None
         self._leave_open_loop()
-        self.target = n
+        self.concurrency = n
         self._mark_settled()
         self._wake.set()
-        return self.target
+        return self.concurrency
 
     def set_rate(self, rate: float) -> float:
         """Open loop at `rate` req/s (from now: the next arrival is drawn from now)."""
@@ -173,7 +173,7 @@ class LoadControl:
             self._on_abandon(times)
 
     def _mark_settled(self) -> None:
-        if self.settled_at is None and not self.open_loop and self.in_flight == self.target:
+        if self.settled_at is None and not self.open_loop and self.in_flight == self.concurrency:
             self.settled_at = time.perf_counter()
 
     def pause(self) -> None:
@@ -192,11 +192,11 @@ class LoadControl:
 
     async def probe(self) -> int:
         if not self.probing:
-            self.previous = self.target
+            self.previous = self.concurrency
             self._previous_load = (self.mode, self.rate, self.schedule) if self.open_loop else None
         self._leave_open_loop()
         self.probing = True
-        self.target = 1
+        self.concurrency = 1
         self.settled_at = None
         self.paused = True  # nothing refills while the abort unwinds: the probe's first request goes out after it
         n = await self.abort()
@@ -209,7 +209,7 @@ class LoadControl:
         if not self.probing:
             return None
         self.probing = False
-        self.target = self.previous or self.target
+        self.concurrency = self.previous or self.concurrency
         self.previous = None
         self.settled_at = None
         prev, self._previous_load = self._previous_load, None
@@ -220,7 +220,7 @@ class LoadControl:
             self.mode, self.rate, self.schedule = mode, rate, sched
             self.settled_at = time.perf_counter()
         self._wake.set()
-        return self.target
+        return self.concurrency
 
     def end_probe(self) -> None:
         """A new load was set: the probe is over, with nothing to go back to."""
@@ -282,7 +282,7 @@ class Controller(LoadControl):
                 await self._open_step()
                 continue
             started = 0
-            while not self.paused and not self.hold and len(self._tasks) < self.target and not self.stopped and self._may_start():
+            while not self.paused and not self.hold and len(self._tasks) < self.concurrency and not self.stopped and self._may_start():
                 self._start(None, None)
                 started += 1
                 if started % SEND_BATCH == 0:

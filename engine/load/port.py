@@ -1,13 +1,13 @@
 """What the load needs of whoever coordinates it: the one door from load/ up to the engine.
 
-load/ never imports run/ (docs/architecture.md). A worker pool (worker processes or Ray
+load/ never imports core/ (docs/architecture.md). A worker pool (worker processes or Ray
 actors) replays what its workers measured into the coordinator's steps and figures, and
 orders them what to stamp on their requests; it does so through this port, which the engine
-implements (engine/run/load_port.py EnginePort), and nothing else of the engine:
+implements (engine/core/engine_port.py EnginePort), and nothing else of the engine:
 
 - stamps: what a request sent now carries (its step, concurrency label and phase), and the
   step that was open at a given (intended) send time;
-- the targets: each one's replay (its Sender's events, engine/measure/events.py), URL and
+- the targets: each one's replay (its Sender's hooks, engine/measure/hooks.py), URL and
   whether it is gone;
 - the workload now (a live change reaches every worker);
 - held sends (at the in-flight cap) and the held sends given up;

@@ -1,7 +1,7 @@
 """Sending: one request from prompt to record, and what a request slot does after it.
 
 - Each request gets an id, the current step's index and phase, and its send time; it tells
-  its progress through the Sender's events (engine/measure/events.py: sent, first_token,
+  its progress through the Sender's hooks (engine/measure/hooks.py: sent, first_token,
   tokens, ended, lag), and an overloaded slot its `overloaded`.
 - A slot that failed fast holds its place FAST_FAIL_S first (no hot loop against a failing
   server). A slot answered 429/503 (the server says it is overloaded), or shed inside a 200
@@ -30,8 +30,8 @@ from ..client.api_formats import PATHS, build_body
 from ..client.request import run_request
 from ..client.target import Target
 from ..constants import OVERLOAD_BACKOFF_MAX_S
-from ..measure import records as R
-from ..measure.events import RequestEvents
+from ..measure import records
+from ..measure.hooks import RequestHooks
 from ..measure.records import RequestRecord
 from ..workload.prompts import WorkloadConfig
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..client.server_watch import ServerWatch
 
 FAST_FAIL_S = 0.05  # a request that failed faster than this holds its slot this long
-OVERLOADED = (R.ERR_HTTP_429, R.ERR_HTTP_503, R.ERR_SHED)  # the server says it is overloaded: back off
+OVERLOADED = (records.ERR_HTTP_429, records.ERR_HTTP_503, records.ERR_SHED)  # the server says it is overloaded: back off
 
 
 # (t_intended) -> (step index, concurrency, phase) of a request sent now / scheduled then
@@ -60,7 +60,7 @@ class Sender:
         self,
         client: httpx.AsyncClient,
         target: Target,
-        events: RequestEvents,
+        hooks: RequestHooks,
         stamp: Stamp,
         wall_offset: float,
         ids: Iterator[int] | None = None,
@@ -68,7 +68,7 @@ class Sender:
     ) -> None:
         self.client = client
         self.target = target
-        self.events = events  # what its requests tell (subscribed to by its owner: engine/run/wiring.py)
+        self.hooks = hooks  # what its requests tell (subscribed to by its owner: engine/core/wiring.py)
         self._stamp = stamp
         self._wall_offset = wall_offset
         self._ids = ids if ids is not None else itertools.count(1)  # request ids, shared by every sender of a session
@@ -77,7 +77,7 @@ class Sender:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}  # rid -> chunks already harvested
         self.continuous_usage = True
-        self.watch: ServerWatch | None = None  # the target's health watch (engine/run/target_set.py)
+        self.watch: ServerWatch | None = None  # the target's health watch (engine/core/targets.py)
         # request shaping every body carries (--extra-body, --no-ignore-eos; engine/workload/request_shape.py)
         self.extra_body: dict | None = None
         self.ignore_eos = True
@@ -121,15 +121,15 @@ class Sender:
         body = build_body(tgt.api, tgt.model, prompt, max_tokens, continuous_usage=self.continuous_usage,
                           messages=messages, extra=self.extra_body, ignore_eos=self.ignore_eos)
         self.in_flight[rec.rid] = rec
-        events = self.events
-        events.sent.fire(rec)
+        hooks = self.hooks
+        hooks.sent.fire(rec)
         try:
-            await run_request(self.client, tgt.url + PATHS[tgt.api], tgt.api, body, rec, events, self._wall_offset)
+            await run_request(self.client, tgt.url + PATHS[tgt.api], tgt.api, body, rec, hooks, self._wall_offset)
             watch = self.watch
-            if watch is not None and rec.status == R.FAILED:
+            if watch is not None and rec.status == records.FAILED:
                 await watch.judge(rec)  # connect / disconnect: server_gone if the server died
         finally:
-            events.ended.fire(rec)
+            hooks.ended.fire(rec)
             self.in_flight.pop(rec.rid, None)
             self.cursor.pop(rec.rid, None)
         return rec
@@ -140,13 +140,13 @@ class Sender:
         slot = self._free.pop() if self._free else Slot()
         try:
             rec = await self.send(prompt, max_tokens, expected, turn=turn, messages=messages)
-            if rec.status == R.FAILED and rec.error_kind in OVERLOADED:
+            if rec.status == records.FAILED and rec.error_kind in OVERLOADED:
                 slot.streak += 1
-                self.events.overloaded.fire(rec.error_kind)
+                self.hooks.overloaded.fire(rec.error_kind)
                 await self._pause(backoff_s(slot.streak))
-            elif rec.status == R.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
+            elif rec.status == records.FAILED and rec.e2e is not None and rec.e2e < FAST_FAIL_S:
                 await self._pause(FAST_FAIL_S - rec.e2e)
-            elif rec.status == R.OK:
+            elif rec.status == records.OK:
                 slot.streak = 0
             return rec
         finally:

@@ -2,7 +2,7 @@
 connections, and reports what it measured to the coordinator (engine/load/worker_pool.py).
 
 The worker runs the same pool (engine/load/controller.py) and Senders (engine/load/sender.py) as a
-one-process engine, with one subscriber to their events (`Batch`) that keeps what happened until the next flush,
+one-process engine, with one subscriber to their hooks (`Batch`) that keeps what happened until the next flush,
 every FLUSH_S, or at once when the coordinator asks (a step closing):
 
 - sends and first tokens of its requests (rid, step, phase, send / intended / first-token times),
@@ -38,9 +38,9 @@ from ..client.http import make_client
 from ..client.server_watch import ServerWatch
 from ..client.target import Target
 from ..loop import new_event_loop, read_pipe
-from ..measure import records as R
+from ..measure import records
 from ..measure.accumulator import new_gaps
-from ..measure.events import RequestEvents
+from ..measure.hooks import RequestHooks
 from ..measure.histogram import LogHistogram
 from ..measure.own_requests import window_cut
 from ..measure.records import COALESCED, RequestRecord
@@ -150,10 +150,10 @@ class Batch:
         """Receive time - the server's send stamp of a chunk (the sim's sim_t)."""
         self.lags.add(lag if lag > 0 else 0.0)
 
-    def events(self, ti: int) -> RequestEvents:
-        """The events of target `ti`'s Sender, and the worker's one subscription to them:
+    def hooks(self, ti: int) -> RequestHooks:
+        """The hooks of target `ti`'s Sender, and the worker's one subscription to them:
         this batch (its sends, first tokens, tokens by bucket, ends, chunk lags)."""
-        return RequestEvents(lag=self.on_lag).subscribe(_TargetListener(self, ti))
+        return RequestHooks(lag=self.on_lag).subscribe(_TargetListener(self, ti))
 
     def harvest(self, rec: RequestRecord) -> None:
         nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
@@ -224,7 +224,7 @@ class _TargetListener:
         b.in_flight.pop(rec.rid, None)
         b.cursor.pop(rec.rid, None)
         b.recent.append(rec)
-        failed = rec.status == R.FAILED
+        failed = rec.status == records.FAILED
         b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
@@ -266,7 +266,7 @@ class Worker:
         for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
                                  request_timeout=spec.request_timeout, origin=tgt.url, headers=spec.workload.headers)
-            s = Sender(client, tgt, self.batch.events(ti), lambda t=None: self.stamp, spec.wall_offset,
+            s = Sender(client, tgt, self.batch.hooks(ti), lambda t=None: self.stamp, spec.wall_offset,
                        ids=ids, workload=spec.workload)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
@@ -327,7 +327,7 @@ class Worker:
             if ctl.mode != RATE or ctl.rate != order.rate:
                 ctl.set_rate(order.rate)
         elif order.c > 0:
-            if ctl.mode != CONCURRENCY or ctl.target != order.c:
+            if ctl.mode != CONCURRENCY or ctl.concurrency != order.c:
                 ctl.set_concurrency(min(order.c, ctl.max_concurrency))
         if order.paused or (order.mode == CONCURRENCY and order.c <= 0) or (order.mode == RATE and order.rate <= 0):
             ctl.pause()

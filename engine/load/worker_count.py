@@ -17,7 +17,7 @@ what other processes left idle while the run goes: more processes than cores onl
 machine's read path on loopback, ~30 ms, only when the run may need more than one process);
 the token interval is assumed (ASSUMED_TOKEN_INTERVAL_S) until the run observes it. While the
 run goes, `live_plan` sizes again from what it measured (the load processes' CPU per token
-received, the ITL's median): `engine/run/each_second.py` adds worker processes when the load
+received, the ITL's median): `engine/core/ticker.py` adds worker processes when the load
 grows past what the current ones hold (`engine/load/worker_pool.py` WorkerPool.grow), and
 warns when it cannot (one process started in-process, --workers N given, no core free).
 """
@@ -32,7 +32,7 @@ from ..constants import ASSUMED_TOKEN_INTERVAL_S, PESSIMISTIC_TOKEN_S, STAMP_SHA
 
 FREE_SAMPLE_S = 0.1  # the machine's CPU times sampled this long at start (only when auto measures)
 
-CROWDED_KEY = "crowded"  # the warning's key (engine/run/each_second.py raises it, holds it, clears it)
+CROWDED_KEY = "crowded"  # the warning's key (engine/core/ticker.py raises it, holds it, clears it)
 
 
 def kernel_stamped(urls: Iterable[str], transport: str) -> bool:

@@ -11,7 +11,7 @@ the session log, telemetry, calibration and the probe lane.
   (step, concurrency, phase) to stamp on its requests. An order goes out as soon as
   something changes, and the stamp is checked every ORDER_POLL_S: well within 100 ms.
 - Reports: every FLUSH_S each worker sends what it measured (engine/load/worker.py Batch); the
-  pool replays it into the targets' listeners (engine/run/target_stats.py), so the engine's figures,
+  pool replays it into the targets' listeners (engine/core/target_stats.py), so the engine's figures,
   steps and rows are built by the same code as in one process, from the same values.
 - A step closing first asks every worker to report at once (`sync`), so what was measured
   before the close is in the step however late its report would have come; the report
@@ -127,7 +127,7 @@ class WorkerPool(LoadControl):
 
     async def grow(self, spec: WorkerSpec, more: int) -> int:
         """`more` worker processes beside the running ones (`--workers auto` re-planned: the
-        load outgrew them, engine/run/replan.py). Each takes its share of the load once it is
+        load outgrew them, engine/core/replan.py). Each takes its share of the load once it is
         ready (until then the others hold it all); returns how many came up."""
         loop = asyncio.get_running_loop()
         first, self._batches = self.n, self._batches + 1
@@ -264,7 +264,7 @@ class WorkerPool(LoadControl):
         n = self.n
         alive = [s.index for s in self.states if s.alive]
         k = len(alive) or 1
-        c = 1 if self.probing else self.target
+        c = 1 if self.probing else self.concurrency
         cs = dict(zip(alive, split(c, k)))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
         stamp = self.port.stamp()
@@ -466,7 +466,7 @@ class WorkerPool(LoadControl):
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
-            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's recorder takes them out)
+            if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's Measurements takes them out)
                 rec.remote_credits = unbucket_tokens(x.failed_tokens)
                 st.tokens -= sum(n for _, n in x.failed_tokens)
             stats[ti].on_remote_end(rec)  # a failure asks the target's health watch

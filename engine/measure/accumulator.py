@@ -47,7 +47,7 @@ from typing import Sequence
 from ..constants import STEADY_MIN_S
 from ..telemetry.server_view import ServerStepView
 from ..telemetry.types import ServerSample
-from . import records as R
+from . import records
 from .histogram import Digest, censored_quantiles
 from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
 from .records import COALESCED, Clock, RequestRecord
@@ -114,9 +114,9 @@ class StepAccumulator(OwnRequests):
         self.cached_tokens = 0  # own requests that said: prompt tokens the server found cached
         self.cached_prompt_tokens = 0  # ... and their prompt tokens
         self.cached_reports = 0  # own requests whose server said how many were cached
-        self.profiles: list[dict] = []  # profiler captures during the step (engine/drive/server_ops.py)
+        self.profiles: list[dict] = []  # profiler captures during the step (engine/run/server_ops.py)
         self.profiled = False  # ... or one whose trace the server wrote while the step was live
-        self.cache_flush: dict | None = None  # the flush done before it (engine/drive/server_ops.py)
+        self.cache_flush: dict | None = None  # the flush done before it (engine/run/server_ops.py)
         self.lane_ttft = Digest()  # the probe lane beside the load (engine/load/probe_lane.py), in the window
         self.lane_itl = Digest()
         self.concurrency = concurrency
@@ -305,13 +305,13 @@ class StepAccumulator(OwnRequests):
         if rec.step < self.level_index and rec.phase not in ("calibration", "lane") and self.t_end is None:
             self.foreign_ended += 1  # one of the previous load's requests left (turnover)
         self._ended(rec, t_end)  # an own request's verdict is in before the window counts it
-        if rec.status == R.OK and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
+        if rec.status == records.OK and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
             self.win_completed += 1
             self.win_tokens += rec.output_tokens
             if self.slo is not None and rec.slo_met:
                 self.win_good += 1
                 self.win_good_tokens += rec.output_tokens
-        elif rec.status == R.FAILED and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
+        elif rec.status == records.FAILED and rec.phase not in ("calibration", "lane") and self._in_window(t_end):
             self.win_failed += 1
             self.win_failed_tokens += rec.output_tokens
 

@@ -19,7 +19,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
-from . import records as R
+from . import records
 from .histogram import LogHistogram, RollingDigest, censored_quantiles, quantile
 from .records import RequestRecord
 from .slo import Slo
@@ -246,10 +246,10 @@ class LiveMetrics:
         kept out of the live windows."""
         t = rec.t_end if rec.t_end is not None else rec.t_send
         self._waiting.pop(rec.rid, None)
-        if rec.status == R.CANCELLED:
+        if rec.status == records.CANCELLED:
             self.cancelled += 1
             return
-        if rec.status == R.FAILED:
+        if rec.status == records.FAILED:
             self.failed += 1
             self.errors_by_kind[rec.error_kind] += 1
             if not measured:

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from . import records as R
+from . import records
 from .histogram import Digest
 from .records import RequestRecord, quantile
 from .slo import Slo
@@ -185,7 +185,7 @@ class OwnRequests:
             self._own[rec.rid] = rec
             if rec.t_first is not None:
                 self.first_token += 1
-            if rec.t_end is not None and rec.t_end <= t and rec.status in (R.OK, R.FAILED, R.CANCELLED):
+            if rec.t_end is not None and rec.t_end <= t and rec.status in (records.OK, records.FAILED, records.CANCELLED):
                 self._end_own(rec, rec.t_end)
 
     def _judge(self, ttft: float | None, tpot: float | None, itl_p99: float | None, e2e: float | None, bound: bool, tokens: int) -> bool | None:
@@ -312,12 +312,12 @@ class OwnRequests:
             self.cached_reports += 1
             self.cached_tokens += rec.cached_tokens
             self.cached_prompt_tokens += rec.input_tokens
-        if rec.status == R.FAILED:
+        if rec.status == records.FAILED:
             self.failed += 1
             self.errors[rec.error_kind] += 1
             if self.slo is not None:
                 self._fail_verdict(rec, cut)  # a failed request misses every bound
-        elif rec.status == R.CANCELLED:
+        elif rec.status == records.CANCELLED:
             self.cancelled += 1
             self._censor(rec, cut, t_end)
         else:

@@ -131,7 +131,7 @@ class RequestRecord:
     rid: int
     phase: str  # "calibration" | "warmup" | "measure" | "live" | "probe"
     step: int  # index of the step (period at one concurrency) it was sent in
-    concurrency: int  # target concurrency when it was sent
+    concurrency: int  # the concurrency asked for when it was sent (an open loop: its in-flight cap)
     t_send: float
     expected_input_tokens: int = 0
     max_tokens: int = 0
@@ -157,7 +157,7 @@ class RequestRecord:
     t_intended: float | None = None
     turn: int = 0  # multi-turn: the turn's index in its session, from 1 (0 = single-turn)
     answer: list[str] | None = None  # answer text pieces, collected only when a list is set (multi-turn)
-    target: str = ""  # the base URL it was sent to (many targets: engine/run/target_stats.py)
+    target: str = ""  # the base URL it was sent to (many targets: engine/core/target_stats.py)
     worker: int = 0  # the worker process that sent it (--workers N: engine/load/worker_pool.py)
     # a request a worker sent: its figures, measured there (`figures()`); its chunk
     # timestamps stay in the worker

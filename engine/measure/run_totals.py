@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from . import records as R
+from . import records
 from .histogram import Digest
 from .records import RequestRecord
 from .step_result import DEFAULT_PERCENTILES
@@ -72,10 +72,10 @@ class RunTotals:
         t_end = rec.t_end if rec.t_end is not None else rec.t_send
         if self.t_last_end is None or t_end > self.t_last_end:
             self.t_last_end = t_end
-        if rec.status == R.FAILED:
+        if rec.status == records.FAILED:
             self.failed += 1
             return
-        if rec.status == R.CANCELLED:
+        if rec.status == records.CANCELLED:
             self.cancelled += 1
             self.cancelled_output_tokens += rec.output_tokens
             return

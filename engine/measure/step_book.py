@@ -3,7 +3,7 @@
 The preset runner opens and closes its own steps; in live mode (the TUI) every period held at
 one concurrency is a step, rolled when the operator changes it. Results land in `steps` (or
 `probe_result`), and each is told as the events `step closed` and `step final`
-(engine/measure/events.py StepEvents: the engine logs it and rewrites summary.json).
+(engine/measure/hooks.py StepHooks: the engine logs it and rewrites summary.json).
 
 A request belongs to the step whose load sent it: `stamp_at(t)` answers for its send time, or
 for its intended send time in open loop (a send held at the cap is still the step's that
@@ -19,9 +19,9 @@ from typing import Callable
 
 from ..constants import MIN_LIVE_STEP_S
 from ..telemetry.types import ServerSample
-from . import records as R
+from . import records
 from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
-from .events import StepEvents
+from .hooks import StepHooks
 from .own_requests import whole_verdict
 from .records import Clock, RequestRecord
 from .slo import Slo
@@ -37,13 +37,13 @@ def _same_load(a: StepAccumulator, b: StepAccumulator) -> bool:
 
 
 class StepBook:
-    def __init__(self, clock: Clock, events: StepEvents | None = None, judge: StepJudge | None = None) -> None:
+    def __init__(self, clock: Clock, hooks: StepHooks | None = None, judge: StepJudge | None = None) -> None:
         self.clock = clock
         self.judge = judge  # the verdicts each step asks (engine/rules/verdicts.py STEP_JUDGE; None: steps are not judged)
         self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES  # what each step's result carries (`--percentiles`)
-        # what it tells (engine/measure/events.py): a step recorded as it closed, and completed
+        # what it tells (engine/measure/hooks.py): a step recorded as it closed, and completed
         # with its late requests' truth
-        self.events = events if events is not None else StepEvents()
+        self.hooks = hooks if hooks is not None else StepHooks()
         self.index = 0
         self.open: list[StepAccumulator] = []
         self.pending: list[StepAccumulator] = []  # closed, own requests still out
@@ -57,7 +57,7 @@ class StepBook:
         self.break_result: BreakResult | None = None
         self.search: dict | None = None  # a knee search's answer (engine/rules/knee_search.py), for summary.json
         # a driver's verdicts over its steps, judged again when a step's final figures land
-        # (engine/drive/preset_runner.py: the break and last good, a search's answers)
+        # (engine/run/preset_runner.py: the break and last good, a search's answers)
         self.rejudge: Callable[[], None] | None = None
         self.cause: str | None = None  # what the server said limits it, beside the break or the knee (a preset's run)
         self.plateau_gain: float | None = None  # the knee's (engine/rules/verdicts.py): a preset's [stop] plateau_gain, else the default
@@ -136,7 +136,7 @@ class StepBook:
         owner = next((acc for acc in fed if acc.holds(rec)), None)
         if owner is not None:
             owner.on_end(rec)
-        if rec.slo_met is None and rec.status == R.OK and self.slo is not None and self.judge is not None and self.slo.per_request:
+        if rec.slo_met is None and rec.status == records.OK and self.slo is not None and self.judge is not None and self.slo.per_request:
             rec.slo_met = whole_verdict(self.judge, self.slo, rec)
         for acc in fed:
             if acc is not owner:
@@ -185,7 +185,7 @@ class StepBook:
                 return
         if self.rejudge is not None:
             self.rejudge()
-        self.events.final.fire(res)
+        self.hooks.final.fire(res)
 
     def finalize_all(self, now: float | None = None) -> None:
         """The run ends: what is still out stays censored at its age now (the run ended it)."""
@@ -253,7 +253,7 @@ class StepBook:
             self.probe_result = res
         else:
             self.steps.append(res)
-        self.events.closed.fire(res)
+        self.hooks.closed.fire(res)
         if not res.final:  # its late requests may all have ended between the close and now
             acc = next((a for a in reversed(self._history) if a.index == res.index), None)
             if acc is not None and acc.closed and not acc.outstanding and acc not in self.pending:

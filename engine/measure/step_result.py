@@ -71,7 +71,7 @@ class StepResult:
     server_preemptions: int | None = None  # requests it preempted (KV cache full) in the window
     spec_accept_length: float | None = None  # speculative decoding: tokens per verify step
     spec_acceptance_rate: float | None = None  # ... accepted / draft tokens
-    # server operations during the step (engine/drive/server_ops.py): profiler captures, each
+    # server operations during the step (engine/run/server_ops.py): profiler captures, each
     # {"load", "t_start", "t_end", "duration_s", "trace", "server_said", "stopped_by", "ok", "stop_s"};
     # and the cache flush done before it ({"t", "drain_s", "drained", "path", "ok", "tries"}), the drain in no step
     profiles: list[dict] | None = None

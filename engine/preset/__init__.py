@@ -23,7 +23,7 @@ in docs/presets.md.
 
 A recorded session as a replay preset (`redline preset-from`) reads a session: it is
 engine/report/preset_from.py. Layering (docs/architecture.md): nothing here imports the
-engine's runtime (run/, drive/, host); the preset runner imports presets, never the reverse.
+engine's runtime (core/, run/, host); the preset runner imports presets, never the reverse.
 """
 
 from .builtin import BuiltinPreset, builtin_dir, builtin_presets, resolve_preset

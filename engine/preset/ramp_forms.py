@@ -11,7 +11,7 @@ choose a form (the others are declared on RampSpec's fields, spec.py).
 How each step is held (warm-up, hold, min_requests, max_hold_s, or num_requests instead of a
 hold) is `_hold`. The other keys declared on RampSpec with a kind (flush_cache, and a key added
 there) apply to every form: read after it and written after its keys, as declared; `profile`
-too, checked against the form's steps (engine/drive/server_ops.py).
+too, checked against the form's steps (engine/run/server_ops.py).
 """
 
 from __future__ import annotations

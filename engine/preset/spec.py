@@ -2,7 +2,7 @@
 
 Pure data: no parsing, no I/O, and nothing from the engine runtime (the runner imports
 presets, never the reverse). A Preset comes from parse.py (a TOML file) or
-engine/report/preset_from.py (a recorded session); the runner (engine/drive/preset_runner.py)
+engine/report/preset_from.py (a recorded session); the runner (engine/run/preset_runner.py)
 follows `Preset.ramp.steps()`, the breaker (engine/rules/verdicts.py) applies `Preset.stop`.
 A field declared with `setting` is a preset key: its kind, default, meaning (docs/presets.md's
 tables), CLI flag and the comment the writer puts above it, in one place. The [ramp] keys that
@@ -209,7 +209,7 @@ class RampSpec:
     # replay mode: the workload of each step (None: [workload]'s), for sessions that changed it live
     workloads: tuple[dict[str, object] | None, ...] | None = setting(
         None, None, "replay mode: each step's workload", row=_FORM, doc_type="list of tables")
-    # looking inside the server (engine/drive/server_ops.py): the loads (C, or req/s of a rate
+    # looking inside the server (engine/run/server_ops.py): the loads (C, or req/s of a rate
     # ramp) at which the profiler captures, and a prefix-cache flush before each step
     profile: tuple[float, ...] = setting(
         (), None, "capture the server's profiler during the steps at these loads, from when the step measures for "

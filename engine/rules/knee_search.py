@@ -23,7 +23,7 @@ brackets by halving; the knee bracket where the tok/s measured at its two ends s
 crosses the saturation line (linear interpolation, half a resolution below the crossing, so
 the next point can close it from the other side), halving once whenever a point lands far
 from its prediction and when the bracket is within two resolutions. Every point is a full
-step (warm-up, hold until steady), measured by engine/drive/search_run.py; the search only chooses C.
+step (warm-up, hold until steady), measured by engine/run/search_run.py; the search only chooses C.
 It knows no engine: the runner feeds it StepResults.
 
 Noise: a gain counts only when it clears the plateau gain by more than the two steps' noise
@@ -235,7 +235,7 @@ class KneeSearch:
 
     def bound_at(self, c: int) -> None:
         """The point at C ended on an event that no figure holds (its requests failed N in a
-        row: engine/drive/run_watch.py): it bounds the search as a fired rule does."""
+        row: engine/run/run_watch.py): it bounds the search as a fired rule does."""
         self._stopped.add(c)
 
     def next(self) -> int | None:

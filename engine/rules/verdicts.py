@@ -125,7 +125,7 @@ class StopSpec:
     error_rate: float | None = None  # fire when failed / (completed + failed) is over this
     collapse: float | None = None  # fire when tok/s < best earlier x (1 - collapse)
     # requests in flight and no token for this long ends the ramp as "stalled" (None: STALL_S;
-    # always on, like server gone; engine/drive/stall.py watches it while a step runs)
+    # always on, like server gone; engine/run/run_watch.py watches it while a step runs)
     stall_s: float | None = None
 
 

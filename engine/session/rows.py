@@ -15,7 +15,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import PurePath
 from typing import Any, Iterable
 
-from ..measure import records as R
+from ..measure import records
 from ..measure.records import Clock, RequestRecord
 from ..text import one_line
 from .scrub import Scrubber, as_scrubber
@@ -160,7 +160,7 @@ def request_row(
             err = as_scrubber(secrets).text(err)
         err = one_line(err, ERROR_TEXT_MAX)
     ttft = rec.ttft
-    cancelled = rec.status == R.CANCELLED  # it never ended by itself: no end-to-end latency
+    cancelled = rec.status == records.CANCELLED  # it never ended by itself: no end-to-end latency
     e2e = None if cancelled else rec.e2e
     tpot = None if cancelled else rec.tpot
     ended = (rec.t_end if rec.t_end is not None else rec.t_send) - rec.t_start

@@ -117,6 +117,9 @@ class SimProfile:
     # --incremental-streaming-output (0.5.23): /generate's text is each chunk's delta, not the
     # whole text so far.
     incremental_streaming_output: bool = False
+    # SGLang's uvicorn closes a connection idle this long (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s, in
+    # 0.5.23's http_server.py; timeout_keep_alive=5 in 0.5.9's launch_server).
+    keepalive_s: float = 5.0
 
     # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
     # power = idle_w + (peak_w - idle_w) * util.
@@ -198,6 +201,8 @@ class SimProfile:
             problems.append("reasoning_tokens must be >= 0")
         if not 0.0 <= self.profile_export_s < float("inf"):
             problems.append("profile_export_s must be >= 0")
+        if not 0.0 < self.keepalive_s < float("inf"):
+            problems.append("keepalive_s must be > 0")
         if self.incremental_streaming_output and self.sglang_version == "0.5.9":
             problems.append("incremental_streaming_output needs sglang_version 0.5.23 (0.5.9 has no such option)")
         for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",
@@ -261,7 +266,7 @@ class SimProfile:
     def has_faults(self) -> bool:
         """Whether any fault knob is set: errors, disconnects, malformed events, stalls, mid-stream
         aborts, shedding, overload, a crash or a hang (the performance model alone cannot
-        forecast how such a server breaks: engine/drive/estimate.py)."""
+        forecast how such a server breaks: engine/run/estimate.py)."""
         return bool(
             self.error_500_rate or self.error_429_rate or self.disconnect_rate or self.malformed_rate
             or self.fail_midstream_rate or self.stall_after_tokens is not None or self.max_queued_requests is not None

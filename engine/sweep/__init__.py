@@ -5,5 +5,5 @@ server launched, waited for and stopped by redline, and one comparison of them a
     spec.py         the configurations: --serve, --grid, --url, a [sweep] table; checked first
     server_proc.py  one server: its own process group, its log, readiness, a whole-group stop
     runner.py       the sweep: each configuration in turn, its preset run by the caller
-    record.py       OUT/sweep.json, written after each configuration
+    sweep_file.py   OUT/sweep.json, written after each configuration
 """

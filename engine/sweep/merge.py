@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .points import session_docs
-from .record import COMPLETED, answers, entry, load_sweep
+from .sweep_file import COMPLETED, answers, entry, load_sweep
 from .spec import Config
 
 

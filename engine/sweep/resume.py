@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from .record import COMPLETED, SweepFile, load_sweep
+from .sweep_file import COMPLETED, SweepFile, load_sweep
 from .spec import Config, SweepError, SweepSpec
 
 

@@ -4,7 +4,7 @@ figure), run the preset against it exactly as `redline run` does (`run_one`, the
 the headless runner) into `OUT/<label>/` (with `--repeats N`, N times, into
 `OUT/<label>/r1` ... `rN`, the server kept up between them unless `--restart-each`), stop its
 whole group and confirm its port is free, then the next. `OUT/sweep.json` is rewritten after
-each repeat (engine/sweep/record.py).
+each repeat (engine/sweep/sweep_file.py).
 
 A configuration whose server exits or never gets ready is `failed_to_start` (why, and the last
 lines of its log) and the sweep goes on. A cancel (a signal: the caller cancels the task)
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from .record import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
+from .sweep_file import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 from .resume import resume_sweep_file, sweep_head
 from .server_proc import ServerProcess, Started, free_port, wait_port_free
 from .spec import Config, SweepSpec

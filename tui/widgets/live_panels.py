@@ -125,7 +125,7 @@ def lane_text(snap: Snapshot) -> str:
 
 
 def server_text(snap: Snapshot) -> str:
-    """The server's own view beside the client's (engine/drive/server_ops.py, docs/inside-the-server.md): its generation tok/s and KV use, with what only it knows when it says so:
+    """The server's own view beside the client's (engine/run/server_ops.py, docs/inside-the-server.md): its generation tok/s and KV use, with what only it knows when it says so:
     preemptions in the last 10 s, speculative decoding's accept length, and its prefix-cache hit
     rate beside the share of the live step's prompt tokens it reported cached. "" when it says
     none of the latter (its load alone is in the header). `cached` reads `…` while none of the

@@ -9,7 +9,7 @@ Shown only with more than one target (Snapshot.targets is empty with one). At 80
 the GPU panel's place (the GPUs are the first target's only) and lists the first
 NARROW_ROWS targets, `+N more` on its title line; from 150 columns it lists up to WIDE_ROWS,
 the GPU panel under it. `?` lists every URL. Every figure is the Snapshot's
-(engine/run/target_stats.py TargetStats.live): live windows, the server's own running / queued.
+(engine/core/target_stats.py TargetStats.live): live windows, the server's own running / queued.
 """
 
 from __future__ import annotations

@@ -2,25 +2,26 @@
 
     Engine.start()   -> check URL, detect the server, calibrate prompts, open the session,
                         start telemetry, the request pool and the ticker.
-    Engine.execute() -> a typed command (engine/run/commands.py): concurrency, pause, probe, ...
-    Engine.snapshot  -> the latest Snapshot (what the UI draws; built in engine/run/publisher.py)
+    Engine.execute() -> a typed command (engine/core/commands.py): concurrency, pause, probe, ...
+    Engine.snapshot  -> the latest Snapshot (what the UI draws; built in engine/core/publisher.py)
     Engine.stop()    -> stop all load, close the step, complete the session log.
 
 The TUI, the headless runner and the tests drive this same API. It knows nothing of Textual,
-nor of presets: the preset runner (engine/drive/preset_runner.py) drives it from above, and a
+nor of presets: the preset runner (engine/run/preset_runner.py) drives it from above, and a
 host makes it with the runner's command table (`new_engine` there: StartPreset, StartProfile
 added to COMMANDS below); a driver's task steers it until an operator command cancels it.
 engine/host.py runs it in its own process under the TUI, so drawing cannot delay its timestamps.
 
 Here: the life cycle, the commands (a table, `COMMANDS`) and the parts, each owning its state:
 - config, clock; the live windows (engine/measure/live_metrics.py) and the steps
-  (engine/measure/step_book.py), fed by the recorder (recording.py) through the named events
-  (engine/measure/events.py, subscribed in wiring.py); the event log (event_log.py);
+  (engine/measure/step_book.py), fed by Measurements (measurements.py: where every
+  measurement lands) through the named events, the hooks (engine/measure/hooks.py,
+  subscribed in wiring.py); the event log (event_log.py);
 - the targets (their Senders, health watches, gone and back, the server's profiler and cache
-  endpoints): target_set.py, target_stats.py;
+  endpoints): targets.py, target_stats.py;
 - the load it holds (held_load.py), started in load_start.py, with workers through its port
-  (engine/load/port.py, load_port.py); live steps: live_steps.py;
-- once a second (checks, the guard, the timeline row): each_second.py, with replan.py;
+  (engine/load/port.py, engine_port.py); live steps: live_steps.py;
+- once a second (checks, the guard, the timeline row): ticker.py, with replan.py;
 - the snapshot: publisher.py; the session's writes off the loop: disk.py (meta.json and
   summary.json: summary.py, provenance.py); the engine's life and tasks: lifetime.py; who
   steers it (the command table, the driver, the control API): steering.py.
@@ -52,23 +53,23 @@ from ..telemetry.hub import TelemetryHub
 from ..workload.arrivals import check_rate
 from ..workload.change import WorkloadChange
 from ..workload.prompts import PromptSource
-from . import commands as C
+from . import commands
 from .config import EngineConfig
 from .disk import Disk
-from .each_second import Ticker
+from .ticker import Ticker
 from .event_log import EventLog
 from .held_load import HeldLoad
 from .lifetime import Lifetime
 from .live_steps import LiveSteps
 from .load_start import fixed_size, make_load, prepare, start_telemetry
 from .publisher import Publisher, build_snapshot
-from .recording import FailureStreak, LaneListener, Recorder
+from .measurements import FailureStreak, LaneListener, Measurements
 from .snapshot import Snapshot
 from .steering import ControlApi, Handler, Steering
 from .summary import default_label, session_meta, summary_doc
-from .target_set import TargetSet
+from .targets import TargetSet
 from .target_stats import parse_weights
-from .wiring import lane_events, step_events
+from .wiring import lane_hooks, step_hooks
 
 if TYPE_CHECKING:
     import httpx
@@ -81,22 +82,22 @@ SERVER_NOT_READY = "server not ready"  # every target's /health answers 503 (eng
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, commands: Mapping[type, Handler[Engine]] | None = None) -> None:
-        """`commands`: the whole command table (default: the engine's own, COMMANDS; a host
-        gives engine/drive/preset_runner.py's, which adds the preset runner's commands)."""
+    def __init__(self, config: EngineConfig, table: Mapping[type, Handler[Engine]] | None = None) -> None:
+        """`table`: the whole command table (default: the engine's own, COMMANDS; a host
+        gives engine/run/preset_runner.py's, which adds the preset runner's commands)."""
         self.config = config
         self.clock = Clock.now()
         self.metrics = LiveMetrics()
         self.events = EventLog()
-        self.book = StepBook(self.clock, step_events(self._step_recorded, self._step_final), judge=STEP_JUDGE)
+        self.book = StepBook(self.clock, step_hooks(self._step_recorded, self._step_final), judge=STEP_JUDGE)
         self.book.percentiles = config.percentiles
-        self.recorder = Recorder(self.metrics, self.book, self.events, self.clock)  # every measurement lands here
+        self.measurements = Measurements(self.metrics, self.book, self.events, self.clock)  # every measurement lands here
         self.load = HeldLoad(base_workload=config.workload.describe())  # the load, filled at the start
-        self.targets = TargetSet(config, self.clock, self.events, self.recorder, self.metrics, self.load, self.stamp)
-        self.live = LiveSteps(config, self.book, self.recorder, self.load)  # steps as the operator makes them
+        self.targets = TargetSet(config, self.clock, self.events, self.measurements, self.metrics, self.load, self.stamp)
+        self.live = LiveSteps(config, self.book, self.measurements, self.load)  # steps as the operator makes them
         self.telemetry: TelemetryHub | None = None  # the first target's /metrics and the GPUs
         self.disk = Disk()  # the session's writes, off the loop
-        self.steering: Steering[Engine] = Steering(COMMANDS if commands is None else commands)
+        self.steering: Steering[Engine] = Steering(COMMANDS if table is None else table)
         self.life = Lifetime()
         self.ticker = Ticker(self)  # once a second: the checks and the timeline row
         self.publisher = Publisher(Snapshot(t=self.life.t0, elapsed_s=0.0, state="starting", target_c=config.concurrency,
@@ -123,15 +124,15 @@ class Engine:
         assert client is not None
         if cfg.out_dir is not None:
             session = SessionWriter(cfg.out_dir, session_meta(cfg, target), secrets=[cfg.api_key or "", cfg.control_token or "", cfg.admin_key or "", *target.info.secrets, *cfg.workload.secret_values()])
-            self.disk.session = self.recorder.session = self.events.session = session
+            self.disk.session = self.measurements.session = self.events.session = session
         if cfg.insecure:
             self.log("warning", "TLS certificate verification is OFF (--insecure)")
         weights = parse_weights(cfg.weights, 1 + len(cfg.more_urls))
-        self.recorder.load_sender = targets.add(client, target, weights[0]).sender
-        lane_sender = Sender(client, target, lane_events(LaneListener(self.recorder)), self.stamp,
+        self.measurements.load_sender = targets.add(client, target, weights[0]).sender
+        lane_sender = Sender(client, target, lane_hooks(LaneListener(self.measurements)), self.stamp,
                              self.clock.wall0 - self.clock.perf0, ids=targets.ids, workload=cfg.workload)
         load.lane = ProbeLane(lane_sender, self._lane_prompt)
-        self.recorder.lane_sender = lane_sender
+        self.measurements.lane_sender = lane_sender
         for url, w in zip(cfg.more_urls, weights[1:]):
             await targets.start_more(url, w)
         await prepare(self)
@@ -195,17 +196,17 @@ class Engine:
         self.publish(now, done=True)
 
     # -- commands (call on the engine's loop) -------------------------------------------
-    def execute(self, cmd: C.Command) -> object:
+    def execute(self, cmd: commands.Command) -> object:
         """One entry point for every command, by the engine's one table (`steering.commands`:
         TypeError for a command not in it); returns the reply (or a coroutine of it for
         SetWorkload/Probe/Abort/Flush, StartProfile). The snapshot is republished at once. The
         preset runner's commands (StartPreset, StartProfile) are in the table a host gives
-        (engine/drive/preset_runner.py new_engine): the engine knows no presets."""
+        (engine/run/preset_runner.py new_engine): the engine knows no presets."""
         run = self.steering.handler(cmd)
-        if isinstance(cmd, C.OPERATOR_TAKES_OVER):
+        if isinstance(cmd, commands.OPERATOR_TAKES_OVER):
             self.steering.cancel_driver()
         res = run(self, cmd)
-        if isinstance(cmd, C.SHOWN_LATER):
+        if isinstance(cmd, commands.SHOWN_LATER):
             return res
         if asyncio.iscoroutine(res):
             return self._then_publish(res)
@@ -265,7 +266,7 @@ class Engine:
         nothing was sent yet)."""
         ctl = self._ctl
         if ctl.open_loop:
-            self.set_concurrency(ctl.target)
+            self.set_concurrency(ctl.concurrency)
         else:
             r = self.load.last_rate
             if r is None:  # the step's own send rate (steadier than a 3 s window of completions)
@@ -302,13 +303,13 @@ class Engine:
             return f"rate {ctl.rate:g} req/s ({ctl.arrival.describe()}, cap {ctl.max_concurrency})"
         if ctl.mode == TRACE:
             return f"trace x{ctl.rate:g}"
-        return f"C={ctl.target}"
+        return f"C={ctl.concurrency}"
 
     def stamp(self, t_intended: float | None = None) -> tuple[int, int, str]:
         """(step, concurrency, phase) for a request sent now, or scheduled at `t_intended`
         (open loop: the step that scheduled it owns it); an open loop's concurrency is its cap."""
         ctl = self.load.controller
-        c = 0 if ctl is None else (ctl.max_concurrency if ctl.open_loop else ctl.target)
+        c = 0 if ctl is None else (ctl.max_concurrency if ctl.open_loop else ctl.concurrency)
         return self.book.stamp(c, t_intended)
 
     def note_held(self, dropped: bool, t_intended: float | None = None) -> None:
@@ -328,7 +329,7 @@ class Engine:
 
     def resume(self) -> None:
         self._ctl.resume()
-        self.log("key", f"resumed at C={self._ctl.target}")
+        self.log("key", f"resumed at C={self._ctl.concurrency}")
         self.live.roll()
 
     def toggle_pause(self) -> None:
@@ -471,7 +472,7 @@ class Engine:
     @property
     def totals(self) -> RunTotals:
         """The whole run, for the end summary (engine/measure/run_totals.py)."""
-        return self.recorder.totals
+        return self.measurements.totals
 
     @property
     def server_gone(self) -> bool:
@@ -479,8 +480,8 @@ class Engine:
 
     @property
     def failure_streak(self) -> FailureStreak:
-        """The load's failures in a row, and the last reason (engine/run/recording.py)."""
-        return self.recorder.streak
+        """The load's failures in a row, and the last reason (engine/core/measurements.py)."""
+        return self.measurements.streak
 
     @property
     def steps(self) -> list[StepResult]:
@@ -562,26 +563,26 @@ class Engine:
         return s
 
     def publish(self, now: float, done: bool = False) -> None:
-        """A new Snapshot, to every subscriber (engine/run/publisher.py)."""
+        """A new Snapshot, to every subscriber (engine/core/publisher.py)."""
         self.publisher.publish(build_snapshot(self, now, done))
 
 
-# The engine's commands (engine/run/commands.py): what each one runs. A coroutine's reply is
+# The engine's commands (engine/core/commands.py): what each one runs. A coroutine's reply is
 # awaited by whoever sent it (the snapshot is republished when it is done).
 COMMANDS: dict[type, Handler[Engine]] = {
-    C.SetConcurrency: lambda e, c: e.raise_max(c.n) if c.raise_max else e.set_concurrency(c.n),
-    C.SetRate: lambda e, c: e.set_rate(c.rate),
-    C.ToggleMode: lambda e, c: e.toggle_mode(),
-    C.SetWorkload: lambda e, c: e.set_workload(c.change),
-    C.TogglePause: lambda e, c: e.toggle_pause(),
-    C.Probe: lambda e, c: e.probe(),
-    C.Abort: lambda e, c: e.abort(),
-    C.Restore: lambda e, c: e.restore(),
-    C.CancelPreset: lambda e, c: e.steering.cancel_driver(),
-    C.Flush: lambda e, c: e.flush(),
-    C.ToggleLane: lambda e, c: e.toggle_lane(),
-    C.SetSlo: lambda e, c: e.set_slo(c.slo),
-    C.Log: lambda e, c: e.log(c.kind, c.text),
+    commands.SetConcurrency: lambda e, c: e.raise_max(c.n) if c.raise_max else e.set_concurrency(c.n),
+    commands.SetRate: lambda e, c: e.set_rate(c.rate),
+    commands.ToggleMode: lambda e, c: e.toggle_mode(),
+    commands.SetWorkload: lambda e, c: e.set_workload(c.change),
+    commands.TogglePause: lambda e, c: e.toggle_pause(),
+    commands.Probe: lambda e, c: e.probe(),
+    commands.Abort: lambda e, c: e.abort(),
+    commands.Restore: lambda e, c: e.restore(),
+    commands.CancelPreset: lambda e, c: e.steering.cancel_driver(),
+    commands.Flush: lambda e, c: e.flush(),
+    commands.ToggleLane: lambda e, c: e.toggle_lane(),
+    commands.SetSlo: lambda e, c: e.set_slo(c.slo),
+    commands.Log: lambda e, c: e.log(c.kind, c.text),
 }
 
 __all__ = ["Engine", "EngineConfig", "TargetUnreachable", "default_label"]

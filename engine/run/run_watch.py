@@ -1,18 +1,18 @@
 """What ends a preset's step (or its probe) before its figures do: the events no step's
 figures hold (engine/rules/breaks.py RunEvent). Checked every poll of the step's warm-up and
-hold (engine/drive/step_run.py), so each is said within a poll of happening:
+hold (engine/run/step_run.py), so each is said within a poll of happening:
 
-- `server_gone`: every target stopped answering (engine/run/target_set.py);
+- `server_gone`: every target stopped answering (engine/core/targets.py);
 - `stalled`: requests in flight and no output token for `stall_s` (default STALL_S; `[stop]
   stall_s`). A hung server accepts requests, holds them and streams nothing; nothing fails
   and nothing ends, so no rule on the step's figures would ever fire. Watched on the count of
-  the load's tokens received (engine/run/recording.py Recorder.tokens_received: worker
+  the load's tokens received (engine/core/measurements.py Measurements.tokens_received: worker
   processes report theirs late, on their own clocks, but a count only grows) against this
   process's clock: the silence starts at the first poll that saw requests in flight and no
-  new token. While a profiler capture's trace is being written (engine/drive/server_ops.py:
+  new token. While a profiler capture's trace is being written (engine/run/server_ops.py:
   SGLang's scheduler makes no token then) the silence is not counted;
 - `errors`: CONSECUTIVE_FAILURES_END (20) of the step's requests failed in a row, no request
-  completing between them (engine/run/recording.py FailureStreak, counted from the step's or
+  completing between them (engine/core/measurements.py FailureStreak, counted from the step's or
   the probe's start): a server that refuses everything (a model it does not serve, a 404 for
   every request) is not hammered until the step's hold ends. Its detail carries the server's
   own reason: `errors: 20 requests failed in a row at C=8 (HTTP 404: The model 'llama-3-70b'
@@ -29,7 +29,7 @@ from ..constants import CONSECUTIVE_FAILURES_END, STALL_S
 from .server_ops import trace_being_written
 
 if TYPE_CHECKING:
-    from ..run.engine import Engine
+    from ..core.engine import Engine
 
 WARMING = "'s warm-up"  # "during C=128's warm-up"
 
@@ -93,7 +93,7 @@ class RunWatch:
         n = e.in_flight
         if trace_being_written(e):  # the server writes a profiler trace: its silence is not a stall
             self.stall.reset()
-        quiet = self.stall.quiet(time.perf_counter(), n, e.recorder.tokens_received, self.step)
+        quiet = self.stall.quiet(time.perf_counter(), n, e.measurements.tokens_received, self.step)
         if quiet >= self.stall.stall_s:
             began = self.stall.began
             since = f" since {began[1]} (at {where})" if began is not None and began != self.step and began[1] else f" at {where}"

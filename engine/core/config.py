@@ -41,18 +41,18 @@ class EngineConfig:
     rate: float | None = None
     arrival: str = "poisson"  # poisson | constant | gamma:K
     # more targets (`--url` repeated: replicas behind no router, one server per node): the
-    # load is split over url + more_urls by `weights` (None: evenly); engine/run/target_stats.py
+    # load is split over url + more_urls by `weights` (None: evenly); engine/core/target_stats.py
     more_urls: tuple[str, ...] = ()
     weights: tuple[float, ...] | None = None
     workers: int = 1  # --workers N: the load in N worker processes (engine/load/worker_pool.py); 1 = this process
     workers_why: str = ""  # --workers auto chose them: why, in words (with the start notice)
-    workers_auto: bool = False  # --workers auto (the CLI's default): the run may add worker processes (engine/run/replan.py)
+    workers_auto: bool = False  # --workers auto (the CLI's default): the run may add worker processes (engine/core/replan.py)
     ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/load/ray_pool.py)
     # --control [HOST:]PORT: the control API in the engine's process (engine/control/http_api.py),
     # an engine.control.ControlAddress; its bearer token never printed, logged or written
     control: object | None = None
     control_token: str | None = field(default=None, repr=False)
-    # looking inside the server (engine/drive/server_ops.py): a profiler capture lasts at most
+    # looking inside the server (engine/run/server_ops.py): a profiler capture lasts at most
     # profile_s (`--profile-s`); flush_cache (`--flush-cache`) drains and flushes the prefix
     # cache before each preset step and the probe
     profile_s: float = 5.0

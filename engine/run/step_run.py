@@ -9,7 +9,7 @@
   of `min_requests` closes with what it has: its own requests still waiting are censored
   (engine/measure/accumulator.py), so its TTFT is a lower bound, never missing.
 
-Every poll of its warm-up and hold asks the run's watch (engine/drive/run_watch.py) whether
+Every poll of its warm-up and hold asks the run's watch (engine/run/run_watch.py) whether
 an event ends it first: the server gone, a stall, requests failing N in a row. A step ended
 by one is recorded when it measured something (a stall, failures: its figures say what the
 server did), not when the server went (no figure of it is its own).
@@ -25,13 +25,13 @@ from ..constants import MIN_LIVE_STEP_S, SETTLE_MAX_S
 from ..measure.accumulator import StepAccumulator
 from ..measure.step_result import StepResult
 from ..preset import Preset, StepPlan
-from ..run.engine import Engine
+from ..core.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush, start_capture
 
 STEP_POLL_S = 0.05  # a step's warm-up and hold look this often whether they are done (a step ends within this of its last condition)
 
-Event = tuple[str, str]  # (reason, detail): engine/drive/run_watch.py RunWatch.check
+Event = tuple[str, str]  # (reason, detail): engine/run/run_watch.py RunWatch.check
 
 
 def where(plan: StepPlan) -> str:
@@ -190,7 +190,7 @@ async def run_step(engine: Engine, plan: StepPlan, label: str, watch: RunWatch, 
     None when it was not recorded; the event that ended it, or None).
     The load is set before the step opens, with no await between: no request goes out in
     between, and the step carries the load's shape. With a cache flush, the load drains to
-    zero and the cache is flushed first (engine/drive/server_ops.py): the drain is in no step.
+    zero and the cache is flushed first (engine/run/server_ops.py): the drain is in no step.
     With a profiler capture at this load, it starts once the step measures and stops after
     --profile-s or at the step's end."""
     book = engine.book
@@ -250,7 +250,7 @@ def _sent_before(engine: Engine) -> int:
     worker processes, their reported in-flight."""
     ctl = engine.controller
     waiting = ctl.waiting if ctl is not None else 0
-    sender = engine.recorder.load_sender
+    sender = engine.measurements.load_sender
     if engine.pool is None and sender is not None:
         return len(sender.in_flight) + waiting
     return engine.in_flight + waiting

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from .held_load import HeldLoad
     from .lifetime import Lifetime
     from .live_steps import LiveSteps
-    from .recording import Recorder
-    from .target_set import TargetSet
+    from .measurements import Measurements
+    from .targets import TargetSet
 
 
 class Summarized(Protocol):
@@ -29,7 +29,7 @@ class Summarized(Protocol):
     config: EngineConfig
     book: StepBook
     metrics: LiveMetrics
-    recorder: Recorder
+    measurements: Measurements
     targets: TargetSet
     load: HeldLoad
     live: LiveSteps
@@ -81,14 +81,14 @@ def summary_doc(e: Summarized) -> dict[str, Any]:
         "steps": [step_doc(s, cfg.slo) for s in b.steps],
         **summary_knee(b.steps, b.search, b.plateau_gain),
         "break": b.break_result.to_dict() if b.break_result else None,
-        **({"cause": b.cause} if b.cause else {}),  # the cap detector's finding beside it (engine/drive/ramp_record.py)
+        **({"cause": b.cause} if b.cause else {}),  # the cap detector's finding beside it (engine/run/ramp_record.py)
         "probe": b.probe_result.to_dict() if b.probe_result else None,
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
         "targets": [st.stats.summary(time.perf_counter() - e.life.t0) for st in e.targets],
         "workers": e.load.pool.summary() if e.load.pool is not None else [_this_process(e)],
         # the whole run at once, as bench_serving reports it (engine/measure/run_totals.py)
-        "run": e.recorder.totals.summary(cfg.percentiles),
+        "run": e.measurements.totals.summary(cfg.percentiles),
     }
 
 
@@ -110,7 +110,7 @@ def _this_process(e: Summarized) -> dict[str, Any]:
     return {
         "worker": 0, "node": _node(), "alive": True,
         "share": e.live.concurrency() if e.load.controller is not None else 0,
-        "requests": e.recorder.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
+        "requests": e.measurements.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
         "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
         "cpu_pct": round(100.0 * (time.process_time() - e.life.cpu0) / d, 1),
     }

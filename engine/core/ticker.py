@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample, ServerSample
     from .disk import Disk
     from .lifetime import Lifetime
-    from .recording import Recorder
+    from .measurements import Measurements
     from .steering import Driven
 
 
@@ -47,7 +47,7 @@ class Watched(Replanned, Protocol):
 
     clock: Clock
     book: StepBook
-    recorder: Recorder
+    measurements: Measurements
     disk: Disk
     life: Lifetime
 
@@ -79,7 +79,7 @@ class Ticker:
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
-        self.replan = Replanner(engine)  # --workers auto while the run goes (engine/run/replan.py)
+        self.replan = Replanner(engine)  # --workers auto while the run goes (engine/core/replan.py)
         self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
     # -- start / stop -------------------------------------------------------------------------
@@ -113,13 +113,13 @@ class Ticker:
         second pause ~1-1.5 ms each and feed the same gaps, each by its own arrival time."""
         while True:
             await asyncio.sleep(HARVEST_INTERVAL_S)
-            self.e.recorder.harvest_all()
+            self.e.measurements.harvest_all()
 
     # -- each second ----------------------------------------------------------------------------
     def each_second(self, now: float) -> None:
         e = self.e
         self._check_trace_end()
-        e.recorder.harvest_all()
+        e.measurements.harvest_all()
         e.metrics.recompute_percentiles(now)
         srv = self.server_total()
         power = total_power_w(e.telemetry.gpus) if e.telemetry else None
@@ -127,8 +127,7 @@ class Ticker:
         ev = e.events
         ctl = e.load.controller
         if self.cap is not None and ctl is not None:
-            target = ctl.target
-            warning = self.cap.update(now, target, e.in_flight, srv)
+            warning = self.cap.update(now, ctl.concurrency, e.in_flight, srv)
             if warning:
                 ev.warn(warning, key="server cap")
             elif srv is not None and srv.running is not None and srv.queued is not None:
@@ -178,7 +177,7 @@ class Ticker:
 
     def _check_crowded(self, now: float) -> None:
         """More streams than the load processes hold, by what the run measured
-        (engine/run/replan.py): `--workers auto` adds worker processes, else a warning while it lasts."""
+        (engine/core/replan.py): `--workers auto` adds worker processes, else a warning while it lasts."""
         self.replan.each_second(now, self.health)
 
     def server_total(self) -> ServerSample | None:
@@ -220,13 +219,13 @@ class Ticker:
         if live is not None and live.p99_ttft_ms_bound and live.p99_ttft_ms is not None:
             p99_ms = max(p99_ms or 0.0, live.p99_ttft_ms)
         temps = [x.temp_c for x in (e.telemetry.gpus if e.telemetry else []) if x.temp_c is not None]
-        to = g.second(ctl.target, err_rate, p99_ms, max(temps) if temps else None)
+        to = g.second(ctl.concurrency, err_rate, p99_ms, max(temps) if temps else None)
         if to is None:
             if g.crossed_for:
                 e.events.hold("guard crossing", f"guard: {g.reason} for {g.crossed_for} s (drops the load at {g.sustain_s} s)", now)
             return
         e.events.clear("guard crossing")
-        was = ctl.target
+        was = ctl.concurrency
         if e.steering.cancel_driver():
             e.log("preset", "preset stopped by a guard")
         e.set_concurrency(to, kind="guard")
@@ -246,14 +245,14 @@ class Ticker:
             sec=e.metrics.take_second(now),
             stats=e.metrics.percentiles,
             state=e.state,
-            target_c=ctl.target if ctl else 0,
+            target_c=ctl.concurrency if ctl else 0,
             in_flight=e.in_flight,
             backing_off=e.backing_off,
             server=tel.server if tel else None,
             health=self.health,
             gpus=tel.gpus if tel else [],
             good_share=(e.metrics.good_share(now) or 0.0) if e.metrics.slo is not None else None,
-            lane=e.recorder.lane_stats.p50_ms(now) if lane is not None and lane.on else None,
+            lane=e.measurements.lane_stats.p50_ms(now) if lane is not None and lane.on else None,
             shape=self._shape_row(ctl),
         )
         self.second += 1

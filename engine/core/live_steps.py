@@ -1,7 +1,7 @@
 """Steps as the operator makes them: every change of the load (a key, a command from the
 control API) closes the live step and opens the next, at the new load (docs/numbers.md#what-a-steps-figures-describe).
 
-A preset run (engine/drive/preset_runner.py) manages its own steps: it suspends the rolling and resumes it
+A preset run (engine/run/preset_runner.py) manages its own steps: it suspends the rolling and resumes it
 when it ends. With worker processes a step is recorded only once every worker has reported
 what it measured before the step closed (`pending`, awaited at stop).
 """
@@ -21,17 +21,17 @@ if TYPE_CHECKING:
     from ..measure.step_book import StepBook
     from .config import EngineConfig
     from .held_load import HeldLoad
-    from .recording import Recorder
+    from .measurements import Measurements
 
 
 class LiveSteps:
-    """The live steps: the engine's config (`live_steps`), its step book, the recorder (a
+    """The live steps: the engine's config (`live_steps`), its step book, its Measurements (a
     close harvests first) and the load it holds (its shape; with workers, their reports)."""
 
-    def __init__(self, config: EngineConfig, book: StepBook, recorder: Recorder, load: HeldLoad) -> None:
+    def __init__(self, config: EngineConfig, book: StepBook, measurements: Measurements, load: HeldLoad) -> None:
         self.config = config
         self.book = book
-        self.recorder = recorder
+        self.measurements = measurements
         self.load = load
         self.pending: list[asyncio.Future[None]] = []  # live steps waiting for the workers' last reports
 
@@ -39,7 +39,7 @@ class LiveSteps:
         """A step's concurrency: C, or an open loop's in-flight cap."""
         ctl = self.load.controller
         assert ctl is not None
-        return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.target
+        return ctl.max_concurrency if ctl.open_loop and not ctl.probing else ctl.concurrency
 
     def sync_shape(self) -> None:
         """Steps opened from now carry the load's shape (mode, rate, arrival)."""
@@ -81,7 +81,7 @@ class LiveSteps:
         now = time.perf_counter()
         pool, book = self.load.pool, self.book
         if pool is None:
-            self.recorder.harvest_all()
+            self.measurements.harvest_all()
             book.close_live(now)
             return
         acc = book.detach_live(now)
@@ -103,7 +103,7 @@ class LiveSteps:
             for _ in range(CLOSE_CATCH_UP_TURNS):
                 await asyncio.sleep(0)
             now = time.perf_counter()
-            self.recorder.harvest_all()
+            self.measurements.harvest_all()
             return self.book.close_step(acc, now)
         now = time.perf_counter()
         acc.close(now)

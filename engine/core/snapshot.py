@@ -1,6 +1,6 @@
 """What the UI sees: an immutable picture of the engine, published a few times a second.
 
-The UI never reads engine internals; it reads the latest Snapshot (built in engine/run/publisher.py).
+The UI never reads engine internals; it reads the latest Snapshot (built in engine/core/publisher.py).
 Every number here is computed in engine/measure/live_metrics.py (live windows), engine/measure/accumulator.py (step
 results) or engine/telemetry (server, GPUs, client health).
 """
@@ -44,7 +44,7 @@ class Snapshot:
     previous_rate: float | None = None  # the probe's `was`: the open loop's rate before it (None: it was C)
     turns: int = 1  # multi-turn: turns per session (concurrency then counts sessions)
     trace_progress: tuple[int, int] | None = None  # trace replay: (rows sent, rows in the trace)
-    # many targets (--url repeated, engine/run/target_stats.py): one row each, live: url, output_tok_s,
+    # many targets (--url repeated, engine/core/target_stats.py): one row each, live: url, output_tok_s,
     # errors_s, ttft/e2e p50/p99 ms, gone, the server's running and queued; () with one target
     targets: tuple[dict, ...] = ()
     # --workers N (engine/load/worker_pool.py): one row each: worker, node, alive, share, requests,
@@ -85,7 +85,7 @@ class Snapshot:
     cancelled: int = 0
     errors_by_kind: dict = field(default_factory=dict)
     # the load's failed requests in a row (a completed one resets it) and the server's reason for
-    # the last one (engine/run/recording.py FailureStreak)
+    # the last one (engine/core/measurements.py FailureStreak)
     failures_in_a_row: int = 0
     last_failure: str = ""
     output_tokens_total: int = 0

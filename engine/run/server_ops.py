@@ -13,7 +13,7 @@
   asked for, else SGLang's default, `SGLANG_TORCH_PROFILER_DIR` or `/tmp`
   (`scheduler_profiler_mixin.py`, 0.5.23 `scheduler_components/profiler_manager.py`); redline
   sends its own `profile_prefix` and, when the server runs on this host, finds the files there
-  (engine/drive/trace_place.py). A refusal or failure is HTTP 500 (a RuntimeError of the
+  (engine/run/trace_place.py). A refusal or failure is HTTP 500 (a RuntimeError of the
   scheduler's message, which only the server's log shows).
 - **Cache flush** (`[ramp] flush_cache = true`, `--flush-cache`): the load drains to zero (its
   own requests end), then the prefix cache is flushed, by what the server said it is: SGLang
@@ -32,7 +32,7 @@ A server without an endpoint (404, 405, 501) gets one warning line, once per ope
 error; later calls to that operation are skipped quietly. So does a 401/403.
 
 The endpoints themselves (ServerOps) are engine/client/server_admin.py; the engine keeps its
-first target's (engine/run/target_set.py server_ops).
+first target's (engine/core/targets.py server_ops).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from .trace_place import find_traces, trace_pattern
 
 if TYPE_CHECKING:
     from ..measure.accumulator import StepAccumulator
-    from ..run.engine import Engine
+    from ..core.engine import Engine
 
 __all__ = [
     "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",
@@ -68,7 +68,7 @@ POLL_S = 0.05
 
 
 def server_ops(engine: Engine) -> ServerOps:
-    """The engine's ServerOps: its first target's (engine/run/target_set.py), made on first use."""
+    """The engine's ServerOps: its first target's (engine/core/targets.py), made on first use."""
     return engine.targets.server_ops()
 
 

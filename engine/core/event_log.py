@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 WARNING_HOLD_S = 10.0  # a warning stays on screen this long after its condition was last seen
 LOG_LINES = 200  # lines kept in memory for the screen
-SUPERSEDED_BY_GONE = ("overloaded",)  # warning keys (engine/run/engine.py) moot once the server is gone
+SUPERSEDED_BY_GONE = ("overloaded",)  # warning keys (engine/core/engine.py) moot once the server is gone
 SOURCED = ("key", "probe", "workload")  # the kinds an operator command logs (see `source`)
 ERROR_TEXT = 120  # characters of an error's text a folded line keeps
 

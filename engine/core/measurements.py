@@ -1,9 +1,9 @@
-"""Where every measurement lands: the load's requests' events, the harvest of in-flight
+"""Where every measurement lands: the load's requests' hooks, the harvest of in-flight
 requests' gaps, the workers' replayed reports and the probe lane's own subscriber.
 
-Each target's Sender fires its requests' events (engine/measure/events.py) to its TargetStats
-(engine/run/target_stats.py) and here (subscribed in engine/run/wiring.py); worker processes'
-reports are replayed into the same events (engine/load/worker_pool.py). From here each value
+Each target's Sender fires its requests' hooks (engine/measure/hooks.py) to its TargetStats
+(engine/core/target_stats.py) and here (subscribed in engine/core/wiring.py); worker processes'
+reports are replayed into the same hooks (engine/load/worker_pool.py). From here each value
 goes to the live windows (engine/measure/live_metrics.py), the steps (engine/measure/step_book.py),
 the run's totals, the Prometheus figures (engine/control/prometheus.py, with --control: the
 harvest's gaps here, ended requests subscribed beside) and the session log (engine/session/writer.py).
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 from ..load.probe_lane import LaneStats, is_lane
 from ..load.sender import Sender
-from ..measure import records as R
+from ..measure import records
 from ..measure.accumulator import new_gaps
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock, RequestRecord
@@ -59,16 +59,16 @@ class FailureStreak:
     def on_end(self, rec: RequestRecord) -> None:
         if rec.phase == "calibration":
             return
-        if rec.status == R.OK:
+        if rec.status == records.OK:
             self.count = 0
-        elif rec.status == R.FAILED:
+        elif rec.status == records.FAILED:
             self.count += 1
             self.kind = rec.error_kind
             self.reason = rec.error_text or rec.error_kind
 
 
-class Recorder:
-    """A subscriber of every load request's events (engine/run/wiring.py), and the harvest."""
+class Measurements:
+    """A subscriber of every load request's hooks (engine/core/wiring.py), and the harvest."""
 
     def __init__(self, metrics: LiveMetrics, book: StepBook, events: EventLog, clock: Clock) -> None:
         self.metrics = metrics
@@ -77,18 +77,18 @@ class Recorder:
         self.clock = clock
         self.lane_stats = LaneStats()
         self.session: SessionWriter | None = None  # set once the session directory is open
-        self.prom: GapExport | None = None  # with --control (engine/run/wiring.py with_prometheus)
+        self.prom: GapExport | None = None  # with --control (engine/core/wiring.py with_prometheus)
         self.load_sender: Sender | None = None  # every load Sender shares its in-flight records and cursor
         self.lane_sender: Sender | None = None
         self.ended = 0  # the load's requests that ended (start-up's own not counted)
         self.totals = RunTotals()  # the whole run (engine/measure/run_totals.py), for the end summary
         self.streak = FailureStreak()  # the load's failed requests in a row, and the server's last reason
         # the load's output tokens received, and the arrival of the latest (a preset's stall
-        # rule, engine/drive/stall.py, watches the count: worker processes report it late)
+        # rule, engine/run/run_watch.py, watches the count: worker processes report it late)
         self.tokens_received = 0
         self.last_token_t: float | None = None
 
-    # -- the load's requests' events ----------------------------------------------------------
+    # -- the load's requests' hooks -----------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
         self.book.on_send(rec)
         if rec.phase != "calibration":
@@ -112,7 +112,7 @@ class Recorder:
         self.harvest(rec)
         # failed requests stay out of every latency figure; a cancelled one (the client's abort,
         # the run's end) keeps what the server served it
-        if rec.status == R.FAILED and not is_lane(rec):
+        if rec.status == records.FAILED and not is_lane(rec):
             self.unmeasure_gaps(rec.gaps_from(1))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
@@ -128,7 +128,7 @@ class Recorder:
             self.ended += 1
         if self.session is not None:
             self.session.add_record(rec, self.clock)  # scrubs error text before cutting it
-        if rec.status == R.FAILED:
+        if rec.status == records.FAILED:
             self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
 
     # -- gaps ---------------------------------------------------------------------------------
@@ -207,8 +207,8 @@ class LaneListener:
     """The probe lane's requests' subscriber: their own live window and step figures, their own
     rows, never the load's tokens or latencies."""
 
-    def __init__(self, recorder: Recorder) -> None:
-        self.r = recorder
+    def __init__(self, measurements: Measurements) -> None:
+        self.r = measurements
 
     def on_send(self, rec: RequestRecord) -> None:
         self.r.lane_stats.waiting[rec.rid] = rec.t_start
@@ -228,9 +228,9 @@ class LaneListener:
         r.lane_stats.waiting.pop(rec.rid, None)
         if r.lane_sender is not None:
             r.harvest(rec, r.lane_sender)
-        if rec.status == R.OK:
+        if rec.status == records.OK:
             r.lane_stats.completed += 1
-        elif rec.status == R.FAILED:
+        elif rec.status == records.FAILED:
             r.lane_stats.failed += 1
         if r.session is not None:
             r.session.add_record(rec, r.clock)

@@ -1,9 +1,9 @@
 """`--workers auto` while the run goes: sized again each second from what it measured.
 
-Once a second (engine/run/each_second.py) the plan of engine/load/worker_count.py is made again
+Once a second (engine/core/ticker.py) the plan of engine/load/worker_count.py is made again
 from the run's own figures: the load processes' CPU (the engine's own process, or its worker
 processes: the client-health reading of the process tree) over the tokens they received per
-second, and the token interval (the live ITL median). When the load (the target C, or what is
+second, and the token interval (the live ITL median). When the load (the C asked for, or what is
 in flight) is more than the current processes hold:
 
 - worker processes started by `--workers auto` get more beside them (WorkerPool.grow), one line
@@ -55,11 +55,11 @@ class Replanner:
         return max(1, sum(1 for s in pool.states if s.alive))
 
     def streams(self) -> int:
-        """The load to hold: the target C in a closed loop (it is where the run is going), else in flight."""
+        """The load to hold: the C asked for in a closed loop (it is where the run is going), else in flight."""
         e = self.e
         ctl = e.load.controller
-        target = ctl.target if ctl is not None and ctl.mode == "concurrency" and not ctl.probing and not ctl.paused else 0
-        return max(target, e.in_flight)
+        asked = ctl.concurrency if ctl is not None and ctl.mode == "concurrency" and not ctl.probing and not ctl.paused else 0
+        return max(asked, e.in_flight)
 
     def each_second(self, now: float, health: ClientHealthSample | None) -> None:
         e = self.e

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..client.server_watch import SUSPECT_KINDS
 from ..constants import ERROR_TEXT_CHARS, LATENCY_WINDOW_S, RATE_WINDOW_S
-from ..measure import records as R
+from ..measure import records
 from ..measure.histogram import Digest, RollingDigest
 from ..measure.live_metrics import RateWindow
 from ..measure.records import RequestRecord
@@ -56,8 +56,8 @@ def _ms(v: float | None) -> float | None:
 
 
 class TargetStats:
-    """One target's figures: a subscriber of its Sender's events (engine/run/wiring.py), beside
-    the engine's Recorder, so the session-wide figures stay the sum of the targets'."""
+    """One target's figures: a subscriber of its Sender's events (engine/core/wiring.py), beside
+    the engine's Measurements, so the session-wide figures stay the sum of the targets'."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -91,19 +91,19 @@ class TargetStats:
         watch = self.watch
         if rec.phase != "calibration":
             t = rec.t_end if rec.t_end is not None else rec.t_send
-            if rec.status == R.OK:
+            if rec.status == records.OK:
                 self.completed += 1
                 if rec.e2e is not None:
                     self.e2e.add(t, rec.e2e)
                     self.e2e_all.add(rec.e2e)
-            elif rec.status == R.FAILED:
+            elif rec.status == records.FAILED:
                 self.failed += 1
                 self.errors.add(t, 1)
-        if rec.status == R.FAILED:  # its tokens are no throughput (calibration's neither)
+        if rec.status == records.FAILED:  # its tokens are no throughput (calibration's neither)
             credits = rec.credits()
             self.out_tokens.remove_many(credits)
             self.out_tokens_total -= sum(n for _, n in credits)
-        if watch is not None and rec.status == R.OK:
+        if watch is not None and rec.status == records.OK:
             watch.succeeded()  # a failure was judged by the Sender (engine/load/sender.py), or judge_remote_end
 
     def judge_remote_end(self, rec: RequestRecord) -> None:
@@ -113,9 +113,9 @@ class TargetStats:
         which holds the load, and one still `connect` or `disconnect` is `server_gone` once that
         watch says the server is gone."""
         watch = self.watch
-        if watch is not None and rec.status == R.FAILED and rec.error_kind in (*SUSPECT_KINDS, R.ERR_SERVER_GONE):
-            if watch.gone and rec.error_kind != R.ERR_SERVER_GONE:
-                rec.error_kind = R.ERR_SERVER_GONE
+        if watch is not None and rec.status == records.FAILED and rec.error_kind in (*SUSPECT_KINDS, records.ERR_SERVER_GONE):
+            if watch.gone and rec.error_kind != records.ERR_SERVER_GONE:
+                rec.error_kind = records.ERR_SERVER_GONE
                 rec.error_text = f"server gone: {rec.error_text}"[:ERROR_TEXT_CHARS]
             elif not watch.gone:
                 watch.connect_failed()

@@ -7,24 +7,24 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..load.port import TargetReplay
-    from ..measure.events import RequestEvents
+    from ..measure.hooks import RequestHooks
     from ..measure.histogram import LogHistogram
     from ..measure.live_metrics import LiveMetrics
     from ..measure.records import RequestRecord
     from ..measure.step_book import StepBook
     from ..workload.prompts import WorkloadConfig
     from .config import EngineConfig
-    from .recording import Recorder
-    from .target_set import TargetSet
+    from .measurements import Measurements
+    from .targets import TargetSet
     from .target_stats import TargetStats
 
 
 class Coordinating(Protocol):
-    """What the port reads of the engine (engine/run/engine.py Engine)."""
+    """What the port reads of the engine (engine/core/engine.py Engine)."""
 
     config: EngineConfig
     book: StepBook
-    recorder: Recorder
+    measurements: Measurements
     metrics: LiveMetrics
     targets: TargetSet
 
@@ -34,27 +34,27 @@ class Coordinating(Protocol):
 
 
 class Replay:
-    """A target's load events as a worker pool replays its workers' reports into them
+    """A target's load hooks as a worker pool replays its workers' reports into them
     (engine/load/port.py TargetReplay): the same subscribers as one process's requests."""
 
-    __slots__ = ("_events", "_stats")
+    __slots__ = ("_hooks", "_stats")
 
-    def __init__(self, events: RequestEvents, stats: TargetStats) -> None:
-        self._events = events
+    def __init__(self, hooks: RequestHooks, stats: TargetStats) -> None:
+        self._hooks = hooks
         self._stats = stats
 
     def on_send(self, rec: RequestRecord) -> None:
-        self._events.sent.fire(rec)
+        self._hooks.sent.fire(rec)
 
     def on_first(self, rec: RequestRecord) -> None:
-        self._events.first_token.fire(rec)
+        self._hooks.first_token.fire(rec)
 
     def on_tokens(self, t: float, n: int) -> None:
-        self._events.tokens.fire(t, n)
+        self._hooks.tokens.fire(t, n)
 
     def on_remote_end(self, rec: RequestRecord) -> None:
         self._stats.judge_remote_end(rec)  # a failure that may mean the server died asks its watch
-        self._events.ended.fire(rec)
+        self._hooks.ended.fire(rec)
 
 
 class EnginePort:
@@ -70,7 +70,7 @@ class EnginePort:
         return self._e.book.stamp(concurrency, t)
 
     def listeners(self) -> Sequence[TargetReplay]:
-        return [Replay(t.sender.events, t.stats) for t in self._e.targets]
+        return [Replay(t.sender.hooks, t.stats) for t in self._e.targets]
 
     def urls(self) -> Sequence[str]:
         return [t.target.url for t in self._e.targets]
@@ -88,10 +88,10 @@ class EnginePort:
         self._e.book.abandon_held(times)
 
     def on_gaps(self, gaps: list) -> None:
-        self._e.recorder.on_remote_gaps(gaps)
+        self._e.measurements.on_remote_gaps(gaps)
 
     def unmeasure_gaps(self, gaps: list) -> None:
-        self._e.recorder.unmeasure_gaps(gaps)
+        self._e.measurements.unmeasure_gaps(gaps)
 
     def on_cuts(self, t: float, cuts: list) -> None:
         self._e.book.take_remote_cuts(t, cuts)

@@ -1,5 +1,5 @@
 """The session's targets (`--url`, repeated): each its own client, Sender, health watch and
-/metrics poller (engine/run/target_stats.py TargetState), the choice of the next one, what the
+/metrics poller (engine/core/target_stats.py TargetState), the choice of the next one, what the
 engine does when one goes or comes back, and the first target's profiler and cache endpoints
 (engine/client/server_admin.py ServerOps, made on first use).
 
@@ -24,7 +24,7 @@ from ..constants import OVERLOAD_BACKOFF_MAX_S
 from ..load.sender import Sender, Stamp
 from ..telemetry.hub import TelemetryHub
 from .target_stats import TargetState, TargetStats
-from .wiring import load_events
+from .wiring import load_hooks
 
 if TYPE_CHECKING:
     from ..measure.live_metrics import LiveMetrics
@@ -32,19 +32,19 @@ if TYPE_CHECKING:
     from .config import EngineConfig
     from .event_log import EventLog
     from .held_load import HeldLoad
-    from .recording import Recorder
+    from .measurements import Measurements
 
 
 class TargetSet:
     """Every target, the first first (`target`, `client`: the engine's own); iterable, sized and
     indexed as the list of their TargetStates."""
 
-    def __init__(self, config: EngineConfig, clock: Clock, events: EventLog, recorder: Recorder, metrics: LiveMetrics,
+    def __init__(self, config: EngineConfig, clock: Clock, events: EventLog, measurements: Measurements, metrics: LiveMetrics,
                  load: HeldLoad, stamp: Stamp) -> None:
         self.config = config
         self.clock = clock
         self.events = events
-        self.recorder = recorder
+        self.measurements = measurements
         self.metrics = metrics
         self.load = load
         self.stamp = stamp
@@ -83,10 +83,10 @@ class TargetSet:
     def add(self, client: httpx.AsyncClient, target: Target, weight: float) -> TargetState:
         """One target: its TargetStats, its load Sender (every one shares the request ids and
         the in-flight records, harvested twenty times a second by rid, whichever target they
-        went to), its events' subscribers (engine/run/wiring.py) and its health watch."""
+        went to), its hooks' subscribers (engine/core/wiring.py) and its health watch."""
         stats = TargetStats(target.url)
-        events = load_events(stats, self.recorder, self.metrics.on_lag, self.overloaded)
-        sender = Sender(client, target, events, self.stamp, self.clock.wall0 - self.clock.perf0, ids=self.ids,
+        hooks = load_hooks(stats, self.measurements, self.metrics.on_lag, self.overloaded)
+        sender = Sender(client, target, hooks, self.stamp, self.clock.wall0 - self.clock.perf0, ids=self.ids,
                         workload=self.config.workload)
         if self.states:
             first = self.states[0].sender
@@ -122,7 +122,7 @@ class TargetSet:
         """The first target's load Sender (start-up's own requests go through it)."""
         return self.states[0].sender
 
-    # -- the profiler and the cache (engine/drive/server_ops.py) -------------------------------
+    # -- the profiler and the cache (engine/run/server_ops.py) -------------------------------
     def server_ops(self) -> ServerOps:
         """The first target's ServerOps, made on first use: its kind by what the server said,
         else by what its /metrics say it is."""
@@ -194,7 +194,7 @@ class TargetSet:
         if ctl is not None and ctl.hold:
             ctl.hold = False
             ctl.poke()
-            ev.log("notice", f"server back: resuming at C={ctl.target}")
+            ev.log("notice", f"server back: resuming at C={ctl.concurrency}")
         else:
             ev.log("notice", f"target {st.target.url} back: it takes its share again")
 

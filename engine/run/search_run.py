@@ -1,5 +1,5 @@
 """A preset's adaptive knee search, measured: engine/rules/knee_search.py chooses each C, each
-point is a full step (engine/drive/step_run.py), judged by the preset's `[stop]` rules as a
+point is a full step (engine/run/step_run.py), judged by the preset's `[stop]` rules as a
 staircase's step is (engine/rules/breaks.py RampJudge); a point that fires one bounds the
 search, and the lowest such point is the run's break. A point ended by requests failing N in
 a row bounds it the same way; the server gone or stalled ends it (nothing more can be
@@ -18,7 +18,7 @@ from ..preset import Preset, StepPlan
 from ..rules.breaks import Place
 from ..rules.knee_search import KneeSearch
 from ..rules.step_text import format_step_line
-from ..run.engine import Engine
+from ..core.engine import Engine
 from .run_watch import RunWatch
 from .step_run import run_step
 

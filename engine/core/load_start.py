@@ -1,4 +1,4 @@
-"""The load's start, on the engine (engine/run/engine.py): start-up's own requests, the
+"""The load's start, on the engine (engine/core/engine.py): start-up's own requests, the
 prompts, what holds the load, its telemetry, and a fixed-size run's end.
 
 Start-up's own requests (`prepare`): whether the server streams usage per chunk, and the
@@ -7,8 +7,8 @@ workload's prompts and the trace. `make_load` builds what the engine steers (a L
 engine/load/controller.py): in this process a Controller whose launch is the engine's
 LoadHolder (engine/load/holder.py: the one-worker case of what every worker holds); with
 `--workers N` or `--ray` a WorkerPool or RayPool (the same commands), its workers started,
-reaching the engine through the load's port (engine/run/load_port.py). They fill the
-engine's HeldLoad (engine/run/held_load.py); `start_telemetry` returns the hub it starts.
+reaching the engine through the load's port (engine/core/engine_port.py). They fill the
+engine's HeldLoad (engine/core/held_load.py); `start_telemetry` returns the hub it starts.
 
 What they take of the engine is `Starting` (below).
 """
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Protocol
 from ..client.api_formats import GENERATE, continuous_usage_refused
 from ..load.controller import Controller, LoadControl
 from ..load.holder import LoadHolder
-from ..measure import records as R
+from ..measure import records
 from ..telemetry.hub import TelemetryHub
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import PromptSource, calibrate, needs_calibration
-from .load_port import Coordinating, EnginePort
+from .engine_port import Coordinating, EnginePort
 from .provenance import gpu_fingerprint, open_fingerprint
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ async def prepare(e: Starting) -> None:
         # per-chunk usage where the server offers it; a server that refuses the option (an
         # HTTP 400/422 naming it) gets plain streams, tokens corrected from usage at the end
         rec = await sender.send("Hi", 1, 0, "calibration")
-        if rec.status == R.FAILED and continuous_usage_refused(rec.http_status, rec.error_text):
+        if rec.status == records.FAILED and continuous_usage_refused(rec.http_status, rec.error_text):
             sender.continuous_usage = False
             e.log("notice", "server refuses stream_options.continuous_usage_stats: output tokens are counted per chunk and corrected from usage at each request's end")
     if needs_calibration(cfg.workload.dataset) and cfg.calibrate:
@@ -77,9 +77,9 @@ async def prepare(e: Starting) -> None:
         async def prompt_tokens(prompt: str) -> int | None:
             """One max_tokens=1 request; the server's prompt_tokens for `prompt`."""
             rec = await sender.send(prompt, 1, 0, "calibration")
-            if rec.status == R.FAILED:
+            if rec.status == records.FAILED:
                 refused.append(rec.error_text or rec.error_kind)
-            return rec.input_tokens if rec.status == R.OK and rec.usage_reported else None
+            return rec.input_tokens if rec.status == records.OK and rec.usage_reported else None
 
         load.calibration = await calibrate(prompt_tokens, cfg.seed)
         if load.calibration.measured:

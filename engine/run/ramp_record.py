@@ -3,7 +3,7 @@
 The steps are engine.book's (a step's final figures replace its closing ones there) that
 this run measured; the break is engine/rules/breaks.py RampJudge's over them, taken after
 each step and again whenever a step's final figures land (StepBook.rejudge), with a search's
-answers (engine/drive/search_run.py), so every output reads one verdict, on final figures.
+answers (engine/run/search_run.py), so every output reads one verdict, on final figures.
 
 Its cause: what the server-cap detector (engine/telemetry/cap.py) found while a step measured,
 named beside the break ("plateau at C=16: server runs 8 of 16 in flight: pp micro-batch cap 8
@@ -21,7 +21,7 @@ from ..rules.breaks import Place, RampJudge, RunEvent
 from ..rules.verdicts import knee_from_summary, load_key, summary_knee
 
 if TYPE_CHECKING:
-    from ..run.engine import Engine
+    from ..core.engine import Engine
 
 
 @dataclass
@@ -39,7 +39,7 @@ class RampRecord:
         self.e = engine
         self.judge = judge
         self.indexes: set[int] = set()
-        self.search: Any = None  # a knee search's engine/drive/search_run.py SearchState
+        self.search: Any = None  # a knee search's engine/run/search_run.py SearchState
         self.findings: dict[int, str] = {}  # step index -> the cap detector's finding while it measured
 
     def add(self, res: StepResult) -> None:
@@ -51,7 +51,7 @@ class RampRecord:
     def event(self, event: tuple[str, str], res: StepResult | None, place: Place, began: tuple[int, str] | None = None) -> RunEvent:
         """The run-time event that ended the step at `place` (`res`: its result, when it was
         recorded), as the judge holds it: a stall whose silence began in a step before it is
-        that step's (`began`: engine/drive/run_watch.py StallWatch.began)."""
+        that step's (`began`: engine/run/run_watch.py StallWatch.began)."""
         steps = self.steps()
         before = len(steps) - (res is not None)
         if event[0] == "stalled" and began is not None:

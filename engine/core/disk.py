@@ -1,7 +1,7 @@
 """The session's writes, off the loop that stamps bytes: the session writer (once the session
 directory is open, engine/session/writer.py), the one thread its flushes and summary
 rewrites (fsync) run on, in order, and meta.json's fingerprint as it grows
-(engine/run/provenance.py)."""
+(engine/core/provenance.py)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 task, which an operator's command cancels), the driver's line for the screen, and the ways in
 from outside (the control API, a host's way to end the session).
 
-The table maps each command type (engine/run/commands.py) to what runs it. The engine's own
-commands are engine/run/engine.py COMMANDS; a host gives the engine the table that adds the
-preset runner's (engine/drive/preset_runner.py COMMANDS: StartPreset, StartProfile), once, when
+The table maps each command type (engine/core/commands.py) to what runs it. The engine's own
+commands are engine/core/engine.py COMMANDS; a host gives the engine the table that adds the
+preset runner's (engine/run/preset_runner.py COMMANDS: StartPreset, StartProfile), once, when
 it makes the engine (`new_engine`): nothing sets it afterwards.
 """
 

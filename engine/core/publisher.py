@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from .config import EngineConfig
     from .disk import Disk
     from .event_log import EventLog
-    from .each_second import Ticker
+    from .ticker import Ticker
     from .held_load import HeldLoad
     from .lifetime import Lifetime
-    from .recording import Recorder
+    from .measurements import Measurements
     from .steering import Driven
-    from .target_set import TargetSet
+    from .targets import TargetSet
     from .target_stats import TargetState
 
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
@@ -57,7 +57,7 @@ class Pictured(Protocol):
     metrics: LiveMetrics
     book: StepBook
     events: EventLog
-    recorder: Recorder
+    measurements: Measurements
     targets: TargetSet
     load: HeldLoad
     telemetry: TelemetryHub | None
@@ -89,7 +89,7 @@ def build_snapshot(engine: Pictured, now: float, done: bool = False) -> Snapshot
     m = engine.metrics
     out, inp, req, err = m.rates(now)
     good_req, good_tok = m.goodput(now)
-    lane_stats = engine.recorder.lane_stats
+    lane_stats = engine.measurements.lane_stats
     lane_ttft, lane_itl = lane_stats.p50_ms(now)
     st = m.percentiles
     load = engine.load
@@ -105,7 +105,7 @@ def build_snapshot(engine: Pictured, now: float, done: bool = False) -> Snapshot
         t=now,
         elapsed_s=now - engine.life.t0,
         state=engine.state,
-        target_c=ctl.target if ctl else cfg.concurrency,
+        target_c=ctl.concurrency if ctl else cfg.concurrency,
         previous_c=ctl.previous if ctl else None,
         previous_rate=ctl.previous_rate if ctl else None,
         in_flight=engine.in_flight,
@@ -149,8 +149,8 @@ def build_snapshot(engine: Pictured, now: float, done: bool = False) -> Snapshot
         failed=m.failed,
         cancelled=m.cancelled,
         errors_by_kind=dict(m.errors_by_kind),
-        failures_in_a_row=engine.recorder.streak.count,
-        last_failure=engine.recorder.streak.reason,
+        failures_in_a_row=engine.measurements.streak.count,
+        last_failure=engine.measurements.streak.reason,
         output_tokens_total=m.output_tokens_total,
         steps=tuple(book.steps),
         current_step=book.live_result,

@@ -85,7 +85,7 @@ class ToggleLane:
 @dataclass(frozen=True)
 class StartProfile:
     """Start the server's profiler at the load held now, for `seconds` (None: --profile-s)
-    or until the step ends (engine/drive/server_ops.py)."""
+    or until the step ends (engine/run/server_ops.py)."""
 
     seconds: float | None = None
 

@@ -8,7 +8,7 @@ before a 2048-token answer ends; when none of its requests has answered by `prob
 server still unwinding the aborted load answers late), it waits for that one first token
 (at most PROBE_MAX_HOLD_S) and says so. A request still decoding at the close is its own
 censored one (E2E a bound); no second request is started to be cancelled. The run's watch
-(engine/drive/run_watch.py) ends it on an event, as it ends a step.
+(engine/run/run_watch.py) ends it on an event, as it ends a step.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..constants import PROBE_MAX_HOLD_S
 from ..measure.step_result import StepResult
 from ..preset import Preset
 from ..rules.step_text import format_step_line
-from ..run.engine import Engine
+from ..core.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush
 from .step_run import Event, elapsed_text, flushes, hold

@@ -2,7 +2,7 @@
 controller.py in this process, a WorkerPool or RayPool with workers), what sends it here (the
 one LoadHolder, engine/load/holder.py), the prompts and the trace it sends, the calibration
 they were cut with, the probe lane beside it, and the open loop's last rate. Filled at the
-start (engine/run/load_start.py); the engine's commands change it."""
+start (engine/core/load_start.py); the engine's commands change it."""
 
 from __future__ import annotations
 

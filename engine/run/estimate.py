@@ -4,7 +4,7 @@ figure `redline presets`, the TUI's `p` picker and `redline run ... --headless` 
 The run is played on the sim's own performance model (engine/sim/profiles.py): for each
 step, the batch the server runs (C, or its cap), the tok/s it gives and how long one request
 takes there, then the runner's own rules: warm-up, the hold (lengthened for `min_requests`
-completions only when they can come by `max_hold_s`: engine/drive/preset_runner.py
+completions only when they can come by `max_hold_s`: engine/run/preset_runner.py
 completions_can_come), the stop rules that fire on a server with no noise (plateau, collapse,
 a queue's TTFT past p99_ttft_ms; engine/rules/verdicts.py), a knee search's points (engine/rules/knee_search.py
 fed the model's steps), and the C=1 probe (probe_s, or its first request's first token if that
@@ -82,7 +82,7 @@ def _model_step(p: SimProfile, plan: StepPlan, input_len: int, output_len: int) 
 
 
 def _hold(plan: StepPlan, d: float, conc: int) -> float:
-    """The runner's hold at a load whose requests take `d` s (engine/drive/preset_runner.py _measure)."""
+    """The runner's hold at a load whose requests take `d` s (engine/run/preset_runner.py _measure)."""
     if plan.min_requests <= 0:
         return plan.hold_s
     when = d * (1 + plan.min_requests / max(1, conc))  # the min_requests-th own completion

@@ -5,9 +5,9 @@ both drive the same Engine API, so a step means the same thing in either. The ru
 the engine; the engine knows nothing of presets (it only lets a `driver` task steer it, which
 an operator command cancels).
 
-- a step: engine/drive/step_run.py (warm-up, hold, the events that end it first:
-  engine/drive/run_watch.py); a knee search's points: engine/drive/search_run.py; the C=1
-  probe at the end: engine/drive/probe.py;
+- a step: engine/run/step_run.py (warm-up, hold, the events that end it first:
+  engine/run/run_watch.py); a knee search's points: engine/run/search_run.py; the C=1
+  probe at the end: engine/run/probe.py;
 - the break: a step whose figures fire a `[stop]` rule, or a run-time event (the server
   gone, stalled, N failures in a row), judged by engine/rules/breaks.py RampJudge over this
   run's steps as they stand: after each step, and again whenever a step's final figures land
@@ -25,10 +25,10 @@ from ..preset import Preset
 from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
-from ..run import commands as C
-from ..run.config import EngineConfig
-from ..run.engine import COMMANDS as ENGINE_COMMANDS, Engine
-from ..run.steering import Handler
+from ..core import commands
+from ..core.config import EngineConfig
+from ..core.engine import COMMANDS as ENGINE_COMMANDS, Engine
+from ..core.steering import Handler
 from ..telemetry.client_doubt import client_doubted
 from .probe import run_probe
 from .ramp_record import RampRecord, RunOutcome
@@ -134,7 +134,7 @@ def start_preset(engine: Engine, preset: Preset) -> None:
     engine.attach_driver(asyncio.create_task(managed(), name="redline-preset"))
 
 
-def _start_profile(engine: Engine, cmd: C.StartProfile) -> object:
+def _start_profile(engine: Engine, cmd: commands.StartProfile) -> object:
     """The server's profiler at the load held now (key P): "started", or why not (a coroutine)."""
     task = start_capture(engine, cmd.seconds)
     return capture_started(engine) if task is not None else "already running"
@@ -144,8 +144,8 @@ def _start_profile(engine: Engine, cmd: C.StartProfile) -> object:
 # runner's (the engine knows no presets)
 COMMANDS: dict[type, Handler[Engine]] = {
     **ENGINE_COMMANDS,
-    C.StartPreset: lambda e, c: start_preset(e, c.preset),
-    C.StartProfile: _start_profile,
+    commands.StartPreset: lambda e, c: start_preset(e, c.preset),
+    commands.StartProfile: _start_profile,
 }
 
 

@@ -1,7 +1,8 @@
-"""The measurement path's named events and their typed payloads (Locust's event.py, for one
-request's way and a step's record).
+"""The measurement path's named events, its hooks, with their typed payloads, listed in one
+module as Locust lists its own: one request's way and a step's record. Hooks, not "events":
+the engine's event log (engine/core/event_log.py) is another thing.
 
-    event        payload                   fired by
+    hook         payload                   fired by
     sent         RequestRecord             Sender.send (engine/load/sender.py), as the request goes
     first_token  RequestRecord             run_request (engine/client/request.py), once: rec.t_first was just set
     tokens       t: float, n: int          run_request: n output tokens arrived at t (one read's, in one call)
@@ -11,10 +12,10 @@ request's way and a step's record).
     step closed  StepResult                StepBook.record (engine/measure/step_book.py): a step's row, as it closed
     step final   StepResult                StepBook: a recorded step completed with its late requests' truth
 
-Each event is a `Hook`: its subscribers, called in the order they were added, each with the
-event's payload; a subscriber that raises stops the event there (run_request then fails the
+Each is a `Hook`: its subscribers, called in the order they were added, each with the hook's
+payload; a subscriber that raises stops the hook there (run_request then fails the
 request, as a bug of the listener's). Subscriptions are made in one place: the engine's in
-engine/run/wiring.py, a worker process's in engine/load/worker.py (its Batch).
+engine/core/wiring.py, a worker process's in engine/load/worker.py (its Batch).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Hook", "RequestEvents", "RequestListener", "StepEvents", "TokensHook"]
+__all__ = ["Hook", "RequestHooks", "RequestListener", "StepHooks", "TokensHook"]
 
 
 class Hook(Generic[T]):
@@ -76,7 +77,7 @@ class TokensHook:
 
 
 class RequestListener(Protocol):
-    """A subscriber of a request's four events at once (RequestEvents.subscribe)."""
+    """A subscriber of a request's four hooks at once (RequestHooks.subscribe)."""
 
     def on_send(self, rec: RequestRecord) -> None: ...
     def on_first(self, rec: RequestRecord) -> None: ...
@@ -84,7 +85,7 @@ class RequestListener(Protocol):
     def on_end(self, rec: RequestRecord) -> None: ...
 
 
-class RequestEvents:
+class RequestHooks:
     """What the requests of one Sender tell as they go (the table above). Built with its
     subscribers, or given them before the first request: a request takes the hooks' `fire`
     as it starts."""
@@ -105,7 +106,7 @@ class RequestEvents:
         self.lag: Hook[float] = Hook("lag", *(() if lag is None else (lag,)))
         self.overloaded: Hook[str] = Hook("overloaded")
 
-    def subscribe(self, listener: RequestListener) -> RequestEvents:
+    def subscribe(self, listener: RequestListener) -> RequestHooks:
         """`listener` hears sent, first_token, tokens and ended (after those already subscribed)."""
         self.sent.add(listener.on_send)
         self.first_token.add(listener.on_first)
@@ -114,7 +115,7 @@ class RequestEvents:
         return self
 
 
-class StepEvents:
+class StepHooks:
     """What a step book tells of its steps: `closed` (a step's row recorded as it closed) and
     `final` (a recorded step completed with its late requests' truth)."""
 

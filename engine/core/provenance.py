@@ -1,7 +1,7 @@
 """meta.json's `fingerprint` (engine/telemetry/fingerprint.py): what the server said of itself
 and the launch command, written at the start (load_start.py prepare); the GPUs, added as soon
 as telemetry read them (a task of the engine's). Through the session writer's update_meta,
-like every meta.json change; the server's part is kept by the engine's Disk (engine/run/disk.py)."""
+like every meta.json change; the server's part is kept by the engine's Disk (engine/core/disk.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""engine/core: the Engine coordinator and its parts"""
