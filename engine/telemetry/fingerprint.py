@@ -196,8 +196,10 @@ async def _get_json(client: Any, url: str) -> Any:
 # -- what differs -------------------------------------------------------------------------------
 
 IGNORED = frozenset({"host", "launch_command"})  # said apart, beside the arguments' differences
-# launch details that differ between any two launches of one configuration
-VOLATILE_ARGS = frozenset({"port", "host", "seed", "random_seed", "redline_sim.seed"})
+# launch details that differ between any two launches of one configuration; and SGLang
+# 0.5.23's own `launch_command` server argument, which restates the others (they are compared
+# one by one: "only pp_max_micro_batch_size differs", not "2 differ: ..., launch_command")
+VOLATILE_ARGS = frozenset({"port", "host", "seed", "random_seed", "redline_sim.seed", "launch_command"})
 
 
 def _flat(fp: dict[str, Any]) -> dict[str, Any]:
