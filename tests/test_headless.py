@@ -87,7 +87,9 @@ def assert_steps_match_sim(out, samples) -> None:
 
 
 async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
-    sim = sim_factory("healthy")
+    # a decode log every 8 iterations (SGLang's --decode-log-interval 8): at 40, C=224's 110 ms
+    # steps write the running gauge once in 4.5 s, which a 4 s step may never see
+    sim = sim_factory("healthy", extra_args=("--set", "decode_log_interval=8"))
     # the model: ~1620 tok/s at C=96, its 2000 tok/s ceiling from C=160 on
     out, samples = await run_against(sim.url, preset([96, 160, 224]), tmp_path)
     br = out.break_result

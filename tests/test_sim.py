@@ -368,8 +368,10 @@ async def test_pp_cap_is_visible_and_aborts_clear_at_once(
         state = await get_json(session, sim.url + "/sim/state")
         assert state["aborted"] == 96 and state["received"] == 96
         assert state["completed"] == 0 and state["failed"] == 0
-        gpu = await metric_values(session, sim.url + "/dcgm/metrics")
-        assert gpu["DCGM_FI_DEV_GPU_UTIL"] == 0
+        async def idle_gpus() -> bool:  # the passes in flight end within the pipe's 8 stage times
+            return (await metric_values(session, sim.url + "/dcgm/metrics"))["DCGM_FI_DEV_GPU_UTIL"] == 0
+
+        assert await until(idle_gpus, 1.0, interval=0.02)
 
 
 async def _server_rate(s: aiohttp.ClientSession, url: str, concurrency: int,

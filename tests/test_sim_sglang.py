@@ -450,3 +450,20 @@ def test_full_micro_batches_with_room_in_the_pool_are_no_cap():
     assert not [t for t in range(8) if det.update(float(t), 256, 256, _sample(float(t), 64.0, 0.0))]
     det = CapDetector(_pp_info(64))  # the seed: 64 fill the 8 micro-batches of 8, the pool holds 64
     assert [t for t in range(8) if det.update(float(t), 64, 64, _sample(float(t), 8.0, 0.0))]
+
+
+def test_an_idle_connection_is_closed_as_sglangs_uvicorn_closes_it(sim_factory):
+    """uvicorn's timeout_keep_alive (5 s in both versions; 0.3 s here): a kept-alive connection
+    left idle is closed by the server, one in use is not."""
+    import socket
+
+    sim = sim_factory("healthy", extra_args=("--set", "keepalive_s=0.3"))
+    port = int(sim.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(0.1)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # within the timeout: still open
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(1.0)
+        assert s.recv(4096) == b""  # closed by the server

@@ -283,7 +283,7 @@ class BatchModel:
             self._queue.remove(req)
         elif req.state is RequestState.RUNNING:
             self._leave(req)
-            self._report_batch(len(self._running))
+            self._report_running()
         else:
             return
         req.state = RequestState.RELEASED
@@ -473,7 +473,7 @@ class BatchModel:
         while len(batch) > 1 and self._kv_used + per_request * len(batch) > budget:
             self._retract(next(reversed(batch)))
         if self._running and self._preemptions:
-            self._report_batch(len(self._running))
+            self._report_running()
 
     def _emit(self, slot: int = -1) -> None:
         """End of an iteration: one token to every running request (under pp: to those of
@@ -513,7 +513,7 @@ class BatchModel:
         self.log.decode(prios, [r.priority for r in self._queue], self._kv_used, made,
                         n if spec is not None else 0, made if spec is not None else 0)
         if finished:
-            self._report_batch(len(self._running))
+            self._report_running()
         now = self._clock()
         self._recent.append((now, made))
         self._trim_recent(now)
@@ -544,6 +544,12 @@ class BatchModel:
         self._trim_recent(now)
         span = min(_THROUGHPUT_WINDOW_S, max(now - self._started, 1e-3))
         return sum(n for _, n in self._recent) / span
+
+    def _report_running(self) -> None:
+        """The batch changed (a request left or joined): the GPUs run it now; under pp the
+        pipeline's loop tells them what a GPU runs (engine/sim/pipeline.py)."""
+        if not self._slots:
+            self._report_batch(len(self._running))
 
     def _report_batch(self, batch: float) -> None:
         if batch != self._batch_reported:

@@ -117,6 +117,9 @@ class SimProfile:
     # --incremental-streaming-output (0.5.23): /generate's text is each chunk's delta, not the
     # whole text so far.
     incremental_streaming_output: bool = False
+    # SGLang's uvicorn closes a connection idle this long (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s, in
+    # 0.5.23's http_server.py; timeout_keep_alive=5 in 0.5.9's launch_server).
+    keepalive_s: float = 5.0
 
     # Simulated GPUs: util = min(1, B / saturation_batch) * util_ceiling;
     # power = idle_w + (peak_w - idle_w) * util.
@@ -198,6 +201,8 @@ class SimProfile:
             problems.append("reasoning_tokens must be >= 0")
         if not 0.0 <= self.profile_export_s < float("inf"):
             problems.append("profile_export_s must be >= 0")
+        if not 0.0 < self.keepalive_s < float("inf"):
+            problems.append("keepalive_s must be > 0")
         if self.incremental_streaming_output and self.sglang_version == "0.5.9":
             problems.append("incremental_streaming_output needs sglang_version 0.5.23 (0.5.9 has no such option)")
         for attr in ("error_500_rate", "error_429_rate", "disconnect_rate", "malformed_rate",

@@ -39,9 +39,6 @@ __all__ = [
 LISTENING_PREFIX = "redline sim: listening on "
 #: Seconds in-flight handlers get to finish when a server stops.
 _SHUTDOWN_TIMEOUT_S = 1.0
-#: SGLang's uvicorn closes a connection idle this long (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s in 0.5.23;
-#: timeout_keep_alive=5 in 0.5.9's http_server.py launch_server)
-KEEPALIVE_S = 5.0
 
 
 def _resolve(profile: str | SimProfile) -> SimProfile:
@@ -92,7 +89,7 @@ class SimServer:
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
-            keepalive_timeout=KEEPALIVE_S,
+            keepalive_timeout=self.profile.keepalive_s,
         )
         await runner.setup()
         try:
