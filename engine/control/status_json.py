@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.verdicts import summary_knee
 
 if TYPE_CHECKING:
+    from ..measure.accumulator import StepAccumulator
     from ..measure.step_result import StepResult
     from ..core.engine import Engine
 
@@ -85,6 +86,7 @@ def step_of(engine: Engine, result: StepResult | None) -> dict[str, Any] | None:
     acc = book.live or book.current
     if acc is None and result is None:
         return None
-    src = acc if acc is not None else result
+    src: StepAccumulator | StepResult | None = acc if acc is not None else result
+    assert src is not None
     return {"index": src.index, "phase": src.phase, "concurrency": src.concurrency,
             "result": None if result is None else result.to_dict()}

@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING, Awaitable, Mapping
 
 from ..client.target import TargetUnreachable, validate_url
-from ..load.controller import PAUSED, PROBE, RATE, TRACE, LoadControl
+from ..load.controller import PAUSED, PROBE, RATE, TRACE, Controller, LoadControl
 from ..load.probe_lane import ProbeLane
 from ..load.sender import Sender
 from ..measure.accumulator import StepAccumulator
@@ -143,7 +143,8 @@ class Engine:
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         ctl = load.controller = await make_load(self, c0)
         if cfg.num_requests is not None:
-            ctl.budget = cfg.num_requests  # type: ignore[attr-defined]  (in this process: checked before the start)
+            assert isinstance(ctl, Controller), "--num-requests is counted in this process (tui/cli/launch.py checks it)"
+            ctl.budget = cfg.num_requests
         if load.trace is not None and cfg.live_steps:
             load.trace.start(ctl, cfg.rate or 1.0)
         elif cfg.rate is not None and load.trace is None:

@@ -143,8 +143,9 @@ async def fixed_size(e: Starting) -> None:
     then close the session as `q` does)."""
     cfg, ctl, life = e.config, e.load.controller, e.life
     assert ctl is not None
-    waits = []
+    waits: list[asyncio.Future[object]] = []
     if cfg.num_requests is not None:
+        assert isinstance(ctl, Controller), "--num-requests is counted in this process (tui/cli/launch.py checks it)"
         waits.append(asyncio.ensure_future(ctl.drained.wait()))
     if cfg.duration_s is not None:
         waits.append(asyncio.ensure_future(asyncio.sleep(cfg.duration_s)))
@@ -153,7 +154,7 @@ async def fixed_size(e: Starting) -> None:
     finally:
         for w in waits:
             w.cancel()
-    if cfg.num_requests is not None and ctl.drained.is_set():
+    if cfg.num_requests is not None and isinstance(ctl, Controller) and ctl.drained.is_set():
         life.finished = f"{cfg.num_requests} requests sent and ended"
     else:
         life.finished = f"{cfg.duration_s:g} s"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
 from . import records
@@ -48,7 +49,7 @@ class RateWindow:
         self._val += v
         self.total += v
 
-    def remove_many(self, items: list[tuple[float, float]]) -> None:
+    def remove_many(self, items: Sequence[tuple[float, float]]) -> None:
         """Take back values added before, (time, value) each (a failed request's tokens): from
         their buckets while those are still held (never below zero), from `total` always.
         Buckets may come out of time order (workers' reports interleave): one pass over them."""

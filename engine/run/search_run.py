@@ -42,7 +42,8 @@ class SearchState:
         """summary.json's "search": a rate search adds its answers in req/s (knee_rate,
         max_slo_rate, rates: the points' rates), beside the integer levels it bisected."""
         done = self.duration_s is not None
-        result = self.search.result(self.duration_s if done else time.perf_counter() - self.t0, cancelled=self.cancelled)
+        took = self.duration_s if self.duration_s is not None else time.perf_counter() - self.t0
+        result = self.search.result(took, cancelled=self.cancelled)
         d = result.to_dict()
         sp = self.sp
         if sp.rate_unit is not None:
