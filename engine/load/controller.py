@@ -26,6 +26,7 @@ from collections import deque
 from typing import Awaitable, Callable, Protocol
 
 from ..constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
+from ..loop import wait_set
 from ..workload.arrivals import POISSON, Arrival, Schedule
 
 RUNNING = "running"
@@ -334,11 +335,7 @@ class Controller(LoadControl):
             await asyncio.sleep(0)  # due sends go out in a burst, but let the loop breathe
             return
         self._wake.clear()
-        try:
-            async with asyncio.timeout(None if t_next is None else t_next - now):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await wait_set(self._wake, None if t_next is None else t_next - now)
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

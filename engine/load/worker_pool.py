@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..child import reap, spawn_child
 from ..constants import TRACE_FEED_AHEAD_S
-from ..loop import read_pipe, wait_within
+from ..loop import read_pipe, wait_set, wait_within
 from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
 from .controller import TRACE, LoadControl
@@ -297,11 +297,7 @@ class WorkerPool(LoadControl):
             self._feed()
             self._mark_settled()
             self._wake.clear()
-            try:
-                async with asyncio.timeout(ORDER_POLL_S):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, ORDER_POLL_S)
 
     # -- a trace replay -------------------------------------------------------------------------
     def _replaying(self) -> bool:
