@@ -153,7 +153,7 @@ def table(exports: dict[str, tuple[str, ...]], modules: dict[str, str] | None = 
     return out
 
 
-def resolve(where: dict[str, tuple[str, str | None]], owner: str, package: str, name: str) -> Any:
+def resolve(where: dict[str, tuple[str, str | None]], owner: str, package: str, name: str) -> object:
     """The object `name` names, looked up in its home module now (shared by the facades)."""
     try:
         module, attr = where[name]
@@ -167,7 +167,7 @@ _WHERE = table(_EXPORTS, _MODULES)
 __all__ = ["__version__", *sorted(_WHERE)]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     return resolve(_WHERE, __name__, __package__, name)
 
 

@@ -142,8 +142,6 @@ class Engine:
         open_loop = cfg.rate is not None or load.trace is not None  # C waits for the mode key: within the cap
         c0 = min(cfg.concurrency, cfg.max_concurrency) if open_loop else cfg.concurrency
         ctl = load.controller = await make_load(self, c0)
-        if cfg.num_requests is not None:
-            ctl.budget = cfg.num_requests  # type: ignore[attr-defined]  (in this process: checked before the start)
         if load.trace is not None and cfg.live_steps:
             load.trace.start(ctl, cfg.rate or 1.0)
         elif cfg.rate is not None and load.trace is None:

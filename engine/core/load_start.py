@@ -105,8 +105,10 @@ async def make_load(e: Starting, c0: int) -> LoadControl:
         if cfg.workers_why:  # --workers auto measured, and one process holds it
             e.log("notice", cfg.workers_why)
         load.holder = LoadHolder(e.targets.states, load.source, cfg.workload, load.trace.prompt if load.trace is not None else None)
-        return Controller(load.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held,
-                          arrival=arrival, seed=seed)
+        ctl = Controller(load.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held,
+                         arrival=arrival, seed=seed)
+        ctl.budget = cfg.num_requests  # --num-requests: only this process holds the load (checked before the start)
+        return ctl
     from ..load.worker_pool import WorkerPool  # worker processes' code: imported only when there are workers
 
     if cfg.ray is not None:
@@ -143,9 +145,10 @@ async def fixed_size(e: Starting) -> None:
     then close the session as `q` does)."""
     cfg, ctl, life = e.config, e.load.controller, e.life
     assert ctl is not None
-    waits = []
-    if cfg.num_requests is not None:
-        waits.append(asyncio.ensure_future(ctl.drained.wait()))
+    waits: list[asyncio.Future[object]] = []
+    drained = ctl.drained if isinstance(ctl, Controller) else None  # --num-requests: the load in this process
+    if cfg.num_requests is not None and drained is not None:
+        waits.append(asyncio.ensure_future(drained.wait()))
     if cfg.duration_s is not None:
         waits.append(asyncio.ensure_future(asyncio.sleep(cfg.duration_s)))
     try:
@@ -153,7 +156,7 @@ async def fixed_size(e: Starting) -> None:
     finally:
         for w in waits:
             w.cancel()
-    if cfg.num_requests is not None and ctl.drained.is_set():
+    if cfg.num_requests is not None and drained is not None and drained.is_set():
         life.finished = f"{cfg.num_requests} requests sent and ended"
     else:
         life.finished = f"{cfg.duration_s:g} s"

@@ -27,6 +27,7 @@ from .load_start import Starting, worker_spec
 
 if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample
+    from .event_log import EventLog
 
 GROW_PAUSE_S = 5.0  # after a growth, the figures of the new processes settle before the next judgement
 MIN_TOK_S = 1000.0  # below, a second's CPU per token is mostly the engine's own idle work: not judged
@@ -35,6 +36,8 @@ WARN_MARGIN = 1.15  # warned only past 15 % over what the processes hold (a meas
 
 class Replanned(Starting, Protocol):
     """What the re-plan reads of the engine (and what a grown pool's workers are given)."""
+
+    events: EventLog
 
     @property
     def in_flight(self) -> int: ...

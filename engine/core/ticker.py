@@ -35,6 +35,7 @@ from .replan import Replanned, Replanner
 if TYPE_CHECKING:
     from ..measure.records import Clock
     from ..measure.step_book import StepBook
+    from ..telemetry.hub import TelemetryHub
     from ..telemetry.types import ClientHealthSample, ServerSample
     from .disk import Disk
     from .lifetime import Lifetime
@@ -50,6 +51,7 @@ class Watched(Replanned, Protocol):
     measurements: Measurements
     disk: Disk
     life: Lifetime
+    telemetry: TelemetryHub | None
 
     @property
     def steering(self) -> Driven: ...
@@ -141,7 +143,7 @@ class Ticker:
         for c in ("client_cpu", "loop_blocked", "machine_busy"):
             if c != cause:
                 ev.clear(f"client {c}")  # the screen shows only the cause measured now
-        if cause:
+        if h is not None and cause:
             ev.warn(h.reason, key=f"client {cause}")  # one log line per episode of a cause
         session = e.disk.session
         if session is not None and session.error and session.error != self._session_error:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
@@ -48,7 +49,7 @@ class RateWindow:
         self._val += v
         self.total += v
 
-    def remove_many(self, items: list[tuple[float, float]]) -> None:
+    def remove_many(self, items: Sequence[tuple[float, float]]) -> None:
         """Take back values added before, (time, value) each (a failed request's tokens): from
         their buckets while those are still held (never below zero), from `total` always.
         Buckets may come out of time order (workers' reports interleave): one pass over them."""
@@ -183,7 +184,7 @@ class LiveMetrics:
         self.lag = LogHistogram()  # receive time - server's send stamp (sim only)
         self.percentiles = LiveStats()  # recomputed once a second
         # per-second exact counts for the timeline (reset by take_second, at `_sec_t0`)
-        self._sec = Counter()
+        self._sec: Counter[str] = Counter()
         self._sec_t0 = -math.inf
 
     # -- feeding ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ plotly.js or the export's polars until it writes one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..api import resolve, table
 
@@ -77,7 +77,7 @@ _WHERE = table(_EXPORTS)
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     return resolve(_WHERE, __name__, __package__, name)
 
 

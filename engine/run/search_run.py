@@ -41,8 +41,8 @@ class SearchState:
     def summary(self) -> dict:
         """summary.json's "search": a rate search adds its answers in req/s (knee_rate,
         max_slo_rate, rates: the points' rates), beside the integer levels it bisected."""
-        done = self.duration_s is not None
-        result = self.search.result(self.duration_s if done else time.perf_counter() - self.t0, cancelled=self.cancelled)
+        done = (elapsed := self.duration_s) is not None
+        result = self.search.result(elapsed if elapsed is not None else time.perf_counter() - self.t0, cancelled=self.cancelled)
         d = result.to_dict()
         sp = self.sp
         if sp.rate_unit is not None:
