@@ -1,5 +1,5 @@
 """Numbers as a person reads them: one formatter per kind, shared by the engine's text (the
-step report, stop-rule details) and the TUI (tui/format.py re-uses these).
+step report, stop-rule details) and the TUI (tui/widgets/numbers.py re-uses these).
 
 Every formatter gives "-" for an unknown value (None).
 """

@@ -254,6 +254,95 @@ def test_the_command_line_never_imports_textual():
             assert not any(m == "textual" or m.startswith("textual.") for m in mods), name
 
 
+# -- tui/: the command line launches the screen, never the reverse ------------------------------
+CLI = "redline.tui.cli"
+# `python -m redline.tui` is `redline`: the package's entry point runs the command line as the
+# console script does (pyproject.toml [project.scripts]); it is no part of the screen
+TUI_ENTRY_POINTS = ("redline.tui.__main__",)
+
+
+def screen_imports_of_the_command_line(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of tui/cli/ by a module of tui/ outside it (type-only and lazy ones too)."""
+    out = []
+    for a, targets in graph.items():
+        if not a.startswith("redline.tui") or a == CLI or a.startswith(CLI + ".") or a in TUI_ENTRY_POINTS:
+            continue
+        out += [f"{a} -> {b}" for b in targets if b == CLI or b.startswith(CLI + ".")]
+    return sorted(out)
+
+
+def test_the_screen_never_imports_the_command_line():
+    """tui/cli/ starts the screen (tui/run_app.py, tui/sweep_view.py); what both need lives
+    outside it: the exit codes and the session's exit line (tui/exits.py), the built-in sim
+    (tui/builtin_sim.py), the curves both draw (tui/plots.py)."""
+    bad = screen_imports_of_the_command_line(import_graph())
+    assert not bad, "the screen imports the command line:\n  " + "\n  ".join(bad)
+
+
+def test_the_one_way_check_fails_on_an_import_back():
+    g = {"redline.tui.run_app": {"redline.tui.cli.launch", "redline.tui.exits"}, "redline.tui.cli.handlers": {"redline.tui.run_app"},
+         "redline.tui.widgets.curve_view": {"redline.tui.cli"}, "redline.tui.__main__": {"redline.tui.cli.arguments"}}
+    assert screen_imports_of_the_command_line(g) == ["redline.tui.run_app -> redline.tui.cli.launch",
+                                                     "redline.tui.widgets.curve_view -> redline.tui.cli"]
+
+
+def private_names_imported(name: str, path: Path) -> list[str]:
+    """`from X import _y` of one of the package's modules, and `m._y` of a module `m` it
+    imported: a private name used outside the module that defines it (dunders apart)."""
+    def private(n: str) -> bool:
+        return n.startswith("_") and not (n.startswith("__") and n.endswith("__"))
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules_as: set[str] = set()  # local names bound to one of the package's modules
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            if not base.startswith("redline"):
+                continue
+            for a in node.names:
+                if f"{base}.{a.name}" in MODULES:
+                    modules_as.add(a.asname or a.name)
+                elif private(a.name):
+                    out.append(f"{name}:{node.lineno} imports {base}.{a.name}")
+        elif isinstance(node, ast.Import):
+            modules_as.update(a.asname for a in node.names if a.asname and a.name in MODULES)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules_as
+                and private(node.attr)):
+            out.append(f"{name}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return sorted(out)
+
+
+def test_no_private_name_crosses_a_module_in_the_tui():
+    bad = [hit for name, path in sorted(MODULES.items()) if name.startswith("redline.tui")
+           for hit in private_names_imported(name, path)]
+    assert not bad, "private names used outside their module:\n  " + "\n  ".join(bad)
+
+
+def test_the_private_name_check_sees_imports_and_module_attributes(tmp_path, monkeypatch):
+    src = tmp_path / "probe.py"
+    src.write_text(
+        "from .cli.headless import _against, run_headless\n"
+        "from .cli import terminal\n"
+        "from ..engine import api\n"
+        "import redline.tui.cli.launch as launch\n"
+        "from typing import _GenericAlias\n"  # not ours
+        "def f(x):\n"
+        "    terminal._use_color(); api.__all__; launch._x; x._private\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setitem(MODULES, "redline.tui.probe", src)
+    assert private_names_imported("redline.tui.probe", src) == [
+        "redline.tui.probe:1 imports redline.tui.cli.headless._against", "redline.tui.probe:7 reads launch._x",
+        "redline.tui.probe:7 reads terminal._use_color"]
+
+
 def test_the_package_has_no_import_circle():
     """Type-only and lazy imports included: the engine's parts in core/ take what they need of it as Protocols,
     the load reaches it through its port (engine/load/port.py), the sim's operations see its
@@ -330,7 +419,7 @@ def test_help_imports_only_what_it_prints():
 
 def test_the_knee_search_preset_is_built_by_the_engine():
     from redline.engine.api import WorkloadConfig, knee_search_preset
-    from redline.tui.preset_keys import search_preset
+    from redline.tui.preset_run import search_preset
 
     wl = WorkloadConfig(input_len=300, output_len=70)
     p = knee_search_preset(8, 256, wl)

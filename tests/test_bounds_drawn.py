@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from redline.engine.measure.step_result import StepResult
 from redline.engine.report.compare import session_from_steps
-from redline.tui.cli.plots import BOUND_LEGEND, BOUND_MARK, render_curves, split_bounds
+from redline.tui.plots import BOUND_LEGEND, BOUND_MARK, render_curves, split_bounds
 
 BLOCKS = set("▀▄█▌▐▖▗▘▙▚▛▜▝▞▟") | {chr(c) for c in range(0x2800, 0x2900)}  # the line's glyphs (hd, braille)
 

@@ -11,7 +11,7 @@ import pytest
 from redline.engine.measure.step_result import BreakResult, StepResult
 from redline.engine.report.compare import knee, load_sessions, session_from_steps
 from redline.engine.core.snapshot import Snapshot
-from redline.tui.cli.plots import nice_ticks, render_curves, terminal_curves, visible_width, write_png
+from redline.tui.plots import nice_ticks, render_curves, terminal_curves, visible_width, write_png
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -100,7 +100,7 @@ def _snap(steps, brk=None) -> Snapshot:
 async def test_curve_view_renders_in_an_80x24_app(sessions):
     from textual.app import App, ComposeResult
 
-    from redline.tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve_view import CurveView
 
     class CurveApp(App):
         def compose(self) -> ComposeResult:
@@ -136,7 +136,7 @@ async def test_curve_view_renders_in_an_80x24_app(sessions):
 async def test_curve_view_without_steps_or_comparison_says_so():
     from textual.app import App, ComposeResult
 
-    from redline.tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve_view import CurveView
 
     class CurveApp(App):
         def compose(self) -> ComposeResult:
@@ -159,7 +159,7 @@ async def test_g_toggle_recipe_with_the_real_stylesheet(sessions):
     from textual.containers import Vertical
     from textual.widgets import Static
 
-    from redline.tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve_view import CurveView
 
     class GraphApp(App):
         CSS_PATH = str(Path(__file__).parent.parent / "tui" / "redline.tcss")
@@ -208,7 +208,7 @@ async def test_the_overlay_says_when_the_earlier_session_ran_another_workload(se
 
     from textual.app import App, ComposeResult
 
-    from redline.tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve_view import CurveView
 
     class CurveApp(App):
         def compose(self) -> ComposeResult:

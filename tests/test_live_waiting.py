@@ -15,7 +15,7 @@ from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.measure.timeline import timeline_row
 from redline.engine.core.snapshot import Snapshot
-from redline.tui.widgets.panels import lane_text
+from redline.tui.widgets.live_panels import lane_text
 
 
 def _rec(rid: int, t_send: float) -> RequestRecord:

@@ -77,7 +77,7 @@ def test_comparison_of_rate_sessions_rows_by_rate(rate_session, tmp_path):
 
 
 def test_curves_of_a_rate_session_are_drawn_against_r(rate_session):
-    from redline.tui.cli.plots import render_curves
+    from redline.tui.plots import render_curves
 
     s = load_session(rate_session)
     out = render_curves([s], 100, 24, color=False)
@@ -98,7 +98,7 @@ def test_a_session_mixing_c_and_rate_steps_keeps_them_apart():
 
 def test_png_of_a_rate_session(rate_session, tmp_path):
     pytest.importorskip("matplotlib")
-    from redline.tui.cli.plots import write_png
+    from redline.tui.plots import write_png
 
     out = write_png([load_session(rate_session)], tmp_path / "c.png")
     assert out.stat().st_size > 1000

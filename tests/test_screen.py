@@ -29,11 +29,12 @@ from redline.engine.core.snapshot import LogLine, Snapshot
 from redline.engine.telemetry.types import GpuSample, ServerSample
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
+from redline.tui.live_screen import LiveScreen
 from redline.tui.widgets.dialogs import ConfirmScreen
 from redline.tui.widgets.header import StatusHeader, wrap_words
 from redline.tui.widgets.help import FIGURES, KEYS, HelpScreen
 from redline.tui.widgets.metric_row import spark_text
-from redline.tui.widgets.steps import StepTable
+from redline.tui.widgets.step_table import StepTable
 
 T0 = 1714564800.0  # 2024-05-01 12:00:00 UTC: the scripted session starts here
 URL = "http://10.0.0.5:30000"
@@ -686,7 +687,7 @@ async def test_help_lists_keys_figures_settings_and_closes_three_ways():
 
 
 def test_help_covers_every_key_binding():
-    actions = {b.action for b in RedlineApp.BINDINGS}
+    actions = {b.action for b in (*LiveScreen.BINDINGS, *RedlineApp.BINDINGS)}  # the screen's keys, the app's Ctrl-C
     listed = {a for a, _, _ in KEYS} | {"steps_down", "rate_less", "rate_halve", "interrupt", "export_in_sweep"}  # PgUp/PgDn, + -, ] [, q Ctrl-C, e share a line
     assert actions <= listed, actions - listed
 

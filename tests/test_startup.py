@@ -303,8 +303,8 @@ def test_the_first_frame_imports_only_what_it_draws():
     assert r.returncode == 0, r.stderr
     loaded = set(r.stdout.split())
     later = {
-        "redline.tui.body", "redline.tui.widgets.steps", "redline.tui.widgets.curve", "redline.tui.widgets.dialogs",
-        "redline.tui.widgets.help", "redline.tui.widgets.workload", "redline.tui.cli.plots",  # the body, the dialogs
+        "redline.tui.body", "redline.tui.widgets.step_table", "redline.tui.widgets.curve_view", "redline.tui.widgets.dialogs",
+        "redline.tui.widgets.help", "redline.tui.widgets.workload_form", "redline.tui.plots",  # the body, the dialogs
         "textual.widgets._data_table",  # the step table's Textual widget
         "redline.engine.core.commands", "redline.engine.session", "redline.engine.host",  # the engine's, sent or read later
         "httpx", "aiohttp", "polars", "plotext",

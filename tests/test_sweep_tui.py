@@ -95,7 +95,7 @@ async def test_a_preset_that_ends_on_its_own_ends_the_configuration():
     host = FakeHost(running[0])
     app = RedlineApp(host, step=8, sweep=_status())
     async with app.run_test(size=(80, 24)) as pilot:
-        app._preset, app._preset_seen = ("sweep-short", 0), False  # as run_preset leaves it
+        app.live.presets.watch.start("sweep-short", 0)  # as run_preset leaves it
         await play(pilot, host, running)
         assert app.is_running
         await play(pilot, host, [replace(snaps[-1], preset_running=False, state="probe")])

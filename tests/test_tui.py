@@ -16,7 +16,7 @@ from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
 from redline.tui.widgets.log_view import EventLog
-from redline.tui.widgets.steps import StepTable
+from redline.tui.widgets.step_table import StepTable
 
 LONG = WorkloadConfig(input_len=16, output_len=120)  # requests outlive a key press
 SHORT = WorkloadConfig(input_len=16, output_len=8)  # requests that complete at once

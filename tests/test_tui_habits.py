@@ -15,7 +15,7 @@ import pytest
 from test_screen import FakeHost, Seg, _open, play, screen_lines, story
 
 from redline.tui.app import RedlineApp, exit_status
-from redline.tui.widgets.steps import StepTable
+from redline.tui.widgets.step_table import StepTable
 
 pytestmark = pytest.mark.usefixtures("utc")
 

@@ -11,7 +11,7 @@ from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
-from redline.tui.widgets.panels import LivePanels
+from redline.tui.widgets.live_panels import LivePanels
 
 FAST = FAST_SIM
 

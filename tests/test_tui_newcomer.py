@@ -25,9 +25,9 @@ from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.dialogs import PresetPicker
 from redline.tui.widgets.header import StatusHeader
+from redline.tui.widgets.live_panels import LivePanels
 from redline.tui.widgets.log_view import EventLog
-from redline.tui.widgets.panels import LivePanels
-from redline.tui.widgets.steps import StepTable
+from redline.tui.widgets.step_table import StepTable
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (tests/conftest.py)
 

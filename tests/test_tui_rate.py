@@ -23,10 +23,10 @@ from redline.engine.core.config import EngineConfig
 from redline.engine.core.snapshot import Snapshot
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
-from redline.tui.load_keys import RATE_FLOOR
+from redline.tui.load_asks import RATE_FLOOR
 from redline.tui.widgets.header import StatusHeader
-from redline.tui.widgets.rate import RateLine, rate_line
-from redline.tui.widgets.workload import WorkloadForm, build_change, current_values
+from redline.tui.widgets.rate_line import RateLine, rate_line
+from redline.tui.widgets.workload_form import WorkloadForm, build_change, current_values
 
 FAST = FAST_SIM
 

@@ -19,8 +19,8 @@ from redline.engine.telemetry.types import ServerSample
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.dialogs import ConcurrencyPrompt, ConfirmScreen
 from redline.tui.widgets.help import FIGURES
-from redline.tui.widgets.panels import server_text
-from redline.tui.widgets.steps import step_cells
+from redline.tui.widgets.live_panels import server_text
+from redline.tui.widgets.step_table import step_cells
 
 pytestmark = pytest.mark.usefixtures("utc")
 

@@ -25,7 +25,7 @@ from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.cli.report import format_targets_table, report_text
 from redline.tui.widgets.help import HelpScreen, target_rows
-from redline.tui.widgets.target_rows import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
+from redline.tui.widgets.targets_panel import NARROW_ROWS, TargetsPanel, cut_middle, short_names, targets_text
 
 FAST = FAST_SIM
 

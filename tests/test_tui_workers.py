@@ -25,7 +25,7 @@ from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.cli.report import format_workers_table, report_text
 from redline.tui.widgets.help import HelpScreen, worker_rows
-from redline.tui.widgets.worker_rows import (
+from redline.tui.widgets.workers_panel import (
     DEAD_STYLE,
     KEEP_NARROW,
     MAX_ROWS,

@@ -171,7 +171,7 @@ def test_the_tui_curve_draws_the_sessions_verdict_not_its_own():
     from redline.engine.rules.verdicts import knee_from_summary
 
     from redline.engine.core.snapshot import Snapshot
-    from redline.tui.widgets.curve import CurveView
+    from redline.tui.widgets.curve_view import CurveView
 
     steps = [step(8, 400, p99_ttft_ms=100.0), step(16, 800, p99_ttft_ms=100.0), step(32, 1000, p99_ttft_ms=100.0),
              step(64, 1010, p99_ttft_ms=100.0)]

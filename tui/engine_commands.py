@@ -1,4 +1,4 @@
-"""The engine's commands as the app sends them (engine/core/commands.py, imported when the first
+"""The engine's commands as the screen sends them (engine/core/commands.py, imported when the first
 command is sent: the first frame does not wait for it), and an engine error as one line (error_line)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..engine import api
 
 if TYPE_CHECKING:
-    from ..engine.api import commands as C
+    from ..engine.api import commands
 else:
     class _Commands:
         """engine/core/commands.py, imported when the first command is sent."""
@@ -19,9 +19,9 @@ else:
             setattr(self, name, value)
             return value
 
-    C = _Commands()
+    commands = _Commands()
 
-__all__ = ["C", "error_line"]
+__all__ = ["commands", "error_line"]
 
 
 def error_line(exc: BaseException) -> str:

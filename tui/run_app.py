@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine import api
-from .cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_ROWS_LOST, EXIT_UNREACHABLE
-from .cli.launch import BUILTIN_SIM, running_target, session_loss, session_saved
+from .builtin_sim import BUILTIN_SIM, running_target
+from .exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_ROWS_LOST, EXIT_UNREACHABLE, session_loss, session_saved
 from .sweep_status import StartAbandoned
 
 if TYPE_CHECKING:

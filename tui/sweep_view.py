@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..engine import api
-from .cli.errors import EXIT_OK
+from .exits import EXIT_OK
 from .sweep_status import NEXT_REASON, StartAbandoned, SweepStatus
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -110,7 +110,7 @@ class Snapshot:
     second: int = 0
     row: dict = field(default_factory=dict)
     # the last few timeline rows, oldest first, `row` last (seconds second-len+1 .. second):
-    # a screen held past a second still draws a column for each (tui/widgets/panels.py)
+    # a screen held past a second still draws a column for each (tui/widgets/live_panels.py)
     recent: tuple[dict, ...] = ()
     log: tuple[LogLine, ...] = ()  # the most recent event lines
     session_dir: str = ""

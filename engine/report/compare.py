@@ -1,7 +1,7 @@
 """Several sessions side by side: load them, align their steps by load, pick the best
 session per load, find each session's knee, and the efficiency figures.
 
-Pure data: no drawing, no text tables (tui/cli/report.py formats, tui/cli/plots.py draws).
+Pure data: no drawing, no text tables (tui/cli/report.py formats, tui/plots.py draws).
 
 Definitions, so the report, the curves and the tests agree:
 

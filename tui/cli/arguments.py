@@ -38,8 +38,9 @@ from ...engine.api import (
     TRANSPORTS,
     __version__,
 )
+from ..exits import EXIT_BAD_INPUT, EXIT_OK
 from . import handlers as commands, refusals, sweep_cmd as sweeps
-from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
+from .errors import UsageError
 
 
 def _columns() -> int:

@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from ..exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
+from .errors import UsageError
 
 EXIT_REFUSED = 1
 ENV_URL = "REDLINE_CONTROL"

@@ -16,14 +16,24 @@ from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api
-from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from .launch import DEFAULT_PROFILE as DEFAULT_SIM_PROFILE, checked_config, ended_status, engine_loss, running_target, session_saved
+from ..builtin_sim import BUILTIN_SIM, DEFAULT_SIM_PROFILE, running_target
+from ..exits import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    ended_status,
+    engine_loss,
+    session_saved,
+)
+from .errors import UsageError
+from .launch import checked_config
 
 if TYPE_CHECKING:
     from ...engine.api import Preset
 
-from .headless import SIGNALS, _against, run_headless, start_engine
-from .terminal import _check_html_target, _check_out_file, _check_png_target, print_curves, write_html_page, write_png_file
+from .headless import SIGNALS, run_headless, start_engine, target_line
+from .terminal import check_html_target, check_out_file, check_png_target, print_curves, write_html_page, write_png_file
 
 
 def _err(text: str) -> None:
@@ -47,7 +57,7 @@ def check_result_file(args: argparse.Namespace) -> None:
     be written, checked before anything starts."""
     path = getattr(args, "result_filename", None)
     if path is not None:
-        _check_out_file(path, "--result-filename", "result.json")
+        check_out_file(path, "--result-filename", "result.json")
 
 
 def save_result(args: argparse.Namespace, out_dir: Path | None, rc: int) -> int:
@@ -120,7 +130,7 @@ async def _held(cfg, progress_s: float | None = None) -> int:
             ctl = f"control {engine.control.url}" if engine.control is not None else "no --control: a signal ends it"
             size = ("; " + " or ".join(x for x in (f"{cfg.num_requests} requests" if cfg.num_requests else "",
                                                    f"{cfg.duration_s:g} s" if cfg.duration_s else "") if x)) if (cfg.num_requests or cfg.duration_s) else ""
-            print(f"redline: holding {engine.load_text} against {_against(engine)}{size}; {ctl}; session {cfg.out_dir}", flush=True)
+            print(f"redline: holding {engine.load_text} against {target_line(engine)}{size}; {ctl}; session {cfg.out_dir}", flush=True)
             ticking = asyncio.ensure_future(Progress(engine, progress_s).run())
             ended = asyncio.ensure_future(engine.run_done.wait())
             waiting = asyncio.ensure_future(done.wait())
@@ -191,8 +201,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return save_result(args, cfg.out_dir, _tui(args, cfg, preset=preset))
     import asyncio
 
-    from .launch import BUILTIN_SIM
-
     sim_profile = (args.profile or DEFAULT_SIM_PROFILE) if cfg.url == BUILTIN_SIM else None
     with running_target(cfg, args) as cfg:
         rc = asyncio.run(run_headless(cfg, preset, gate, getattr(args, "junit", None), sim_profile, getattr(args, "progress_s", None)))
@@ -222,7 +230,7 @@ def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     if junit is not None:
         if conds is None:
             raise UsageError(f"--junit {junit}: there is no gate to report (give --gate SPEC or a preset [gate])")
-        _check_out_file(junit, "--junit", "report.xml")
+        check_out_file(junit, "--junit", "report.xml")
     return conds
 
 
@@ -273,10 +281,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     png: Path | None = args.png
     if png is not None:
-        _check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
+        check_png_target(png)  # before any output: a bad --png is a one-line error, exit 2
     html: Path | None = getattr(args, "html", None)
     if html is not None:
-        _check_html_target(html)
+        check_html_target(html)
     gate = report_gate(args)
     try:
         text, sessions = report_text(args.session_dirs)
@@ -347,7 +355,7 @@ def report_gate(args: argparse.Namespace) -> list | None:
         raise UsageError(f"--gate {bad.text!r}: a change compares two sessions: redline report BASELINE CANDIDATE --gate ... "
                          f"(got {len(args.session_dirs)})")
     if junit is not None:
-        _check_out_file(junit, "--junit", "report.xml")
+        check_out_file(junit, "--junit", "report.xml")
     return conds
 
 

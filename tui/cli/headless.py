@@ -11,11 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...engine import api
-from .errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from .launch import ended_status, engine_loss, session_saved
+from ..exits import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    ended_status,
+    engine_loss,
+    session_saved,
+)
 
 if TYPE_CHECKING:
-    from ...engine.api import Preset
+    from ...engine.api import Engine, Preset
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -116,7 +123,7 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
             return refused
         if cfg.insecure:
             print("redline: warning: TLS certificate verification is OFF (--insecure)", file=sys.stderr, flush=True)
-        print(f"redline: preset {preset.name} against {_against(engine)}; "
+        print(f"redline: preset {preset.name} against {target_line(engine)}; "
               f"{api.duration_text(preset, sim_profile)}; session {cfg.out_dir}", flush=True)
         progress = Progress(engine, progress_s)
         ticking = asyncio.ensure_future(progress.run())
@@ -247,7 +254,7 @@ def _warning_printer():
     return show
 
 
-def _against(engine) -> str:
+def target_line(engine: Engine) -> str:
     """The banner's target: `URL (kind, model)`, or with several, each URL and its weight."""
     tgt = engine.target
     states = getattr(engine, "targets", None) or []

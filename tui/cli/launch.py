@@ -1,63 +1,26 @@
-"""From parsed arguments to a checked EngineConfig, then to a running target.
+"""From parsed arguments to a checked EngineConfig.
 
 Order is the contract (docs/sim.md#faults-and-what-redline-does, bad input): `checked_config` checks every user value
 (options, API key, dataset, preset, --out, --compare) and builds the whole EngineConfig
-before anything starts; only then does `running_target` start the built-in sim, when there
-is no URL. A bad value is a one-line UsageError (exit 2) with no connection and no sim.
+before anything starts; only then does `running_target` (tui/builtin_sim.py) start the
+built-in sim, when there is no URL. A bad value is a one-line UsageError (exit 2) with no
+connection and no sim.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`redline --help`)
 
 from ...engine import api as engine_api  # (`api` is the --api option here)
-from .errors import EXIT_ROWS_LOST, UsageError
+from ..builtin_sim import BUILTIN_SIM
+from .errors import UsageError
 
-DEFAULT_PROFILE = "healthy"
 if TYPE_CHECKING:
-    from typing import Iterator
-
     from ...engine.api import EngineConfig, Preset, WorkloadConfig
-
-BUILTIN_SIM = ""  # EngineConfig.url before running_target has started the built-in sim
-
-
-def session_saved(out_dir: Path | None, loss: str | None = None) -> str:
-    """What an exit says of the session log: where it is (and, when a write or fsync failed,
-    `loss`: "N rows lost: REASON"), or that none began (a signal while the engine was still
-    starting: no directory was made, nothing was recorded)."""
-    if out_dir is not None and Path(out_dir).is_dir():
-        return f"session saved, {loss}" if loss else f"session saved in {out_dir}"
-    return "nothing recorded (stopped before the session began)"
-
-
-def session_loss(error: str | None, lost_rows: int) -> str | None:
-    """"N rows lost: REASON" when the session log kept a write or fsync error, else None
-    (from the engine's writer, or from a snapshot of an engine in its own process)."""
-    return engine_api.loss_line(lost_rows, error) if error else None
-
-
-def engine_loss(engine) -> str | None:
-    """session_loss of an engine run in this process (headless)."""
-    s = engine.session
-    return session_loss(s.error, s.lost_rows) if s is not None else None
-
-
-def ended_status(loss: str | None, rc: int) -> int:
-    """The exit status of a run that ended by itself with status `rc`: EXIT_ROWS_LOST when the
-    log lost rows and nothing weightier (a failed gate, a signal) is to be said; the loss
-    line printed on stderr either way."""
-    if loss is None:
-        return rc
-    import sys
-
-    print(f"redline: session saved, {loss}", file=sys.stderr, flush=True)
-    return rc or EXIT_ROWS_LOST
 
 
 def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> EngineConfig:
@@ -213,23 +176,6 @@ def limits(args: argparse.Namespace, preset: Preset | None) -> tuple:
     except SloError as exc:  # GuardError is one too
         raise UsageError(str(exc)) from None
     return slo, guard
-
-
-@contextlib.contextmanager
-def running_target(cfg: EngineConfig, args: argparse.Namespace) -> Iterator[EngineConfig]:
-    """The config with a URL to load: its own, or a built-in sim started here (stopped on exit)."""
-    if cfg.url != BUILTIN_SIM:
-        yield cfg
-        return
-    from ...engine.api import spawn_sim_process
-
-    sim = spawn_sim_process(profile=args.profile or DEFAULT_PROFILE, seed=seed_of(args))
-    try:
-        import dataclasses
-
-        yield dataclasses.replace(cfg, url=sim.url)
-    finally:
-        sim.stop()
 
 
 def target_urls(args: argparse.Namespace) -> list[str]:

@@ -1,5 +1,5 @@
 """The text of `redline report SESSION_DIR [SESSION_DIR ...]` (tui/cli/handlers.py cmd_report
-prints it, and the curves of tui/cli/plots.py).
+prints it, and the curves of tui/plots.py).
 
 One session: its step table, break and probe (engine.session.report_session), the per-target
 and per-worker tables when the session had several targets or workers, the efficiency table

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from ...engine import api
-from .errors import EXIT_GATE_FAILED, EXIT_OK, EXIT_ROWS_LOST, UsageError
+from ..exits import EXIT_GATE_FAILED, EXIT_OK, EXIT_ROWS_LOST
+from .errors import UsageError
 
 DEFAULT_PRESET = "until-it-breaks"
 
@@ -121,7 +122,8 @@ def run_repeats(args: argparse.Namespace, preset, repeats: int, gate) -> int:
     preset's name): OUT/sweep.json and OUT/LABEL/r1..rN, `redline report OUT` its intervals."""
     import re
 
-    from .launch import checked_config, running_target
+    from ..builtin_sim import running_target
+    from .launch import checked_config
 
     if gate is not None or getattr(args, "junit", None) is not None:
         raise UsageError("--repeats: a gate judges one run; gate the repeats' sessions one by one "
@@ -267,7 +269,7 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
     ran side by side (the comparison, the overlaid curves, `--html` one page), `--gate` on it."""
     from ...engine.report import api as reports
     from .report import format_comparison
-    from .terminal import _check_html_target, _check_png_target, print_curves, write_html_page, write_png_file
+    from .terminal import check_html_target, check_png_target, print_curves, write_html_page, write_png_file
 
     doc = _load(out)
     gate = _gate(args.gate)
@@ -276,9 +278,9 @@ def sweep_report(args: argparse.Namespace, out: Path) -> int:
                          "status 4 say the verdict (or gate each configuration's session: redline report OUT/LABEL --gate ... --junit FILE)")
     html, png = getattr(args, "html", None), getattr(args, "png", None)
     if html is not None:
-        _check_html_target(html)
+        check_html_target(html)
     if png is not None:
-        _check_png_target(png)
+        check_png_target(png)
     dirs = [Path(e["session_dir"]) for e in doc["configurations"]
             if isinstance(e, dict) and e.get("session_dir") and (Path(e["session_dir"]) / reports.SUMMARY).is_file()]
     try:

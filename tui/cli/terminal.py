@@ -11,7 +11,9 @@ from pathlib import Path
 from .errors import UsageError
 
 
-def _check_out_file(path: Path, flag: str, example: str) -> None:
+def check_out_file(path: Path, flag: str, example: str) -> None:
+    """A file `flag` will write (--junit, --result-filename, ...): not a directory, in a
+    directory that exists; UsageError (one line naming the flag) otherwise."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.exists() and path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory; expected a file name such as {example}")
@@ -19,20 +21,22 @@ def _check_out_file(path: Path, flag: str, example: str) -> None:
         raise UsageError(f"{flag} {path}: directory {parent} does not exist")
 
 
-def _check_html_target(path: Path) -> None:
+def check_html_target(path: Path) -> None:
+    """--html: the HTML extra installed and the file writable."""
     from ...engine.report.api import HTML_MISSING, html_available
 
     if not html_available():
         raise UsageError(f"--html {path}: {HTML_MISSING}")
-    _check_out_file(path, "--html", "report.html")
+    check_out_file(path, "--html", "report.html")
 
 
-def _check_png_target(path: Path) -> None:
-    from .plots import PNG_EXTRA_HINT, png_available
+def check_png_target(path: Path) -> None:
+    """--png: matplotlib (the png extra) installed and the file writable."""
+    from ..plots import PNG_EXTRA_HINT, png_available
 
     if not png_available():
         raise UsageError(f"--png {path}: needs matplotlib, the png extra: {PNG_EXTRA_HINT}")
-    _check_out_file(path, "--png", "curves.png")
+    check_out_file(path, "--png", "curves.png")
 
 
 def write_html_page(sessions: list, path: Path) -> None:
@@ -49,7 +53,7 @@ def write_html_page(sessions: list, path: Path) -> None:
 
 def write_png_file(sessions: list, path: Path) -> None:
     """--png: the saturation curves as a picture; one line (UsageError) when it cannot be written."""
-    from .plots import PngUnavailable, write_png
+    from ..plots import PngUnavailable, write_png
 
     try:
         write_png(sessions, path)
@@ -61,7 +65,7 @@ def write_png_file(sessions: list, path: Path) -> None:
 
 def print_curves(sessions: list) -> None:
     """The sessions' overlaid curves in the terminal, sized and coloured for it."""
-    from .plots import terminal_curves
+    from ..plots import terminal_curves
 
     w, h = _plot_size()
     print()

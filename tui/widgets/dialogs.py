@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,12 +14,18 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from ...engine import api
+
+if TYPE_CHECKING:
+    from ...engine.api import Preset
+
 
 class LinePrompt(ModalScreen[str | None]):
-    """One line typed into an Input; returns the text (checked by the app) or None (Esc).
+    """One line typed into an Input; returns the text (checked by the screen) or None (Esc).
 
-    The app opens it with `open_prompt` (app.py): the Input has the focus before the next key
-    is read, so keys typed right after the one that opened it land in it, in order."""
+    The live screen opens it with `open_prompt` (live_screen.py): the Input has the focus
+    before the next key is read, so keys typed right after the one that opened it land in it,
+    in order."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
@@ -67,6 +75,18 @@ class TextPrompt(LinePrompt):
             yield Input(placeholder=self.placeholder, id="text-input")
 
 
+def rate_prompt(trace: bool, now: float | None) -> TextPrompt:
+    """`c` in rate mode: the request rate R, or in a trace replay its speed factor (`now`: the
+    engine's, when it has one)."""
+    if trace:
+        question = "Trace speed factor" + (f", now ×{now:g}" if now else "")
+        hint = "a number from 0.1: 2 replays twice as fast as recorded — Enter sets, Esc cancels"
+    else:
+        question = "Request rate R in requests/s" + (f", now R={now:g}/s" if now else "")
+        hint = "at least 0.1, e.g. 12.5 — Enter sets, Esc cancels"
+    return TextPrompt(question, hint, f"{now:g}" if now else "10")
+
+
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape", "no", "no")]
 
@@ -89,6 +109,21 @@ class ConfirmScreen(ModalScreen[bool]):
 DESCRIPTION_WIDTH = 56  # the descriptions' width before the list is laid out (its text at 80 columns)
 OPTION_PAD = 2  # an option's padding, left and right (Textual's OptionList)
 INDENT = "  "  # a description's lines under the preset's name
+
+
+def preset_entries(where: Path) -> list[tuple[str, Preset | None, str]]:
+    """The presets in `where` (its *.toml), by name: (name, the preset, its description and
+    how long it runs on the built-in sim), or (name, None, why it cannot be used)."""
+    paths = sorted(where.glob("*.toml")) if where.is_dir() else []
+    entries: list[tuple[str, Preset | None, str]] = []
+    for path in paths:
+        try:
+            preset = api.load_preset(path)
+        except api.PresetError as exc:
+            entries.append((path.stem, None, str(exc)))
+            continue
+        entries.append((path.stem, preset, f"{preset.description}; {api.duration_text(preset)}"))
+    return entries
 
 
 class PresetPicker(ModalScreen[int | None]):

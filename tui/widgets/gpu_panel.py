@@ -1,5 +1,5 @@
 """Per-GPU power (W and % of limit) and utilisation; client health beside it (the coordinator's;
-each worker's is in widgets/workers.py)."""
+each worker's is in widgets/workers_panel.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import bar, num
+from .numbers import bar, num
 
 COMPACT_CELL = 16  # "7 ████ 326W 47%"
 

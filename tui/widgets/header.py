@@ -7,7 +7,7 @@
       cap 8 (max_running_requests 64 // pp 8)
 
 Line 1 names the target (cut with … when long; `?` shows it whole), or with several how
-many (`3 targets (1 gone)`; each has its row in widgets/targets.py), and, on the right, how
+many (`3 targets (1 gone)`; each has its row in widgets/targets_panel.py), and, on the right, how
 long the session has run and how many requests ended. With several targets line 2 leaves
 out the server's running / queued: each target's are on its row. Line 2 starts with the state in
 brackets, so it reads without colour (NO_COLOR). Warnings wrap at word boundaries, two lines
@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import duration, num
+from .numbers import duration, num
 
 MAX_LINES = 5
 WARNING_LINES = 2  # a warning wraps to at most this many lines

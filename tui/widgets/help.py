@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from ...engine.api import MIN_LIVE_STEP_S, Snapshot
 
-# (keys as typed, what they do): the app's BINDINGS, each action once (tests check it)
+# (keys as typed, what they do): the live screen's BINDINGS and the app's, each action once (tests check it)
 KEYS: tuple[tuple[str, str, str], ...] = (
     ("more", "+  =  ↑", "concurrency up by the step"),
     ("less", "-  ↓", "concurrency down by the step (never below 1)"),

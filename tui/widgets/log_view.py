@@ -42,7 +42,7 @@ def entry_grid(when: str, text: Text) -> Table:
 
 
 class EventLog(Widget):
-    can_focus = False  # the app's keys are read by the app (app.py BINDINGS)
+    can_focus = False  # the keys are the live screen's (live_screen.py BINDINGS)
 
     def __init__(self, *, id: str = "log") -> None:
         super().__init__(id=id)

@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import ms, num, rate
+from .numbers import ms, num, rate
 
 NARROW_ROWS = 3  # targets listed at 80x24 (under a title line: 4 lines in all)
 WIDE_ROWS = 8

@@ -2,7 +2,7 @@
 steps finished so far, the knee marked (the session's own verdict, Snapshot.knee: summary.json's,
 with its preset's plateau_gain and its search), and an earlier session overlaid (`--compare DIR`).
 
-Drawn with plotext (tui/cli/plots.py) into the widget's size; redrawn only when the finished
+Drawn with plotext (tui/plots.py) into the widget's size; redrawn only when the finished
 steps, the break, or the widget's size change, so a snapshot four times a second costs a
 comparison of a few numbers.
 """
@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from ...engine.api import Snapshot
 from ...engine.report.api import SessionSummary, session_from_steps, workload_warning_first
-from ..cli.plots import render_curves
+from ..plots import render_curves
 
 LIVE_LABEL = "this session"
 WAITING = "no finished step yet: the curve grows a point each time a concurrency is held long enough to be a step"

@@ -3,7 +3,7 @@ the step report and the stop-rule texts agree) and the shapes only the screen dr
 
 from __future__ import annotations
 
-from ..engine.api import ms, num, rate, step_ms
+from ...engine.api import ms, num, rate, step_ms
 
 __all__ = ["bar", "duration", "ms", "num", "rate", "step_ms"]
 

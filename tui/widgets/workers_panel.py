@@ -11,8 +11,8 @@ and a row per worker:
     w0      gpu-a            32      1234    5123     1.2 ms   41%
     w1      gpu-b             -       611    DEAD          -     -
 
-The app says how many lines the block may take (app.py `_workers_lines`, from what the other
-blocks leave; block_lines below is the rule): the rows when they fit and leave the step table
+The screen says how many lines the block may take (body.py `BodyParts.workers_lines`, from
+what the other blocks leave; block_lines below is the rule): the rows when they fit and leave the step table
 and the log (or, wide, the curve) their room, else the summary line, else nothing (targets
 have priority at 80x24; a dead worker is still a warning in the header and the log). `?`
 lists every worker with its node and share.
@@ -30,8 +30,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import ms, num, rate
-from .target_rows import GONE_STYLE, cut_middle
+from .numbers import ms, num, rate
+from .targets_panel import GONE_STYLE, cut_middle
 
 DEAD_STYLE = GONE_STYLE  # the header's SERVER GONE style, a target's GONE
 MAX_ROWS = 8  # rows at most; the rest are `+N more` on the title line

@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.widgets import Label
 
 from ...engine.api import BOUND, TIMELINE_INTERVAL_S, Snapshot
-from ..format import ms, num, rate
 from .metric_row import MetricRow
+from .numbers import ms, num, rate
 
 HISTORY_POINTS = 120  # seconds of sparkline
 
@@ -105,7 +105,7 @@ class LivePanels(Vertical):
 def row_flagged(row: dict) -> bool:
     """A second whose figures are suspect (timeline.ndjson `client_overloaded`: the loop was
     held, redline's CPU saturated, the machine busy), or that covers a held loop's longer
-    interval: it does not set a sparkline's scale (widgets/metric.py)."""
+    interval: it does not set a sparkline's scale (widgets/metric_row.py)."""
     return bool(row.get("client_overloaded")) or (row.get("interval_s") or TIMELINE_INTERVAL_S) > 1.5 * TIMELINE_INTERVAL_S
 
 

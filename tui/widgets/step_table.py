@@ -24,8 +24,8 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 
 from ...engine.api import LogLine, Snapshot, StepResult
-from ..format import ms, rate, step_ms
 from .header import rate_text
+from .numbers import ms, rate, step_ms
 
 COLUMNS = ("C", "dur", "tok/s", "TTFT p50", "TTFT p99", "ITL p99", "err", "srv run", "at")
 LIVE_STYLE = "bold"  # and the row cursor sits on it (redline.tcss: #steps > .datatable--cursor)
@@ -85,7 +85,7 @@ class _Pause:
 
 
 class StepTable(DataTable):
-    can_focus = False  # the app's keys are read by the app (app.py BINDINGS); wheel and PgUp/PgDn scroll
+    can_focus = False  # the keys are the live screen's (live_screen.py BINDINGS); wheel and PgUp/PgDn scroll
     def __init__(self, *, id: str = "steps") -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True, show_cursor=False)
         self._keys: list[str] = []  # row keys as shown

@@ -20,7 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
-from ..format import ms, rate
+from .numbers import ms, rate
 
 WARN = "bold yellow"
 

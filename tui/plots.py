@@ -1,8 +1,9 @@
 """Saturation curves: output tok/s and p99 TTFT against the load (concurrency; the offered
 request rate for sessions over rates, never the in-flight cap), one line per session, each
-session's knee marked. In the terminal with plotext (`redline report`, and the TUI's
-curve view through tui/widgets/curve.py), as an image with matplotlib (`--png`, the optional
-`png` extra).
+session's knee marked. What the command line and the screen both draw, in a module of its
+own (no Textual): in the terminal with plotext (`redline report`: tui/cli/terminal.py, and the
+screen's curve view: tui/widgets/curve_view.py), as an image with matplotlib (`--png`, the
+optional `png` extra).
 
 The load is drawn on a log2 axis (C = 8, 16, 32, ... equally spaced), ticks at the loads
 measured. A lower bound (a p99 TTFT of censored requests, `>=` in the tables) is drawn as the
@@ -20,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ...engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
+from ..engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 
