@@ -106,7 +106,7 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
 
 
 def format_step_table(
-    steps: list[StepResult | dict[str, Any]],
+    steps: Sequence[StepResult | dict[str, Any]],
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
     knee: Knee | Sequence[Knee] | None = None,
