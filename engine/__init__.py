@@ -32,7 +32,7 @@ def _defer_httpx_cli() -> None:
         httpx.main = real
         return real(*args, **kwargs)
 
-    stub.main = main  # type: ignore[attr-defined]
+    stub.__dict__["main"] = main  # (a module's attributes are its __dict__)
     sys.modules["httpx._main"] = stub
 
 

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
-    from .sweep.gate import SweepGateError, check_sweep, parse_sweep_gate
+    from .sweep.gate import SweepGate, SweepGateError, check_sweep, parse_sweep_gate
     from .sweep.sweep_file import SWEEP_FILE, load_sweep
     from .sweep.merge import merged_doc
     from .sweep.resume import check_resume, preset_digest
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from .sweep.server_proc import free_port
     from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
     from .sweep.table import format_answers, format_sweep
+    from .telemetry.types import GpuSample
     from .text import closest, one_line
     from .workload.arrivals import MAX_RATE, ArrivalError, check_rate, parse_arrival
     from .workload.change import KEYS as WORKLOAD_KEYS, MAX_LEN as WORKLOAD_MAX_LEN, WorkloadChange
@@ -129,7 +130,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".workload.request_shape": (
         "RequestShapeError", "check_headers", "check_range_ratio", "extra_body_text", "parse_extra_body", "parse_header",
     ),
-    ".sweep.gate": ("SweepGateError", "check_sweep", "parse_sweep_gate"),
+    ".sweep.gate": ("SweepGate", "SweepGateError", "check_sweep", "parse_sweep_gate"),
     ".sweep.sweep_file": ("SWEEP_FILE", "load_sweep"),
     ".sweep.merge": ("merged_doc",),
     ".sweep.resume": ("check_resume", "preset_digest"),
@@ -137,6 +138,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".sweep.server_proc": ("free_port",),
     ".sweep.spec": ("SweepConfig=Config", "SweepError", "SweepSpec", "load_sweep_file", "spec_from_args"),
     ".sweep.table": ("format_answers", "format_sweep"),
+    ".telemetry.types": ("GpuSample",),
     ".text": ("closest", "one_line"),
     ".workload.change": ("WORKLOAD_KEYS=KEYS", "WORKLOAD_MAX_LEN=MAX_LEN", "WorkloadChange"),
     ".load.worker_count": ("Plan", "auto_plan", "kernel_stamped", "usable_cores"),
@@ -153,7 +155,7 @@ def table(exports: dict[str, tuple[str, ...]], modules: dict[str, str] | None = 
     return out
 
 
-def resolve(where: dict[str, tuple[str, str | None]], owner: str, package: str, name: str) -> Any:
+def resolve(where: dict[str, tuple[str, str | None]], owner: str, package: str, name: str) -> object:
     """The object `name` names, looked up in its home module now (shared by the facades)."""
     try:
         module, attr = where[name]
@@ -167,7 +169,7 @@ _WHERE = table(_EXPORTS, _MODULES)
 __all__ = ["__version__", *sorted(_WHERE)]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     return resolve(_WHERE, __name__, __package__, name)
 
 

@@ -1,14 +1,26 @@
 """The event loop every redline process runs (uvloop where it is installed), and the one way
-redline waits for something with a time limit (wait_within)."""
+redline waits for something with a time limit (wait_within; wait_set for an event).
+
+Python 3.10 and 3.11+ alike: 3.10 has no asyncio.timeout, and its asyncio.TimeoutError is not
+the builtin TimeoutError (3.11 made them one), so wait_within's timeout (WaitTimeout) is both."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from multiprocessing.connection import Connection
 from typing import Any, Awaitable, Callable, TypeVar
 
 T = TypeVar("T")
+
+if sys.version_info >= (3, 11):
+    WaitTimeout = TimeoutError  # asyncio.TimeoutError is TimeoutError
+else:  # pragma: no cover - Python 3.10
+
+    class WaitTimeout(asyncio.TimeoutError, TimeoutError):
+        """wait_within's timeout on Python 3.10: what `except asyncio.TimeoutError` and `except
+        TimeoutError` both catch."""
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -47,7 +59,8 @@ def read_pipe(conn: Connection, loop: asyncio.AbstractEventLoop, on_msg: Callabl
 
 
 async def wait_within(aw: Awaitable[T], timeout: float | None, late: Callable[[T], object] | None = None) -> T:
-    """`await aw`, raising asyncio.TimeoutError after `timeout` seconds (None: no limit).
+    """`await aw`, raising WaitTimeout (an asyncio.TimeoutError and a TimeoutError) after
+    `timeout` seconds (None: no limit).
 
     asyncio.wait_for on Python 3.10 and 3.11 drops a cancel that lands as the awaited thing
     finishes: the caller gets the result and runs on (a request cancelled while its connection
@@ -64,8 +77,29 @@ async def wait_within(aw: Awaitable[T], timeout: float | None, late: Callable[[T
         raise
     if not done:
         _abandon(fut, late)
-        raise asyncio.TimeoutError
+        raise WaitTimeout
     return fut.result()
+
+
+async def wait_set(event: asyncio.Event, timeout: float | None) -> None:
+    """Until `event` is set or `timeout` seconds passed (None: no limit; at or below 0: at the
+    loop's next turn); back either way, without raising."""
+    if sys.version_info >= (3, 11):
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            pass
+    else:  # pragma: no cover - Python 3.10: no asyncio.timeout
+        await _wait_set_310(event, timeout)
+
+
+async def _wait_set_310(event: asyncio.Event, timeout: float | None) -> None:
+    """wait_set without asyncio.timeout (Python 3.10; tests run it on any version)."""
+    try:
+        await wait_within(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
 
 
 def _abandon(fut: asyncio.Future, late: Callable[[Any], object] | None) -> None:

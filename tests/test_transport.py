@@ -23,7 +23,7 @@ from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS
 from redline.engine.client.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
-from redline.engine.loop import wait_within
+from redline.engine.loop import WaitTimeout, _wait_set_310, wait_set, wait_within
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
@@ -269,6 +269,74 @@ async def test_wait_within_passes_a_cancel_that_lands_with_the_result():
     assert slow.cancelled()
     assert await wait_within(asyncio.sleep(0, "ok"), 1) == "ok"
     assert await wait_within(asyncio.sleep(0, "no limit"), None) == "no limit"
+
+
+async def test_a_timeout_is_caught_as_asyncio_s_and_as_the_builtin_one():
+    """Python 3.10 tells asyncio.TimeoutError from TimeoutError: the pools' `except
+    TimeoutError` around wait_within let a worker that never answered crash the run there."""
+    for caught in (TimeoutError, asyncio.TimeoutError):
+        with pytest.raises(caught):
+            await wait_within(asyncio.get_running_loop().create_future(), 0.01)
+    assert issubclass(WaitTimeout, TimeoutError) and issubclass(WaitTimeout, asyncio.TimeoutError)
+
+
+@pytest.mark.parametrize("wait", [wait_set, _wait_set_310], ids=["this-python", "python-3.10-road"])
+async def test_wait_set_returns_when_set_or_at_its_limit(wait):
+    """The open loop's and the worker pool's waits (asyncio.timeout is Python 3.11's: on 3.10
+    the rate mode and every --workers run died at their first wait)."""
+    ev = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await wait(ev, 0.05)  # nobody sets it: back at the limit, no exception
+    assert 0.04 <= loop.time() - t0 < 2.0
+    await wait(ev, -1.0)  # a due time already past: back at once
+    loop.call_later(0.02, ev.set)
+    t0 = loop.time()
+    await wait(ev, None)  # no limit: back when set
+    assert ev.is_set() and loop.time() - t0 < 2.0
+    await wait(ev, 30.0)  # set already: back at once
+    assert loop.time() - t0 < 2.0
+
+
+def _python_310() -> str | None:
+    """A Python 3.10: pyenv's own (its shim on PATH may name none), else one on PATH."""
+    import glob
+    import os
+
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10*/bin/python3.10")))
+    for py in [*found, shutil.which("python3.10")]:
+        if py and subprocess.run([py, "-c", ""], capture_output=True, timeout=30).returncode == 0:
+            return py
+    return None
+
+
+def test_the_waits_work_on_python_3_10_where_there_is_one():
+    """engine/loop.py alone (it imports nothing of the engine) under Python 3.10, where the
+    machine has one: wait_set at its limit and when set, and wait_within's timeout caught as
+    the builtin TimeoutError."""
+    import redline.engine.loop as loop_module
+
+    py = _python_310()
+    if py is None:
+        pytest.skip("no Python 3.10 here")
+    code = (
+        "import asyncio, importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('loop', {loop_module.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "async def main():\n"
+        "    ev = asyncio.Event()\n"
+        "    await m.wait_set(ev, 0.02)\n"
+        "    asyncio.get_running_loop().call_later(0.01, ev.set)\n"
+        "    await m.wait_set(ev, None)\n"
+        "    try:\n"
+        "        await m.wait_within(asyncio.get_running_loop().create_future(), 0.01)\n"
+        "    except TimeoutError:\n"
+        "        print('caught', sys.version_info[:2])\n"
+        "asyncio.run(main())\n"
+    )
+    r = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "caught (3, 10)"
 
 
 @pytest.mark.parametrize("api", [CHAT, COMPLETIONS, GENERATE])

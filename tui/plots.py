@@ -19,9 +19,12 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..engine.report.api import KINDS, SessionSummary, axis_title, knee_load, knee_step
+
+if TYPE_CHECKING:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 PNG_EXTRA_HINT = "pip install 'redline[png]'"
 
@@ -194,7 +197,7 @@ def _legend_lines(sessions: Sequence[SessionSummary], width: int, color: bool, k
     return out
 
 
-def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str, w: int, h: int, color: bool, kind: str = "C") -> None:
+def _draw_panel(sub: Any, sessions: Sequence[SessionSummary], metric: str, title: str, w: int, h: int, color: bool, kind: str = "C") -> None:
     import plotext
 
     sub.plot_size(w, h)
@@ -230,10 +233,10 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
     hd_markers = ("hd", "braille", "hd", "braille", "hd", "braille", "hd", "braille")
     knees: list[tuple[float, float, int]] = []  # (x, load, session index)
 
-    def pix(i: int):
+    def pix(i: int) -> Any:  # plotext's pixel colour (plotext has no types)
         return plotext.pixel(foreground=TERM_COLORS[i % len(TERM_COLORS)]) if color else None
 
-    def mk(symbol, i: int):
+    def mk(symbol: str, i: int) -> Any:
         p = pix(i)
         return plotext.marker(symbol, p) if p is not None else symbol
 
@@ -271,7 +274,12 @@ def _draw_panel(sub, sessions: Sequence[SessionSummary], metric: str, title: str
     # knee labels along the top rows, one row down per label so two never overlap
     row_h = ytop / max(canvas_h - 1, 1)
     seen: set[float] = set()
-    knees = [kn for kn in sorted(knees, key=lambda t: (t[0], t[2])) if not (kn[1] in seen or seen.add(kn[1]))]
+    first_knees: list[tuple[float, float, int]] = []
+    for kn in sorted(knees, key=lambda t: (t[0], t[2])):  # one label a load
+        if kn[1] not in seen:
+            seen.add(kn[1])
+            first_knees.append(kn)
+    knees = first_knees
     for n, (x, k, i) in enumerate(knees):
         text = _knee_text(sessions[i]) or "knee"
         y = ytop - n * row_h
@@ -428,22 +436,22 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
             kv = _knee_value(s, metric, kind)
             if kv is None:
                 continue
-            k, v = kv
+            kx, ky = kv
             col = PNG_COLORS[i % len(PNG_COLORS)]
-            ax.axvline(k, color=col, ls="--", lw=1.2, alpha=0.7)
-            if v is None:
+            ax.axvline(kx, color=col, ls="--", lw=1.2, alpha=0.7)
+            if ky is None:
                 continue
-            ax.plot([k], [v], marker="D", ms=10, mfc="white", mec=col, mew=2.2, zorder=5)
+            ax.plot([kx], [ky], marker="D", ms=10, mfc="white", mec=col, mew=2.2, zorder=5)
             # throughput rises into the knee and flattens after it: label up and right;
             # TTFT is flat before the knee and climbs after it: label up and left
             left = metric == "p99_ttft_ms"
-            if allc and k >= allc[-1]:
+            if allc and kx >= allc[-1]:
                 left = True
-            elif allc and k <= allc[0]:
+            elif allc and kx <= allc[0]:
                 left = False
             ann = ax.annotate(
                 _knee_text(s) or "knee",
-                xy=(k, v),
+                xy=(kx, ky),
                 xytext=(-10 if left else 10, 16),
                 textcoords="offset points",
                 ha="right" if left else "left",
@@ -462,7 +470,7 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
     return path
 
 
-def _separate_labels(canvas, notes: list[tuple]) -> None:
+def _separate_labels(canvas: FigureCanvasAgg, notes: list[tuple]) -> None:
     """Move knee labels up, one label height at a time, until none overlaps another in its plot."""
     canvas.draw()  # lays the axes out: label boxes are then in their final pixels
     renderer = canvas.get_renderer()

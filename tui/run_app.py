@@ -31,7 +31,14 @@ from .exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_ROWS_LOST, EXIT_UNREACHABLE, se
 from .sweep_status import StartAbandoned
 
 if TYPE_CHECKING:
+    from typing import Callable
+
     from ..engine.api import EngineConfig, EngineProcess, Preset, Snapshot
+    from ..engine.report.api import SessionSummary
+    from .sweep_status import SweepStatus
+
+    # a sweep's target: (config, cancel) -> a context manager yielding the config to load (its server up)
+    TargetOf = Callable[[EngineConfig, threading.Event], contextlib.AbstractContextManager[EngineConfig]]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 START_TIMEOUT_S = 120.0  # as engine/host.py waits for its child
@@ -42,8 +49,8 @@ FRAME_WAIT_S = 1.0
 CORES_TO_START_AT_ONCE = 4
 
 
-def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare=None, *,
-            target=None, sweep=None, on_hard_exit=None) -> int:
+def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None = None, compare: SessionSummary | None = None, *,
+            target: TargetOf | None = None, sweep: SweepStatus | None = None, on_hard_exit: Callable[[], None] | None = None) -> int:
     """The app on `cfg` until it quits; the exit status. A sweep (tui/sweep_view.py) hands
     `target` (its configuration's server, started on the start thread), `sweep` (the line
     above the header; the app's exit reason is written back to it) and `on_hard_exit`."""
@@ -97,7 +104,7 @@ def run_tui(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None =
     return saved(host, app.return_code)  # Ctrl-C and the signals: 128 + N (app.py exit_status)
 
 
-def saved(host, return_code: int | None, prefix: str = "") -> int:
+def saved(host: StartingHost | EngineProcess, return_code: int | None, prefix: str = "") -> int:
     """The exit's line of the session log, from the engine's last snapshot ("session saved in
     DIR", or "session saved, N rows lost: REASON" when a write or fsync failed), and the exit
     status: the app's (a signal: 128 + N), else EXIT_ROWS_LOST when rows were lost."""
@@ -138,7 +145,8 @@ def start_failed(exc: BaseException) -> int:
     raise exc
 
 
-def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset, compare, caught: list) -> int:
+def _start_then_draw(cfg: EngineConfig, args: argparse.Namespace, preset: Preset | None, compare: SessionSummary | None,
+                     caught: list[signal.Signals]) -> int:
     host = api.EngineProcess(cfg)
     try:
         host.start()
@@ -168,7 +176,7 @@ class StartingHost:
     run_tui prints the one line)."""
 
     def __init__(self, cfg: EngineConfig, args: argparse.Namespace, drawn: threading.Event | None = None,
-                 target=None) -> None:
+                 target: TargetOf | None = None) -> None:
         self.config = cfg
         # target(cfg, cancel) -> a context manager yielding the config to load (a sweep's server);
         # None: running_target (the --url as given, or the built-in sim)

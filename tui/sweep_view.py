@@ -23,17 +23,22 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..engine import api
 from .exits import EXIT_OK
 from .sweep_status import NEXT_REASON, StartAbandoned, SweepStatus
 
+if TYPE_CHECKING:
+    from ..engine.api import ConfigServer, EngineConfig, Preset, SweepConfig, SweepSpec
+    from .run_app import TargetOf
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_sweep_tui(args: argparse.Namespace, spec, configs: list, preset, out: Path,
-                  make_config: Callable, digest: str | None = None, resume: bool = False) -> int:
+def run_sweep_tui(args: argparse.Namespace, spec: SweepSpec, configs: list[SweepConfig], preset: Preset, out: Path,
+                  make_config: Callable[[SweepConfig, Path, float | None, int], EngineConfig], digest: str | None = None,
+                  resume: bool = False) -> int:
     """Every configuration in the app, in turn (with --repeats, each repeat an app of its own,
     the server kept up between them unless --restart-each); the exit status (0, or 128 + N for
     a signal). `make_config(config, session, startup_s, repeat)` is the EngineConfig `redline
@@ -62,7 +67,7 @@ def run_sweep_tui(args: argparse.Namespace, spec, configs: list, preset, out: Pa
                 cs.launch()  # here, on the main thread (ConfigServer.launch); the app's start thread waits for it
             cfg = make_config(c, cs.begin(k), None, k)
 
-            def on_hard_exit(cs=cs, i=i) -> None:
+            def on_hard_exit(cs: ConfigServer = cs, i: int = i) -> None:
                 """SIGHUP: the app leaves with os._exit once its host stopped (the server with it)."""
                 sf.set(i, cs.stopped_entry("SIGHUP"))
                 sf.end("stopped by SIGHUP")
@@ -99,11 +104,11 @@ def run_sweep_tui(args: argparse.Namespace, spec, configs: list, preset, out: Pa
                 return 128 + caught[0].value
     sf.end("sweep finished")
     print()
-    print(api.format_sweep(api.load_sweep(out)))
+    print(api.format_sweep(api.load_sweep(out) or {}))  # (written above: never None here)
     return EXIT_OK
 
 
-def _entry(cs, rc: int, ended_by: str) -> dict:
+def _entry(cs: ConfigServer, rc: int, ended_by: str) -> dict:
     """The configuration's sweep.json entry once its app closed."""
     if cs.started is not None and not cs.started.ok:
         return cs.failed_entry()
@@ -125,14 +130,14 @@ def _done_text(e: dict) -> str:
     return f"{e['label']} {str(e.get('status', '')).replace('_', ' ')}"
 
 
-def _server_target(cs, status: SweepStatus, wait: bool = True, keep: bool = False):
+def _server_target(cs: ConfigServer, status: SweepStatus, wait: bool = True, keep: bool = False) -> TargetOf:
     """The app's target (run_app.py StartingHost): the configuration's server, launched and
     waited for on the start thread (`wait`; a repeat on the server kept up: at once); stopped
     when the app's host stops unless `keep` (the next repeat runs on it). `cancel` set (q, a
     signal while it starts) gives the wait up."""
 
     @contextlib.contextmanager
-    def target(cfg, cancel: threading.Event) -> Iterator:
+    def target(cfg: EngineConfig, cancel: threading.Event) -> Iterator[EngineConfig]:
         def on_wait(text: str) -> None:
             if cancel.is_set():
                 raise StartAbandoned("the sweep's start was given up")
@@ -162,7 +167,7 @@ def _server_target(cs, status: SweepStatus, wait: bool = True, keep: bool = Fals
     return target
 
 
-def _stop_server(cs) -> None:
+def _stop_server(cs: ConfigServer) -> None:
     """From a thread without an event loop (the main one between apps, the app's host stopping
     on a worker thread)."""
     asyncio.run(cs.stop())

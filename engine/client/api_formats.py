@@ -24,7 +24,7 @@ import json.scanner
 import math
 import re
 from dataclasses import dataclass
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # typeshed omits it; CPython defines it (C, else Python)
 from typing import Any, Callable
 
 from ..text import one_line
@@ -155,7 +155,8 @@ def continuous_usage_refused(http_status: int, error_text: str) -> bool:
 # The C scanner json.loads ends in (the default decoder's: NaN, Infinity, strict strings).
 # For a small chunk json.loads's own wrapping (encoding detection, decode, two whitespace
 # regexes, raw_decode) costs more than the parse: an object goes straight to the scanner.
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed types the scanner's context as make_scanner itself; CPython reads the decoder's hooks off it
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def _loads(payload: bytes) -> dict[str, Any]:

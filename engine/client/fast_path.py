@@ -47,4 +47,4 @@ def splitter(api: str, text: bool, enabled: bool | None = None) -> Any | None:
     mode = _MODES.get(api)
     if not on or text or mode is None:
         return None
-    return _speedups.Splitter(mode, sse.MAX_EVENT_BYTES)  # type: ignore[union-attr]
+    return _speedups.Splitter(mode, sse.MAX_EVENT_BYTES)

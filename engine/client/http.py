@@ -10,6 +10,7 @@ the running loop, uvloop under the engine host). "aiohttp" and "httpx" stay sele
 from __future__ import annotations
 
 import ssl
+from collections.abc import Generator
 
 import httpx
 
@@ -29,7 +30,7 @@ class TargetBearer(httpx.Auth):
         self.secrets = tuple(s for s in (token, *secret_values(self.headers)) if s)
         self._origin = _origin(httpx.URL(origin))
 
-    def auth_flow(self, request: httpx.Request):
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if _origin(request.url) == self._origin:
             if self.token:
                 request.headers["Authorization"] = f"Bearer {self.token}"

@@ -118,7 +118,7 @@ class RawTransport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return len(self._wbuf)
 
-    def write(self, data: bytes) -> None:  # type: ignore[override]
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
             return
         if not self._wbuf:

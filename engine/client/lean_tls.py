@@ -1,16 +1,12 @@
 """TLS for the lean transport (engine/client/transport.py): httpx's rules for `verify`; and its
-check of an idle pooled socket before reuse."""
+check of an idle pooled socket before reuse, and the close of one that opened too late."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import ssl
-from typing import TYPE_CHECKING
-
 import httpx
-
-if TYPE_CHECKING:
-    import asyncio
 
 
 def ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
@@ -40,3 +36,10 @@ def dropped(transport: asyncio.BaseTransport) -> bool:
         return bool(p.poll(0))
     except (OSError, ValueError):
         return True
+
+
+def close_opened(opened: object) -> None:
+    """Close a connection that opened too late: kstamp's transport, or asyncio's (transport, protocol)."""
+    transport = opened[0] if isinstance(opened, tuple) else opened
+    if isinstance(transport, asyncio.BaseTransport):
+        transport.close()

@@ -203,7 +203,7 @@ class _Stream:
     __slots__ = ("rec", "client", "decode", "sse", "fast", "on_tokens", "on_lag", "wall_offset", "on_first",
                  "answer", "cumulative", "done", "counted", "completion_tokens", "events", "first_bytes", "t")
 
-    def __init__(self, rec: RequestRecord, decode: Callable[[bytes], Event], cumulative: bool, client: httpx.AsyncClient,
+    def __init__(self, rec: RequestRecord, decode: Callable[[bytes], Event], cumulative: bool, client: httpx.AsyncClient | None,
                  on_tokens: TokensCallback, on_lag: LagCallback | None, wall_offset: float, on_first: FirstCallback | None,
                  fast: Any = None) -> None:
         self.rec = rec
@@ -255,7 +255,7 @@ class _Stream:
         error, an odd shape: in order, from the first such event on) takes the Python road."""
         rec = self.rec
         times, tokens = rec.chunk_times, rec.chunk_tokens
-        feed = self.fast.feed  # type: ignore[union-attr]
+        feed = self.fast.feed
         for t, data in reads:
             self.t = t
             n0 = len(times)
@@ -297,7 +297,8 @@ class _Stream:
 
     def _lag(self, t: float, sim_t: float) -> None:
         lag = t + self.wall_offset - sim_t
-        self.on_lag(lag)  # type: ignore[misc]
+        if self.on_lag is not None:  # (only a stream with a lag listener reads the sim's stamps)
+            self.on_lag(lag)
         rec = self.rec
         if rec.max_lag_s is None or lag > rec.max_lag_s:
             rec.max_lag_s = lag
@@ -434,8 +435,8 @@ async def run_request(
         raise
     except Exception as exc:  # noqa: BLE001 - run_request never raises: every failure is counted
         rec.t_end = perf()
-        kind, text = classify_error(exc, responded=rec.http_status != 0)
-        _fail(rec, kind, text, client)
+        kind, why = classify_error(exc, responded=rec.http_status != 0)
+        _fail(rec, kind, why, client)
     else:
         if not stream.done and rec.status == records.OK:
             if stream.events == 0 and stream.first_bytes:

@@ -41,14 +41,14 @@ import asyncio
 import re
 import ssl
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import httptools
 import httpx
 
 from ..loop import wait_within
 from . import kstamp
-from .lean_tls import dropped as _dropped, ssl_context
+from .lean_tls import close_opened, dropped as _dropped, ssl_context
 
 __all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 
@@ -128,7 +128,7 @@ class _Conn(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio types it BaseTransport; a TCP connection's is a Transport
 
     def data_received(self, data: bytes, t: float = 0.0) -> None:
         if not t:  # not the kernel's receive time (engine/client/kstamp.py): now, before any parsing
@@ -345,7 +345,7 @@ class _Body(httpx.AsyncByteStream):
         self._conn = conn
         self._done = False
 
-    async def __aiter__(self):  # type: ignore[override]
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         c = self._conn
         while True:
             if c.reads:
@@ -551,7 +551,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 else loop.create_connection(lambda: conn, host, port, ssl=ctx, server_hostname=host if ctx else None))
         try:
             # one that opens after its request's cancel is closed (kstamp's, or (transport, protocol))
-            await wait_within(coro, timeout, late=lambda r: (r[0] if isinstance(r, tuple) else r).close())
+            await wait_within(coro, timeout, late=close_opened)
         except asyncio.TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port}: no answer within {timeout:g} s") from None
         except ssl.SSLError as exc:  # the cause stays chained: request.py reads it
@@ -569,7 +569,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if body is not None:  # known bytes, but the headers say chunked
             await conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n", timeout)
             return
-        async for part in request.stream:  # type: ignore[union-attr]
+        async for part in request.stream:  # type: ignore[union-attr]  # httpx: sync or async; an AsyncClient's is async
             if part:
                 await conn.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part, timeout)
         if chunked:
@@ -596,5 +596,5 @@ class LeanTransport(httpx.AsyncBaseTransport):
         """connection_lost: drop it from the sets (an idle one the server closed too)."""
         self._conns.discard(conn)
         if not conn.active:
-            if conn in (idle := self._idle.get(conn.key, ())):
+            if conn in (idle := self._idle.get(conn.key, [])):
                 idle.remove(conn)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
@@ -77,10 +78,10 @@ def is_loopback(host: str) -> bool:
     except (OSError, UnicodeError):
         return False
     addrs = {i[4][0] for i in infos}
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs)
 
 
-def check_token_env(name: str | None, environ) -> str | None:
+def check_token_env(name: str | None, environ: Mapping[str, str]) -> str | None:
     """The token named by --control-token-env (None without the option). ControlError when the
     name is not a variable's name (never echoing it: it may be the token itself) or the
     variable is unset, empty or not printable ASCII."""
@@ -98,7 +99,7 @@ def check_token_env(name: str | None, environ) -> str | None:
     return tok
 
 
-def check_control(text: str | None, token_env: str | None, environ) -> tuple[ControlAddress | None, str | None]:
+def check_control(text: str | None, token_env: str | None, environ: Mapping[str, str]) -> tuple[ControlAddress | None, str | None]:
     """--control and --control-token-env checked together: (address, token). A non-loopback
     bind without a token is refused; so is a port that cannot be listened on now."""
     if text is None:

@@ -49,6 +49,7 @@ from .status_json import status_of, step_of
 
 if TYPE_CHECKING:
     from ..core.engine import Engine
+    from ..load.controller import LoadControl
     from ..preset import Preset
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "refusal", "reply", "request_stop", "sse", "status_of", "step_of", "value",
 ]
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 SOURCE = "api"
@@ -151,7 +153,7 @@ class ControlServer:
         want = f"Bearer {self._token}"
         return hmac.compare_digest(got.encode("utf-8", "surrogateescape"), want.encode())
 
-    def _command(self, name: str, fn: Callable[[web.Request, dict], Awaitable[dict]]):
+    def _command(self, name: str, fn: Callable[[web.Request, dict], Awaitable[dict | web.StreamResponse]]) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await read_json(request)
             e = self.engine
@@ -210,7 +212,7 @@ class ControlServer:
         try:
             last = int(since) if since is not None else (e.events.lines[-1].seq if e.events.lines else 0)
         except ValueError:
-            raise Refused(400, f"since {since[:40]!r}: expected a log line's seq, a whole number") from None
+            raise Refused(400, f"since {str(since)[:40]!r}: expected a log line's seq, a whole number") from None
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await resp.prepare(request)
         steps = len(e.book.steps) if since is None else 0
@@ -253,12 +255,20 @@ class ControlServer:
         return resp
 
     # -- commands -----------------------------------------------------------------------------
+    def _controller(self) -> LoadControl:
+        """The load's controller: there from the engine's start on, before any command
+        (handle() refuses every command once the engine stops)."""
+        ctl = self.engine.controller
+        if ctl is None:
+            raise Refused(409, "the engine is stopping: no commands now")
+        return ctl
+
     async def concurrency(self, request: web.Request, body: dict) -> dict:
         from ..load.controller import check_concurrency
 
         raise_max = flag(body, "raise_max")
         v = value(body, "value")
-        ctl = self.engine.controller
+        ctl = self._controller()
         limit = 10**9 if raise_max else ctl.max_concurrency
         try:
             n = check_concurrency(v, limit)
@@ -290,7 +300,7 @@ class ControlServer:
         return {"line": f"C=1 probe ({n} in-flight requests cancelled)", "cancelled": n}
 
     async def restore(self, request: web.Request, body: dict) -> dict:
-        ctl = self.engine.controller
+        ctl = self._controller()
         if not ctl.probing:
             raise Refused(409, "not in the C=1 probe: nothing to restore")
         c = await self._run(request, commands.Restore())
@@ -299,13 +309,13 @@ class ControlServer:
         return {"line": f"back to {self.engine.load_text}", "concurrency": c}
 
     async def pause(self, request: web.Request, body: dict) -> dict:
-        if self.engine.controller.paused:
+        if self._controller().paused:
             return {"line": "already paused", "changed": False}
         await self._run(request, commands.TogglePause())
         return {"line": "paused", "changed": True}
 
     async def resume(self, request: web.Request, body: dict) -> dict:
-        if not self.engine.controller.paused:
+        if not self._controller().paused:
             return {"line": f"already running at {self.engine.load_text}", "changed": False}
         await self._run(request, commands.TogglePause())
         return {"line": f"resumed at {self.engine.load_text}", "changed": True}
@@ -334,7 +344,7 @@ class ControlServer:
         from ..preset.knee import knee_search_preset
 
         e = self.engine
-        ctl = e.controller
+        ctl = self._controller()
         start = body.get("start", ctl.concurrency)
         top = body.get("max", ctl.max_concurrency)
         for k, v in (("start", start), ("max", top)):
@@ -354,8 +364,8 @@ class ControlServer:
 
         e = self.engine
         top = max(preset.ramp.concurrency, default=0)
-        if top > e.controller.max_concurrency:
-            raise Refused(400, f"preset {preset.name} steps up to C={top}, above --max-concurrency {e.controller.max_concurrency}")
+        if top > (limit := self._controller().max_concurrency):
+            raise Refused(400, f"preset {preset.name} steps up to C={top}, above --max-concurrency {limit}")
         try:  # what the TUI's p refuses, in its words: a trace, turns, request shaping that differs
             change = preset_workload_change(preset, e.config.workload.describe())
         except PresetError as exc:
@@ -484,6 +494,8 @@ async def start_engine(engine: Engine) -> None:
     if cfg.control is None:
         return
     try:
+        if not isinstance(cfg.control, ControlAddress):  # EngineConfig.control is an `object`: core/ names nothing of control/
+            raise TypeError(f"EngineConfig.control {cfg.control!r}: expected a ControlAddress (engine/control/address.py)")
         control = engine.steering.control = ControlServer(engine, cfg.control, cfg.control_token)
         with_prometheus((t.sender.hooks for t in engine.targets), engine.measurements, control.metrics)
         await control.start()

@@ -32,10 +32,10 @@ A scrape copies the figures on the loop and renders the text on a thread (`freez
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..load.probe_lane import is_lane
 from ..measure import records
@@ -176,7 +176,7 @@ class PromMetrics:
     def freeze(self) -> Frozen:
         """A copy of every figure now (on the engine's loop: microseconds), to be rendered
         off it: the text of a few series takes ~1 ms, of dozens (targets x workers) tens."""
-        def hists(d: dict) -> dict:
+        def hists(d: dict[tuple, Hist]) -> dict[tuple, Hist]:
             return {k: h.copy() for k, h in d.items()}
 
         return Frozen(self.req_labels, self.itl_labels, hists(self.ttft), hists(self.e2e), hists(self.itl),
@@ -190,8 +190,9 @@ class PromMetrics:
 class Frozen:
     """The figures of one scrape; read by the collector on any thread."""
 
-    def __init__(self, req_labels, itl_labels, ttft, e2e, itl, requests, errors, out_tokens, in_tokens, snapshot,
-                 failed_out_tokens=None) -> None:
+    def __init__(self, req_labels: Sequence[str], itl_labels: Sequence[str], ttft: dict[tuple, Hist], e2e: dict[tuple, Hist],
+                 itl: dict[tuple, Hist], requests: dict[tuple, int], errors: dict[tuple, int], out_tokens: dict[tuple, int],
+                 in_tokens: dict[tuple, int], snapshot: Snapshot, failed_out_tokens: dict[tuple, int] | None = None) -> None:
         self.req_labels, self.itl_labels = req_labels, itl_labels
         self.failed_out_tokens = failed_out_tokens or {}
         self.ttft, self.e2e, self.itl = ttft, e2e, itl
@@ -217,7 +218,7 @@ class _Collector:
     def __init__(self, m: Frozen) -> None:
         self.m = m
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         m = self.m
         rl, il = list(m.req_labels), list(m.itl_labels)
         for name, doc, series, labels in (
@@ -229,23 +230,23 @@ class _Collector:
             for key, h in sorted(series.items()):
                 fam.add_metric(list(key), h.buckets(), h.sum)
             yield fam
-        fam = CounterMetricFamily("redline_requests", "Load requests ended, by outcome (ok, failed, cancelled).", labels=rl + ["outcome"])
+        counted = CounterMetricFamily("redline_requests", "Load requests ended, by outcome (ok, failed, cancelled).", labels=rl + ["outcome"])
         for key, n in sorted(m.requests.items()):
-            fam.add_metric(list(key), n)
-        yield fam
-        fam = CounterMetricFamily("redline_errors", "Failed load requests, by error kind.", labels=rl + ["kind"])
+            counted.add_metric(list(key), n)
+        yield counted
+        counted = CounterMetricFamily("redline_errors", "Failed load requests, by error kind.", labels=rl + ["kind"])
         for key, n in sorted(m.errors.items()):
-            fam.add_metric(list(key), n)
-        yield fam
-        for name, doc, series in (
+            counted.add_metric(list(key), n)
+        yield counted
+        for name, doc, tokens in (
             ("redline_output_tokens", "Output tokens of ended load requests that did not fail (the server's usage).", m.out_tokens),
             ("redline_failed_output_tokens", "Output tokens of failed load requests (not throughput).", m.failed_out_tokens),
             ("redline_input_tokens", "Input tokens of ended load requests (the server's usage).", m.in_tokens),
         ):
-            fam = CounterMetricFamily(name, doc, labels=rl)
-            for key, n in sorted(series.items()):
-                fam.add_metric(list(key), n)
-            yield fam
+            counted = CounterMetricFamily(name, doc, labels=rl)
+            for key, n in sorted(tokens.items()):
+                counted.add_metric(list(key), n)
+            yield counted
         yield from _gauges(m.snapshot)
 
 
@@ -257,7 +258,7 @@ def _gauge(name: str, doc: str, value: float | None, labels: dict | None = None)
     return fam
 
 
-def _gauges(s: Snapshot):
+def _gauges(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     open_loop = s.mode != "concurrency"
     pairs = [
         ("redline_concurrency", "The set concurrency C (in rate mode: the in-flight cap).", s.max_concurrency if open_loop else s.target_c),

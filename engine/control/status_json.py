@@ -84,9 +84,12 @@ def step_of(engine: Engine, result: StepResult | None) -> dict[str, Any] | None:
     second; null in its first second)."""
     book = engine.book
     acc = book.live or book.current
-    if acc is None and result is None:
+    src: StepAccumulator | StepResult
+    if acc is not None:
+        src = acc
+    elif result is not None:
+        src = result
+    else:
         return None
-    src: StepAccumulator | StepResult | None = acc if acc is not None else result
-    assert src is not None
     return {"index": src.index, "phase": src.phase, "concurrency": src.concurrency,
             "result": None if result is None else result.to_dict()}

@@ -52,6 +52,7 @@ class Watched(Replanned, Protocol):
     measurements: Measurements
     disk: Disk
     life: Lifetime
+    telemetry: TelemetryHub | None
 
     @property
     def steering(self) -> Driven: ...

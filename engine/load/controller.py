@@ -23,10 +23,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Coroutine, Protocol, TypedDict
 
 from ..constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
+from ..loop import wait_set
 from ..workload.arrivals import POISSON, Arrival, Schedule
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 RUNNING = "running"
 PAUSED = "paused"
@@ -41,10 +45,20 @@ BACKLOG_MAX = 100_000  # sends waiting for a slot under the cap; beyond, a due s
 
 
 class OpenSchedule(Protocol):
-    t_next: float | None  # the next intended send time (perf seconds); None: no more
+    @property
+    def t_next(self) -> float | None: ...  # the next intended send time (perf seconds); None: no more
 
     def pop(self) -> tuple[float, object]: ...
     def rebase(self, now: float) -> None: ...
+
+
+class LoadOptions(TypedDict, total=False):
+    """LoadControl's keyword arguments, as a subclass passes them on (`**kw`)."""
+
+    arrival: Arrival
+    seed: int
+    on_held: Callable[[bool, float], None]
+    on_abandon: Callable[[list[float]], None]
 
 
 class ConcurrencyError(ValueError):
@@ -142,12 +156,13 @@ class LoadControl:
         """Open loop at `rate` req/s (from now: the next arrival is drawn from now)."""
         now = time.perf_counter()
         if self.mode == RATE and isinstance(self.schedule, Schedule):
-            self.schedule.set_rate(rate, now)
+            sched = self.schedule
+            sched.set_rate(rate, now)
         else:
             sched = Schedule(self.arrival, rate, now, self._seed)
             self._leave_open_loop()
             self.mode, self.schedule = RATE, sched
-        self.rate = self.schedule.rate  # type: ignore[union-attr]
+        self.rate = sched.rate
         self.settled_at = now  # an open loop has nothing to settle
         self._wake.set()
         return self.rate
@@ -246,8 +261,8 @@ class Controller(LoadControl):
     """The load held in this process: `launch(t_intended, item)` returns the coroutine of one
     request (closed loop: `launch(None, None)`); its tasks are the requests in flight."""
 
-    def __init__(self, launch: Callable[[float | None, object], Awaitable[object]], concurrency: int,
-                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, **kw) -> None:
+    def __init__(self, launch: Callable[[float | None, object], Coroutine[object, None, object]], concurrency: int,
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, **kw: Unpack[LoadOptions]) -> None:
         super().__init__(concurrency, max_concurrency, **kw)
         self._launch = launch
         self._tasks: set[asyncio.Task] = set()
@@ -334,11 +349,7 @@ class Controller(LoadControl):
             await asyncio.sleep(0)  # due sends go out in a burst, but let the loop breathe
             return
         self._wake.clear()
-        try:
-            async with asyncio.timeout(None if t_next is None else t_next - now):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await wait_set(self._wake, None if t_next is None else t_next - now)
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

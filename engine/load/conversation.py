@@ -15,7 +15,13 @@ written): the caller counts them from the server's usage.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..client.api_formats import APIS, CHAT
+
+if TYPE_CHECKING:
+    from ..workload.prompts import PromptSource
+    from .sender import Sender
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -72,7 +78,7 @@ class Conversation:
         return [dict(m) for m in self._history]
 
 
-async def run_session(sender, source, turns: int, think_s: float) -> None:
+async def run_session(sender: Sender, source: PromptSource, turns: int, think_s: float) -> None:
     """One multi-turn session on `sender` (engine/load/sender.py), prompts from `source`: each turn
     sends the conversation so far (the server's real answers included) and a new user
     message; `think_s` between an answer and the next turn. A turn that fails ends it.

@@ -23,7 +23,7 @@ import asyncio
 import platform
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..client.target import TargetUnreachable
 from ..loop import wait_within
@@ -31,9 +31,16 @@ from .worker import FLUSH_S, WorkerSpec
 from .worker_pool import STOP_TIMEOUT_S, SYNC_TIMEOUT_S, WorkerPool, _with_index
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
+    from ray import ObjectRef
+    from ray.util.placement_group import PlacementGroup
+
+    from .controller import LoadOptions
     from .port import LoadPort
     from .worker_messages import Ask, Feed, Order, Report
 
+T = TypeVar("T")
 READY_TIMEOUT_S = 120.0
 HEAD_CHECK_S = 3.0
 
@@ -87,7 +94,7 @@ def connect(address: str) -> None:
         try:
             socket.create_connection((host or address, int(port) if port.isdigit() else 6379), timeout=HEAD_CHECK_S).close()
         except (OSError, ValueError) as exc:
-            raise RayUnavailable(f"--ray {address!r}: no Ray head answers there ({exc.strerror or exc}); expected auto or HOST:PORT of the head (ray start --head prints it)") from None
+            raise RayUnavailable(f"--ray {address!r}: no Ray head answers there ({getattr(exc, 'strerror', None) or exc}); expected auto or HOST:PORT of the head (ray start --head prints it)") from None
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError: Ray's own
@@ -95,11 +102,12 @@ def connect(address: str) -> None:
 
 
 class RayPool(WorkerPool):
-    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, address: str, **kw) -> None:
+    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, address: str,
+                 **kw: Unpack[LoadOptions]) -> None:
         super().__init__(port, workers, concurrency, max_concurrency, **kw)
         self.address = address
         self._actors: list = []
-        self._pg = None
+        self._pg: PlacementGroup | None = None
         self._poller: asyncio.Task | None = None
         self._here = platform.node()
         self._offsets: dict[int, float] = {}  # worker -> its clock's offset (smallest receipt - now)
@@ -112,14 +120,14 @@ class RayPool(WorkerPool):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self._pg = placement_group([{"CPU": 1}] * self.n, strategy="SPREAD")
+        self._pg = pg = placement_group([{"CPU": 1}] * self.n, strategy="SPREAD")
         try:
-            await wait_within(self._pg.ready(), READY_TIMEOUT_S)
+            await wait_within(pg.ready(), READY_TIMEOUT_S)
         except TimeoutError:
             raise RayUnavailable(f"--workers {self.n}: the Ray cluster did not grant {self.n} CPUs within {READY_TIMEOUT_S:.0f} s") from None
         cls = _actor_class()
         self._actors = [
-            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)).remote()
+            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
             for i in range(self.n)
         ]
         nodes = await wait_within(asyncio.gather(*(a.start.remote(_with_index(spec, i)) for i, a in enumerate(self._actors))), READY_TIMEOUT_S)
@@ -147,7 +155,7 @@ class RayPool(WorkerPool):
             shift = self._offsets[i] = min(seen, self._offsets.get(i, seen))
         self._apply(i, msg, shift)
 
-    async def _call(self, i: int, ref):
+    async def _call(self, i: int, ref: ObjectRef[T]) -> T | None:
         try:
             return await ref
         except Exception:  # RayActorError, a node lost: the worker is gone

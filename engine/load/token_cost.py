@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import socket
 import time
+from typing import Callable
 from dataclasses import dataclass
 
 from ..constants import READ_PATH_SHARE
@@ -27,6 +29,11 @@ from ..loop import new_event_loop, wait_within
 STREAMS = 64
 ROUNDS = 10
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _same(conn: asyncio.BaseProtocol) -> asyncio.BaseProtocol:
+    """The protocol factory of one connection: that connection."""
+    return conn
 
 
 def _chunk(k: int) -> bytes:
@@ -90,17 +97,17 @@ async def _measure(streams: int, rounds: int) -> TokenCost:
             if kstamp.ENABLED:
                 await kstamp.open_connection(loop, "127.0.0.1", port, conn)
             else:
-                await loop.create_connection(lambda c=conn: c, "127.0.0.1", port)
+                await loop.create_connection(functools.partial(_same, conn), "127.0.0.1", port)
             s, _ = listener.accept()
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             servers.append(s)
             conn.active = True
             rec = RequestRecord(rid=len(conns), phase="live", step=0, concurrency=streams, t_send=0.0)
             recs.append(rec)
-            stream = _Stream(rec, make_decoder(CHAT), False, None, lambda t, n: None, None, 0.0, None,  # type: ignore[arg-type]
+            stream = _Stream(rec, make_decoder(CHAT), False, None, lambda t, n: None, None, 0.0, None,
                              fast_path.splitter(CHAT, text=False))
 
-            def on_reads(reads: list[tuple[float, bytes]], feed=stream.feed) -> bool:
+            def on_reads(reads: list[tuple[float, bytes]], feed: Callable[[list[tuple[float, bytes]]], bool] = stream.feed) -> bool:
                 ok = feed(reads)
                 got[0] += len(reads)
                 if got[0] >= wanted[0] and done and not done[-1].done():

@@ -30,7 +30,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
@@ -94,7 +94,7 @@ def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float], i
             continue
         slot[0].extend(itls)
         slot[1].append(raw)
-    return [(b, tuple(v)) for b, v in sorted(out.items())]  # type: ignore[misc]
+    return [(b, tuple(v)) for b, v in sorted(out.items())]
 
 
 def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
@@ -107,12 +107,12 @@ def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
     return sorted(out.items())
 
 
-def unbucket_tokens(buckets) -> list[tuple[float, int]]:
+def unbucket_tokens(buckets: Sequence[tuple[int, int]]) -> list[tuple[float, int]]:
     """The coordinator's side: (arrival, tokens) at each bucket's middle, where it counted them."""
     return [((b + 0.5) * BUCKET_S, n) for b, n in buckets]
 
 
-def unbucket_gaps(buckets) -> list[tuple[float, list[float], float]]:
+def unbucket_gaps(buckets: Sequence[tuple[int, tuple]]) -> list[tuple[float, Sequence[float], float]]:
     """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
     gaps: list[tuple[float, Any, float]] = []
     for b, slot in buckets:
@@ -266,7 +266,7 @@ class Worker:
         for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
                                  request_timeout=spec.request_timeout, origin=tgt.url, headers=spec.workload.headers)
-            s = Sender(client, tgt, self.batch.hooks(ti), lambda t=None: self.stamp, spec.wall_offset,
+            s = Sender(client, tgt, self.batch.hooks(ti), self._stamp, spec.wall_offset,
                        ids=ids, workload=spec.workload)
             s.in_flight, s.cursor = self.batch.in_flight, self.batch.cursor
             s.continuous_usage = spec.continuous_usage
@@ -284,6 +284,10 @@ class Worker:
         self.ctl.pause()  # until the coordinator gives this worker its share
         self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)
         self._trace_prompts: TracePrompts | None = None
+
+    def _stamp(self, t: float | None = None) -> tuple[int, int, str]:
+        """Each request's stamp, whatever its time: the coordinator's (step, concurrency label, phase)."""
+        return self.stamp
 
     def _source(self, wl: WorkloadConfig) -> PromptSource:
         """This worker's prompts: the workload's, from a seed of its own."""
@@ -383,6 +387,7 @@ class Worker:
 
     async def run(self) -> None:
         assert self.conn is not None
+        conn = self.conn
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -390,7 +395,7 @@ class Worker:
         async def answer_abort(seq: int) -> None:
             n = await self.ctl.abort()
             self.report(ABORT, seq)
-            self.conn.send(Done(ABORT, seq, self.spec.index, n))
+            conn.send(Done(ABORT, seq, self.spec.index, n))
 
         def on_msg(msg: Order | Feed | Ask | None) -> None:
             if msg is None:  # the coordinator is gone

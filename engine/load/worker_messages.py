@@ -31,7 +31,7 @@ class Order:
     mode: str  # concurrency | rate | trace
     c: int  # this worker's share of C (closed loop)
     rate: float  # its share of the rate (req/s, rate mode)
-    trace: tuple[int, float, float] | None  # (replay gen, speed, how far the replay moved): trace mode
+    trace: tuple[int, float | None, float] | None  # (replay gen, speed, how far the replay moved): trace mode
     cap: int  # its share of the in-flight cap
     paused: bool
     hold: bool  # the server is gone: no new sends

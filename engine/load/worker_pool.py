@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import platform
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..child import reap, spawn_child
 from ..constants import TRACE_FEED_AHEAD_S
-from ..loop import read_pipe, wait_within
+from ..loop import read_pipe, wait_set, wait_within
 from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
 from .controller import TRACE, LoadControl
@@ -39,6 +40,9 @@ from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, unbucket_tokens, worker
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
+    from .controller import LoadOptions, OpenSchedule
     from .port import LoadPort
 
 ORDER_POLL_S = 0.02
@@ -75,7 +79,7 @@ class _WorkerState:
 
 
 class WorkerPool(LoadControl):
-    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, **kw) -> None:
+    def __init__(self, port: LoadPort, workers: int, concurrency: int, max_concurrency: int, **kw: Unpack[LoadOptions]) -> None:
         super().__init__(concurrency, max_concurrency, **kw)
         self.port = port  # the coordinator, as the load sees it (engine/load/port.py)
         self.n = workers
@@ -83,7 +87,7 @@ class WorkerPool(LoadControl):
         self._procs: list = []
         self._conns: list = []
         self._live: dict[int, tuple[int, RequestRecord]] = {}  # rid -> (target index, record)
-        self._last_order: list[dict | None] = [None] * workers
+        self._last_order: list[Order | None] = [None] * workers
         self._seq = 0
         self._waits: dict[int, tuple[asyncio.Future, set[int], list]] = {}
         self._stopped_workers: set[int] = set()
@@ -119,7 +123,7 @@ class WorkerPool(LoadControl):
                 self._on_msg(i, msg)
 
         for i, conn in enumerate(self._conns):
-            read_pipe(conn, loop, lambda msg, i=i: on_msg(i, msg), name=f"redline-worker-{i}-reports")
+            read_pipe(conn, loop, functools.partial(on_msg, i), name=f"redline-worker-{i}-reports")
         try:
             await wait_within(ev.wait(), READY_TIMEOUT_S)
         except TimeoutError:
@@ -192,7 +196,7 @@ class WorkerPool(LoadControl):
 
     # -- the LoadControl surface ----------------------------------------------------------------
     @property
-    def in_flight(self) -> int:  # type: ignore[override]
+    def in_flight(self) -> int:
         return sum(s.in_flight for s in self.states if s.alive)
 
     @property
@@ -208,7 +212,7 @@ class WorkerPool(LoadControl):
         """Every row was fed, and every live worker has taken (sent, held or dropped) its own."""
         return super().trace_done and all(s.taken >= s.fed and s.backlog == 0 for s in self.states if s.alive)
 
-    def start_schedule(self, schedule, mode: str, rate: float | None) -> None:
+    def start_schedule(self, schedule: OpenSchedule, mode: str, rate: float | None) -> None:
         """A new trace replay: the workers drop what is left of the last one."""
         super().start_schedule(schedule, mode, rate)
         self._gen += 1
@@ -230,8 +234,8 @@ class WorkerPool(LoadControl):
         before = sched.t_next if sched is not None else None
         out = super().restore()  # the unfed rest of the trace: from now
         if sched is not None and self._stopped_at is not None:
-            if before is not None:
-                self._shift += sched.t_next - before
+            if before is not None and (after := sched.t_next) is not None:
+                self._shift += after - before
             self._move_trace(time.perf_counter())
         return out
 
@@ -297,11 +301,7 @@ class WorkerPool(LoadControl):
             self._feed()
             self._mark_settled()
             self._wake.clear()
-            try:
-                async with asyncio.timeout(ORDER_POLL_S):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, ORDER_POLL_S)
 
     # -- a trace replay -------------------------------------------------------------------------
     def _replaying(self) -> bool:
@@ -324,6 +324,8 @@ class WorkerPool(LoadControl):
         or not) keeps its spacing."""
         stopped, self._stopped_at = self._stopped_at, None
         sched = self.schedule
+        if stopped is None or sched is None:  # (called while a replay stands still)
+            return
         waiting = [t for t in self._fed_times if t >= stopped]
         first = min(waiting) if waiting else sched.t_next
         if first is None or now <= first:
@@ -337,9 +339,9 @@ class WorkerPool(LoadControl):
     def _feed(self) -> None:
         """The rows due within TRACE_FEED_AHEAD_S go to the live workers in turn, each with
         its intended time: the worker's pool sends it then (held at its share of the cap)."""
-        if not self._replaying() or self.paused or self.hold:
-            return
         sched = self.schedule
+        if sched is None or not self._replaying() or self.paused or self.hold:
+            return
         horizon = time.perf_counter() + TRACE_FEED_AHEAD_S
         alive = [s.index for s in self.states if s.alive and s.index < len(self._conns)]
         if not alive:
@@ -386,7 +388,7 @@ class WorkerPool(LoadControl):
             self._send(i, Ask(kind, seq, self._cut_for(i, cut)))
         return fut
 
-    def _answered(self, i: int, seq: int, reply: dict) -> None:
+    def _answered(self, i: int, seq: int, reply: Report | Done) -> None:
         w = self._waits.get(seq)
         if w is None:
             return

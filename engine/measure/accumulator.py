@@ -62,7 +62,7 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1000.0, 3)
 
 
-Gaps = list[tuple[float, list[float], float]]  # RequestRecord.gaps_from: (arrival, ITLs, chunk gap)
+Gaps = list[tuple[float, Sequence[float], float]]  # RequestRecord.gaps_from: (arrival, ITLs, chunk gap)
 
 
 def new_gaps(rec: RequestRecord, start: int) -> tuple[int, Gaps]:
@@ -223,9 +223,9 @@ class StepAccumulator(OwnRequests):
             self.sent += 1
             self.in_tokens += rec.expected_input_tokens
             lag = rec.schedule_lag
-            if lag is not None:
+            if lag is not None and rec.t_intended is not None:  # (a lag is there with its intended time)
                 self.lag.add(max(0.0, lag))
-                self._unhold(rec.t_intended)  # type: ignore[arg-type]
+                self._unhold(rec.t_intended)
             self._own[rec.rid] = rec
             self._warm = None  # one of its own went: no stand-ins
         elif self._warm is not None and rec.step == self.index and rec.phase == WARMUP:
@@ -234,8 +234,9 @@ class StepAccumulator(OwnRequests):
     def on_first(self, rec: RequestRecord) -> None:
         if rec.rid in self._own:
             self.first_token += 1
-        elif self.warmup_on_first and rec.step == self.index and rec.phase == WARMUP and self._before_end(rec.t_first):  # type: ignore[arg-type]
-            self._warmup_done(rec.t_first)  # type: ignore[arg-type]
+        elif (self.warmup_on_first and rec.step == self.index and rec.phase == WARMUP
+              and (t := rec.t_first) is not None and self._before_end(t)):
+            self._warmup_done(t)
 
     def _warmup_done(self, t: float) -> None:
         self.warmup_ended += 1
@@ -243,10 +244,11 @@ class StepAccumulator(OwnRequests):
             self.begin_measure(t)
 
     def on_tokens(self, t: float, n: int) -> None:
-        if not self._in_window(t):
+        t0 = self.t0
+        if t0 is None or not self._in_window(t):
             return
         self.out_tokens += n
-        i = int(t - self.t0)  # type: ignore[operator]
+        i = int(t - t0)
         ps = self.per_second
         while len(ps) <= i:
             ps.append(0)
@@ -255,13 +257,13 @@ class StepAccumulator(OwnRequests):
     def remove_tokens(self, credits: Sequence[tuple[float, int]]) -> None:
         """A request failed: its tokens that arrived in the window (RequestRecord.credits) move
         from output tok/s (and its per-second series) to failed_output_tok_s."""
-        ps = self.per_second
+        ps, t0 = self.per_second, self.t0
         for t, n in credits:
-            if not self._in_window(t):
+            if t0 is None or not self._in_window(t):
                 continue
             self.out_tokens -= n
             self.failed_tokens += n
-            i = int(t - self.t0)  # type: ignore[operator]
+            i = int(t - t0)
             if i < len(ps):
                 ps[i] = max(0, ps[i] - n)
 

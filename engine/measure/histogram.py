@@ -108,7 +108,9 @@ class Digest:
             if self.count > self.limit:
                 self._spill()
         else:
-            self._hist.add(v)
+            h = self._hist
+            assert h is not None  # not exact: binned
+            h.add(v)
 
     def add_many(self, values: Iterable[float]) -> None:
         vals = values if isinstance(values, (list, tuple, array)) else list(values)
@@ -128,7 +130,9 @@ class Digest:
             if self.count > self.limit:
                 self._spill()
         else:
-            self._hist.add_many(vals)
+            h = self._hist
+            assert h is not None  # not exact: binned
+            h.add_many(vals)
 
     def merge(self, other: "Digest") -> None:
         if not other.count:
@@ -149,10 +153,14 @@ class Digest:
             return
         if self._exact is not None:
             self._spill()
+        h = self._hist
+        assert h is not None  # spilled, or binned before
         if ovals is not None:
-            self._hist.add_many(ovals)
+            h.add_many(ovals)
         else:
-            self._hist.merge(other._hist if other is not self else other._hist.copy())
+            oh = other._hist
+            assert oh is not None  # the other is binned
+            h.merge(oh if other is not self else oh.copy())
 
     def remove_many(self, values: Iterable[float]) -> None:
         """Take values added before back out (a request that failed after its gaps were
@@ -179,6 +187,7 @@ class Digest:
                 self._min, self._max = min(left), max(left)
             return
         h = self._hist
+        assert h is not None  # not exact: binned
         bins = h.bins
         n = 0
         for v in vals:
@@ -202,7 +211,7 @@ class Digest:
 
     def _spill(self) -> None:
         h = LogHistogram()
-        h.add_many(self._exact)
+        h.add_many(self._exact or ())
         self._hist = h
         self._exact = None
         self._sorted = None
@@ -240,6 +249,7 @@ class Digest:
         s = self.sorted_values()
         if s is not None:
             return [quantile(s, clamp_q(q)) for q in qs]
+        assert self._hist is not None  # not exact: binned
         items = ((i, n) for i, n in enumerate(self._hist.bins) if n)
         return binned_quantiles(items, self.count, qs, self._min, self._max)
 
@@ -388,8 +398,8 @@ class RollingDigest:
         if self._cache is None:
             runs: list[float] = []
             for s in self._secs:
-                if s.sorted is None:
-                    s.sorted = sorted(s.vals)
+                if s.sorted is None:  # (each second's values are kept while the window is exact)
+                    s.sorted = sorted(s.vals or ())
                 runs.extend(s.sorted)
             # sorted runs: Timsort merges them in about n log(seconds), not n log n
             self._cache = sorted(runs) if len(self._secs) > 1 else runs
@@ -463,7 +473,8 @@ def censored_quantiles(
         def order_stat(r: int) -> float:  # of the observed values, censored ones endlessly late
             return obs[r] if r < n_obs else math.inf
     else:
-        h = d._hist.copy()  # type: ignore[union-attr]
+        assert d._hist is not None  # not exact: binned
+        h = d._hist.copy()
         h.add_many(list(seen))
         h.vmin, h.vmax = min(h.vmin, *seen) if seen else h.vmin, max(h.vmax, *seen) if seen else h.vmax
         merged = h.copy()
@@ -473,7 +484,9 @@ def censored_quantiles(
         def order_stat(r: int) -> float:
             if r >= n_obs:
                 return math.inf
-            return h.quantile(r / (n_obs - 1)) if n_obs > 1 else h.vmax  # type: ignore[return-value]
+            v = h.quantile(r / (n_obs - 1)) if n_obs > 1 else h.vmax
+            assert v is not None  # h holds the n_obs > 0 observed values
+            return v
     out: list[tuple[float | None, bool]] = []
     for q in qs:
         if q is None:
@@ -481,7 +494,7 @@ def censored_quantiles(
             continue
         qq = clamp_q(q)
         v = quantile(low, qq) if low is not None else merged.quantile(qq)
-        if not censored:
+        if v is None or not censored:  # (None only for no values: n > 0 here)
             out.append((v, False))
             continue
         pos = qq * (n - 1)

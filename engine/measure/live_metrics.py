@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -184,7 +185,7 @@ class LiveMetrics:
         self.lag = LogHistogram()  # receive time - server's send stamp (sim only)
         self.percentiles = LiveStats()  # recomputed once a second
         # per-second exact counts for the timeline (reset by take_second, at `_sec_t0`)
-        self._sec = Counter()
+        self._sec: Counter[str] = Counter()
         self._sec_t0 = -math.inf
 
     # -- feeding ---------------------------------------------------------------------

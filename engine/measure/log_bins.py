@@ -58,7 +58,7 @@ def clamp_q(q: float) -> float:
 
 def binned_quantiles(
     items: Iterable[tuple[int, int]], n: int, qs: Sequence[float], vmin: float, vmax: float
-) -> list[float]:
+) -> list[float | None]:  # (never None: typed as its callers' answers, which are None when empty)
     """Linear-interpolated quantiles from (bin, count) pairs in ascending bin order (n in
     all): each of the order statistics at floor/ceil(q*(n-1)) is its bin's value, clamped
     to [vmin, vmax]. One pass over the bins for all qs."""
@@ -89,7 +89,7 @@ def binned_quantiles(
         est[0] = vmin
     if n - 1 in est:
         est[n - 1] = vmax
-    out = []
+    out: list[float | None] = []
     for lo, hi, frac in plan:
         a = est[lo]
         out.append(a + (est[hi] - a) * frac if hi != lo else a)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from . import records
 from .histogram import Digest
@@ -86,6 +86,11 @@ class OwnRequests:
     t0: float | None
 
     judge: StepJudge | None
+
+    if TYPE_CHECKING:  # StepAccumulator's, which this half reads
+        @property
+        def measuring(self) -> bool: ...
+        def _before_end(self, t: float) -> bool: ...
 
     def _init_own(self, slo: Slo | None, phase: str) -> None:
         self.slo = slo if slo is not None and slo.per_request else None
@@ -249,7 +254,7 @@ class OwnRequests:
         its age at the close or at its end, whichever came first (cancelled in the probe after
         the step closed at 75 s: 75 s, never its age at the cancel), and never below its TTFT.
         An SLO miss when it was already past a bound then."""
-        at = now if cut is None else min(now, self.t_end)  # type: ignore[type-var]
+        at = now if cut is None or self.t_end is None else min(now, self.t_end)  # (a cut: the step closed)
         age = at - rec.t_start
         if rec.ttft is not None:
             self._add_ttft(rec)
@@ -297,15 +302,16 @@ class OwnRequests:
         del self._own[rec.rid]
         if self._reported:
             self.ended_after_close += 1
-        after = self.t_end is not None and t_end > self.t_end
+        end = self.t_end
+        after = end is not None and t_end > end
         cut = self._cut.get(rec.rid)
         if cut is not None and not after:  # out at the close as delivered, ended inside it as stamped
             self._uncut(cut)
             del self._cut[rec.rid]
             rec.slo_met = None
             cut = None
-        if after and cut is None:  # sent after the close (an open loop's held send): nothing in the window
-            cut = self._cut[rec.rid] = WindowCut(self.t_end - rec.t_start, None, None, 0)  # type: ignore[operator]
+        if after and cut is None and end is not None:  # sent after the close (an open loop's held send): nothing in the window
+            cut = self._cut[rec.rid] = WindowCut(end - rec.t_start, None, None, 0)
         if cut is not None:  # its row says what its step counted of it
             rec.step_e2e, rec.step_tpot = self._e2e_bound(rec, cut.age), cut.tpot
         if rec.cached_tokens is not None and rec.input_tokens > 0:
@@ -335,8 +341,8 @@ class OwnRequests:
                     if ok is not None:
                         self._count(ok, rec.output_tokens)
                     rec.slo_met = ok
-            else:
-                self._cut_e2e.append(rec.step_e2e)  # type: ignore[arg-type]  # its E2E is a bound: it ended under the next load
+            elif rec.step_e2e is not None:  # (set with its cut, above) its E2E is a bound: it ended under the next load
+                self._cut_e2e.append(rec.step_e2e)
                 if self.slo is not None and not cut.judged:
                     rec.slo_met = self._judge(rec.ttft, cut.tpot, cut.itl_p99, cut.age, True, cut.tokens)
 

@@ -11,7 +11,7 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import sub
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from .log_bins import quantile
 
@@ -85,7 +85,7 @@ class _Coalesced(tuple):
 # measurement of the server: empty (no ITL, no chunk gap), told apart by identity
 # (`vs is COALESCED`) from a chunk that brought no token, and counted in the step's
 # `coalesced_chunks` share (docs/numbers.md, "Coalesced reads").
-COALESCED: tuple = _Coalesced()
+COALESCED: tuple[float, ...] = _Coalesced()
 
 
 class RequestFigures(NamedTuple):
@@ -207,7 +207,7 @@ class RequestRecord:
         ts = self.chunk_times
         return [ts[i] - ts[i - 1] for i in range(1, len(ts))]
 
-    def gaps_from(self, start: int) -> list[tuple[float, list[float], float]]:
+    def gaps_from(self, start: int) -> list[tuple[float, Sequence[float], float]]:
         """For each content chunk from index `start` on (the first chunk closes no gap: it is
         the TTFT): (its arrival time, the inter-token latencies it closes, its raw chunk gap).
 
@@ -226,7 +226,7 @@ class RequestRecord:
         ts = self.chunk_times
         n = len(ts)
         start = max(start, 1)
-        out: list[tuple[float, list[float], float]] = []
+        out: list[tuple[float, Sequence[float], float]] = []
         if start >= n:
             return out
         co = self.coalesced

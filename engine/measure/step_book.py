@@ -204,8 +204,8 @@ class StepBook:
                 acc.note_server(server)
             acc.note_power(power_w)
         # the step measured now: the live one, or a preset's / a search's (the screen's * row)
-        acc = self.live or self.current
-        self.live_result = acc.result(now) if acc is not None else None
+        measured = self.live or self.current
+        self.live_result = measured.result(now) if measured is not None else None
 
     # -- steps --------------------------------------------------------------------------
     def open_step(self, concurrency: int, phase: str, t: float | None = None, *, measure: bool = True, warmup_requests: int = 0,

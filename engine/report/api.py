@@ -8,7 +8,7 @@ plotly.js or the export's polars until it writes one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..api import resolve, table
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     )
     from .export import dropped_lines, dropped_text, export_session
     from .gate import (
+        Condition,
         GateError,
         GateSession,
         compare as gate_compare,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 # "NAME=ATTR" gives ATTR as NAME
 _EXPORTS: dict[str, tuple[str, ...]] = {
     ".gate": (
-        "GateError", "GateSession", "gate_compare=compare", "evaluate", "failure_line", "format_outcomes", "gate_dict",
+        "Condition", "GateError", "GateSession", "gate_compare=compare", "evaluate", "failure_line", "format_outcomes", "gate_dict",
         "has_relative", "junit_xml", "parse_gate", "passed",
     ),
     ".preset_from": ("preset_from_session", "steps_text"),
@@ -77,7 +78,7 @@ _WHERE = table(_EXPORTS)
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     return resolve(_WHERE, __name__, __package__, name)
 
 

@@ -26,12 +26,16 @@ from ..rules.workloads import workload_key as _items, workload_text as _text
 
 class SessionSummary(Protocol):
     """What this reads of a session (engine/report/compare.py SessionSummary: it imports this
-    module, so this one names only the shape)."""
+    module, so this one names only the shape; read-only, as that frozen dataclass's fields are)."""
 
-    label: str
-    steps: tuple[StepResult, ...]
-    target: dict[str, Any]
-    workload: dict[str, Any]
+    @property
+    def label(self) -> str: ...
+    @property
+    def steps(self) -> tuple[StepResult, ...]: ...
+    @property
+    def target(self) -> dict[str, Any]: ...
+    @property
+    def workload(self) -> dict[str, Any]: ...
 
     def by_load(self) -> Mapping[Any, StepResult]: ...
 

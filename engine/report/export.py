@@ -11,6 +11,10 @@ from pathlib import Path
 
 import polars as pl
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType  # a dtype or its class (pl.Float64 is a class)
+
 from ..session.paths import EXPORT_DIR, FORMATS, META, SUMMARY, TABLES, SessionError, check_session_dir, table_path
 from ..session.rows import COLUMNS, GPU_COLUMN, IDLE_STATES, dumps_doc, gpu_sort_key
 
@@ -21,7 +25,7 @@ JSON_DOCUMENT = "session.json"
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
 
 # The documented schema of each table as polars dtypes (docs/session-format.md).
-SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
     table: {c: _DTYPES[k] for c, k in cols.items()} for table, cols in COLUMNS.items()
 }
 REQUESTS_SCHEMA = SCHEMAS["requests"]
@@ -71,9 +75,9 @@ def _sample(data: bytes) -> bytes:
     return head + tail
 
 
-def _schema_from_sample(data: bytes, table: str) -> dict[str, pl.DataType]:
+def _schema_from_sample(data: bytes, table: str) -> dict[str, PolarsDataType]:
     sdf = pl.read_ndjson(_sample(data), infer_schema_length=None)
-    schema: dict[str, pl.DataType] = dict(SCHEMAS[table])
+    schema: dict[str, PolarsDataType] = dict(SCHEMAS[table])
     null_as = pl.Float64 if table == "timeline" else pl.String
     for c, t in sdf.schema.items():
         if c in schema:
@@ -150,11 +154,11 @@ def dropped_text(path: Path, n: int) -> str:
     return f"{path}: {n} partial line{'s' if n != 1 else ''} dropped (a write cut short: a kill, or a write error)"
 
 
-def _null_series(name: str, dtype: pl.DataType, n: int) -> pl.Series:
+def _null_series(name: str, dtype: PolarsDataType, n: int) -> pl.Series:
     return pl.Series(name, [None] * n, dtype=dtype) if n else pl.Series(name, [], dtype=dtype)
 
 
-def _cast(s: pl.Series, dtype: pl.DataType) -> pl.Series:
+def _cast(s: pl.Series, dtype: PolarsDataType) -> pl.Series:
     if s.dtype == dtype:
         return s
     try:

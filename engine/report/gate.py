@@ -166,9 +166,9 @@ def _allowed(cond: Condition) -> str:
 
 def _relative_ok(cond: Condition, b: Measured, c: Measured, positions: list[float] | None = None) -> bool | None:
     """Whether candidate c against baseline b meets the change; None when not proven."""
-    bl, bh = b.value, (math.inf if b.bound else b.value)
-    cl, ch = c.value, (math.inf if c.bound else c.value)
+    bl, cl = b.value, c.value
     assert bl is not None and cl is not None
+    bh, ch = (math.inf if b.bound else bl), (math.inf if c.bound else cl)
     if cond.relative == "step":
         # positions in the loads either session measured; a knee still rising is taken at its lower bound
         pos = {v: i for i, v in enumerate(positions or [])}

@@ -5,6 +5,7 @@ knee, largest load meeting the SLO and errors, from summary.json and the step ro
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ class GateSession:
     session: Any = None  # the compare.SessionSummary
 
     @classmethod
-    def load(cls, session_dir) -> "GateSession":
+    def load(cls, session_dir: str | os.PathLike) -> "GateSession":
         """A session directory (SessionError, one line, when it is not one)."""
         from .compare import load_session
         from .session_text import load_summary
@@ -127,26 +128,27 @@ class GateSession:
             return self.max_slo()
         at = at or cond.at
         by = self.by_load()
+        field = fig.field  # None: errors (knee and max_slo returned above)
         if at is not None:
             st = by.get(at)
             if st is None:
                 have = ", ".join(Load_label(k, v) for k, v in by) or "none"
                 return Measured(None, note=f"no step at {Load_label(*at)} (measured: {have})")
-            if fig.name == "errors":
+            if fig.name == "errors" or field is None:
                 return self.errors(cond.rate, st)
-            v = getattr(st, fig.field)
+            v = getattr(st, field)
             if v is None:
                 return Measured(None, note=f"no {fig.what} at {Load_label(*at)}")
-            return Measured(float(v), st.bound(fig.field), where=f"at {Load_label(*at)}")
-        if fig.name == "errors":
+            return Measured(float(v), st.bound(field), where=f"at {Load_label(*at)}")
+        if fig.name == "errors" or field is None:
             return self.errors(cond.rate)
-        vals = [((k, v), s, getattr(s, fig.field)) for (k, v), s in by.items() if getattr(s, fig.field) is not None]
+        vals = [((k, v), s, getattr(s, field)) for (k, v), s in by.items() if getattr(s, field) is not None]
         if not vals:
             return Measured(None, note=f"no step has {fig.what}")
         # most for throughputs, the worst for latencies (highest) and attainment (lowest)
         pick = max if fig.name in ("tok_s", "goodput", "req_s") or fig.unit == "ms" else min
         load, st, v = pick(vals, key=lambda x: x[2])
-        bound = fig.unit == "ms" and any(s.bound(fig.field) for _, s, _ in vals)
+        bound = fig.unit == "ms" and any(s.bound(field) for _, s, _ in vals)
         return Measured(float(v), bound, where=f"at {Load_label(*load)}")
 
 

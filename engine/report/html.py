@@ -154,15 +154,15 @@ def _step_table(i: int, rs: ReportSession, kind: str) -> str:
 
 def _settings_table(sessions: Sequence[ReportSession]) -> str:
     def info(rs: ReportSession, k: str) -> Any:
-        si = rs.meta.get("server_info") if isinstance(rs.meta.get("server_info"), dict) else {}
+        si = got if isinstance(got := rs.meta.get("server_info"), dict) else {}
         return si.get(k)
 
     def workload(rs: ReportSession) -> str:
-        w = rs.meta.get("workload") if isinstance(rs.meta.get("workload"), dict) else {}
+        w = got if isinstance(got := rs.meta.get("workload"), dict) else {}
         return ", ".join(f"{k} {v}" for k, v in w.items() if v not in (None, "", {}))
 
     def target(rs: ReportSession, k: str) -> Any:
-        t = rs.session.target or (rs.meta.get("target") if isinstance(rs.meta.get("target"), dict) else {})
+        t = rs.session.target or (got if isinstance(got := rs.meta.get("target"), dict) else {})
         return t.get(k)
 
     def brk(rs: ReportSession) -> str:
@@ -227,7 +227,7 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
     kind = main_kind(sessions)
     summaries = [rs.session for rs in sessions]
     warning = workload_warning(summaries)  # comparable, or said so
-    data = {
+    data: dict[str, Any] = {
         "kind": kind, "axis": axis_title(kind),
         "sessions": [{**session_data(i, rs, kind), "workload": wl}
                      for i, (rs, wl) in enumerate(zip(sessions, workload_texts(summaries)))],

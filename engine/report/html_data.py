@@ -111,8 +111,8 @@ def step_data(s: StepResult, kind: str, slo: Slo | None = None) -> dict[str, Any
 def gpu_count(meta: dict[str, Any], timeline: Sequence[dict[str, Any]] = ()) -> int | None:
     """GPUs serving the model: tp x pp (x dp without DP attention) from the server info in
     meta.json, else the GPUs the telemetry reported; None when unknown."""
-    info = meta.get("server_info") if isinstance(meta.get("server_info"), dict) else {}
-    sim = info.get("redline_sim") if isinstance(info.get("redline_sim"), dict) else {}
+    info = got if isinstance(got := meta.get("server_info"), dict) else {}
+    sim = got if isinstance(got := info.get("redline_sim"), dict) else {}
     if isinstance(sim.get("gpus"), int) and sim["gpus"] > 0:
         return sim["gpus"]
 

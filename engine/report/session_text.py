@@ -33,7 +33,7 @@ def load_summary(session_dir: str | os.PathLike) -> dict[str, Any]:
     return s
 
 
-def _load_json(p) -> dict[str, Any]:
+def _load_json(p: os.PathLike) -> dict[str, Any]:
     try:
         with open(p, encoding="utf-8") as f:
             obj = json.load(f)

@@ -200,7 +200,7 @@ class KneeSearch:
         """Growing has shown the curve flattening: the top point did not gain, twice (or once,
         when that step proved it: steady and short of the gain beyond its noise)."""
         top = max(self.results) if self.results else None
-        return self._stalled() and (top in self._confirmed or self._stall_proven(top))  # type: ignore[arg-type]
+        return top is not None and self._stalled() and (top in self._confirmed or self._stall_proven(top))
 
     def rising_at_max(self) -> bool:
         """The search reached max unbounded and the top point still gained: no knee below max."""
@@ -270,7 +270,8 @@ class KneeSearch:
             brackets.append(self.slo_bracket())
         if bound is not None:
             brackets.append(self.bound_bracket())
-        open_ = [(hi - lo, lo, hi, i == 0 and knee_first) for i, (lo, hi) in enumerate(brackets) if not self._narrow(lo, hi)]
+        open_ = [(hi - lo, lo, hi, i == 0 and knee_first) for i, (lo, hi) in enumerate(brackets)
+                 if lo is not None and hi is not None and not self._narrow(lo, hi)]
         if not open_:
             return None
         _, lo, hi, knee = max(open_)

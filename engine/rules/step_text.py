@@ -106,7 +106,7 @@ def format_break_line(break_: BreakResult | dict[str, Any] | None) -> str:
 
 
 def format_step_table(
-    steps: list[StepResult | dict[str, Any]],
+    steps: Sequence[StepResult | dict[str, Any]],
     break_: BreakResult | dict[str, Any] | None = None,
     probe: StepResult | dict[str, Any] | None = None,
     knee: Knee | Sequence[Knee] | None = None,
@@ -136,7 +136,7 @@ def format_step_table(
     notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
     notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss)]
     rows = [_row(s, n) for s, n in zip(ss, notes)]
-    columns = _COLUMNS
+    columns: tuple[tuple[str, bool], ...] = _COLUMNS
     if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
         columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
         rows = [r[:5] + ["-" if s.output_goodput is None else f"{s.output_goodput:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]

@@ -121,8 +121,8 @@ def estimate(preset: Preset, profile: SimProfile | None = None) -> Estimate | No
         if fault is not None and fault[0] in ("server_gone", "stalled", "refused"):
             reason, at_s = fault[1], fault[2]
             total += at_s
-            br = make_break(reason, "", Place.of(step), rules.last_good(history))
-            breaks = f"{br.reason} at {br.where}, {br.good_text}"
+            gone = make_break(reason, "", Place.of(step), rules.last_good(history))
+            breaks = f"{gone.reason} at {gone.where}, {gone.good_text}"
             probe = reason != "server_gone"
             history.append(step)
             if reason == "stalled":
@@ -142,7 +142,7 @@ def estimate(preset: Preset, profile: SimProfile | None = None) -> Estimate | No
 
 
 def _faults(p: SimProfile, plan: StepPlan, step: StepResult, d: float, hold: float, done: float, output_len: int,
-            rules: StopRules) -> tuple:
+            rules: StopRules) -> tuple | None:
     """What the profile's fault knobs do at this step (see the module docstring):
     ("server_gone" | "stalled" | "refused", the break's reason, seconds into the step),
     ("failing", the step with its failures), ("unknown", why), or None (nothing here)."""

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable, Iterable
 
 from .. import __version__
@@ -289,7 +290,8 @@ class SessionWriter:
         lags = [lag for a, b, lag in list(self._suspect) if a < t_end and b > t_start]
         if not lags or step is None:
             return bool(lags)
-        return self.doubt(step, None if any(x is None for x in lags) else max(lags))  # type: ignore[type-var]
+        known = [x for x in lags if x is not None]
+        return self.doubt(step, max(known) if len(known) == len(lags) else None)
 
     def _mark_client_limited(self, summary: dict[str, Any]) -> None:
         steps = [s for s in (summary.get("steps") or []) if isinstance(s, dict)]
@@ -470,7 +472,7 @@ class SessionWriter:
     def __enter__(self) -> "SessionWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close("quit")
         else:

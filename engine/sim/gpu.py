@@ -48,7 +48,7 @@ class GpuFleet:
         self._jitter = [rng.uniform(-0.02, 0.02) for _ in range(n)]
         # Energy counters count since "boot", so they start well above zero.
         self._energy_j = [rng.uniform(1.0e6, 5.0e6) for _ in range(n)]
-        self._batch = 0
+        self._batch = 0.0
         self._last = clock()
 
     @property

@@ -320,9 +320,9 @@ class SimService:
             shed = Abort(503, QUEUE_FULL)
             if not req.stream:
                 return _error(503, shed.message, "SERVICE_UNAVAILABLE")
-            resp = web.StreamResponse(headers=_SSE_HEADERS)
-            await resp.prepare(request)
-            await self._end_aborted(request, resp, shape, shed, 0, truth)
+            stream = web.StreamResponse(headers=_SSE_HEADERS)
+            await stream.prepare(request)
+            await self._end_aborted(request, stream, shape, shed, 0, truth)
             return resp
         try:
             sim_req = self.model.submit(req.prompt_tokens, req.max_tokens, req.priority)

@@ -224,7 +224,7 @@ class BatchModel:
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._recent_steps: collections.deque[tuple[float, int, int]] = collections.deque()  # (t, verify steps, tokens)
         self._started = clock()
-        self._batch_reported = -1
+        self._batch_reported = -1.0
         self._closed = False
         self._stopped = asyncio.Event()  # set by close(): a hung scheduler waits for it alone
         self._go = asyncio.Event()  # cleared while paused (the profiler's trace export)

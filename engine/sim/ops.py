@@ -148,7 +148,7 @@ class SimOps:
         steps = body.get("num_steps")
         steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
         activities = body.get("activities") if isinstance(body.get("activities"), list) else ["CPU", "GPU"]
-        prefix = body.get("profile_prefix") if isinstance(body.get("profile_prefix"), str) else ""
+        prefix = named if isinstance(named := body.get("profile_prefix"), str) else ""
         running, queued = self._load()
         t = time.time()
         traces = self._trace_names(out_dir, prefix, str(t))

@@ -31,7 +31,8 @@ each, so one large micro-batch in an empty pipe feeds one GPU, not all).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence, Sized
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .profiles import SimProfile
@@ -41,10 +42,13 @@ class _Scheduler(Protocol):
     """What the loop drives of the batch model (engine/sim/model.py BatchModel)."""
 
     _closed: bool
-    _slots: list[dict[Any, None]]
-    _queue: Any
     _stopped: asyncio.Event
     _wake: asyncio.Event
+
+    @property
+    def _slots(self) -> Sequence[Sized]: ...  # each micro-batch's requests
+    @property
+    def _queue(self) -> Sized: ...  # the requests waiting
 
     @property
     def hung(self) -> bool: ...

@@ -48,6 +48,8 @@ class PromptTokens(int):
     model unchanged; :meth:`BatchModel.submit` takes them (and drops them from this object).
     """
 
+    blocks: tuple[int, ...]
+
     def __new__(cls, n: int, blocks: Sequence[int] = ()) -> PromptTokens:
         self = super().__new__(cls, n)
         self.blocks = tuple(blocks)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 __all__ = ["IDLE_REFRESH_S", "LoggedStats", "SchedulerLog"]
 
@@ -145,7 +145,7 @@ class SchedulerLog:
         self._write(now, running=len(batch), queued=len(queued), used_tokens=used_tokens, gen_throughput=gen,
                     spec_accept_length=length, spec_accept_rate=rate, **extra, **self._counts(batch, queued))
 
-    def _write(self, now: float, **values) -> None:
+    def _write(self, now: float, **values: Any) -> None:  # Any: SchedStats fields, each its own type
         used = values.get("used_tokens", self.stats.used_tokens)
         self.stats = replace(self.stats, t=now, token_usage=used / self.kv_budget if self.kv_budget else 0.0,
                              retracted=self._retracted, **values)

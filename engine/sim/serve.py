@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .profiles import SGLANG_VERSIONS, SimProfile, apply_overrides, get_profile, profile_names
 
@@ -479,10 +479,11 @@ def _override(text: str) -> tuple[str, str]:
 class _Renamed(argparse.Action):
     """The old ``--profile``: any use refused with one line naming its new name."""
 
-    def __init__(self, option_strings, dest, **kwargs) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:  # Any: argparse's own
         super().__init__(option_strings, argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
         raise argparse.ArgumentError(None, PROFILE_RENAMED)
 
 

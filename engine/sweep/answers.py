@@ -78,6 +78,7 @@ def _row(a: dict, b: dict, pa: dict, pb: dict, metric: str) -> tuple[dict[str, A
     sa, sb = spread(va), spread(vb)
     if sa is None or sb is None:
         return None, None
+    change: float | None
     log = all(v > 0 for v in [*va, *vb])  # a ratio of positive figures: compared on their logarithms
     if log:
         sa, sb = spread([math.log(v) for v in va]), spread([math.log(v) for v in vb])

@@ -55,8 +55,8 @@ def session_docs(session_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def server_gpus(meta: dict[str, Any]) -> int | None:
     """GPUs serving the model from what the server said: the sim's own count, else tp x pp
     (x dp without DP attention); None when it says no parallel sizes."""
-    info = meta.get("server_info") if isinstance(meta.get("server_info"), dict) else {}
-    sim = info.get("redline_sim") if isinstance(info.get("redline_sim"), dict) else {}
+    info = got if isinstance(got := meta.get("server_info"), dict) else {}
+    sim = got if isinstance(got := info.get("redline_sim"), dict) else {}
     if isinstance(sim.get("gpus"), int) and sim["gpus"] > 0:
         return sim["gpus"]
 
@@ -78,8 +78,8 @@ VLLM_SIZES = (("parallel_config.tensor_parallel_size", "tensor_parallel_size"),
 
 def fingerprint_gpus(fp: dict[str, Any]) -> int | None:
     """tp x pp x dp from the fingerprint's arguments (vLLM), None when it names none."""
-    server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
-    args = server.get("args") if isinstance(server.get("args"), dict) else {}
+    server = got if isinstance(got := fp.get("server"), dict) else {}
+    args = got if isinstance(got := server.get("args"), dict) else {}
     n, found = 1, False
     for keys in VLLM_SIZES:
         v = next((args[k] for k in keys if k in args), None)
@@ -94,13 +94,13 @@ def fingerprint_gpus(fp: dict[str, Any]) -> int | None:
 
 def gpus_of(meta: dict[str, Any], given: int | None) -> tuple[int | None, str | None]:
     """(GPU count, where it came from: "server", "--gpus", "telemetry") of one configuration."""
-    fp = meta.get("fingerprint") if isinstance(meta.get("fingerprint"), dict) else {}
+    fp = got if isinstance(got := meta.get("fingerprint"), dict) else {}
     n = server_gpus(meta) or fingerprint_gpus(fp)
     if n:
         return n, "server"
     if given:
         return given, "--gpus"
-    g = fp.get("gpus") if isinstance(fp.get("gpus"), dict) else {}
+    g = got if isinstance(got := fp.get("gpus"), dict) else {}
     if isinstance(g.get("count"), int) and g["count"] > 0:
         return g["count"], "telemetry"
     return None, None
@@ -145,7 +145,7 @@ def points(summaries: Sequence[dict[str, Any]], gpus: int | None) -> list[dict[s
         values: dict[str, list[float]] = {}
         rows = [step_figures(s, gpus) for s in steps]
         for name, _ in FIGURES:
-            vs = [r[name] for r in rows if r[name] is not None]
+            vs = [v for r in rows if (v := r[name]) is not None]
             sp = spread(vs)
             values[name] = [round(v, 4) for v in vs]
             p[name] = None if sp is None else _r(sp.mean)

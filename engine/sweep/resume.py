@@ -40,7 +40,7 @@ def _labels(values: list[dict[str, str]]) -> str:
 
 def check_resumable(old: dict[str, Any], head: dict[str, Any], where: Path) -> None:
     """SweepError (one line) when the sweep asked for now is not the one recorded in `where`."""
-    rec = old.get("sweep") if isinstance(old.get("sweep"), dict) else {}
+    rec = got if isinstance(got := old.get("sweep"), dict) else {}
     recorded_grid = rec.get("grid")
     if recorded_grid is None:  # a sweep.json written before the grid was recorded: its entries say it
         recorded_grid = [e.get("values") for e in old.get("configurations") or [] if isinstance(e, dict)]

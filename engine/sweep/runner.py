@@ -18,7 +18,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from .sweep_file import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 from .resume import resume_sweep_file, sweep_head
@@ -93,7 +93,7 @@ async def run_sweep(spec: SweepSpec, out: Path, run_one: RunOne, on_line: Callab
                 on_line(f"redline: sweep configuration {i + 1} of {len(configs)}: {config.label}: completed before, kept (--resume)")
                 continue
             where = f"configuration {i + 1} of {len(configs)}: {config.label}"
-            status = await _one(config, i, sf, out, spec, run_one, lambda s, w=where: on_line(f"redline: sweep {w}: {s}"), clock)
+            status = await _one(config, i, sf, out, spec, run_one, _saying(on_line, where), clock)
             if status:
                 outcome.status = status
                 sf.end(f"stopped (exit {status})")
@@ -172,7 +172,7 @@ class ConfigServer:
     def startup_s(self) -> float | None:
         return self.started.startup_s if self.started is not None and self.started.ok else None
 
-    def _entry(self, status: str, **kw) -> dict:
+    def _entry(self, status: str, **kw: Any) -> dict:  # Any: entry()'s keywords, each its own type
         startup = self.first_startup_s if self.first_startup_s is not None else kw.pop("startup_s", self.startup_s)
         kw.pop("startup_s", None)
         return entry(self.config, status, startup_s=startup, runs=self.runs, repeats=self.repeats, gpus=self.gpus, **kw)
@@ -211,6 +211,11 @@ class ConfigServer:
         self.server = None
         if not await wait_port_free(self.config.port):
             self.say(f"warning: port {self.config.port} is still taken after the stop")
+
+
+def _saying(on_line: Callable[[str], None], where: str) -> Callable[[str], None]:
+    """What one configuration says, as a sweep's line that names it."""
+    return lambda s: on_line(f"redline: sweep {where}: {s}")
 
 
 async def _one(config: Config, i: int, sf: SweepFile, out: Path, spec: SweepSpec, run_one: RunOne,

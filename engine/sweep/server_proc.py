@@ -19,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import httpx
 
@@ -95,7 +95,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.sentinel: subprocess.Popen | None = None
         self.t_launch = 0.0
-        self._log = None
+        self._log: BinaryIO | None = None
 
     @property
     def pgid(self) -> int | None:
@@ -103,7 +103,7 @@ class ServerProcess:
 
     def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab", buffering=0)
+        self._log = log = open(self.log_path, "ab", buffering=0)
         self.t_launch = time.perf_counter()
         try:
             self.proc = subprocess.Popen(
@@ -111,7 +111,7 @@ class ServerProcess:
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         except OSError as exc:
-            self._log.write(f"redline: cannot start {self.command[0]!r}: {exc.strerror or exc}\n".encode())
+            log.write(f"redline: cannot start {self.command[0]!r}: {exc.strerror or exc}\n".encode())
             self.proc = None
             return
         self.sentinel = subprocess.Popen(
@@ -171,7 +171,9 @@ class ServerProcess:
                     self.proc.wait(timeout=5)
         if self.sentinel is not None:
             with contextlib.suppress(Exception):
-                self.sentinel.stdin.close()  # type: ignore[union-attr]
+                stdin = self.sentinel.stdin
+                if stdin is not None:
+                    stdin.close()
                 self.sentinel.wait(timeout=5)
         if self._log is not None:
             self._log.close()

@@ -26,9 +26,10 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..preset.spec import MAX_REPEATS
 
@@ -136,7 +137,7 @@ class SweepSpec:
         if self.port is not None and not 1 <= self.port <= 65535:
             raise SweepError(f"--port {self.port}: expected a port 1-65535")
 
-    def expand(self, free_port) -> list[Config]:
+    def expand(self, free_port: Callable[[], int]) -> list[Config]:
         """The configurations, in order, each with its command and URL (`free_port()`: a
         free port for each, when the command takes {port} and no --port is given)."""
         self.check()
@@ -213,10 +214,10 @@ def spec_from_args(grids: Sequence[str], **kw: Any) -> SweepSpec:
 
 def load_sweep_file(path: str | Path) -> SweepSpec:
     """The `[sweep]` table of a TOML file (a preset file may hold it beside its own tables)."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # Python 3.10
+        import tomli as tomllib
 
     p = Path(path)
     try:

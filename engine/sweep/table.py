@@ -3,7 +3,7 @@ end of `redline sweep --headless`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..fmt import ms, rate
 
@@ -73,7 +73,7 @@ def format_sweep(doc: dict[str, Any]) -> str:
     return "\n".join(out) + (f"\n\n{more}" if more else "")
 
 
-def _pm(p: dict[str, Any], name: str, fmt) -> str:
+def _pm(p: dict[str, Any], name: str, fmt: Callable[[float | None], str]) -> str:
     """`981 ±31`: a point's mean and its interval's half width (a t interval is symmetric)."""
     v, ci = p.get(name), p.get(name + "_ci")
     if v is None:
@@ -125,7 +125,7 @@ def format_answers(doc: dict[str, Any], entries: list[dict[str, Any]] | None = N
     front = pareto_lines(doc.get("pareto") or [], doc.get("slo_answer"))
     if front:
         out += ["", *front]
-    diff = differences_text([e.get("fingerprint") for e in entries if isinstance(e.get("fingerprint"), dict)])
+    diff = differences_text([fp for e in entries if isinstance(fp := e.get("fingerprint"), dict)])
     if diff:
         out += ["", diff]
     return "\n".join(out).strip("\n")

@@ -30,8 +30,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Protocol, cast
 
 import psutil
 
@@ -288,7 +288,7 @@ class MachineCpuReader:
             t = self._times()
         except (psutil.Error, OSError):
             return None
-        fields = t._asdict() if hasattr(t, "_asdict") else dict(t)  # type: ignore[call-overload]
+        fields = t._asdict() if hasattr(t, "_asdict") else dict(cast("Mapping[str, float]", t))  # psutil's namedtuple, or a mapping
         # Linux counts guest time inside user (and guest_nice inside nice): not twice.
         return {k: float(v) for k, v in fields.items() if k not in ("guest", "guest_nice")}
 

@@ -165,7 +165,8 @@ class DcgmPoller(PromPoller):
         samples, text, t = got
         gpus = gpu_samples_from_samples(samples)
         if not gpus:
-            return self._nothing(text, "no DCGM_FI_DEV_* GPU metrics (is this dcgm-exporter?)")
+            self._nothing(text, "no DCGM_FI_DEV_* GPU metrics (is this dcgm-exporter?)")
+            return None
         self.last_error = None
         self.last = gpus
         self.last_t = t

@@ -81,7 +81,9 @@ def parse_config_text(text: str) -> dict[str, Any]:
     """vLLM's configuration as text (`model='m', max_seq_len=4096, compilation_config={...}`):
     its top-level `key=value` pairs, split at the commas outside brackets and quotes ({} when
     it is not of that form)."""
-    parts, depth, quote, cur = [], 0, "", []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote
@@ -204,14 +206,14 @@ VOLATILE_ARGS = frozenset({"port", "host", "seed", "random_seed", "redline_sim.s
 
 def _flat(fp: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
+    server = got if isinstance(got := fp.get("server"), dict) else {}
     for k, v in (server.get("args") or {}).items():
         if k not in VOLATILE_ARGS:
             out[k] = v
     out["server kind"] = server.get("kind")
     out["server version"] = server.get("version")
     out["model"] = fp.get("model")
-    gpus = fp.get("gpus") if isinstance(fp.get("gpus"), dict) else {}
+    gpus = got if isinstance(got := fp.get("gpus"), dict) else {}
     for k in ("name", "count", "driver", "memory_mib"):
         out[f"GPU {k.replace('_mib', ' MiB')}"] = gpus.get(k)
     out["redline version"] = fp.get("redline_version")

@@ -30,8 +30,9 @@ class NvmlSource:
     function names (and ``NVMLError`` / ``NVMLError_NotSupported`` classes).
     """
 
-    def __init__(self, backend: Any | None = None) -> None:
-        self._backend = backend
+    def __init__(self, backend: Any = None) -> None:
+        # pynvml (nvidia-ml-py: no type hints) or a test's stand-in with its names: Any, untyped
+        self._backend: Any = backend
         self._handles: list[Any] = []
         self._names: list[str] = []
         self._driver = ""  # nvmlSystemGetDriverVersion, read once at open

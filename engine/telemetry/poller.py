@@ -35,22 +35,24 @@ class PromPoller:
             resp = await self.client.get(self.url, timeout=self.timeout_s)
             t = self.clock()
             if resp.status_code != 200:
-                return self._fail(f"HTTP {resp.status_code}")
+                self._fail(f"HTTP {resp.status_code}")
+                return None
             text = resp.text
             return self._parser.parse(text), text, t
         except TelemetryParseError as exc:
-            return self._fail(str(exc))
+            self._fail(str(exc))
         except Exception as exc:  # network, TLS, decoding, a bad URL: report, never raise
-            return self._fail(describe_error(exc))
+            self._fail(describe_error(exc))
+        return None
 
     def _nothing(self, text: str, why: str) -> None:
         """An answer without the metrics wanted: say whether it was Prometheus text at all."""
         try:
             check_prometheus_head(text)
         except TelemetryParseError as exc:
-            return self._fail(str(exc))
-        return self._fail(why)
+            self._fail(str(exc))
+            return
+        self._fail(why)
 
     def _fail(self, why: str) -> None:
         self.last_error = f"{self.url}: {why}"
-        return None

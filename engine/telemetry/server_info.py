@@ -204,7 +204,7 @@ class ServerInfo:
                 cap = max(mrr // pp, 1)  # SGLang's own default (scheduler.py)
         elif sim_cap is not None:
             cap = sim_cap  # the sim's cap without pp (--set pp_max_micro_batch_size=N)
-        usage = st.get("memory_usage") if isinstance(st.get("memory_usage"), dict) else {}
+        usage = got if isinstance(got := st.get("memory_usage"), dict) else {}
         kv = _int(info, "max_total_num_tokens") or _int(st, "max_total_num_tokens") or _int(usage, "token_capacity") or _int(info, "max_total_tokens")
         raw, secrets = scrub_server_info(info)
         name = model or str(raw.get("served_model_name") or raw.get("model_path") or "")

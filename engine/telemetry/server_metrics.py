@@ -345,7 +345,8 @@ class ServerMetricsPoller(PromPoller):
         sample = server_sample_from_samples(samples, t)
         if sample is None:
             self._prev_counter = None
-            return self._nothing(text, "no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
+            self._nothing(text, "no SGLang or vLLM metrics (SGLang needs --enable-metrics)")
+            return None
         sample = self._with_windows(self._prefix.update(self._with_rate(sample)))
         self.last_error = None
         self.last = sample
@@ -354,15 +355,15 @@ class ServerMetricsPoller(PromPoller):
     def _with_windows(self, sample: ServerSample) -> ServerSample:
         """Preemptions over the recent window; vLLM's speculative-decoding figures from its
         counters over it (SGLang gives them as gauges)."""
-        changes: dict[str, float | None] = {}
+        out = sample
         d = self._preempt.update(sample)
         if d is not None:
-            changes["preemptions_recent"] = d[0]
+            out = dataclasses.replace(out, preemptions_recent=d[0])
         d = self._spec.update(sample)
         if d is not None and sample.spec_accept_length is None:
             length, rate = spec_from_counters(*d)
-            changes.update(spec_accept_length=length, spec_acceptance_rate=rate)
-        return dataclasses.replace(sample, **changes) if changes else sample
+            out = dataclasses.replace(out, spec_accept_length=length, spec_acceptance_rate=rate)
+        return out
 
     def _with_rate(self, sample: ServerSample) -> ServerSample:
         counter = sample.gen_tokens_total

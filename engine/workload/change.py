@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from dataclasses import dataclass
 
 from .prompts import WorkloadConfig, WorkloadError, is_prefix_spec, parse_dataset_spec, parse_prefix_spec
@@ -88,7 +89,7 @@ def parse_workload_change(text: str) -> WorkloadChange:
     """`output_len=512 input_len=1024` (spaces between items; `out`/`in` accepted for
     the lengths) -> WorkloadChange; WorkloadError (one line) otherwise."""
     aliases = {"out": "output_len", "output": "output_len", "in": "input_len", "input": "input_len", "prefix": "prefix_ratio"}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # Any: each key's own WorkloadChange field type, as parsed below
     items = text.split()
     if not items:
         raise WorkloadError(f"workload change {text!r}: empty; expected {FORM}")
@@ -111,4 +112,4 @@ def parse_workload_change(text: str) -> WorkloadChange:
                 values[key] = int(raw)
             except ValueError:
                 raise WorkloadError(f"{key} {raw!r}: expected a whole number of tokens from 1 to {MAX_LEN}") from None
-    return WorkloadChange(**values)  # type: ignore[arg-type]
+    return WorkloadChange(**values)

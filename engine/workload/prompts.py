@@ -428,6 +428,7 @@ def _jsonl(path: Path, raw: str, output_len: int) -> list[Prompt]:
                 f"dataset file {str(path)!r} line {n}: not JSON ({exc}); expected a string "
                 'or {"prompt": "...", "max_tokens": N}'
             ) from exc
+        mt: object  # whatever the line holds, checked before use
         if isinstance(obj, str):
             text, mt = obj, output_len
         elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):

@@ -124,7 +124,7 @@ def load_trace(path: str | os.PathLike, max_rows: int = MAX_TRACE_ROWS) -> list[
                 row_ts, row = _parse_row(where, n, line)
                 if first_ts is None:
                     first_ts = row_ts
-                elif row_ts < last_ts:  # type: ignore[operator]
+                elif last_ts is not None and row_ts < last_ts:  # last_ts is set with first_ts
                     raise TraceError(
                         f"{where} line {n}: timestamp {_value(row_ts)} after {_value(last_ts)}: "
                         "rows must be in time order")
@@ -189,7 +189,10 @@ def trace_duration_s(rows: Sequence[TraceRow]) -> float:
 
 def builtin_trace_path() -> Path:
     """The example trace shipped with redline (package data of `redline.presets`)."""
-    return Path(str(files(_PACKAGE).joinpath(*_BUILTIN)))
+    where = files(_PACKAGE)
+    for part in _BUILTIN:  # one name a call: Python 3.10's Traversable.joinpath takes one
+        where = where.joinpath(part)
+    return Path(str(where))
 
 
 def builtin_traces() -> dict[str, Path]:

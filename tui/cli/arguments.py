@@ -23,7 +23,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of `redline --help`)
 if TYPE_CHECKING:
-    from typing import Callable, NoReturn, Sequence
+    from typing import Any, Callable, NoReturn, Sequence
 
 from ...engine import api
 from ...engine.api import (
@@ -50,7 +50,7 @@ def _columns() -> int:
         columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
         columns = 0
-    if columns <= 0:
+    if columns <= 0 and sys.__stdout__ is not None:  # (None: no stdout at all, as pythonw)
         try:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
         except (AttributeError, ValueError, OSError):
@@ -80,8 +80,9 @@ class OneLineParser(argparse.ArgumentParser):
     it prints.
     """
 
-    def __init__(self, *args, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-                 hints: bool = False, **kwargs) -> None:
+    # Any: argparse.ArgumentParser's own arguments, passed on
+    def __init__(self, *args: Any, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 hints: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # `--headles` is a typo, not --headless (docs/cli.md)
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
@@ -107,13 +108,13 @@ class OneLineParser(argparse.ArgumentParser):
         self._complete()
         return super().format_usage()
 
-    def _get_value(self, action: argparse.Action, arg_string: str):
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:  # Any: argparse's (what the type gives)
         try:
             return super()._get_value(action, arg_string)
         except argparse.ArgumentError as exc:  # the option named once: `--concurrency '0': expected ...`
             raise argparse.ArgumentError(None, refusals.type_refusal(action, arg_string, exc.message)) from None
 
-    def _check_value(self, action: argparse.Action, value) -> None:
+    def _check_value(self, action: argparse.Action, value: object) -> None:
         if action.choices is not None and value not in action.choices:  # `unknown command 'reprot'; did you mean report?`
             raise argparse.ArgumentError(None, refusals.choice_refusal(action, value))
         super()._check_value(action, value)
@@ -200,7 +201,7 @@ def _sim_arguments(parser: argparse.ArgumentParser) -> None:
     api.add_sim_arguments(parser)
 
 
-def _positive_int(name: str):
+def _positive_int(name: str) -> Callable[[str], int]:
     def parse(s: str) -> int:
         try:
             v = int(s)
@@ -213,7 +214,7 @@ def _positive_int(name: str):
     return parse
 
 
-def _positive_float(name: str):
+def _positive_float(name: str) -> Callable[[str], float]:
     def parse(s: str) -> float:
         try:
             v = float(s)
@@ -226,7 +227,7 @@ def _positive_float(name: str):
     return parse
 
 
-def _rate(name: str, lo: float | None = None):
+def _rate(name: str, lo: float | None = None) -> Callable[[str], float]:
     """A request rate: a finite number, at least 0.1 req/s (engine/workload/arrivals.py MIN_RATE;
     `lo` = 0: any number > 0, for a step)."""
 
@@ -251,7 +252,7 @@ def _speed(s: str) -> float:
     return v
 
 
-def _duration(name: str):
+def _duration(name: str) -> Callable[[str], float]:
     def parse(s: str) -> float:
         t = s.strip().lower()
         mult = 60.0 if t.endswith("m") and not t.endswith("ms") else 1.0
@@ -311,11 +312,11 @@ def _workers(s: str) -> int | str:
     return v
 
 
-def _shaping(check: Callable, flag: str) -> Callable:
+def _shaping(check: Callable[[str, str], object], flag: str) -> Callable[[str], object]:
     """An argparse type of a request-shaping check (engine/workload/request_shape.py, the one
     the preset's [workload] keys use too): its one-line refusal is argparse's."""
 
-    def parse(s: str):
+    def parse(s: str) -> object:
         try:
             return check(s, flag)
         except api.RequestShapeError as exc:
@@ -413,7 +414,7 @@ def _run_arguments(r: argparse.ArgumentParser) -> None:
     _control_options(r)
 
 
-def _repeat_options(g) -> None:
+def _repeat_options(g: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
     """--repeats and --gpus: `redline sweep` and `redline run` (docs/comparing.md#repeats-and-intervals)."""
     g.add_argument("--repeats", type=_positive_int("--repeats"), default=None, metavar="N", help="run the preset N times (each configuration's): per load a mean, a 95 %% interval and the CV; comparisons say better, worse or no clear difference (default: the preset's [ramp] repeats, else 1)")
     g.add_argument("--gpus", type=_positive_int("--gpus"), default=None, metavar="N", help="GPUs the server uses, for tok/s per GPU, when its /server_info says no tp x pp (vLLM, ...)")

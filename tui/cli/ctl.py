@@ -27,7 +27,7 @@ TIMEOUT_S = 30.0
 API_RAISE_MAX = 'add "raise_max": true'  # engine/control/http_api.py: above --max-concurrency
 
 
-def add_ctl_parser(sub, formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> None:
+def add_ctl_parser(sub: argparse._SubParsersAction, formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> None:
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS, formatter_class=formatter_class)
     common.add_argument("--control", metavar="URL", help=f"the control API: http://HOST:PORT, HOST:PORT or PORT (default ${ENV_URL})")
     common.add_argument("--control-token-env", metavar="NAME", help=f"environment variable holding the bearer token (default ${ENV_TOKEN} when set)")
@@ -134,7 +134,7 @@ def request_of(args: argparse.Namespace) -> tuple[str, str, dict | None]:
 
 def status_line(s: dict) -> str:
     """GET /v1/status in one line."""
-    def ms(v) -> str:
+    def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
     state = str(s.get("state", "?")).upper()

@@ -30,7 +30,8 @@ from .errors import UsageError
 from .launch import checked_config
 
 if TYPE_CHECKING:
-    from ...engine.api import Preset
+    from ...engine.api import EngineConfig, Preset
+    from ...engine.report.api import Condition
 
 from .headless import SIGNALS, run_headless, start_engine, target_line
 from .terminal import check_html_target, check_out_file, check_png_target, print_curves, write_html_page, write_png_file
@@ -84,7 +85,7 @@ def save_result(args: argparse.Namespace, out_dir: Path | None, rc: int) -> int:
     return rc
 
 
-async def _held(cfg, progress_s: float | None = None) -> int:
+async def _held(cfg: EngineConfig, progress_s: float | None = None) -> int:
     """`redline --headless [--control PORT]`: hold the starting load until an API call changes
     it; POST /v1/stop ends the session (exit 0), a signal too (exit 128+N). A fixed-size run
     (--num-requests, --duration) ends by itself (exit 0). The end prints the whole run in
@@ -167,7 +168,7 @@ async def _held(cfg, progress_s: float | None = None) -> int:
     return ended_status(engine_loss(engine), EXIT_OK)
 
 
-def _tui(args: argparse.Namespace, cfg, preset: Preset | None) -> int:
+def _tui(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | None) -> int:
     from ..run_app import run_tui
 
     compare = None
@@ -207,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return save_result(args, cfg.out_dir, rc)
 
 
-def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
+def run_gate(args: argparse.Namespace, preset: Preset) -> list[Condition] | None:
     """The gate of `redline run`: --gate, else the preset's [gate]; None without one. Checked
     here, before anything starts (UsageError: one line, exit 2)."""
     from ...engine.report.api import GateError, has_relative, parse_gate
@@ -217,7 +218,7 @@ def run_gate(args: argparse.Namespace, preset: Preset) -> list | None:
     try:
         if spec is not None:
             conds = parse_gate(spec)
-        elif getattr(preset, "gate", None):
+        elif preset.gate:
             conds = parse_gate(list(preset.gate), flag=f"{preset.name}: [gate]")
         else:
             conds = None

@@ -22,7 +22,10 @@ from ..exits import (
 )
 
 if TYPE_CHECKING:
-    from ...engine.api import Engine, Preset
+    import asyncio
+
+    from ...engine.api import Engine, EngineConfig, Preset, RunOutcome
+    from ...engine.report.api import Condition
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -41,7 +44,7 @@ def headless_engine(cfg):
     return engine
 
 
-async def start_engine(engine, futures: list, caught: list) -> int | None:
+async def start_engine(engine: Engine, futures: list[asyncio.Future], caught: list[signal.Signals]) -> int | None:
     """Start `engine` (its start future kept in `futures`, so a signal can cancel it); the
     exit status when the target or the session refuses, else None. A signal (in `caught`)
     that cancelled the start is a CancelledError here even where the cancelled connection
@@ -59,7 +62,7 @@ async def start_engine(engine, futures: list, caught: list) -> int | None:
     return None
 
 
-async def refused_everything(engine, poll_s: float = 0.05) -> str:
+async def refused_everything(engine: Engine, poll_s: float = 0.05) -> str:
     """Until CONSECUTIVE_FAILURES_END of the load's requests failed in a row (the server
     refuses everything: a model it does not serve, a proxy's 404); then the line that ends a
     held headless run, the server's own reason in it. Failures because the server went are not
@@ -75,7 +78,7 @@ async def refused_everything(engine, poll_s: float = 0.05) -> str:
         await asyncio.sleep(poll_s)
 
 
-def print_run_summary(engine, so_far: bool = False) -> None:
+def print_run_summary(engine: Engine, so_far: bool = False) -> None:
     """The whole run's figures as `vllm bench serve` and bench_serving print them (the
     percentiles asked for), once any load request ended; `so_far`: a signal cut it short."""
     from ...engine.api import format_run_summary
@@ -86,7 +89,8 @@ def print_run_summary(engine, so_far: bool = False) -> None:
         print(format_run_summary(t.summary(qs), qs, title="Serving Benchmark Result" + (" (so far)" if so_far else "")), flush=True)
 
 
-async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Path | None = None, sim_profile: str | None = None,
+async def run_headless(cfg: EngineConfig, preset: Preset, gate: list[Condition] | None = None, junit: Path | None = None,
+                       sim_profile: str | None = None,
                        progress_s: float | None = None) -> int:
     import asyncio
 
@@ -181,7 +185,7 @@ async def run_headless(cfg, preset: Preset, gate: list | None = None, junit: Pat
     return ended_status(engine_loss(engine), rc)
 
 
-def run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
+def run_gate_end(cfg: EngineConfig, out: RunOutcome, gate: list[Condition], junit: Path | None) -> int:
     """The gate at the end of a headless run: judged on summary.json as written (the steps'
     final figures), else on the run's outcome; PASS/FAIL lines, summary.json's `gate`, the
     JUnit file; EXIT_GATE_FAILED when a condition failed."""
@@ -201,7 +205,7 @@ def run_gate_end(cfg, out, gate: list, junit: Path | None) -> int:
     session = None
     if summary_path is not None and summary_path.is_file():
         try:
-            session = GateSession.load(cfg.out_dir)
+            session = GateSession.load(summary_path.parent)
         except api.SessionError:
             session = None
     if session is None:
@@ -257,6 +261,7 @@ def _warning_printer():
 def target_line(engine: Engine) -> str:
     """The banner's target: `URL (kind, model)`, or with several, each URL and its weight."""
     tgt = engine.target
+    assert tgt is not None  # (the banner follows the start)
     states = getattr(engine, "targets", None) or []
     if len(states) < 2:
         return f"{tgt.url} ({tgt.info.kind}, {tgt.model or 'model ?'})"

@@ -29,7 +29,7 @@ class Progress:
         self._shown = False
         events = getattr(engine, "events", None)
         printer = getattr(events, "on_warning", None)
-        if printer is not None:  # the headless warning printer (tui/cli/headless.py): the live line cleared first
+        if events is not None and printer is not None:  # the headless warning printer (tui/cli/headless.py): the live line cleared first
 
             def warn(key: str, text: str) -> None:
                 self.clear()

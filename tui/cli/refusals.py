@@ -20,9 +20,10 @@ from ...engine import api
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 # what argparse's built-in types refuse, in the words the rest of the command line uses
-_TYPE_WORDS = {int: "a whole number", float: "a number"}
+_TYPE_WORDS: dict[object, str] = {int: "a whole number", float: "a number"}
 
 
 def option_name(action: argparse.Action) -> str:
@@ -41,7 +42,7 @@ def type_refusal(action: argparse.Action, value: str, message: str) -> str:
     if any(o in message for o in action.option_strings):
         return message
     name = option_name(action)
-    what = _TYPE_WORDS.get(action.type)  # type: ignore[arg-type]
+    what = _TYPE_WORDS.get(action.type)
     if what is not None:
         return f"{name} {value!r}: expected {what}"
     return f"{name} {value!r}: {message}"
@@ -80,12 +81,15 @@ class RenamedOption(argparse.Action):
     """An option that was renamed: any use of it is refused with one line naming the new one
     (`--profile is now --sim-profile (...)`), whether or not a value follows."""
 
-    def __init__(self, option_strings, dest, *, why: str, nargs="?", default=None, **kwargs) -> None:
+    # Any: argparse.Action's own keywords, passed on
+    def __init__(self, option_strings: Sequence[str], dest: str, *, why: str, nargs: str | int | None = "?", default: object = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("help", argparse.SUPPRESS)
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=nargs, default=argparse.SUPPRESS, **kwargs)
         self.why = why
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
         raise argparse.ArgumentError(None, self.why)
 
 

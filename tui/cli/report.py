@@ -143,7 +143,8 @@ def format_comparison_table(sessions: Sequence[SessionSummary], rows: Sequence[R
     return "\n".join(lines)
 
 
-def _pair_table(sessions, rows, title: str, names: tuple[str, str], cells) -> str:
+def _pair_table(sessions: Sequence[SessionSummary], rows: Sequence[Row] | None, title: str, names: tuple[str, str],
+                cells: Callable[[StepResult], tuple[str, str] | None]) -> str:
     """A table of two figures per session, aligned by load (C, or R over rates); `cells(step)`
     gives the two, or None for a step without them ("-")."""
     rows = align_by_load(sessions) if rows is None else rows
@@ -227,10 +228,10 @@ def format_targets_table(targets: Sequence[dict]) -> str:
     if len(targets) < 2:
         return ""
 
-    def num(v) -> str:
+    def num(v: object) -> str:
         return "-" if v is None else str(v)
 
-    def tok(v) -> str:
+    def tok(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     rows = [[str(t.get("url") or "?"), num(t.get("requests")), num(t.get("errors")), tok(t.get("output_tok_s")),
@@ -272,10 +273,10 @@ def format_workers_table(workers: Sequence[dict]) -> str:
     if not workers:
         return ""
 
-    def num(v) -> str:
+    def num(v: object) -> str:
         return "-" if v is None else str(v)
 
-    def one(v) -> str:
+    def one(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     rows = []
@@ -291,10 +292,10 @@ def format_workers_table(workers: Sequence[dict]) -> str:
         return "  ".join(c.ljust(w) if j < left else c.rjust(w) if j < len(cells) - 1 else c
                          for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    dead = sum(1 for w in workers if w.get("alive") is False)
+    n_dead = sum(1 for w in workers if w.get("alive") is False)
     nodes = {str(w.get("node")) for w in workers if w.get("node")}
     out = [f"workers ({len(workers)}" + (f" on {len(nodes)} nodes" if len(nodes) > 1 else "")
-           + (f", {dead} dead" if dead else "") + ")", line(WORKER_COLUMNS)]
+           + (f", {n_dead} dead" if n_dead else "") + ")", line(WORKER_COLUMNS)]
     out += [line(r) for r in rows]
     out.append("share = its part of C at the end (rate mode: of the in-flight cap); requests = ended there (any outcome); "
                "tok/s and CPU % over the session")

@@ -13,18 +13,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import signal
 import sys
 import time
 from pathlib import Path
+
+from typing import TYPE_CHECKING
 
 from ...engine import api
 from ..exits import EXIT_GATE_FAILED, EXIT_OK, EXIT_ROWS_LOST
 from .errors import UsageError
 
+if TYPE_CHECKING:
+    from ...engine.api import EngineConfig, Preset, SweepConfig, SweepGate, SweepSpec
+    from ...engine.report.api import Condition
+
 DEFAULT_PRESET = "until-it-breaks"
 
 
-def sweep_spec(args: argparse.Namespace):
+def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     """The sweep the flags (and a [sweep] file) describe, checked; UsageError otherwise."""
     SweepError, SweepSpec, load_sweep_file, spec_from_args = api.SweepError, api.SweepSpec, api.load_sweep_file, api.spec_from_args
 
@@ -97,16 +104,18 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return out
 
 
-def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path, gate, digest: str | None = None) -> int:
+def run_configs(args: argparse.Namespace, spec: SweepSpec, configs: list[SweepConfig], preset: Preset, out: Path,
+                gate: SweepGate | None, digest: str | None = None) -> int:
     """The sweep's configurations on a terminal or headless, then the gate; the exit status."""
     resume = bool(getattr(args, "resume", False))
     try:
         if not args.headless:
             from ..sweep_view import run_sweep_tui
 
-            rc = run_sweep_tui(args, spec, configs, preset, out,
-                               lambda c, session, startup_s, k=1: _config(args, c, session, preset, startup_s, k, spec.repeats),
-                               digest=digest, resume=resume)
+            def make_config(c: SweepConfig, session: Path, startup_s: float | None, k: int = 1) -> EngineConfig:
+                return _config(args, c, session, preset, startup_s, k, spec.repeats)
+
+            rc = run_sweep_tui(args, spec, configs, preset, out, make_config, digest=digest, resume=resume)
             if rc:
                 return rc
             doc = _load(out)
@@ -116,7 +125,7 @@ def run_configs(args: argparse.Namespace, spec, configs: list, preset, out: Path
         raise UsageError(str(exc)) from None
 
 
-def run_repeats(args: argparse.Namespace, preset, repeats: int, gate) -> int:
+def run_repeats(args: argparse.Namespace, preset: Preset, repeats: int, gate: list[Condition] | None) -> int:
     """`redline run PRESET --repeats N`: the preset N times against one server (the built-in
     sim started once for all), as a sweep of one configuration labelled --label (else the
     preset's name): OUT/sweep.json and OUT/LABEL/r1..rN, `redline report OUT` its intervals."""
@@ -168,14 +177,14 @@ def _on_a_terminal() -> bool:
     return on_a_terminal()
 
 
-def _check_gate(gate, doc: dict) -> int:
+def _check_gate(gate: SweepGate, doc: dict) -> int:
     lines, ok = api.check_sweep(gate, doc)
     print()
     print("\n".join(lines))
     return EXIT_OK if ok else EXIT_GATE_FAILED
 
 
-def _gate(text: str | None):
+def _gate(text: str | None) -> SweepGate | None:
     if text is None:
         return None
     try:
@@ -184,7 +193,8 @@ def _gate(text: str | None):
         raise UsageError(str(exc)) from None
 
 
-def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float | None, repeat: int = 1, repeats: int = 1):
+def _config(args: argparse.Namespace, c: SweepConfig, session: Path, preset: Preset, startup_s: float | None, repeat: int = 1,
+            repeats: int = 1) -> EngineConfig:
     """`redline run PRESET --headless --url URL --out OUT/label --label LABEL`'s config. Repeat
     k's workload seed is the run's + k - 1: each repeat its own prompts (a server kept up
     between repeats finds none of the last one's in its prefix cache), every configuration
@@ -203,7 +213,8 @@ def _config(args: argparse.Namespace, c, session: Path, preset, startup_s: float
     return dataclasses.replace(cfg, meta_extra=extra)
 
 
-async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | None = None, resume: bool = False) -> int:
+async def _sweep(args: argparse.Namespace, spec: SweepSpec, configs: list[SweepConfig], preset: Preset, out: Path,
+                 gate: SweepGate | None, digest: str | None = None, resume: bool = False) -> int:
     from .headless import SIGNALS, run_headless
 
     loop = asyncio.get_running_loop()
@@ -211,7 +222,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
     caught: list = []
     lost: list[str] = []  # configurations whose run exited EXIT_ROWS_LOST
 
-    def on_signal(sig) -> None:
+    def on_signal(sig: signal.Signals) -> None:
         caught.append(sig)
         assert task is not None
         task.cancel()
@@ -224,7 +235,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
 
-    async def run_one(c, session: Path, startup_s: float | None, k: int = 1) -> int:
+    async def run_one(c: SweepConfig, session: Path, startup_s: float | None, k: int = 1) -> int:
         cfg = _config(args, c, session, preset, startup_s, k, spec.repeats)
         uninstall()  # the run's own handlers: a signal ends it as it ends `redline run`
         try:
@@ -258,7 +269,7 @@ async def _sweep(args, spec, configs, preset, out: Path, gate, digest: str | Non
     return _rows_lost(doc, _check_gate(gate, doc) if gate is not None else EXIT_OK, tuple(lost))
 
 
-def estimate_s(preset) -> float:
+def estimate_s(preset: Preset) -> float:
     """One run of the preset, if no stop rule fires: the middle of its bounds."""
     lo, hi = preset.duration_bounds()
     return (lo + hi) / 2.0

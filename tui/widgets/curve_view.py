@@ -14,6 +14,10 @@ import textwrap
 from rich.text import Text
 from textual.widgets import Static
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from textual import events
+
 from ...engine.api import Snapshot
 from ...engine.report.api import SessionSummary, session_from_steps, workload_warning_first
 from ..plots import render_curves
@@ -44,7 +48,7 @@ class CurveView(Static):
         self._snap = snap
         self._refresh_plot()
 
-    def on_resize(self, event=None) -> None:
+    def on_resize(self, event: events.Resize | None = None) -> None:
         self._refresh_plot()
 
     # -- drawing ---------------------------------------------------------------------------

@@ -8,6 +8,12 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from textual.geometry import Size
+
+    from ...engine.api import GpuSample
 from .numbers import bar, num
 
 COMPACT_CELL = 16  # "7 ████ 326W 47%"
@@ -19,7 +25,7 @@ class GpuPanel(Static):
     def render(self) -> Text:
         return self.text(self.size.width)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """The lines at the width being laid out (render() reads the size of the last
         layout: after a resize the panel kept the height of its old width)."""
         return len(self.text(width).plain.split("\n"))
@@ -54,7 +60,7 @@ class GpuPanel(Static):
         return t
 
     @staticmethod
-    def _cell(g, compact: bool) -> Text:
+    def _cell(g: GpuSample, compact: bool) -> Text:
         pct = g.power_pct
         c = Text()
         style = "green" if (pct or 0) > 60 else "yellow"

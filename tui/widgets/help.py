@@ -17,6 +17,12 @@ from textual.widgets import Static
 
 from ...engine.api import MIN_LIVE_STEP_S, Snapshot
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ...engine.api import EngineConfig
+
 # (keys as typed, what they do): the live screen's BINDINGS and the app's, each action once (tests check it)
 KEYS: tuple[tuple[str, str, str], ...] = (
     ("more", "+  =  ↑", "concurrency up by the step"),
@@ -86,7 +92,7 @@ FIGURES: tuple[tuple[str, str], ...] = (  # one line each at 80 columns (57 char
 KEY_WIDTH = 16  # one column of names for the three tables
 
 
-def _table(rows, key_style: str = "bold") -> Table:
+def _table(rows: Iterable[tuple[str, str]], key_style: str = "bold") -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style=key_style, no_wrap=True, width=KEY_WIDTH)
     t.add_column(ratio=1)
@@ -95,7 +101,7 @@ def _table(rows, key_style: str = "bold") -> Table:
     return t
 
 
-def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_step: float = 1.0) -> list[tuple[str, str]]:
+def settings_rows(snap: Snapshot | None, config: EngineConfig, step: int, max_c: int, rate_step: float = 1.0) -> list[tuple[str, str]]:
     """The settings as (name, value) rows, from the snapshot and the engine's configuration."""
     s = snap
     wl = getattr(config, "workload", None)
@@ -133,7 +139,7 @@ def settings_rows(snap: Snapshot | None, config, step: int, max_c: int, rate_ste
     return rows
 
 
-def target_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
+def target_rows(snap: Snapshot | None, config: EngineConfig) -> list[tuple[str, str]]:
     """`URL` with one target; with several (`--url` repeated) how the load is split, then a row
     per URL with its weight, and GONE for one that is gone now."""
     first = (snap.url if snap and snap.url else getattr(config, "url", "")) or "-"
@@ -155,7 +161,7 @@ def target_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
     return rows
 
 
-def worker_rows(snap: Snapshot | None, config) -> list[tuple[str, str]]:
+def worker_rows(snap: Snapshot | None, config: EngineConfig) -> list[tuple[str, str]]:
     """With `--workers N` (or `--ray`): how many and where, then a row per worker with its node
     and its share of C now (rate mode: of the in-flight cap), DEAD for one that died."""
     live = list(snap.workers) if snap is not None and snap.workers else []
@@ -183,7 +189,7 @@ class HelpScreen(ModalScreen[None]):
         Binding("down", "line(1)", show=False),
     ]
 
-    def __init__(self, snap: Snapshot | None, config, step: int, max_c: int, rate_step: float = 1.0) -> None:
+    def __init__(self, snap: Snapshot | None, config: EngineConfig, step: int, max_c: int, rate_step: float = 1.0) -> None:
         super().__init__()
         self.snap = snap
         self.config = config

@@ -40,7 +40,7 @@ BOUNDS = {"ttft50": "p50", "ttft99": "p99"}
 class LivePanels(Vertical):
     def __init__(self, *, id: str = "panels") -> None:
         super().__init__(id=id)
-        self._history = {col: deque(maxlen=HISTORY_POINTS) for _, _, col, _, _ in ROWS}
+        self._history: dict[str, deque[float | None]] = {col: deque(maxlen=HISTORY_POINTS) for _, _, col, _, _ in ROWS}
         self._flagged: deque[bool] = deque(maxlen=HISTORY_POINTS)  # per second: row_flagged
         self._second = -1
         self.seconds: list[int] = []  # the engine second of each column taken (tests; the last HISTORY_POINTS)
@@ -69,12 +69,12 @@ class LivePanels(Vertical):
                 row.display = snap.goodput_req_s is not None  # with SLOs (its tok/s shows "-" until a request ended)
             q = BOUNDS.get(wid)
             row.show(self._history[col], live(snap), flagged, BOUND if q is not None and (getattr(snap, "ttft_bound", None) or {}).get(q) else "")
-        lane = self._lane
+        lane, srv = self._lane, self._srv
+        assert lane is not None and srv is not None  # (composed)
         lane.display = snap.lane_on
         if snap.lane_on:
             lane.update(lane_text(snap))
         text = server_text(snap)
-        srv = self._srv
         srv.display = bool(text)
         if text:
             srv.update(text)

@@ -144,7 +144,7 @@ class EventLog(Widget):
         if cut:
             console = self.app.console
             lines = console.render_lines(parts[0], console.options.update_width(width), pad=False)[:cut]
-            texts = [Text.assemble(*((seg.text, seg.style) for seg in line)) for line in lines]
+            texts = [Text.assemble(*((seg.text, seg.style) if seg.style else seg.text for seg in line)) for line in lines]
             if texts:
                 texts[-1].truncate(max(width - 1, 0))
                 texts[-1].append("…")

@@ -30,6 +30,10 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...engine.api import Snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 from .numbers import ms, num, rate
 from .targets_panel import GONE_STYLE, cut_middle
 
@@ -62,7 +66,7 @@ def _name(w: dict) -> str:
     return f"w{w.get('worker', '?')}"
 
 
-def _nodes(workers) -> list[str]:
+def _nodes(workers: Iterable[dict]) -> list[str]:
     seen: list[str] = []
     for w in workers:
         node = str(w.get("node") or "")
