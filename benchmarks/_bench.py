@@ -83,9 +83,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A markdown table (also readable as plain text)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=False)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
+    lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=False)) + " |" for r in cells[1:]]
     return "\n".join(lines)
 
 

@@ -109,9 +109,9 @@ async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
 
 # -- redline's engine ------------------------------------------------------------------------
 async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
-    from redline.engine.host import freeze_heap
     from redline.engine.core.config import EngineConfig
     from redline.engine.core.engine import Engine
+    from redline.engine.host import freeze_heap
     from redline.engine.workload.prompts import WorkloadConfig
 
     cfg = EngineConfig(url=url, concurrency=c, max_concurrency=max(c, 1024), transport=transport,

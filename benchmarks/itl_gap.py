@@ -418,10 +418,10 @@ def count_reads(reads: dict) -> None:
 
 
 def bench_child_main(config, conn, result_path: str, with_reads: bool = False) -> None:
+    from redline.engine.core.engine import Engine
+    from redline.engine.core.ticker import Ticker
     from redline.engine.host import _child_main
     from redline.engine.measure.step_book import StepBook
-    from redline.engine.core.ticker import Ticker
-    from redline.engine.core.engine import Engine
 
     times, itls, ticks = array("d"), array("d"), array("d")
     reads = {"hist": {}, "times": array("d"), "gaps": array("d"), "flags": array("b")}
@@ -651,8 +651,8 @@ def one_run(srv, mode: str, c: int, workers: str, args, tmp: Path) -> dict:
     w0 = r["t0"] + args.warmup
     w1 = min(w0 + args.seconds, r["t_stop"] - 0.1)
     tk = r.get("ticks") or []
-    tick_ms = sorted(d * 1000.0 for t, d in zip(tk[::2], tk[1::2]) if w0 <= t <= w1)
-    mine = sorted(v * 1000.0 for t, v in zip(r["times"], r["itls_s"]) if w0 <= t <= w1)
+    tick_ms = sorted(d * 1000.0 for t, d in zip(tk[::2], tk[1::2], strict=False) if w0 <= t <= w1)
+    mine = sorted(v * 1000.0 for t, v in zip(r["times"], r["itls_s"], strict=False) if w0 <= t <= w1)
     g = srv.window(w0, w1)
     theirs = sorted(g["gaps_ms"])
     row = {"mode": mode, "c": c, "workers": workers, "window_s": w1 - w0, "n_itl": len(mine), "n_gap": len(theirs),
@@ -684,7 +684,7 @@ def read_figures(reads: dict | None, w0: float, w1: float) -> dict | None:
     newest packet's), and the p99 gap with them and without them (ms)."""
     if not reads:
         return None
-    inside = [(g * 1000.0, f) for t, g, f in zip(reads["times"], reads["gaps"], reads["flags"]) if w0 <= t <= w1]
+    inside = [(g * 1000.0, f) for t, g, f in zip(reads["times"], reads["gaps"], reads["flags"], strict=False) if w0 <= t <= w1]
     every = sorted(g for g, _ in inside)
     clean = sorted(g for g, f in inside if not f)
     merged = [g for g, f in inside if f]

@@ -43,10 +43,10 @@ TMUX = ["tmux", "-L", f"redline-bench-{os.getpid()}"]
 
 # -- the engine child: redline's own child main, plus the lag histogram written at stop ----------
 def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
+    from redline.engine.core.engine import Engine
+    from redline.engine.core.ticker import Ticker
     from redline.engine.host import _child_main
     from redline.engine.measure.histogram import LogHistogram
-    from redline.engine.core.ticker import Ticker
-    from redline.engine.core.engine import Engine
 
     base_bins: list[int] = []
     state = {"t0": None, "n0": 0, "vmax0": 0.0}
@@ -63,7 +63,7 @@ def bench_child_main(config, conn, result_path: str, warmup_s: float) -> None:
         lag = self.metrics.lag
         h = LogHistogram()
         if state["t0"] is not None:
-            h.bins = [a - b for a, b in zip(lag.bins, base_bins)]
+            h.bins = [a - b for a, b in zip(lag.bins, base_bins, strict=False)]
             h.count = lag.count - state["n0"]
             h.vmax = lag.vmax  # an upper bound; the quantiles come from the bins
         res = {"chunks": h.count, "measured_s": (time.perf_counter() - state["t0"]) if state["t0"] else 0.0,

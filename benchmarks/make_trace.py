@@ -52,7 +52,7 @@ def make_rows(rows: int, seconds: float, groups: int, seed: int) -> list[dict]:
         stamps.append(round(t))
 
     out = []
-    for i, ts in enumerate(stamps):
+    for ts in stamps:
         group = rng.randrange(groups) if groups and rng.random() < GROUPED else None
         if group is None:
             input_length = rng.randint(IN_MIN, IN_MAX)

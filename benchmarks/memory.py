@@ -37,8 +37,8 @@ def main() -> None:
     from _bench import FAST_SIM, machine, sim, table
 
     from redline.engine.client.http import DEFAULT_TRANSPORT
-    from redline.engine.host import EngineProcess
     from redline.engine.core.config import EngineConfig
+    from redline.engine.host import EngineProcess
     from redline.engine.workload.prompts import WorkloadConfig
 
     transport = args.transport or DEFAULT_TRANSPORT

@@ -38,10 +38,10 @@ def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
     import httpx
 
     from redline.engine.client import kstamp
-    from redline.engine.host import new_event_loop
-    from redline.engine.load.holder import controller
     from redline.engine.core.config import EngineConfig
     from redline.engine.core.engine import Engine
+    from redline.engine.host import new_event_loop
+    from redline.engine.load.holder import controller
     from redline.engine.workload.prompts import WorkloadConfig
 
     controller.SEND_BATCH = batch
@@ -83,8 +83,8 @@ def one_run(url: str, c0: int, c1: int, batch: int) -> dict:
     arrivals = sorted(r["t_arrive"] - wall for r in httpx.get(f"{url}/sim/requests", timeout=30).json() if r["t_arrive"] >= wall)
     sends = [s - t0 for s in sends[:n]]
     outs = sorted(w - t0 for w in writes if w >= t0)[:n]
-    return {"client": sorted(w - s for w, s in zip(outs, sends)),
-            "seen": sorted(a - s for a, s in zip(arrivals[:n], sends)),
+    return {"client": sorted(w - s for w, s in zip(outs, sends, strict=False)),
+            "seen": sorted(a - s for a, s in zip(arrivals[:n], sends, strict=False)),
             "last_write": outs[-1] if outs else float("nan")}
 
 

@@ -43,7 +43,7 @@ async def one(url: str, workers: int, c: int, seconds: float, warmup: float, out
     t0 = time.perf_counter()
     try:
         await asyncio.sleep(warmup + seconds)
-        wcpu = [cpu_seconds(p) - c0 for p, c0 in zip(wpids, wcpu0)]
+        wcpu = [cpu_seconds(p) - c0 for p, c0 in zip(wpids, wcpu0, strict=False)]
     finally:
         await e.stop()
     dt = time.perf_counter() - t0

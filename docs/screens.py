@@ -24,8 +24,8 @@ SHOTS = ("80x24", "160x44")
 
 async def shoot(profile: str, size: tuple[int, int], script: list[tuple[float, tuple[str, ...]]], out: Path, start_c: int = 8) -> None:
     """Run `script` ((seconds to wait, keys to press) ...) against a fresh sim; save `out`."""
-    from redline.engine.host import EngineProcess
     from redline.engine.core.config import EngineConfig
+    from redline.engine.host import EngineProcess
     from redline.engine.sim.serve import spawn_sim_process
     from redline.tui.app import RedlineApp
 

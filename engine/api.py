@@ -41,8 +41,11 @@ if TYPE_CHECKING:
     )
     from .control.address import ControlError, check_control
     from .control.http_api import start_engine
-    from .run.estimate import duration_text
-    from .run.preset_runner import RunOutcome, new_engine, run_preset
+    from .core import commands
+    from .core.config import EngineConfig
+    from .core.engine import Engine
+    from .core.snapshot import LogLine, Snapshot
+    from .core.target_stats import WeightsError, parse_weights
     from .fmt import BOUND, ms, num, rate, step_ms
     from .host import EngineError, EngineProcess, EngineThread
     from .load.controller import ConcurrencyError, check_concurrency
@@ -56,23 +59,20 @@ if TYPE_CHECKING:
     from .rules.guard import parse_guard
     from .rules.step_text import format_run_summary, format_step_table
     from .rules.verdicts import Knee, knee_from_summary, knees_from_summary, summary_knee
-    from .core import commands
-    from .core.config import EngineConfig
-    from .core.engine import Engine
-    from .core.snapshot import LogLine, Snapshot
-    from .core.target_stats import WeightsError, parse_weights
+    from .run.estimate import duration_text
+    from .run.preset_runner import RunOutcome, new_engine, run_preset
     from .session import SessionError, check_session_dir, default_session_dir
     from .session.scrub import redact_argv
     from .session.writer import loss_line
     from .sim.profiles import get_profile
     from .sim.serve import add_sim_arguments, run_from_args, spawn_sim_process
     from .sweep.gate import SweepGate, SweepGateError, check_sweep, parse_sweep_gate
-    from .sweep.sweep_file import SWEEP_FILE, load_sweep
     from .sweep.merge import merged_doc
     from .sweep.resume import check_resume, preset_digest
     from .sweep.runner import ConfigServer, TimeLeft, open_sweep_file, run_sweep
     from .sweep.server_proc import free_port
     from .sweep.spec import Config as SweepConfig, SweepError, SweepSpec, load_sweep_file, spec_from_args
+    from .sweep.sweep_file import SWEEP_FILE, load_sweep
     from .sweep.table import format_answers, format_sweep
     from .telemetry.types import GpuSample
     from .text import closest, one_line

@@ -22,10 +22,10 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from .child import reap, spawn_child
-from .loop import new_event_loop, read_pipe
 from .core import commands
 from .core.config import EngineConfig
 from .core.snapshot import Snapshot
+from .loop import new_event_loop, read_pipe
 
 if TYPE_CHECKING:  # the engine's own process imports it (_child): the UI's process never needs to
     from .core.engine import Engine
@@ -125,7 +125,6 @@ def _child_main(config: EngineConfig | None, conn: Connection) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if config is None:  # launched before its target was known: import the engine, then wait for it
         from .run import preset_runner as runner  # noqa: F401
-        from .core import engine as core
 
         try:
             msg = conn.recv()

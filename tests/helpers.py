@@ -73,7 +73,7 @@ def examples(n: int) -> int:
 def common_prefix_len(a: str, b: str) -> int:
     """How many leading characters two texts share."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -513,8 +513,8 @@ def run_preset_headless(cfg, preset, on_line=None):
     (the session log complete); returns the RunOutcome. `on_line`: each line the run prints."""
     import asyncio
 
-    from redline.engine.run.preset_runner import run_preset
     from redline.engine.core.engine import Engine
+    from redline.engine.run.preset_runner import run_preset
 
     async def go():
         e = Engine(cfg)

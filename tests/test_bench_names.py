@@ -128,9 +128,9 @@ def test_export_json_is_one_document_of_the_whole_session(tmp_path, capsys):
 
 
 def test_export_format_choices_are_the_exporters():
-    from redline.engine.report.export import EXPORT_FORMATS
-
     import argparse
+
+    from redline.engine.report.export import EXPORT_FORMATS
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     export = sub.choices["export"]
@@ -163,8 +163,7 @@ def _sharegpt_file(tmp_path):
 
 
 def test_sharegpt_asks_each_replys_length_and_leaves_out_what_bench_serving_does(tmp_path):
-    from redline.engine.workload.prompts import Calibration, WorkloadConfig, load_dataset
-    from redline.engine.workload.prompts import calibration_chars_per_word
+    from redline.engine.workload.prompts import Calibration, WorkloadConfig, calibration_chars_per_word, load_dataset
 
     f = _sharegpt_file(tmp_path)
     cpw = calibration_chars_per_word()

@@ -20,9 +20,9 @@ import polars as pl
 import pytest
 from helpers import finish, run_preset_headless, start_headless, steady_in
 
+from redline.engine.core.config import EngineConfig
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.core.config import EngineConfig
 from redline.engine.sim.truth import window_truth
 from redline.engine.workload.prompts import WorkloadConfig
 
@@ -108,7 +108,7 @@ def test_after_a_drain_the_overload_step_holds_the_servers_truth(sim_factory, tm
     arrivals = sorted(records, key=lambda r: r["t_arrive"])
     assert rows.height == len(arrivals)  # every request the sim received is a row, and no other
     own = []
-    for row, rec in zip(rows.iter_rows(named=True), arrivals):
+    for row, rec in zip(rows.iter_rows(named=True), arrivals, strict=False):
         assert abs(rec["t_arrive"] - row["t_send"]) < 0.5, (row, rec)  # the same request
         if row["step"] == c32.index and row["phase"] == "measure":
             own.append(rec)
@@ -198,7 +198,7 @@ def test_streams_that_stall_then_drop_stay_out_of_itl(sim_factory, tmp_path, wor
     (s,) = run_preset_headless(cfg, parse_preset(d, "stall.toml")).steps
     records = httpx.get(sim.url + "/sim/requests?chunks=1", timeout=30).json()
     stalled = [r for r in records if r["outcome"] == "failed" and len(r["chunk_times"]) > 1
-               and max(b - a for a, b in zip(r["chunk_times"], r["chunk_times"][1:])) >= 0.35]
+               and max(b - a for a, b in zip(r["chunk_times"], r["chunk_times"][1:], strict=False)) >= 0.35]
     assert len(stalled) >= 3  # the sim did stall and drop streams inside the step
     assert s.failed >= 3
     assert s.p99_itl_ms < 100, s

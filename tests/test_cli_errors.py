@@ -265,7 +265,7 @@ def results(data_dir) -> dict[str, Result]:
         return Result(argv, r.returncode, r.stdout, r.stderr, listener.connections, closed)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(THROUGH_THE_CLI, pool.map(one, THROUGH_THE_CLI)))
+        return dict(zip(THROUGH_THE_CLI, pool.map(one, THROUGH_THE_CLI), strict=False))
 
 
 @pytest.mark.parametrize("name", THROUGH_THE_CLI)

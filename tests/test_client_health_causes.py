@@ -327,7 +327,7 @@ def test_a_saturated_loop_is_suspect_in_every_second_it_lasts():
     health = ClientHealth(mon, clock=lambda: now[0], own_cpu=lambda: OwnCpu(loop[0], loop[0], loop[0]),
                           machine_cpu=lambda: MachineCpu(100.0, 0.0, 0.0, 2), run_wait=lambda: 0.0)
     out = []
-    for second in range(4):
+    for _second in range(4):
         for k in range(20):
             mon.record(now[0] + (k + 1) * 0.05, 0.030)  # every wake-up late: a saturated loop
         now[0] += 1.0

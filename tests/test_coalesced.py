@@ -141,8 +141,8 @@ def test_a_step_with_no_coalesced_read_says_zero_and_one_without_chunks_says_not
 
 def test_the_loop_stamps_of_another_transport_are_marked_too(monkeypatch):
     """aiohttp's reads reach the per-read path one at a time: a read with two events is marked."""
-    from redline.engine.client.request import _Stream
     from redline.engine.client.api_formats import make_decoder
+    from redline.engine.client.request import _Stream
 
     rec = new_rec()
     s = _Stream(rec, make_decoder(CHAT), False, None, lambda t, n: None, None, 0.0, None)  # type: ignore[arg-type]

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from redline.engine.control.address import ControlAddress, ControlError, check_control, parse_control
-from redline.engine.host import EngineThread
 from redline.engine.core.config import EngineConfig
+from redline.engine.host import EngineThread
 from redline.engine.workload.prompts import WorkloadConfig
 
 LONG = WorkloadConfig(input_len=16, output_len=2000)  # requests that stay in flight
@@ -320,7 +320,7 @@ def test_a_failed_requests_tokens_are_counted_apart_from_output_tokens():
     docs/numbers.md): they have a counter of their own."""
     from types import SimpleNamespace
 
-    from redline.engine.control.prometheus import PromMetrics, render
+    from redline.engine.control.prometheus import PromMetrics
     from redline.engine.measure.records import FAILED, OK, RequestRecord
 
     cfg = SimpleNamespace(more_urls=(), workers=1, ray=None)

@@ -240,7 +240,7 @@ async def test_three_turns_send_each_answer_back(shared_sim, api):
     answers = ["".join(r.answer) for r in recs]
     rows = [truth[index_of(a)] for a in answers]
     assert len({index_of(a) for a in answers}) == 3
-    for k, (rec, row) in enumerate(zip(recs, rows), start=1):
+    for k, (rec, row) in enumerate(zip(recs, rows, strict=False), start=1):
         assert row["answer"] == answers[k - 1]
         assert row["prompt_tokens"] == rec.input_tokens
         assert f"question number {k}: tell me more" in row["prompt_tail"]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from redline.engine.core.snapshot import Snapshot
 from redline.engine.measure.step_result import BreakResult, StepResult
 from redline.engine.report.compare import knee, load_sessions, session_from_steps
-from redline.engine.core.snapshot import Snapshot
 from redline.tui.plots import nice_ticks, render_curves, terminal_curves, visible_width, write_png
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"

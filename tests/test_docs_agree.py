@@ -43,11 +43,13 @@ def test_install_md_gives_the_readmes_test_command():
     assert _test_command(INSTALL) == _test_command(README)
 
 
-@pytest.mark.parametrize("failing, status", [((), 0), (("not server and not timing",), 1), (("server and not timing",), 1),
+@pytest.mark.parametrize("failing, status", [((), 0), (("docs",), 1), (("mypy",), 1),
+                                             (("not server and not timing",), 1), (("server and not timing",), 1),
                                              (("timing",), 0), (("timing", "last-failed"), 1)])
 def test_the_readmes_test_command_runs_every_part_and_fails_if_one_failed(tmp_path, failing, status):
-    """`python` stands in for pytest: it logs each part it was asked for and fails the ones
-    named. Every part runs whatever failed before it; a timing test that failed beside another
+    """`python` stands in for ruff, mypy and pytest: it logs each part it was asked for (its
+    last argument: ruff's is "docs") and fails the ones named. Every part runs whatever failed
+    before it; a timing test that failed beside another
     and passes alone is a pass, as in .ci/run."""
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir()
@@ -64,7 +66,7 @@ def test_the_readmes_test_command_runs_every_part_and_fails_if_one_failed(tmp_pa
            "FAILING": " ".join(f.replace(" ", "_") for f in failing)}
     r = subprocess.run(["bash", "-c", _test_command(README)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
     ran = log.read_text().splitlines()
-    assert ran[:3] == ["not server and not timing", "server and not timing", "timing"], (ran, r.stderr)
+    assert ran[:5] == ["docs", "mypy", "not server and not timing", "server and not timing", "timing"], (ran, r.stderr)
     assert ("last-failed" in ran) == ("timing" in failing)
     assert r.returncode == status, (ran, r.stderr)
 

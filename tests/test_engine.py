@@ -15,11 +15,11 @@ from helpers import CAP8_SIM
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 SHORT = WorkloadConfig(input_len=32, output_len=24)

@@ -294,11 +294,11 @@ def test_one_harvest_of_every_request_equals_harvesting_them_one_by_one(streams,
     live window holds each ITL in the second it arrived."""
     from types import SimpleNamespace
 
+    from redline.engine.core.event_log import EventLog
+    from redline.engine.core.measurements import Measurements
     from redline.engine.measure.live_metrics import LiveMetrics
     from redline.engine.measure.records import Clock
     from redline.engine.measure.step_book import StepBook
-    from redline.engine.core.event_log import EventLog
-    from redline.engine.core.measurements import Measurements
 
     def setup():
         clock = Clock.now()

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from helpers import run_preset_headless
 
+from redline.engine.core.config import EngineConfig
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 # 8 running at a time, 5 ms a token (a 40-token answer in ~0.2 s: every request ends well
@@ -31,7 +31,7 @@ def _window_tokens(records: list[dict], t0: float, t1: float) -> tuple[int, int]
     """(tokens written in [t0, t1] by requests that did not fail, ... by those that dropped)."""
     ok = failed = 0
     for r in records:
-        n = sum(k for t, k in zip(r["chunk_times"], r["chunk_tokens"]) if t0 <= t <= t1)
+        n = sum(k for t, k in zip(r["chunk_times"], r["chunk_tokens"], strict=False) if t0 <= t <= t1)
         if r["outcome"] == "failed":  # the sim dropped its connection (the only fault set)
             failed += n
         else:

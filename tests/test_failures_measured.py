@@ -330,9 +330,9 @@ def test_a_queued_steps_bound_is_the_same_at_its_close_and_after_the_probe(sim_f
 
     from helpers import CAP8_SIM, run_preset_headless
 
+    from redline.engine.core.config import EngineConfig
     from redline.engine.measure.step_result import StepResult
     from redline.engine.preset import parse_preset
-    from redline.engine.core.config import EngineConfig
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("pp-capped", extra_args=(*CAP8_SIM, "--set", "time_scale=0.05"))

@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 from helpers import CAP8_SIM, run_preset_headless, steady_in, until
 
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.measure.slo import Slo, SloError, parse_slo
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.guard import GuardError, parse_guard
 from redline.engine.rules.knee_search import KneeSearch
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
@@ -57,7 +57,6 @@ def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory,
         own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
         done = own.filter(pl.col("t_send") + pl.col("e2e_ms").fill_null(1e12) / 1000 <= end + 1e-5)
         ok = done.filter(pl.col("status") == "ok")
-        good = ok.filter((pl.col("ttft_ms") <= 100.0) & (pl.col("e2e_ms") <= 5000.0))
         assert s.completed == ok.height
         # goodput counts like throughput: the window's completions (whoever sent them) that met the SLO
         t_done = pl.col("t_send") + pl.col("e2e_ms") / 1000

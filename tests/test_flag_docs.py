@@ -65,7 +65,7 @@ def docs_differences(rows: list[list[str]]) -> list[str]:
                 out.append(f"{flag}: no such option (docs/cli.md: {cells[0]})")
         if len(defaults) != len(options):
             continue
-        for flag, said in zip(options, defaults):
+        for flag, said in zip(options, defaults, strict=False):
             action = _action(flag)
             if action is None or action.default is None:
                 continue

@@ -49,7 +49,7 @@ def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     """data cut at the given offsets (deduplicated, in range): no empty piece."""
     points = sorted({c for c in cuts if 0 < c < len(data)})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def decode_all(pieces: list[bytes]) -> list[bytes]:

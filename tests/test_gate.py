@@ -392,7 +392,7 @@ def fast_slow(tmp_path_factory) -> tuple[Path, Path]:
     preset = _preset(base, "fs")
     sims = [spawn_sim_process(extra_args=FAST_SIM), spawn_sim_process(extra_args=SLOW_SIM)]
     try:
-        procs = [start_headless(s.url, preset, base / name, "--label", name) for s, name in zip(sims, ("FAST", "SLOW"))]
+        procs = [start_headless(s.url, preset, base / name, "--label", name) for s, name in zip(sims, ("FAST", "SLOW"), strict=False)]
         for p in procs:
             rc, out, err = finish(p, RUN_TIMEOUT_S)
             assert rc == 0, (out, err)

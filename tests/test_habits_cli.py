@@ -244,8 +244,8 @@ def test_help_shows_the_command_as_optional(capsys):
 def test_late_requests_agree_in_number(n, words):
     from types import SimpleNamespace
 
-    from redline.engine.measure.step_result import StepResult
     from redline.engine.core.engine import Engine
+    from redline.engine.measure.step_result import StepResult
 
     logged: list[str] = []
     fake = SimpleNamespace(log=lambda kind, text, **k: logged.append(text), write_summary=lambda: None)

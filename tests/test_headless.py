@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from redline.engine.run.preset_runner import run_preset
-from redline.engine.preset import parse_preset
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.preset import parse_preset
+from redline.engine.run.preset_runner import run_preset
 from redline.engine.workload.prompts import WorkloadConfig
 
 
@@ -72,7 +72,7 @@ def sim_rate(samples, t0: float, t1: float) -> float:
     """The sim's own output tok/s over [t0, t1], interpolated from its counter samples."""
 
     def at(t: float) -> float:
-        for (ta, va), (tb, vb) in zip(samples, samples[1:]):
+        for (ta, va), (tb, vb) in zip(samples, samples[1:], strict=False):
             if ta <= t <= tb:
                 return va + (vb - va) * (t - ta) / (tb - ta)
         raise AssertionError(f"no sample around {t}")

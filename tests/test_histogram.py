@@ -220,7 +220,7 @@ def test_histogram_mode_within_documented_precision(values, q):
     d.add_many(values)
     assert not d.values_exact
     got = d.quantiles(QS + (q,))
-    for qq, g in zip(QS + (q,), got):
+    for qq, g in zip(QS + (q,), got, strict=False):
         assert_binned(g, values, qq)
     assert got[0] == min(values) and got[QS.index(1.0)] == max(values)  # the clamp: exact ends
     assert got[: len(QS)] == sorted(got[: len(QS)])  # monotone in q
@@ -268,7 +268,7 @@ def test_digest_crosses_the_limit(values, seed, limit):
         assert d.values_exact is (d.count <= limit)
         seen = values[:i]
         qs = d.quantiles((0.5, 0.99))
-        for q, g in zip((0.5, 0.99), qs):
+        for q, g in zip((0.5, 0.99), qs, strict=False):
             (assert_exact if d.values_exact else assert_binned)(g, seen, q)
 
 
@@ -424,7 +424,7 @@ def test_rolling_expiry_matches_recomputing(events, limit, window):
                 continue
             assert vmax == max(live)
             assert r.values_exact is (len(live) <= limit)
-            for q, g in zip((0.0, 0.5, 0.9, 0.99, 1.0), got):
+            for q, g in zip((0.0, 0.5, 0.9, 0.99, 1.0), got, strict=False):
                 (assert_exact if r.values_exact else assert_binned)(g, live, q)
     # everything leaves in the end, bins included
     r.expire(now + window + 2)

@@ -154,7 +154,7 @@ def two_sessions(tmp_path_factory) -> tuple[Path, Path]:
     sims = [spawn_sim_process(extra_args=FAST_SIM),
             spawn_sim_process(extra_args=("--set", "decode_base_s=0.02", "--set", "decode_per_seq_s=0.0002"))]
     try:
-        procs = [start_headless(s.url, preset, base / name, "--label", name) for s, name in zip(sims, ("FAST", "SLOW"))]
+        procs = [start_headless(s.url, preset, base / name, "--label", name) for s, name in zip(sims, ("FAST", "SLOW"), strict=False)]
         for p in procs:
             rc, out, err = finish(p, RUN_TIMEOUT_S)
             assert rc == 0, (out, err)

@@ -85,7 +85,7 @@ def test_holm_bonferroni_step_down_and_intervals_that_agree_with_it():
     rng = random.Random(7)
     diffs = [welch(spread([rng.gauss(mu, 3) for _ in range(3)]), spread([rng.gauss(0, 3) for _ in range(3)]))
              for mu in (0, 0, 1, 4, 10, 20)]
-    for d, (level, passed) in zip(diffs, holm_levels([d.p for d in diffs])):
+    for d, (level, passed) in zip(diffs, holm_levels([d.p for d in diffs]), strict=False):
         lo, hi = d.interval(level)
         assert (lo > 0 or hi < 0) == passed
 

@@ -12,13 +12,13 @@ import httpx
 import polars as pl
 from helpers import run_preset_headless
 
+from redline.engine.core.config import EngineConfig
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.step_book import StepBook
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.knee_search import KneeSearch
 from redline.engine.rules.verdicts import STEP_JUDGE
-from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
@@ -61,7 +61,7 @@ def test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims
     assert first["requests_sent"] >= first["concurrency"]
     level_open = first["t_start"]  # when the load of the point (and of those measured again right after it) was set
     again = 0
-    for prev, s in zip(steps, steps[1:]):
+    for prev, s in zip(steps, steps[1:], strict=False):
         t_open, t0 = s["t_start"] - s["warmup_s"], s["t_start"]
         assert s["warmup_s"] < WARMUP_S / 3, s  # turnover ended it, not warmup_s
         if s["concurrency"] == prev["concurrency"]:  # measured again at once: its predecessor had turned over

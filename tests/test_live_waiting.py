@@ -9,12 +9,12 @@ from collections import Counter
 
 import pytest
 
+from redline.engine.core.snapshot import Snapshot
 from redline.engine.load.probe_lane import LaneStats
 from redline.engine.measure import records
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import RequestRecord
 from redline.engine.measure.timeline import timeline_row
-from redline.engine.core.snapshot import Snapshot
 from redline.tui.widgets.live_panels import lane_text
 
 
@@ -88,13 +88,11 @@ async def test_the_live_ttft_of_a_capped_server_reads_the_queue_against_the_sims
     import time
 
     import httpx
-    from helpers import until
+    from helpers import CAP8_SIM, until
 
     from redline.engine.core.config import EngineConfig
     from redline.engine.core.engine import Engine
     from redline.engine.workload.prompts import WorkloadConfig
-
-    from helpers import CAP8_SIM
 
     sim = sim_factory("pp-capped", extra_args=CAP8_SIM)
     e = Engine(EngineConfig(url=sim.url, concurrency=32, workload=WorkloadConfig(input_len=16, output_len=2048), calibrate=False, use_nvml=False))

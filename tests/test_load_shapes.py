@@ -26,11 +26,11 @@ import polars as pl
 import pytest
 from helpers import run_preset_headless, until
 
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.load.controller import Controller
 from redline.engine.preset import parse_preset, parse_toml
 from redline.engine.report.preset_from import preset_from_session
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
 from redline.engine.workload.arrivals import Arrival, ArrivalError, Schedule, check_rate, parse_arrival
 from redline.engine.workload.change import WorkloadChange, parse_workload_change
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
@@ -51,7 +51,7 @@ def test_poisson_arrivals_have_mean_1_over_r_and_poisson_dispersion():
     rate = 50.0
     s = Schedule(parse_arrival("poisson"), rate, t0=0.0, seed=7)
     times = [s.pop()[0] for _ in range(20_000)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert abs(statistics.fmean(gaps) - 1 / rate) < 0.03 / rate
     assert 0.96 < _cv(gaps) < 1.04  # exponential gaps: sd = mean
     # counts per second of a Poisson process: variance = mean (index of dispersion 1)
@@ -67,11 +67,11 @@ def test_poisson_arrivals_have_mean_1_over_r_and_poisson_dispersion():
 def test_constant_and_gamma_arrivals():
     s = Schedule(parse_arrival("constant"), 8.0, t0=100.0)
     times = [s.pop()[0] for _ in range(100)]
-    assert all(math.isclose(b - a, 0.125, abs_tol=1e-9) for a, b in zip(times, times[1:]))
+    assert all(math.isclose(b - a, 0.125, abs_tol=1e-9) for a, b in zip(times, times[1:], strict=False))
     for k in (0.25, 4.0):
         g = Schedule(parse_arrival(f"gamma:{k:g}"), 10.0, t0=0.0, seed=3)
         ts = [g.pop()[0] for _ in range(20_000)]
-        gaps = [b - a for a, b in zip(ts, ts[1:])]
+        gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
         assert abs(statistics.fmean(gaps) - 0.1) < 0.005
         assert abs(_cv(gaps) - 1 / math.sqrt(k)) < 0.1 / math.sqrt(k), (k, _cv(gaps))
 
@@ -132,7 +132,7 @@ def test_open_loop_keeps_intended_times_holds_sends_at_the_cap_and_a_pause_owes_
     before = launched[:n_before]
     intended = [t for t, _ in before]
     assert intended == sorted(intended)
-    gaps = [b - a for a, b in zip(intended, intended[1:])]
+    gaps = [b - a for a, b in zip(intended, intended[1:], strict=False)]
     assert all(abs(g - 0.02) < 1e-6 for g in gaps)  # the schedule, not the sends, sets them
     lags = [a - t for t, a in before]
     assert max(lags) > 0.2  # held at the cap, the wait is on the record
@@ -162,7 +162,7 @@ def test_the_sim_sees_poisson_arrivals_at_the_rate(sim_factory):
 
     t0 = asyncio.run(go())
     arrivals = sorted(r["t_arrive"] for r in _truth(sim.url) if r["t_arrive"] >= t0)
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
     assert len(gaps) > 120
     assert abs(statistics.fmean(gaps) - 1 / rate) < 0.2 / rate
     assert 0.8 < _cv(gaps) < 1.2
@@ -257,8 +257,8 @@ def test_a_trace_replays_at_its_recorded_times_over_speed(sim_factory, tmp_path)
     assert res.steps[0].completed == len(rows)
     arrivals = sorted(r["t_arrive"] for r in _truth(sim.url) if r["t_arrive"] >= t_start)[-len(rows):]
     want = [r["timestamp"] / 1000.0 / speed for r in rows]
-    offset = statistics.median(a - w for a, w in zip(arrivals, want))  # when the replay started
-    errs = [a - offset - w for a, w in zip(arrivals, want)]
+    offset = statistics.median(a - w for a, w in zip(arrivals, want, strict=False))  # when the replay started
+    errs = [a - offset - w for a, w in zip(arrivals, want, strict=False)]
     # at the sim's own arrival stamp (its handler's start: the sim's loop on the same 2 cores,
     # and a row that needs a new connection pays its handshake): all rows but one within 10 ms
     # of the trace's time, every row within 25 ms (CI's timing lane saw one row at 11.5 and

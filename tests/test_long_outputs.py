@@ -17,7 +17,6 @@ tokens take ~12-24 s, steps are held 3-4 s, so no request a step sends ends insi
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
 import httpx
@@ -25,10 +24,10 @@ import polars as pl
 import pytest
 from helpers import run_preset_headless, steady_in, until
 
-from redline.engine.measure.slo import Slo
-from redline.engine.preset import parse_preset
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.measure.slo import Slo
+from redline.engine.preset import parse_preset
 from redline.engine.workload.prompts import WorkloadConfig
 
 QUARTER = ("--set", "time_scale=0.25")
@@ -47,7 +46,7 @@ def _truth_by_step(session, records) -> dict[int, list[dict]]:
     arrivals = sorted(records, key=lambda r: r["t_arrive"])
     assert rows.height == len(arrivals)
     out: dict[int, list[dict]] = {}
-    for row, rec in zip(rows.iter_rows(named=True), arrivals):
+    for row, rec in zip(rows.iter_rows(named=True), arrivals, strict=False):
         assert abs(rec["t_arrive"] - row["t_send"]) < 0.5, (row, rec)
         if row["phase"] != "calibration":
             out.setdefault(row["step"], []).append(rec)

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helpers import examples
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from redline.engine.measure import records
 from redline.engine.measure.records import Clock, RequestRecord

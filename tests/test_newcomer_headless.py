@@ -15,7 +15,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import ROOT, FAST_SIM, finish, main_in_process, redline_command, wait_for
+from helpers import FAST_SIM, ROOT, finish, main_in_process, redline_command, wait_for
 
 from redline.engine.core.event_log import EventLog
 from redline.tui.cli.progress import CLEAR, Progress
@@ -39,7 +39,7 @@ def _step_rows(text: str) -> list[dict[str, str]]:
         if not line.strip() or line.startswith(("latencies", "done =")):
             break
         cells = line.split()
-        rows.append(dict(zip(names, cells)))
+        rows.append(dict(zip(names, cells, strict=False)))
     assert starts and rows
     return rows
 

@@ -38,7 +38,7 @@ def write_session(d: Path, steps: list[StepResult], br: BreakResult | None, labe
 @pytest.fixture
 def rate_session(tmp_path) -> Path:
     toks = (200.0, 400.0, 780.0, 1500.0, 1510.0)
-    steps = [rate_step(i + 1, r, t) for i, (r, t) in enumerate(zip(RATES, toks))]
+    steps = [rate_step(i + 1, r, t) for i, (r, t) in enumerate(zip(RATES, toks, strict=False))]
     br = BreakResult("plateau", CAP, CAP, "32 req/s gave +0.7 % over 16 req/s", rate=32.0, last_good_rate=16.0)
     return write_session(tmp_path / "rate", steps, br, "rates")
 
@@ -121,9 +121,9 @@ def test_runner_lines_have_no_python_repr(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
-    from redline.engine.run import preset_runner as runner
     from redline.engine.preset import load_preset, resolve_preset
     from redline.engine.rules.breaks import RampJudge
+    from redline.engine.run import preset_runner as runner
 
     preset = load_preset(resolve_preset("quick"))
     logged: list[str] = []

@@ -11,11 +11,11 @@ import subprocess
 
 from helpers import ROOT, finish, redline_command, start_headless, until
 
-from redline.engine.run.preset_runner import start_preset
-from redline.engine.preset.knee import knee_search_preset
 from redline.engine.core.commands import SetConcurrency
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.preset.knee import knee_search_preset
+from redline.engine.run.preset_runner import start_preset
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001", "--set", "ceiling_tok_s=100000")
@@ -58,7 +58,7 @@ def test_a_server_capped_at_16_has_one_knee_everywhere(sim_factory, tmp_path):
     h = subprocess.run([*redline_command(), "report", str(out), "--no-plot", "--html", str(page)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert h.returncode == 0, h.stderr
     html = page.read_text()
-    assert f"knee C=16 (within 5 % of the most output tok/s" in html and f"max throughput C={top}" in html
+    assert "knee C=16 (within 5 % of the most output tok/s" in html and f"max throughput C={top}" in html
     assert '"knee":{"x":16,' in html and f'"max_throughput":{top}' in html  # the chart's markers
 
 

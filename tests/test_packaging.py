@@ -34,7 +34,7 @@ def _matches(rel: str, pattern: str) -> bool:
     from fnmatch import fnmatchcase
 
     a, b = rel.split("/"), pattern.split("/")
-    return len(a) == len(b) and all(fnmatchcase(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(fnmatchcase(x, y) for x, y in zip(a, b, strict=False))
 
 
 def test_every_data_file_is_package_data():

@@ -448,8 +448,8 @@ def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     it, and the timeline has it per second; a random workload's step shows none hit. The step
     closes at 3 s (max_hold_s): the hit rate is the server's counters over the window, no
     steady throughput needed (which held it STEADY_MIN_S = 4 s or more)."""
-    from redline.engine.preset import parse_preset
     from redline.engine.core.config import EngineConfig
+    from redline.engine.preset import parse_preset
     from redline.engine.workload.prompts import WorkloadConfig
 
     sim = sim_factory("healthy", extra_args=("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001"))

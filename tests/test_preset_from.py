@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 from helpers import run_preset_headless
 
-from redline.engine.preset import PresetError, load_preset, parse_preset
-from redline.engine.report.preset_from import preset_from_session
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.preset import PresetError, load_preset, parse_preset
+from redline.engine.report.preset_from import preset_from_session
 from redline.engine.session import SessionWriter
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui import cli

@@ -17,10 +17,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from redline.engine.constants import MAX_SECONDS
 from redline.engine.measure.slo import Slo
 from redline.engine.preset import PresetError, parse_preset, parse_toml, preset_to_toml
 from redline.engine.preset.fields import Ctx
-from redline.engine.constants import MAX_SECONDS
 from redline.engine.preset.keys import Int, Key, Number, Seconds, markdown_rows
 from redline.engine.preset.tables import GUARD, SLO, STOP, TABLES, TOP, every_key
 from redline.engine.rules.guard import GuardSpec

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -23,14 +22,14 @@ from redline.engine.client.http import make_client
 from redline.engine.client.request import refusal, run_request
 from redline.engine.client.target import TargetUnreachable, detect
 from redline.engine.constants import CONSECUTIVE_FAILURES_END
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
+from redline.engine.core.measurements import FailureStreak
 from redline.engine.load.sender import OVERLOADED
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
-from redline.engine.core.measurements import FailureStreak
 from redline.engine.sim.profiles import get_profile
 from redline.engine.sim.refusals import QUEUE_FULL
 from redline.engine.sim.serve import start_sim_thread
@@ -106,7 +105,7 @@ def test_a_full_queue_sheds_each_api_as_the_version_does(version):
         state, truth = _truth(sim.url)
     assert state["failures"] == {"shed": 3} and state["received"] == 3
     assert all(r["tokens"] == 0 for r in truth)
-    for api, rec in zip(APIS, recs):
+    for api, rec in zip(APIS, recs, strict=False):
         assert rec.status == records.FAILED and rec.output_tokens == 0 and rec.t_first is None, (api, rec)
         if version == "0.5.9" and api != GENERATE:
             assert rec.error_kind == records.ERR_DISCONNECT and rec.http_status == 200, (api, rec.error_kind, rec.error_text)
@@ -131,7 +130,7 @@ def test_a_request_aborted_half_way_keeps_its_partial_tokens(version):
         state, truth = _truth(sim.url)
     assert state["failures"] == {"midstream": 3}
     assert [r["tokens"] for r in truth] == [5, 5, 5]  # half of 10 sent to each
-    for api, rec in zip(APIS, recs):
+    for api, rec in zip(APIS, recs, strict=False):
         assert rec.status == records.FAILED
         assert rec.output_tokens == 5 and len(rec.chunk_times) == 5, (api, rec.output_tokens, len(rec.chunk_times))
         if version == "0.5.9" and api != GENERATE:

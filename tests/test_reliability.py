@@ -37,12 +37,12 @@ from helpers import (
 from redline.engine.client.api_formats import CHAT, PATHS, build_body
 from redline.engine.client.http import TRANSPORTS, make_client
 from redline.engine.client.request import run_request
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import SERVER_GONE, Engine
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import SERVER_GONE, Engine
 from redline.engine.sim.serve import LISTENING_PREFIX
 from redline.engine.workload.prompts import WorkloadConfig
 
@@ -128,7 +128,7 @@ async def test_server_errors_are_counted_by_kind_shown_and_logged(sim_factory, t
     assert all(k in shown for k in kinds.values()), shown
     reqs = read_table(tmp_path / "s", "requests")  # logged: one row per request, with its kind
     failed = reqs.filter(reqs["status"] == "failed")
-    assert dict(zip(*failed["error_kind"].value_counts(sort=True).to_dict(as_series=False).values())) == ours
+    assert dict(zip(*failed["error_kind"].value_counts(sort=True).to_dict(as_series=False).values(), strict=False)) == ours
     assert all("\n" not in t and 0 < len(t) <= 200 for t in failed["error_text"].to_list())
     events = read_table(tmp_path / "s", "events")
     logged = " ".join(events.filter(events["kind"] == "error")["text"].to_list())

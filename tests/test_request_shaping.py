@@ -387,7 +387,7 @@ def test_headers_extra_body_and_no_ignore_eos_on_every_request_secrets_nowhere(t
     for _, path, h, _ in log:  # every request to the target: detection, health, the load
         assert h.get("X-Tenant") == "a" and h.get("X-Api-Key") == SECRET, (path, h)
         assert h.get("Authorization") == f"Bearer {BEARER}", path
-    for h, b in posts:
+    for _h, b in posts:
         assert b["temperature"] == 0.5 and b["top_p"] == 0.9 and "ignore_eos" not in b, b
     ok = [r for r in rows(out) if r["status"] == "ok" and r["phase"] != "calibration"]
     assert ok and all(r["output_tokens"] == EOS_AT for r in ok), {r["output_tokens"] for r in ok}

@@ -97,12 +97,12 @@ async def test_a_consumer_behind_gets_each_read_with_its_own_arrival_time():
     # one item per read, never merged under one stamp (each write was its own read)
     assert [bytes(i) for i in items] == [b"data: %d\n\n" % k for k in range(4)]
     assert all(isinstance(i, Stamped) for i in items)
-    for item, s in zip(items, sent):
+    for item, s in zip(items, sent, strict=False):
         assert s <= item.t < s + 0.02, (item.t - s)  # stamped when it arrived ...
         assert item.t < got_at - 0.1  # ... not when the consumer took it
-    gaps = [b.t - a.t for a, b in zip(items, items[1:])]
-    truth = [b - a for a, b in zip(sent, sent[1:])]
-    assert all(abs(g - x) < 0.015 for g, x in zip(gaps, truth)), (gaps, truth)
+    gaps = [b.t - a.t for a, b in zip(items, items[1:], strict=False)]
+    truth = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert all(abs(g - x) < 0.015 for g, x in zip(gaps, truth, strict=False)), (gaps, truth)
 
 
 def _two_stream_server(go: threading.Event, done: threading.Event) -> Handler:
@@ -199,7 +199,7 @@ def test_items_are_stamped_on_uvloop_too():
         finally:
             loop.close()
     assert [bytes(i) for i in items] == [b"x0", b"x1", b"x2"]
-    for item, s in zip(items, sent):
+    for item, s in zip(items, sent, strict=False):
         assert s <= item.t < s + 0.02
 
 
@@ -268,12 +268,12 @@ async def test_reads_that_arrive_while_the_loop_is_blocked_keep_their_arrival_ti
     handler, run = _blocked_loop_streams()
     with ThreadServer(handler) as srv:
         sent, stamps, unblocked = await run(srv.url)
-    for s, t in zip(sent, stamps):
+    for s, t in zip(sent, stamps, strict=False):
         assert s <= t < s + 0.002, (t - s)
     assert max(stamps) < unblocked - 0.015
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    truth = [b - a for a, b in zip(sent, sent[1:])]
-    assert all(abs(g - x) < 0.002 for g, x in zip(gaps, truth)), (gaps, truth)
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    truth = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert all(abs(g - x) < 0.002 for g, x in zip(gaps, truth, strict=False)), (gaps, truth)
 
 
 @pytest.mark.timing
@@ -287,7 +287,7 @@ def test_kernel_stamps_on_uvloop_too():
             sent, stamps, unblocked = loop.run_until_complete(run(srv.url))
         finally:
             loop.close()
-    for s, t in zip(sent, stamps):
+    for s, t in zip(sent, stamps, strict=False):
         assert s <= t < s + 0.002, (t - s)
 
 
@@ -313,7 +313,7 @@ def bench_serving_generate_itl(times: list[float], cumulative: list[int]) -> lis
     one bringing none is skipped without moving the last timestamp."""
     itl: list[float] = []
     ttft_seen, last_t, last_len = False, 0.0, 0
-    for t, n in zip(times, cumulative):
+    for t, n in zip(times, cumulative, strict=False):
         if not ttft_seen:
             ttft_seen = True
         else:
@@ -351,7 +351,7 @@ async def test_generate_multi_token_chunks_itl_as_bench_serving():
     assert rec.spread_itl and rec.output_tokens == 10 and rec.input_tokens == 9
     ts = list(rec.chunk_times)
     assert len(ts) == 5 and list(rec.chunk_tokens) == [2, 3, 0, 1, 4]
-    for t, s in zip(ts, sent):
+    for t, s in zip(ts, sent, strict=False):
         assert s <= t < s + 0.02
     itls = rec.itls()
     assert itls == pytest.approx(bench_serving_generate_itl(ts, counts), abs=1e-12)
@@ -362,7 +362,7 @@ async def test_generate_multi_token_chunks_itl_as_bench_serving():
     assert itls[4:] == pytest.approx([(ts[4] - ts[3]) / 4] * 4)
     assert sum(itls) == pytest.approx(ts[-1] - ts[0])
     # the raw per-chunk gap stays its own figure
-    assert rec.chunk_gaps() == pytest.approx([b - a for a, b in zip(ts, ts[1:])])
+    assert rec.chunk_gaps() == pytest.approx([b - a for a, b in zip(ts, ts[1:], strict=False)])
 
 
 async def test_generate_spread_itl_matches_the_sims_send_stamps(sim_factory):
@@ -379,8 +379,8 @@ async def test_generate_spread_itl_matches_the_sims_send_stamps(sim_factory):
         await client.aclose()
     assert rec.status == records.OK, rec.error_text
     assert list(rec.chunk_tokens) == [4] * 10 and len(lags) == 10
-    sim_t = [t + wall_offset - lag for t, lag in zip(rec.chunk_times, lags)]  # the sim's send stamps
-    truth = [g / 4 for g in (b - a for a, b in zip(sim_t, sim_t[1:])) for _ in range(4)]
+    sim_t = [t + wall_offset - lag for t, lag in zip(rec.chunk_times, lags, strict=False)]  # the sim's send stamps
+    truth = [g / 4 for g in (b - a for a, b in zip(sim_t, sim_t[1:], strict=False)) for _ in range(4)]
     itls = rec.itls()
     assert len(itls) == len(truth) == 36
     assert statistics.median(itls) == pytest.approx(statistics.median(truth), rel=0.10)
@@ -513,7 +513,7 @@ async def test_continuous_usage_on_a_vllm_shaped_stream_with_held_back_tokens():
     fewer chunks than tokens. Continuous usage credits each chunk its real count."""
     counts = [1, 2, 4, 5]  # chunk 3 carries 2 tokens
     stream = [chat_chunk({"role": "assistant", "content": ""}, usage={"prompt_tokens": 15, "total_tokens": 15, "completion_tokens": 0})]
-    for n, text in zip(counts, ["a", "b", "\u00e9\u00e9", "c"]):
+    for n, text in zip(counts, ["a", "b", "\u00e9\u00e9", "c"], strict=False):
         stream.append(chat_chunk({"content": text}, usage={"prompt_tokens": 15, "total_tokens": 15 + n, "completion_tokens": n}))
     stream.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
                    "usage": {"prompt_tokens": 15, "total_tokens": 20, "completion_tokens": 5}})

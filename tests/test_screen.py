@@ -22,10 +22,10 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable
 
-from redline.engine.measure.step_result import StepResult
 from redline.engine.core import commands as C
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.snapshot import LogLine, Snapshot
+from redline.engine.measure.step_result import StepResult
 from redline.engine.telemetry.types import GpuSample, ServerSample
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
@@ -301,7 +301,7 @@ def targets_story() -> list[Snapshot]:
         shares = (0.5, 0.25, 0.25) if not gone else (2 / 3, 1 / 3, 0.0)
         c = s.target_c
         rows = []
-        for i, (url, share) in enumerate(zip(TARGET_URLS, shares)):
+        for i, (url, share) in enumerate(zip(TARGET_URLS, shares, strict=False)):
             dead = gone and i == 2
             rows.append({
                 "url": url, "output_tok_s": round(s.output_tok_s * share, 1), "errors_s": 3.0 if dead and s.second < gone_from + 2 else 0.0,
@@ -330,7 +330,7 @@ def workers_story() -> list[Snapshot]:
     for s in snaps:
         dead = s.second >= dead_from
         alive = [i for i in range(4) if not (dead and i == 2)]
-        shares = dict(zip(alive, (s.target_c // len(alive) + (1 if k < s.target_c % len(alive) else 0) for k in range(len(alive)))))
+        shares = dict(zip(alive, (s.target_c // len(alive) + (1 if k < s.target_c % len(alive) else 0) for k in range(len(alive))), strict=False))
         rows = tuple({
             "worker": i, "node": WORKER_NODES[i], "alive": i in alive, "share": shares.get(i, s.target_c // 4),
             "requests": s.completed // 4 - (3 * (s.second - dead_from) if dead and i == 2 else 0) + i,

@@ -30,9 +30,9 @@ from helpers import ROOT, MiniServer, main_in_process, redline_command, until, w
 
 from redline.engine.client.http import TRANSPORTS, make_client
 from redline.engine.client.target import TargetUnreachable, detect, validate_url
-from redline.engine.report.export import export_session
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.report.export import export_session
 from redline.engine.workload.prompts import WorkloadConfig
 
 KEY = "sk-redline-secret-K1-6f0c2a9e"
@@ -77,7 +77,7 @@ def test_key_only_from_the_environment_sent_as_bearer_never_shown_or_logged(tmp_
             "none": (c, clean_env(), ()),
         }
         with ThreadPoolExecutor(3) as pool:
-            res = dict(zip(runs, pool.map(lambda k: headless(preset, runs[k][0].url, tmp_path / k, runs[k][1], *runs[k][2]), runs)))
+            res = dict(zip(runs, pool.map(lambda k: headless(preset, runs[k][0].url, tmp_path / k, runs[k][1], *runs[k][2]), runs), strict=False))
         seen = {k: runs[k][0].auth_seen() for k in runs}
         echoed = a.generations // 3
     for name, r in res.items():

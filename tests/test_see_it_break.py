@@ -18,13 +18,13 @@ import pytest
 from aiohttp import web
 from helpers import CAP8_SIM, ROOT, ThreadedServer, redline_command, run_preset_headless, steady_in
 
+from redline.engine.core.config import EngineConfig
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
 from redline.engine.rules.breaks import Place, RampJudge, RunEvent
-from redline.engine.rules.step_text import format_break_line, format_step_table
 from redline.engine.rules.knee_search import KneeSearch
+from redline.engine.rules.step_text import format_break_line, format_step_table
 from redline.engine.rules.verdicts import StopRules, StopSpec
-from redline.engine.core.config import EngineConfig
 from redline.engine.workload.prompts import WorkloadConfig
 
 FAST = ("--set", "decode_base_s=0.01", "--set", "decode_per_seq_s=0.0001")
@@ -518,8 +518,8 @@ def test_forecasts_name_what_the_profile_knows_and_never_none():
     is forecast where its knobs know the answer (fragile: refused at C=128, before it dies;
     flaky: 10 % of requests fail, errors at the first step; hung: stalled), a search on one is
     no forecast, and no forecast prints None (pp-capped until-it-breaks said `last good C=None`)."""
-    from redline.engine.run.estimate import estimate
     from redline.engine.preset import load_preset, resolve_preset
+    from redline.engine.run.estimate import estimate
     from redline.engine.sim.profiles import get_profile, profile_names
 
     def said(preset: str, profile: str) -> str:
@@ -547,8 +547,8 @@ def test_v1_status_says_the_break_and_its_cause_as_summary_json_does():
     from types import SimpleNamespace
 
     from redline.engine.control.status_json import status_of
-    from redline.engine.measure.step_result import BreakResult
     from redline.engine.core.snapshot import Snapshot
+    from redline.engine.measure.step_result import BreakResult
 
     br = BreakResult("stalled", 32, 16, "stalled: 32 requests in flight, no token for 10.0 s at C=32")
     book = SimpleNamespace(steps=[], search=None, plateau_gain=None, break_result=br, cause="stalled at C=32: server runs 8 a micro-batch: ...",

@@ -17,11 +17,11 @@ from helpers import ThreadedServer, until
 
 from redline.engine.client.server_watch import GONE, NOT_READY, UP, ServerWatch
 from redline.engine.constants import HEALTH_FAILS_GONE
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import SERVER_NOT_READY, Engine
 from redline.engine.measure import records
 from redline.engine.measure.records import RequestRecord
 from redline.engine.report.export import read_table
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import SERVER_NOT_READY, Engine
 from redline.engine.sim.profiles import get_profile
 from redline.engine.sim.serve import start_sim_thread
 from redline.engine.workload.prompts import WorkloadConfig

@@ -25,11 +25,11 @@ import pytest
 from aiohttp import web
 from helpers import ThreadedServer, until
 
-from redline.engine.run.preset_runner import run_preset
-from redline.engine.measure.step_result import StepResult
-from redline.engine.preset import parse_preset
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.measure.step_result import StepResult
+from redline.engine.preset import parse_preset
+from redline.engine.run.preset_runner import run_preset
 from redline.engine.workload.prompts import WorkloadConfig
 
 pytestmark = pytest.mark.server
@@ -179,7 +179,7 @@ def test_flush_cache_before_each_step_on_an_independent_sglang_never_while_busy(
         assert srv.max_running >= 8  # the load itself ran between the flushes
     steps = _summary(tmp_path / "s")["steps"]
     assert [s["concurrency"] for s in steps] == [4, 8]
-    for s, f in zip(steps, ok):
+    for s, f in zip(steps, ok, strict=False):
         assert s["cache_flush"]["ok"] and s["cache_flush"]["path"] == "/flush_cache"
         assert s["t_start"] >= f["t"]  # the step measures after its flush: the drain is not its time
     lines = [e["text"] for e in _events(tmp_path / "s") if "cache flushed" in e["text"]]

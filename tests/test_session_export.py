@@ -93,7 +93,7 @@ def test_parquet_round_trip(session, tmp_path):
     paths = export_session(session, "parquet", out)
     assert paths == [out / "requests.parquet", out / "timeline.parquet", out / "events.parquet"]
     for p, table, schema in zip(paths, ("requests", "timeline", "events"),
-                                (REQUESTS_SCHEMA, TIMELINE_SCHEMA, EVENTS_SCHEMA)):
+                                (REQUESTS_SCHEMA, TIMELINE_SCHEMA, EVENTS_SCHEMA), strict=False):
         back = pl.read_parquet(p)
         _base_schema_ok(back, schema)
         assert back.equals(read_table(session, table))
@@ -104,7 +104,7 @@ def test_empty_session_has_fixed_schema(tmp_path):
     SessionWriter(d, {}).close("quit")
     paths = export_session(d, "parquet")
     assert paths[0].parent == d / "export"
-    for p, schema in zip(paths, (REQUESTS_SCHEMA, TIMELINE_SCHEMA, EVENTS_SCHEMA)):
+    for p, schema in zip(paths, (REQUESTS_SCHEMA, TIMELINE_SCHEMA, EVENTS_SCHEMA), strict=False):
         back = pl.read_parquet(p)
         assert back.height == 0
         _base_schema_ok(back, schema)

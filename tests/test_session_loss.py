@@ -19,13 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import main_in_process, write_preset
 
 from redline.engine.report.export import dropped_lines, export_session, read_table
-from redline.engine.session import SessionError, SessionWriter
-from redline.engine.session import durable
+from redline.engine.session import SessionError, SessionWriter, durable
 from redline.engine.session.writer import recorded_loss
-
-from helpers import main_in_process, write_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 ENOSPC = "No space left on device"
@@ -440,8 +438,8 @@ def test_a_headless_run_whose_log_write_fails_exits_5_with_the_exact_count(healt
 def test_the_tui_exit_says_the_loss_and_exits_5(healthy_sim, tmp_path, monkeypatch, capsys):
     """The TUI's exit reads the engine's last snapshot (its own process in the TUI): the loss
     travels in it (session_error, session_lost_rows)."""
-    from redline.engine.host import EngineThread
     from redline.engine.core.config import EngineConfig
+    from redline.engine.host import EngineThread
     from redline.engine.workload.prompts import WorkloadConfig
     from redline.tui.run_app import saved
 
@@ -470,9 +468,9 @@ def test_the_tui_exit_says_the_loss_and_exits_5(healthy_sim, tmp_path, monkeypat
 
 
 def test_a_sweep_configuration_that_lost_rows_says_so_and_the_sweep_exits_5(tmp_path, monkeypatch, capsys):
-    from redline.engine.sweep.sweep_file import COMPLETED, entry
     from redline.engine.sweep.runner import ConfigServer
     from redline.engine.sweep.spec import Config
+    from redline.engine.sweep.sweep_file import COMPLETED, entry
     from redline.tui.cli.sweep_cmd import _rows_lost
 
     d = tmp_path / "tp=1"

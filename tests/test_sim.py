@@ -275,14 +275,14 @@ async def test_generate_stream_is_cumulative(healthy: SimProcess,
     chunks = [json.loads(e) for e in events[:-1]]
     assert len(chunks) == 9
     texts = [c["text"] for c in chunks]
-    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(texts, texts[1:]))
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(texts, texts[1:], strict=False))
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 10))
     assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * 8
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 9}
     assert all("sim_t" in c for c in chunks)
     # the whole output_ids list in every chunk (tokenizer_manager.py _handle_batch_output)
     ids = [c["output_ids"] for c in chunks]
-    assert [len(i) for i in ids] == list(range(1, 10)) and all(b[:len(a)] == a for a, b in zip(ids, ids[1:]))
+    assert [len(i) for i in ids] == list(range(1, 10)) and all(b[:len(a)] == a for a, b in zip(ids, ids[1:], strict=False))
     assert {"id", "prompt_tokens", "weight_version", "num_retractions", "cached_tokens"} <= chunks[0]["meta_info"].keys()
     assert "e2e_latency" in chunks[-1]["meta_info"] and "e2e_latency" not in chunks[0]["meta_info"]
 

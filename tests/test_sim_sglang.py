@@ -146,7 +146,7 @@ def test_0_5_23_answers_a_queued_stream_at_its_first_token_and_0_5_9_at_once(sim
     for version in VERSIONS:
         sim = sim_factory("healthy", extra_args=("--sglang", version, "--set", "max_running_requests=1"))
 
-        async def run() -> float:
+        async def run(sim=sim) -> float:
             async with httpx.AsyncClient(timeout=30) as c:
                 hog = asyncio.create_task(c.post(sim.url + CHAT, json={"messages": [{"role": "user", "content": "a"}], "max_tokens": 25}))
                 await asyncio.sleep(0.2)
@@ -177,7 +177,7 @@ def test_generate_chunks_carry_every_output_id_and_the_versions_meta_info(sim_fa
     for chunks in (old, new):
         assert [len(c["output_ids"]) for c in chunks] == [1, 2, 3, 4, 5]
         assert all(b["text"].startswith(a["text"]) and b["output_ids"][:len(a["output_ids"])] == a["output_ids"]
-                   for a, b in zip(chunks, chunks[1:]))
+                   for a, b in zip(chunks, chunks[1:], strict=False))
         assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4, 5]
         assert "e2e_latency" in chunks[-1]["meta_info"] and chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     assert "total_retractions" in old[0]["meta_info"] and "num_retractions" not in old[0]["meta_info"]
@@ -241,7 +241,7 @@ def test_the_profilers_answers_its_export_stall_and_its_trace_files(sim_factory,
                 await asyncio.sleep(0.8)
                 stop = await ac.post(sim.url + "/stop_profile")
                 await task
-                return max(b - a for a, b in zip(times, times[1:])), stop.text
+                return max(b - a for a, b in zip(times, times[1:], strict=False)), stop.text
 
         gap, said = asyncio.run(gaps())
     assert said == "Stop profiling. This will take some time.\n"
@@ -258,7 +258,7 @@ def test_flush_cache_refuses_by_version_while_a_request_runs(sim_factory):
     for version in VERSIONS:
         sim = sim_factory("healthy", extra_args=("--sglang", version))
 
-        async def run() -> list[tuple[int, str]]:
+        async def run(sim=sim) -> list[tuple[int, str]]:
             async with httpx.AsyncClient(timeout=30) as c:
                 hog = asyncio.create_task(c.post(sim.url + CHAT, json={"messages": [{"role": "user", "content": "a"}], "max_tokens": 20}))
                 await asyncio.sleep(0.2)

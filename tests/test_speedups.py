@@ -131,7 +131,7 @@ def stream(draw, api: str) -> bytes:
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c for c in cuts if 0 < c < len(data)})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def _run(api: str, pieces: list[bytes], fast) -> tuple:

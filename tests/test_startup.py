@@ -24,8 +24,8 @@ import pytest
 import redline.engine.host
 import redline.tui.run_app as run_app
 from redline.engine.api import EngineConfig, LogLine, Snapshot, TargetUnreachable, WorkloadConfig
-from redline.engine.load import worker_count
 from redline.engine.core import commands as C
+from redline.engine.load import worker_count
 from redline.engine.telemetry.types import GpuSample
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader
@@ -361,8 +361,8 @@ def test_an_engine_start_that_never_finishes_ends_its_process(tmp_path):
     is cancelled by it rather than waited for."""
     import socket
 
-    from redline.engine.host import EngineError, EngineProcess
     from redline.engine.core.config import EngineConfig
+    from redline.engine.host import EngineError, EngineProcess
 
     with socket.socket() as silent:  # listens (the kernel completes connections), never reads
         silent.bind(("127.0.0.1", 0))

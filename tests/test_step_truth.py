@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 from helpers import run_preset_headless
 
+from redline.engine.core.config import EngineConfig
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import parse_preset
-from redline.engine.core.config import EngineConfig
 from redline.engine.sim.truth import window_truth
 from redline.engine.workload.prompts import WorkloadConfig
 
@@ -100,7 +100,7 @@ def test_each_step_ttft_e2e_itl_match_the_sims_clock(capped_run):
 def test_step_counts_its_own_requests(capped_run):
     outcome, _, out = capped_run
     req = pl.read_ndjson(out / "requests.ndjson")
-    for closing, s in zip(outcome.steps, _final_steps(out)):
+    for closing, s in zip(outcome.steps, _final_steps(out), strict=False):
         own = req.filter((pl.col("step") == s.index) & (pl.col("phase") == "measure"))
         assert s.requests_sent == own.height == closing.requests_sent
         # at the close: what had completed by then (the rest was censored); in the record: all

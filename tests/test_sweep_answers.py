@@ -14,9 +14,9 @@ from helpers import main_in_process
 from redline.engine.preset import load_preset
 from redline.engine.preset.toml_out import preset_to_toml
 from redline.engine.sweep.answers import comparisons, pair_lines, pareto, slo_answer
-from redline.engine.sweep.sweep_file import COMPLETED, entry
 from redline.engine.sweep.runner import TimeLeft
 from redline.engine.sweep.spec import Config, SweepError, SweepSpec
+from redline.engine.sweep.sweep_file import COMPLETED, entry
 from redline.engine.sweep.table import format_sweep
 
 

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from helpers import until
 
-from redline.engine.load.holder import pick
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
 from redline.engine.core.target_stats import TargetState, TargetStats, WeightsError, parse_weights
+from redline.engine.load.holder import pick
 from redline.engine.workload.prompts import WorkloadConfig
 
 

@@ -50,7 +50,7 @@ def test_fires_with_fast_ticks_and_slower_server_samples():
     for i in range(60):  # 4 ticks/s, server scraped once a second
         t = i * 0.25
         s = srv(float(int(t)), 8, 56)
-        if w := det.update(t, 64, 64, s):
+        if det.update(t, 64, 64, s):
             fired.append(t)
     assert len(fired) == 1 and fired[0] <= 10.0
 

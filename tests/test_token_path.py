@@ -98,7 +98,7 @@ async def test_bytes_that_keep_coming_are_not_a_read_timeout():
     assert rec.status == records.OK, rec.error_text
     assert rec.output_tokens == 12 and len(rec.chunk_times) == 12
     assert rec.e2e is not None and rec.e2e > 1.0  # longer than two timeouts: one wait, many reads
-    assert all(s <= t for t, s in zip(rec.chunk_times, sent))  # each chunk stamped at a read after its send
+    assert all(s <= t for t, s in zip(rec.chunk_times, sent, strict=False))  # each chunk stamped at a read after its send
 
 
 async def test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived():
@@ -264,7 +264,7 @@ async def test_reads_of_many_connections_in_one_loop_iteration_go_in_one_callbac
         burst = max(batches)
         iterated = await run(False)
     assert burst == n, batches  # the eight reads that landed together: one callback
-    for a, b in zip(pumped, iterated):
+    for a, b in zip(pumped, iterated, strict=False):
         for rec in (a, b):
             assert rec.status == records.OK, rec.error_text
             assert rec.output_tokens == 3 and list(rec.chunk_tokens) == [1, 1, 1]

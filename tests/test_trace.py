@@ -238,7 +238,7 @@ def test_deterministic_for_a_seed_and_bounded_memo(monkeypatch):
     b = TracePrompts(CAL, seed=7).prompts(rows)
     assert a == b
     other = TracePrompts(CAL, seed=8).prompts(rows)
-    assert all(x.text[:9] != y.text[:9] for x, y in zip(a, other))
+    assert all(x.text[:9] != y.text[:9] for x, y in zip(a, other, strict=False))
     monkeypatch.setattr(trace_mod, "_BLOCK_MEMO_CHARS", 3000)  # room for one block at most
     small = TracePrompts(CAL, seed=7)
     assert small.prompts(rows) == a
@@ -268,7 +268,7 @@ def test_builtin_trace_has_the_promised_shape():
     rows = load_trace(path)
     assert 100 <= len(rows) <= 140
     assert rows[0].t_s == 0.0 and 50 <= trace_duration_s(rows) <= 70
-    assert all(a.t_s <= b.t_s for a, b in zip(rows, rows[1:]))
+    assert all(a.t_s <= b.t_s for a, b in zip(rows, rows[1:], strict=False))
     assert all(100 <= r.input_length <= 1500 and 16 <= r.output_length <= 256 for r in rows)
     assert all(len(r.hash_ids) == math.ceil(r.input_length / 512) for r in rows)
     firsts: dict[int, int] = {}

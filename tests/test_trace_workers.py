@@ -14,10 +14,10 @@ import httpx
 import polars as pl
 from helpers import run_preset_headless, until
 
-from redline.engine.load.trace_replay import FedSchedule
-from redline.engine.preset import parse_preset
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
+from redline.engine.load.trace_replay import FedSchedule
+from redline.engine.preset import parse_preset
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.engine.workload.trace import TraceRow
 
@@ -68,8 +68,8 @@ def test_a_trace_over_two_workers_sends_every_row_once_at_its_time(sim_factory, 
     assert res.steps and res.steps[0].mode == "trace" and res.steps[0].completed == len(rows)
     arrivals = _arrivals(sim.url, t_start)[-len(rows):]
     want = [r["timestamp"] / 1000.0 / speed for r in rows]
-    offset = statistics.median(a - w for a, w in zip(arrivals, want))
-    errs = [a - offset - w for a, w in zip(arrivals, want)]
+    offset = statistics.median(a - w for a, w in zip(arrivals, want, strict=False))
+    errs = [a - offset - w for a, w in zip(arrivals, want, strict=False)]
     assert max(abs(x) for x in errs) < 0.025, [round(x * 1000, 2) for x in errs]
     summary = json.loads((out / "summary.json").read_text())
     assert [w["worker"] for w in summary["workers"]] == [0, 1]
@@ -78,9 +78,9 @@ def test_a_trace_over_two_workers_sends_every_row_once_at_its_time(sim_factory, 
     assert load["rid"].n_unique() == load.height
     # each row's intended time (its send less its schedule lag) is its trace time
     intended = sorted((load["t_send"] - load["schedule_lag_ms"].fill_null(0.0) / 1000.0).to_list())
-    gaps = [b - a for a, b in zip(intended, intended[1:])]
-    want_gaps = [b - a for a, b in zip(want, want[1:])]
-    assert max(abs(g - w) for g, w in zip(gaps, want_gaps)) < 0.002
+    gaps = [b - a for a, b in zip(intended, intended[1:], strict=False)]
+    want_gaps = [b - a for a, b in zip(want, want[1:], strict=False)]
+    assert max(abs(g - w) for g, w in zip(gaps, want_gaps, strict=False)) < 0.002
 
 
 def test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once(sim_factory, tmp_path):
@@ -110,11 +110,11 @@ def test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_onc
     truth = [r for r in httpx.get(f"{sim.url}/sim/requests", timeout=30).json() if r["t_arrive"] >= t_start]
     arrivals = sorted(r["t_arrive"] for r in truth)[-len(rows):]
     assert len(arrivals) == len(rows)  # every row went, once
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    want_gaps = [(b["timestamp"] - a["timestamp"]) / 1000.0 for a, b in zip(rows, rows[1:])]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    want_gaps = [(b["timestamp"] - a["timestamp"]) / 1000.0 for a, b in zip(rows, rows[1:], strict=False)]
     # one gap holds the pause; every other keeps the trace's spacing
     big = max(range(len(gaps)), key=lambda i: gaps[i] - want_gaps[i])
     assert gaps[big] - want_gaps[big] > pause_s * 0.8
     assert arrivals[big] <= t_pause + 0.05 < arrivals[big + 1]
-    rest = [abs(g - w) for i, (g, w) in enumerate(zip(gaps, want_gaps)) if i != big]
-    assert max(rest) < 0.025, f"pause at gap {big}; gap errors ms: {[round((g - w) * 1000, 1) for g, w in zip(gaps, want_gaps)]}"
+    rest = [abs(g - w) for i, (g, w) in enumerate(zip(gaps, want_gaps, strict=False)) if i != big]
+    assert max(rest) < 0.025, f"pause at gap {big}; gap errors ms: {[round((g - w) * 1000, 1) for g, w in zip(gaps, want_gaps, strict=False)]}"

@@ -23,12 +23,12 @@ from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS
 from redline.engine.client.http import DEFAULT_TRANSPORT, TRANSPORTS, make_client
 from redline.engine.client.request import run_request
 from redline.engine.client.transport import LeanTransport, ssl_context
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.loop import WaitTimeout, _wait_set_310, wait_set, wait_within
 from redline.engine.measure import records
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import RequestRecord
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 MODEL = "redline-sim-70b"

@@ -10,8 +10,8 @@ import pytest
 from helpers import sim_running_async as running, sim_state_async
 
 from redline.engine.constants import MIN_LIVE_STEP_S
-from redline.engine.host import EngineProcess, EngineThread
 from redline.engine.core.config import EngineConfig
+from redline.engine.host import EngineProcess, EngineThread
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import FAST_SIM, settle
 
-from redline.engine.host import EngineThread
 from redline.engine.core.config import EngineConfig
+from redline.engine.host import EngineThread
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.header import StatusHeader

@@ -16,11 +16,11 @@ from helpers import FAST_SIM, settle
 from test_screen import FakeHost, make_app, play, screen_lines
 from textual import events
 
-from redline.engine.host import EngineProcess, EngineThread
-from redline.engine.measure.step_result import BreakResult
 from redline.engine.core import commands as C
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.snapshot import LogLine
+from redline.engine.host import EngineProcess, EngineThread
+from redline.engine.measure.step_result import BreakResult
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.widgets.dialogs import PresetPicker
@@ -250,7 +250,7 @@ async def test_timeline_rows_are_one_second_apart_under_the_tui(sim_factory, tmp
     rows = [json.loads(x) for x in (out / "timeline.ndjson").read_text().splitlines()][:seen]
     # a row that slipped a frame is 0.25 s off (1.25 then 0.75); a loaded machine's late wake-up
     # is tens of ms at most
-    gaps = [round(b["t"] - a["t"], 3) for a, b in zip(rows, rows[1:])]
+    gaps = [round(b["t"] - a["t"], 3) for a, b in zip(rows, rows[1:], strict=False)]
     assert len(gaps) >= 6 and all(abs(g - 1.0) < 0.15 for g in gaps), gaps
     assert all(abs(r["interval_s"] - 1.0) < 0.15 for r in rows), [r["interval_s"] for r in rows]
     assert taken == list(range(taken[0], taken[0] + len(taken))), taken  # a column per engine second
@@ -286,7 +286,7 @@ async def test_tick_takes_a_frame_woken_a_little_early_as_the_seconds_own(monkey
     monkeypatch.setattr(timeline, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     with pytest.raises(Done):
         await timeline.tick(1000.0, seconds.append, on_frame)
-    gaps = [round(b - a, 3) for a, b in zip(seconds, seconds[1:])]
+    gaps = [round(b - a, 3) for a, b in zip(seconds, seconds[1:], strict=False)]
     assert len(seconds) == 10 and all(abs(g - 1.0) < 0.01 for g in gaps), gaps
 
 

@@ -17,10 +17,10 @@ import pytest
 from helpers import FAST_SIM, settle
 from rich.console import Console
 
-from redline.engine.host import EngineThread
 from redline.engine.core import commands as C
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.snapshot import Snapshot
+from redline.engine.host import EngineThread
 from redline.engine.workload.prompts import WorkloadConfig, WorkloadError
 from redline.tui.app import RedlineApp
 from redline.tui.load_asks import RATE_FLOOR

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 from test_screen import FakeHost, Seg, _open, play, screen_lines, story
 
-from redline.engine.run.step_run import elapsed_text
-from redline.engine.preset import builtin_presets
 from redline.engine.core import commands as C
+from redline.engine.preset import builtin_presets
+from redline.engine.run.step_run import elapsed_text
 from redline.engine.sweep.table import format_sweep
 from redline.engine.telemetry.types import ServerSample
 from redline.tui.app import RedlineApp

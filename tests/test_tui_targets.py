@@ -19,8 +19,8 @@ import pytest
 from helpers import FAST_SIM, settle
 from rich.console import Console
 
-from redline.engine.host import EngineThread
 from redline.engine.core.config import EngineConfig
+from redline.engine.host import EngineThread
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp
 from redline.tui.cli.report import format_targets_table, report_text

@@ -18,8 +18,8 @@ import pytest
 from helpers import FAST_SIM, settle
 from test_screen import FakeHost, make_app, play, screen_lines, targets_story, workers_story
 
-from redline.engine.host import EngineThread
 from redline.engine.core.config import EngineConfig
+from redline.engine.host import EngineThread
 from redline.engine.session import SessionWriter
 from redline.engine.workload.prompts import WorkloadConfig
 from redline.tui.app import RedlineApp

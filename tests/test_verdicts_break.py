@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 from helpers import ROOT, examples, finish, main_in_process, redline_command, start_headless, write_preset
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
+from redline.engine.core.summary import step_doc
 from redline.engine.measure.slo import Slo, over
 from redline.engine.measure.step_result import StepResult
 from redline.engine.preset import StopSpec
@@ -33,7 +33,6 @@ from redline.engine.rules.verdicts import (
     slo_rule,
     summary_knee,
 )
-from redline.engine.core.summary import step_doc
 from redline.engine.sweep.sweep_file import figures
 
 
@@ -167,10 +166,9 @@ def test_an_unfinished_search_gives_the_session_no_knee(tmp_path):
 def test_the_tui_curve_draws_the_sessions_verdict_not_its_own():
     """The preset's plateau_gain 0.25: C=16 (800) is within 25 % of C=32's 1000, so the session's
     knee is 16; the curve's own default 5 % would say 32. The curve draws the snapshot's."""
+    from redline.engine.core.snapshot import Snapshot
     from redline.engine.report.compare import knee_load, session_from_steps
     from redline.engine.rules.verdicts import knee_from_summary
-
-    from redline.engine.core.snapshot import Snapshot
     from redline.tui.widgets.curve_view import CurveView
 
     steps = [step(8, 400, p99_ttft_ms=100.0), step(16, 800, p99_ttft_ms=100.0), step(32, 1000, p99_ttft_ms=100.0),

@@ -15,8 +15,16 @@ import sys
 import pytest
 
 from redline.engine.load import token_cost, worker_count
-from redline.engine.load.worker_count import (Plan, auto_plan, crowded, crowded_warning, kernel_stamped, live_plan, per_process,
-                                              plan)
+from redline.engine.load.worker_count import (
+    Plan,
+    auto_plan,
+    crowded,
+    crowded_warning,
+    kernel_stamped,
+    live_plan,
+    per_process,
+    plan,
+)
 
 US = 1e-6
 

@@ -15,11 +15,11 @@ import polars as pl
 import pytest
 from helpers import run_preset_headless, until
 
+from redline.engine.core.config import EngineConfig
+from redline.engine.core.engine import Engine
 from redline.engine.load.worker_pool import split
 from redline.engine.measure.histogram import Digest
 from redline.engine.preset import parse_preset
-from redline.engine.core.config import EngineConfig
-from redline.engine.core.engine import Engine
 from redline.engine.workload.prompts import WorkloadConfig
 
 
@@ -161,10 +161,10 @@ async def test_one_process_and_every_worker_hold_the_load_with_one_class(sim_fac
     """The in-process load is the one-worker case of what a worker holds: both launch
     LoadHolder.one (its targets, its pick, one request's path), and a workload change reaches
     the holder either way."""
-    from redline.engine.load.holder import LoadHolder
-    from redline.engine.load.worker import Worker
     from redline.engine.core.engine import Engine
     from redline.engine.core.load_start import worker_spec
+    from redline.engine.load.holder import LoadHolder
+    from redline.engine.load.worker import Worker
     from redline.engine.workload.change import WorkloadChange
 
     sim = sim_factory("healthy")

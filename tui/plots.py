@@ -242,10 +242,10 @@ def _draw_panel(sub: Any, sessions: Sequence[SessionSummary], metric: str, title
 
     # drawn in layers, so no session's line hides another's points or knee:
     # knee verticals, then lines, then points, then knee diamonds
-    for i, s, pts in series:
+    for i, s, _pts in series:
         kv = _knee_value(s, metric, kind)
         if kv is not None:
-            k, v = kv
+            k, _v = kv
             x = math.log2(k)
             sub.draw(sub.segment((x, x), (0, ytop), marker=plotext.line(1, pix(i), "dotted")))
             knees.append((x, k, i))
@@ -267,7 +267,7 @@ def _draw_panel(sub: Any, sessions: Sequence[SessionSummary], metric: str, title
             sub.draw(sub.signal([math.log2(c) for c, _ in measured], [v for _, v in measured], marker=mk(mark, i)))
         if bounds:
             sub.draw(sub.signal([math.log2(c) for c, _ in bounds], [v for _, v in bounds], marker=mk(BOUND_MARK, i)))
-    for i, s, pts in series:
+    for i, s, _pts in series:
         kv = _knee_value(s, metric, kind)
         if kv is not None and kv[1] is not None:
             sub.draw(sub.signal([math.log2(kv[0])], [kv[1]], marker=mk(KNEE_MARK, i)))
@@ -280,7 +280,7 @@ def _draw_panel(sub: Any, sessions: Sequence[SessionSummary], metric: str, title
             seen.add(kn[1])
             first_knees.append(kn)
     knees = first_knees
-    for n, (x, k, i) in enumerate(knees):
+    for n, (x, _k, i) in enumerate(knees):
         text = _knee_text(sessions[i]) or "knee"
         y = ytop - n * row_h
         frac = (x - xlo_v) / (xhi_v - xlo_v)
@@ -391,7 +391,7 @@ def write_png(sessions: Sequence[SessionSummary], path: str | os.PathLike, *, ti
     ylabels = {"output_throughput": "output tokens/s", "p99_ttft_ms": "p99 TTFT (ms)"}
     handles, labels = [], []
     notes_all: list[tuple] = []
-    for n_ax, (ax, (metric, name)) in enumerate(zip(axes, METRICS)):
+    for n_ax, (ax, (metric, name)) in enumerate(zip(axes, METRICS, strict=False)):
         ax.set_xscale("log", base=2)
         ys_all = []
         for i, s in enumerate(sessions):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .api_formats import CHAT, COMPLETIONS
 from . import sse
+from .api_formats import CHAT, COMPLETIONS
 
 try:
     from . import _speedups  # type: ignore[attr-defined]

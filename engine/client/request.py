@@ -37,8 +37,8 @@ from ..measure import records
 from ..measure.hooks import RequestHooks
 from ..measure.records import RequestRecord
 from ..text import one_line
-from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
 from . import fast_path
+from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
 from .sse import DONE, SSEDecoder, too_big
 from .transport import BODY_EXTENSION
 

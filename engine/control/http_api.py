@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
-from ..loop import wait_within
 from ..core import commands
 from ..core.wiring import with_prometheus
+from ..loop import wait_within
 from .address import MAX_BODY, ControlAddress
 from .prometheus import CONTENT_TYPE, PromMetrics
 from .replies import Refused, clean, client, describe, flag, read_json, refusal, reply, sse, value

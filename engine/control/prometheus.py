@@ -41,9 +41,9 @@ from ..load.probe_lane import is_lane
 from ..measure import records
 
 if TYPE_CHECKING:
-    from ..measure.records import RequestRecord
     from ..core.engine import Engine
     from ..core.snapshot import Snapshot
+    from ..measure.records import RequestRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -99,7 +99,7 @@ class Hist:
 
     def buckets(self) -> list[tuple[str, float]]:
         out, acc = [], 0
-        for bound, c in zip(BUCKETS, self.counts):
+        for bound, c in zip(BUCKETS, self.counts, strict=False):
             acc += c
             out.append((_le(bound), float(acc)))
         out.append(("+Inf", float(acc + self.counts[-1])))

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ..rules.verdicts import summary_knee
 
 if TYPE_CHECKING:
+    from ..core.engine import Engine
     from ..measure.accumulator import StepAccumulator
     from ..measure.step_result import StepResult
-    from ..core.engine import Engine
 
 
 def status_of(engine: Engine, url: str = "") -> dict[str, Any]:

@@ -56,19 +56,19 @@ from ..workload.prompts import PromptSource
 from . import commands
 from .config import EngineConfig
 from .disk import Disk
-from .ticker import Ticker
 from .event_log import EventLog
 from .held_load import HeldLoad
 from .lifetime import Lifetime
 from .live_steps import LiveSteps
 from .load_start import fixed_size, make_load, prepare, start_telemetry
-from .publisher import Publisher, build_snapshot
 from .measurements import FailureStreak, LaneListener, Measurements
+from .publisher import Publisher, build_snapshot
 from .snapshot import Snapshot
 from .steering import ControlApi, Handler, Steering
 from .summary import default_label, session_meta, summary_doc
-from .targets import TargetSet
 from .target_stats import parse_weights
+from .targets import TargetSet
+from .ticker import Ticker
 from .wiring import lane_hooks, step_hooks
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Engine:
                              self.clock.wall0 - self.clock.perf0, ids=targets.ids, workload=cfg.workload)
         load.lane = ProbeLane(lane_sender, self._lane_prompt)
         self.measurements.lane_sender = lane_sender
-        for url, w in zip(cfg.more_urls, weights[1:]):
+        for url, w in zip(cfg.more_urls, weights[1:], strict=False):
             await targets.start_more(url, w)
         await prepare(self)
         if cfg.telemetry:

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..load.port import TargetReplay
-    from ..measure.hooks import RequestHooks
     from ..measure.histogram import LogHistogram
+    from ..measure.hooks import RequestHooks
     from ..measure.live_metrics import LiveMetrics
     from ..measure.records import RequestRecord
     from ..measure.step_book import StepBook
     from ..workload.prompts import WorkloadConfig
     from .config import EngineConfig
     from .measurements import Measurements
-    from .targets import TargetSet
     from .target_stats import TargetStats
+    from .targets import TargetSet
 
 
 class Coordinating(Protocol):

@@ -46,13 +46,13 @@ class _Fold:
         if not self.values:
             self.values = [[v] for v in values]
         else:
-            for seen, v in zip(self.values, values):
+            for seen, v in zip(self.values, values, strict=False):
                 if v not in seen and len(seen) < 64:
                     seen.append(v)
 
     def text(self) -> str:
         out = [self.parts[0]]
-        for seen, tail in zip(self.values, self.parts[1:]):
+        for seen, tail in zip(self.values, self.parts[1:], strict=False):
             out.append(_span(seen))
             out.append(tail)
         return "".join(out)

@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from .config import EngineConfig
     from .disk import Disk
     from .event_log import EventLog
-    from .ticker import Ticker
     from .held_load import HeldLoad
     from .lifetime import Lifetime
     from .measurements import Measurements
     from .steering import Driven
-    from .targets import TargetSet
     from .target_stats import TargetState
+    from .targets import TargetSet
+    from .ticker import Ticker
 
 RECENT_ROWS = 4  # timeline rows a snapshot carries: a screen held up to this many seconds misses none
 

@@ -52,7 +52,6 @@ class Watched(Replanned, Protocol):
     measurements: Measurements
     disk: Disk
     life: Lifetime
-    telemetry: TelemetryHub | None
 
     @property
     def steering(self) -> Driven: ...

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable, Coroutine, Protocol, TypedDict
+from typing import TYPE_CHECKING, Callable, Coroutine, Protocol, TypedDict
 
 from ..constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
 from ..loop import wait_set

@@ -31,10 +31,9 @@ from .worker import FLUSH_S, WorkerSpec
 from .worker_pool import STOP_TIMEOUT_S, SYNC_TIMEOUT_S, WorkerPool, _with_index
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing's own from Python 3.11
-
     from ray import ObjectRef
     from ray.util.placement_group import PlacementGroup
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
     from .controller import LoadOptions
     from .port import LoadPort
@@ -131,7 +130,7 @@ class RayPool(WorkerPool):
             for i in range(self.n)
         ]
         nodes = await wait_within(asyncio.gather(*(a.start.remote(_with_index(spec, i)) for i, a in enumerate(self._actors))), READY_TIMEOUT_S)
-        for st, node in zip(self.states, nodes):
+        for st, node in zip(self.states, nodes, strict=False):
             st.node = node
         self._conns = self._actors  # the base class counts workers by their channels
 
@@ -178,7 +177,7 @@ class RayPool(WorkerPool):
             alive = self._alive()
             msgs = await asyncio.gather(*(self._call(i, self._actors[i].take.remote(kind, self._cut_for(i, cut))) for i in alive))
             t = time.perf_counter()
-            for i, msg in zip(alive, msgs):
+            for i, msg in zip(alive, msgs, strict=False):
                 if msg is not None:
                     self._place(i, msg, t)
 
@@ -208,7 +207,7 @@ class RayPool(WorkerPool):
                 return 0
             t = time.perf_counter()
             n = 0
-            for i, r in zip(alive, res):
+            for i, r in zip(alive, res, strict=False):
                 if r is not None:
                     n += r[0]
                     self._place(i, r[1], t)

@@ -20,8 +20,8 @@ import concurrent.futures
 import functools
 import socket
 import time
-from typing import Callable
 from dataclasses import dataclass
+from typing import Callable
 
 from ..constants import READ_PATH_SHARE
 from ..loop import new_event_loop, wait_within
@@ -142,7 +142,6 @@ async def _round(servers: list[socket.socket], data: bytes, got: list[int], want
     done.append(fut)
     got[0] = 0
     wanted[0] = len(servers) if data else 0
-    c0 = time.thread_time()
     for s in servers:
         if data:
             s.sendall(data)

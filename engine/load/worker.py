@@ -40,8 +40,8 @@ from ..client.target import Target
 from ..loop import new_event_loop, read_pipe
 from ..measure import records
 from ..measure.accumulator import new_gaps
-from ..measure.hooks import RequestHooks
 from ..measure.histogram import LogHistogram
+from ..measure.hooks import RequestHooks
 from ..measure.own_requests import window_cut
 from ..measure.records import COALESCED, RequestRecord
 from ..workload.arrivals import parse_arrival
@@ -263,7 +263,7 @@ class Worker:
         self.clients: list[httpx.AsyncClient] = []
         self.targets: list[_Target] = []
         ids = itertools.count(spec.first_rid + spec.index, spec.workers)
-        for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights)):
+        for ti, (tgt, w) in enumerate(zip(spec.targets, spec.weights, strict=False)):
             client = make_client(transport=spec.transport, verify=not spec.insecure, api_key=spec.api_key,
                                  request_timeout=spec.request_timeout, origin=tgt.url, headers=spec.workload.headers)
             s = Sender(client, tgt, self.batch.hooks(ti), self._stamp, spec.wall_offset,
@@ -315,7 +315,7 @@ class Worker:
         h = self.holder
         if wl is not None and wl != h.workload:  # a live workload change (the engine checked it)
             h.workload, h.source = wl, self._source(wl)
-        for t, gone in zip(self.targets, order.gone):
+        for t, gone in zip(self.targets, order.gone, strict=False):
             t.gone = gone
         ctl.max_concurrency = max(1, order.cap)
         ctl.hold = order.hold
@@ -343,7 +343,7 @@ class Worker:
         """One GET of /v1/models per target before the worker says it is ready: its first
         request does not pay for the connection and the client's first use (a trace row
         sent ~25 ms late). Any answer will do (404 included); a failure is the load's to meet."""
-        for client, tgt in zip(self.clients, self.spec.targets):
+        for client, tgt in zip(self.clients, self.spec.targets, strict=False):
             try:
                 await client.get(tgt.url + "/v1/models", timeout=WARM_TIMEOUT_S)
             except httpx.HTTPError:

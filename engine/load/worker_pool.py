@@ -269,8 +269,8 @@ class WorkerPool(LoadControl):
         alive = [s.index for s in self.states if s.alive]
         k = len(alive) or 1
         c = 1 if self.probing else self.concurrency
-        cs = dict(zip(alive, split(c, k)))
-        caps = dict(zip(alive, split(max(self.max_concurrency, k), k)))
+        cs = dict(zip(alive, split(c, k), strict=False))
+        caps = dict(zip(alive, split(max(self.max_concurrency, k), k), strict=False))
         stamp = self.port.stamp()
         gone = self.port.gone()
         mode = self.mode if self.open_loop and not self.probing else "concurrency"

@@ -496,13 +496,13 @@ class StepAccumulator(OwnRequests):
             fr = [q / 100.0 for q in qs]
             for (what, vals) in (("ttft", censored_quantiles(self.ttft, seen, c_ttft, fr)),
                                  ("e2e_latency", censored_quantiles(self.e2e, (), c_e2e, fr))):
-                for q, (v, b) in zip(qs, vals):
+                for q, (v, b) in zip(qs, vals, strict=False):
                     out[percentile_key(q, what)] = _ms(v)
                     if b:
                         out[percentile_key(q, what) + "_bound"] = True
-            for q, v in zip(qs, self.itl.quantiles(fr) if self.itl.count else [None] * len(qs)):
+            for q, v in zip(qs, self.itl.quantiles(fr) if self.itl.count else [None] * len(qs), strict=False):
                 out[percentile_key(q, "itl")] = _ms(v)
-        for q, v in zip(self.percentiles, self.tpot.quantiles([q / 100.0 for q in self.percentiles]) if self.tpot.count else [None] * len(self.percentiles)):
+        for q, v in zip(self.percentiles, self.tpot.quantiles([q / 100.0 for q in self.percentiles]) if self.tpot.count else [None] * len(self.percentiles), strict=False):
             out[percentile_key(q, "tpot")] = _ms(v)
         return out
 

@@ -27,7 +27,7 @@ only bounded by the recorded min and max. The smallest and largest order statist
 recorded min and max themselves, so q = 0 and q = 1 are exact, and so is a sample of one
 distinct value.
 
-Where: log_histogram.py holds `quantile`, the log bins and `LogHistogram`; this module holds
+Where: log_bins.py holds `quantile`, the log bins and `LogHistogram`; this module holds
 `Digest`, `RollingDigest` and `censored_quantiles` and re-exports the rest, so every name is
 importable from here.
 """

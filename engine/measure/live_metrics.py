@@ -18,7 +18,6 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..constants import LATENCY_WINDOW_S, RATE_WINDOW_S
 from . import records

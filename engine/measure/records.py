@@ -233,9 +233,9 @@ class RequestRecord:
         merged = frozenset(co[bisect_left(co, start):]) if co and co[-1] >= start else ()  # ascending: the harvest's part
         if not self.spread_itl:
             if not merged:
-                return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n])]
+                return [(b, [g := b - a], g) for a, b in zip(ts[start - 1 : n - 1], ts[start:n], strict=False)]
             return [(b, COALESCED if i in merged else [b - a], b - a)
-                    for i, a, b in zip(range(start, n), ts[start - 1 : n - 1], ts[start:n])]
+                    for i, a, b in zip(range(start, n), ts[start - 1 : n - 1], ts[start:n], strict=False)]
         ks = self.chunk_tokens
 
         def k_at(i: int) -> int:
@@ -268,7 +268,7 @@ class RequestRecord:
         if self.remote_credits is not None:
             return self.remote_credits
         ts, ks = self.chunk_times, self.chunk_tokens
-        out = [(t, int(k)) for t, k in zip(ts, ks) if k > 0]
+        out = [(t, int(k)) for t, k in zip(ts, ks, strict=False) if k > 0]
         out += [(t, 1) for t in ts[len(ks):]]
         rest = self.output_tokens - sum(n for _, n in out)
         if rest > 0:

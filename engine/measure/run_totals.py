@@ -109,7 +109,7 @@ class RunTotals:
             out[f"mean_{name}_ms"] = _ms(dig.mean() if dig.count else None)
             out[f"median_{name}_ms"] = _ms(dig.quantile(0.5))
             out[f"std_{name}_ms"] = _ms(series.std())
-            for q, v in zip(percentiles, dig.quantiles([q / 100.0 for q in percentiles])):
+            for q, v in zip(percentiles, dig.quantiles([q / 100.0 for q in percentiles]), strict=False):
                 out[f"p{q:g}_{name}_ms"] = _ms(v)
         return out
 

@@ -23,7 +23,14 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import cast
 
-from ..constants import COUNT_MAX_HOLD_S, DEFAULT_MAX_HOLD_FACTOR, MAX_CONCURRENCY, MAX_SECONDS, MAX_STEPS, RATE_SEARCH_LEVELS
+from ..constants import (
+    COUNT_MAX_HOLD_S,
+    DEFAULT_MAX_HOLD_FACTOR,
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_STEPS,
+    RATE_SEARCH_LEVELS,
+)
 from .fields import Ctx, TomlTable, num
 from .keys import Int, Key, Number, OneOf, build, keys_of, read_keys, write_keys
 from .ramp_values import concurrency_list, durations, number_list, profile_loads, rate, step_probes, step_workloads

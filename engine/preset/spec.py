@@ -245,7 +245,7 @@ class RampSpec:
             probes = self.probes or (False,) * len(self.durations_s)
             return [
                 StepPlan(c, 0.0, d, 0, d, rate=r or None, probe=p)
-                for c, d, r, p in zip(self.concurrency, self.durations_s, rates, probes)
+                for c, d, r, p in zip(self.concurrency, self.durations_s, rates, probes, strict=False)
             ]
         if self.rate is not None:
             return [StepPlan(0, self.warmup_s, self.hold_s, self.min_requests, self.max_hold_s, rate=r, steady_min_s=self.steady_min_s,

@@ -129,7 +129,7 @@ def workload_warning_first(sessions: Sequence[SessionSummary]) -> str | None:
 
 def _each(sessions: Sequence[SessionSummary], names: Sequence[str] | None) -> str:
     names = [s.label for s in sessions] if names is None else list(names)
-    return "; ".join(f"{n}: {t}" for n, t in zip(names, workload_texts(sessions)))
+    return "; ".join(f"{n}: {t}" for n, t in zip(names, workload_texts(sessions), strict=False))
 
 
 def workload_line(sessions: Sequence[SessionSummary], names: Sequence[str] | None = None) -> str:

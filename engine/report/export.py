@@ -354,11 +354,11 @@ def load_segments(session_dir: str | os.PathLike) -> list[Segment]:
     modes = df["mode"].to_list() if "mode" in df.columns else [None] * df.height
     rates = df["target_rate"].to_list() if "target_rate" in df.columns else [None] * df.height
     changes = _workload_changes(session_dir)
-    gaps = [b - a for a, b in zip(el, el[1:]) if b > a]
+    gaps = [b - a for a, b in zip(el, el[1:], strict=False) if b > a]
     step = sorted(gaps)[len(gaps) // 2] if gaps else 1.0
     segs: list[list] = []
     k, wl = 0, None
-    for i, (t, c, st, mode, rate) in enumerate(zip(el, cs, states, modes, rates)):
+    for i, (t, c, st, mode, rate) in enumerate(zip(el, cs, states, modes, rates, strict=False)):
         while k < len(changes) and changes[k][0] <= t:
             wl = changes[k][1]
             k += 1

@@ -230,7 +230,7 @@ def render(sessions: Sequence[ReportSession], plotly: str, *, title: str | None 
     data: dict[str, Any] = {
         "kind": kind, "axis": axis_title(kind),
         "sessions": [{**session_data(i, rs, kind), "workload": wl}
-                     for i, (rs, wl) in enumerate(zip(sessions, workload_texts(summaries)))],
+                     for i, (rs, wl) in enumerate(zip(sessions, workload_texts(summaries), strict=False))],
         "slo": default_slo(sessions),
         "warning": warning,
     }

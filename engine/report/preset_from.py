@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from ..preset.fields import Ctx
 from ..preset.parse import parse_toml
+from ..preset.ramp_values import STEP_WORKLOAD_KEYS
 from ..preset.spec import (
     MAX_CONCURRENCY,
     MAX_SECONDS,
@@ -29,7 +30,6 @@ from ..preset.spec import (
     TargetSpec,
     WorkloadSpec,
 )
-from ..preset.ramp_values import STEP_WORKLOAD_KEYS
 from ..preset.toml_out import preset_to_toml
 
 REPLAY_HEADER = "Replays a recorded session's concurrency timeline (redline preset-from)."
@@ -82,7 +82,7 @@ def timeline_preset(
     if end_s is not None:
         pts.append((float(end_s), 0, None, None, False))
     raw: list[tuple[int, float | None, dict | None, bool, float]] = []
-    for (t0, c, r, w, probe), (t1, *_) in zip(pts, pts[1:]):
+    for (t0, c, r, w, probe), (t1, *_) in zip(pts, pts[1:], strict=False):
         d = t1 - t0
         if c <= 0 or d <= 0:
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, Sequence
+from typing import Any
 
 from ..fmt import ms, num, rate, step_ms
 from ..measure.step_result import BreakResult, StepResult
@@ -133,29 +133,29 @@ def format_step_table(
         broke = [i for i, s in enumerate(ss) if at(s, b.concurrency, b.rate, b.speed)]
         if broke:
             notes[broke[-1]] = f"<- break: {b.reason}"
-    notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss)]
-    notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss)]
-    rows = [_row(s, n) for s, n in zip(ss, notes)]
+    notes = [f"{n} (not judged)".lstrip() if not s.steady and not s.short and s.phase != "probe" else n for n, s in zip(notes, ss, strict=False)]
+    notes = [f"{n} ({CLIENT_LIMITED})".lstrip() if s.client_limited else n for n, s in zip(notes, ss, strict=False)]
+    rows = [_row(s, n) for s, n in zip(ss, notes, strict=False)]
     columns: tuple[tuple[str, bool], ...] = _COLUMNS
     if any(s.output_goodput is not None for s in ss):  # with SLOs: goodput beside throughput
         columns = _COLUMNS[:5] + (("good tok/s", True), ("SLO met", True)) + _COLUMNS[5:]
         rows = [r[:5] + ["-" if s.output_goodput is None else f"{s.output_goodput:.1f}", "-" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f} %"] + r[5:]
-                for r, s in zip(rows, ss)]
+                for r, s in zip(rows, ss, strict=False)]
     if any(s.mode != "concurrency" for s in ss):  # open loop: the load, achieved, schedule lag, held
         columns = (("load", True),) + columns[:6] + (("lag p99", True), ("held", True)) + columns[6:]
         rows = [[s.load] + r[:6] + [ms(s.schedule_lag_p99_ms, unit=False), "-" if s.dropped_or_delayed is None else str(s.dropped_or_delayed)] + r[6:]
-                for r, s in zip(rows, ss)]
+                for r, s in zip(rows, ss, strict=False)]
     header = [h for h, _ in columns]
     widths = [max([len(header[j])] + [len(r[j]) for r in rows]) for j in range(len(header))]
 
     def line(cells: list[str]) -> str:
         parts = [
             c.rjust(w) if right else c.ljust(w)
-            for c, w, (_, right) in zip(cells, widths, columns)
+            for c, w, (_, right) in zip(cells, widths, columns, strict=False)
         ]
         return "  ".join(parts).rstrip()
 
-    out = [line(header), line(["-" * w if h else "" for w, h in zip(widths, header)])]
+    out = [line(header), line(["-" * w if h else "" for w, h in zip(widths, header, strict=False)])]
     if rows:
         out += [line(r) for r in rows]
     else:
@@ -252,6 +252,6 @@ def format_percentile_table(steps: list[StepResult | dict[str, Any]], percentile
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
     return "\n".join(["percentiles (ms)", line(heads), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
+from ..core import commands
+from ..core.config import EngineConfig
+from ..core.engine import COMMANDS as ENGINE_COMMANDS, Engine
+from ..core.steering import Handler
 from ..load.worker_count import kernel_stamped
 from ..preset import Preset
 from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
-from ..core import commands
-from ..core.config import EngineConfig
-from ..core.engine import COMMANDS as ENGINE_COMMANDS, Engine
-from ..core.steering import Handler
 from ..telemetry.client_doubt import client_doubted
 from .probe import run_probe
 from .ramp_record import RampRecord, RunOutcome

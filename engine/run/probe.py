@@ -17,10 +17,10 @@ import time
 from typing import Callable
 
 from ..constants import PROBE_MAX_HOLD_S
+from ..core.engine import Engine
 from ..measure.step_result import StepResult
 from ..preset import Preset
 from ..rules.step_text import format_step_line
-from ..core.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush
 from .step_run import Event, elapsed_text, flushes, hold

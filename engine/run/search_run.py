@@ -14,11 +14,11 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..constants import DEFAULT_PLATEAU_GAIN
+from ..core.engine import Engine
 from ..preset import Preset, StepPlan
 from ..rules.breaks import Place
 from ..rules.knee_search import KneeSearch
 from ..rules.step_text import format_step_line
-from ..core.engine import Engine
 from .run_watch import RunWatch
 from .step_run import run_step
 

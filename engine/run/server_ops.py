@@ -55,8 +55,8 @@ from ..client.server_admin import (
 from .trace_place import find_traces, trace_pattern
 
 if TYPE_CHECKING:
-    from ..measure.accumulator import StepAccumulator
     from ..core.engine import Engine
+    from ..measure.accumulator import StepAccumulator
 
 __all__ = [
     "DEFAULT_PROFILE_S", "FlushResult", "ProfileCapture", "ServerOps", "capture_started", "drain_and_flush",

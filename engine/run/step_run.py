@@ -22,10 +22,10 @@ import time
 from typing import Callable
 
 from ..constants import MIN_LIVE_STEP_S, SETTLE_MAX_S
+from ..core.engine import Engine
 from ..measure.accumulator import StepAccumulator
 from ..measure.step_result import StepResult
 from ..preset import Preset, StepPlan
-from ..core.engine import Engine
 from .run_watch import RunWatch
 from .server_ops import drain_and_flush, start_capture
 

@@ -33,7 +33,7 @@ class _SecretOption:
         if not opt.startswith("-"):
             return False
         words = [w for w in re.split(r"[-_]+", opt.lstrip("-").lower()) if w]
-        return any(w in _SECRET_WORDS for w in words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:]))
+        return any(w in _SECRET_WORDS for w in words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:], strict=False))
 
 
 _SECRET_OPT = _SecretOption()

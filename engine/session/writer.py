@@ -31,8 +31,8 @@ from .. import __version__
 from ..measure.records import Clock, RequestRecord
 from ..telemetry.client_doubt import client_doubted
 from ..text import one_line
-from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
 from .durable import create_exclusive, fsync_dir, fsync_fd, write_all, write_text_atomic, written_before
+from .paths import META, SUMMARY, TABLES, SessionError, iso_utc, table_path
 from .rows import dumps_doc, dumps_row, request_row
 from .scrub import Scrubber, redact_argv, redact_url
 

@@ -175,7 +175,7 @@ class SglangCollector(Collector):
             h = HistogramMetricFamily("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                                       labels=list(tok))
             acc, buckets = 0, []
-            for b, k in zip((*(str(float(x)) for x in TTFT_BUCKETS), "+Inf"), fin.ttft):
+            for b, k in zip((*(str(float(x)) for x in TTFT_BUCKETS), "+Inf"), fin.ttft, strict=False):
                 acc += k
                 buckets.append((b, acc))
             h.add_metric(list(tok.values()), buckets, fin.ttft_sum)
@@ -234,6 +234,6 @@ def render_dcgm(profile: SimProfile, gpus: list[GpuReading], hostname: str = "re
     for name, kind, doc, fmt in _DCGM_FIELDS:
         lines.append(f"# HELP {name} {doc}")
         lines.append(f"# TYPE {name} {kind}")
-        for g, labels in zip(gpus, label_sets):
+        for g, labels in zip(gpus, label_sets, strict=False):
             lines.append(f"{name}{{{labels}}} {fmt(g)}")
     return "\n".join(lines) + "\n"

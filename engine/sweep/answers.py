@@ -57,7 +57,7 @@ def comparisons(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     if d is not None:
                         tests.append((len(rows) - 1, d))
     levels = holm_levels([d.p for _, d in tests], ALPHA)
-    for (i, d), (level, passed) in zip(tests, levels):
+    for (i, d), (level, passed) in zip(tests, levels, strict=False):
         row = rows[i]
         if row.get("scale") == "log":
             lo, hi = d.interval(level)
@@ -215,7 +215,7 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
               r["verdict"] + (" (bound)" if r.get("why", "").startswith("a lower bound") else "")] for r in rows]
     head = ["pair", "load", "figure", "change", "95 % interval (Holm)", "verdict"]
     widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(head)]
-    fmt = lambda cs: "  ".join(c.ljust(w) if j in (0, 1, 2, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(cs, widths))).rstrip()
+    fmt = lambda cs: "  ".join(c.ljust(w) if j in (0, 1, 2, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(cs, widths, strict=False))).rstrip()
     return [fmt(head), fmt(["-" * w for w in widths]), *(fmt(c) for c in cells)]
 
 
@@ -229,7 +229,7 @@ def pareto_lines(front_rows: Sequence[dict[str, Any]], answer: dict[str, Any] | 
         head = ["tok/s per user", "configuration", "load", "tok/s per GPU"]
         widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(head)]
         for cs in [head, ["-" * w for w in widths], *cells]:
-            out.append("  " + "  ".join(c.rjust(w) if j in (0, 3) else c.ljust(w) for j, (c, w) in enumerate(zip(cs, widths))).rstrip())
+            out.append("  " + "  ".join(c.rjust(w) if j in (0, 3) else c.ljust(w) for j, (c, w) in enumerate(zip(cs, widths, strict=False))).rstrip())
     if answer is not None:
         if answer.get("label") is None:
             out.append(f"best under {answer['slo']}: no configuration meets it at any load (in every repeat)")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .points import session_docs
-from .sweep_file import COMPLETED, answers, entry, load_sweep
 from .spec import Config
+from .sweep_file import COMPLETED, answers, entry, load_sweep
 
 
 def _unique(label: str, taken: set[str]) -> str:

@@ -12,8 +12,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from .sweep_file import COMPLETED, SweepFile, load_sweep
 from .spec import Config, SweepError, SweepSpec
+from .sweep_file import COMPLETED, SweepFile, load_sweep
 
 
 def preset_digest(preset: Any) -> str:
@@ -88,7 +88,7 @@ def resume_sweep_file(out: Path, head: dict[str, Any], configs: list[Config]) ->
     sf.head["resumed_at"] = [*(rec.get("resumed_at") or []), _now()]
     sf.head["moved_aside"] = dict(rec.get("moved_aside") or {})
     kept: set[int] = set()
-    for i, (c, e) in enumerate(zip(configs, old.get("configurations") or [])):
+    for i, (c, e) in enumerate(zip(configs, old.get("configurations") or [], strict=False)):
         if isinstance(e, dict) and e.get("status") == COMPLETED:
             sf.entries[i] = e
             kept.add(i)

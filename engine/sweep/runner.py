@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from .sweep_file import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 from .resume import resume_sweep_file, sweep_head
 from .server_proc import ServerProcess, Started, free_port, wait_port_free
 from .spec import Config, SweepSpec
+from .sweep_file import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 
 SERVER_LOG = "server.log"
 

@@ -82,7 +82,7 @@ class SweepSpec:
         expanded on its own), then the [sweep] file's `grid` table's product. The sweep is
         their union: nothing is crossed with anything else."""
         keys = list(self.grid)
-        product = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else []
+        product = [dict(zip(keys, vals, strict=False)) for vals in itertools.product(*(self.grid[k] for k in keys))] if keys else []
         out = [dict(c) for c in self.configs] + product
         return [v for v in out if v] or ([] if self.serve is not None else [{}])
 
@@ -148,9 +148,9 @@ class SweepSpec:
         for values in self.value_sets():
             port = self.port if self.port is not None else (free_port() if "{port}" in self.serve else None)
             fill = {**values, **({"port": str(port)} if port is not None else {})}
-            command = tuple(shlex.split(PLACEHOLDER.sub(lambda m: fill[m.group(1)], self.serve)))
+            command = tuple(shlex.split(PLACEHOLDER.sub(lambda m: fill[m.group(1)], self.serve)))  # noqa: B023 (sub calls it at once)
             url = (self.url_template or "http://127.0.0.1:{port}")
-            url = PLACEHOLDER.sub(lambda m: fill.get(m.group(1), m.group(0)), url)
+            url = PLACEHOLDER.sub(lambda m: fill.get(m.group(1), m.group(0)), url)  # noqa: B023 (sub calls it at once)
             label = label_of(values, 0)
             n = seen.get(label, 0)
             seen[label] = n + 1
@@ -199,7 +199,7 @@ def expand_grid(text: str) -> list[dict[str, str]]:
     fixed, multi = parse_grid(text)
     if not multi:
         return [fixed]
-    return [{**fixed, **dict(zip(multi, vals))} for vals in itertools.product(*multi.values())]
+    return [{**fixed, **dict(zip(multi, vals, strict=False))} for vals in itertools.product(*multi.values())]
 
 
 def spec_from_args(grids: Sequence[str], **kw: Any) -> SweepSpec:

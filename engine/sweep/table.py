@@ -55,7 +55,7 @@ def format_sweep(doc: dict[str, Any]) -> str:
     widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(COLUMNS)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
     head = doc.get("sweep") or {}
     out = [f"sweep: {len(entries)} configuration{'' if len(entries) == 1 else 's'}, preset {head.get('preset') or '?'}"
@@ -99,7 +99,7 @@ def format_points(e: dict[str, Any]) -> list[str]:
              for p in pts]
     widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(head)]
     for cs in [head, *cells]:
-        out.append("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cs, widths))).rstrip())
+        out.append("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cs, widths, strict=False))).rstrip())
     return out
 
 

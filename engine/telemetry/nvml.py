@@ -88,30 +88,7 @@ class NvmlSource:
         with self._lock:
             if not self._open:
                 return []
-            nv = self._backend
-            out = []
-            for i, h in enumerate(self._handles):
-                power_mw = self._read(i, "power", lambda: nv.nvmlDeviceGetPowerUsage(h))
-                limit_mw = self._read(i, "limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-                util = self._read(i, "util", lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu)
-                mem = self._read(i, "mem", lambda: nv.nvmlDeviceGetMemoryInfo(h))
-                temp = self._read(i, "temp", lambda: self._temperature(h))
-                energy_mj = self._read(i, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h))
-                out.append(
-                    GpuSample(
-                        index=i,
-                        name=self._names[i],
-                        power_w=power_mw / 1000.0 if power_mw is not None else None,
-                        power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
-                        util_pct=float(util) if util is not None else None,
-                        mem_used_mib=mem.used / _MIB if mem is not None else None,
-                        mem_total_mib=mem.total / _MIB if mem is not None else None,
-                        temp_c=float(temp) if temp is not None else None,
-                        energy_j=energy_mj / 1000.0 if energy_mj is not None else None,
-                        driver=self._driver,
-                    )
-                )
-            return out
+            return [self._sample_one(i, h) for i, h in enumerate(self._handles)]
 
     def close(self) -> None:
         """Shut NVML down (blocking; waits for a sample in progress). Never raises."""
@@ -122,6 +99,29 @@ class NvmlSource:
             self._handles, self._names = [], []
 
     # -- internals -------------------------------------------------------------------
+
+    def _sample_one(self, i: int, h: object) -> GpuSample:
+        """GPU i's reading (the lock held, NVML open): each field on its own, None where it fails."""
+        nv = self._backend
+        power_mw = self._read(i, "power", lambda: nv.nvmlDeviceGetPowerUsage(h))
+        limit_mw = self._read(i, "limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
+        util = self._read(i, "util", lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        mem = self._read(i, "mem", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        temp = self._read(i, "temp", lambda: self._temperature(h))
+        energy_mj = self._read(i, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h))
+        return GpuSample(
+            index=i,
+            name=self._names[i],
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
+            util_pct=float(util) if util is not None else None,
+            mem_used_mib=mem.used / _MIB if mem is not None else None,
+            mem_total_mib=mem.total / _MIB if mem is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            energy_j=energy_mj / 1000.0 if energy_mj is not None else None,
+            driver=self._driver,
+        )
+
 
     def _absent(self, why: object) -> str:
         reason = one_line(why, 160, ellipsis=True) or type(why).__name__

@@ -184,7 +184,7 @@ class PromParser:
                 return parse_prometheus(text, self.names)
             if len(self._series) + len(missed) > self.MAX_SERIES:
                 self._series.clear()
-            for key, (name, labels, number) in zip(missed, parsed):
+            for key, (name, labels, number) in zip(missed, parsed, strict=False):
                 self._series[key] = (name, labels)
                 out.setdefault(name, []).append((dict(labels), number))
         return out

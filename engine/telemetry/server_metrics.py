@@ -293,7 +293,7 @@ class CounterWindow:
         self._seen = self._seen or any(v is not None for v in raw)
         values = tuple(v or 0.0 for v in raw)
         points = self._points
-        if points and any(v < p for v, p in zip(values, points[-1][1])):
+        if points and any(v < p for v, p in zip(values, points[-1][1], strict=False)):
             points.clear()
         points.append((sample.t, values))
         while len(points) >= 2 and points[1][0] <= sample.t - self.window_s:
@@ -301,7 +301,7 @@ class CounterWindow:
         if len(points) < 2 or not self._seen:
             return None
         first = points[0][1]
-        return tuple(v - f for v, f in zip(values, first))
+        return tuple(v - f for v, f in zip(values, first, strict=False))
 
 
 def spec_from_counters(accepted: float, drafts: float, draft_tokens: float) -> tuple[float | None, float | None]:

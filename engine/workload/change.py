@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from .prompts import WorkloadConfig, WorkloadError, is_prefix_spec, parse_dataset_spec, parse_prefix_spec
 

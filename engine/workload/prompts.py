@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..constants import CALIBRATION_WORDS, DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
-from .sharegpt import MIN_TOKENS, ShareGPTError, read_pairs, requests_of
 from .request_shape import (
     Headers,
     RequestShapeError,
@@ -33,6 +32,7 @@ from .request_shape import (
     secret_values,
     shown_headers,
 )
+from .sharegpt import MIN_TOKENS, ShareGPTError, read_pairs, requests_of
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student "

@@ -57,28 +57,28 @@ def _table(
     titled on a line above, columns separated by two spaces and groups by three."""
     widths = [len(h) for h in headers]
     for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=False)]
     spans: list[tuple[int, int]] = []
     i = lead
     for _, n in groups:
         spans.append((i, i + n))
         i += n
     # a group is at least as wide as its title allows (up to 28 columns of it)
-    for (title, _), (a, b) in zip(groups, spans):
+    for (title, _), (a, b) in zip(groups, spans, strict=False):
         need = min(len(title), 28)
         have = sum(widths[a:b]) + 2 * (b - a - 1)
         if need > have:
             widths[a] += need - have  # widen the first column: the numbers stay right-aligned
 
     def join(cells: Sequence[str]) -> str:
-        parts = ["  ".join(c.rjust(w) for c, w in zip(cells[:lead], widths[:lead]))]
+        parts = ["  ".join(c.rjust(w) for c, w in zip(cells[:lead], widths[:lead], strict=False))]
         for a, b in spans:
-            parts.append("  ".join(c.rjust(w) for c, w in zip(cells[a:b], widths[a:b])))
+            parts.append("  ".join(c.rjust(w) for c, w in zip(cells[a:b], widths[a:b], strict=False)))
         return _GROUP_GAP.join(parts).rstrip()
 
     def group_line(fill: str | None) -> str:
         parts = [" " * (sum(widths[:lead]) + 2 * (lead - 1))]
-        for (title, _), (a, b) in zip(groups, spans):
+        for (title, _), (a, b) in zip(groups, spans, strict=False):
             w = sum(widths[a:b]) + 2 * (b - a - 1)
             if fill is None:
                 t = title if len(title) <= w else title[: max(w - 1, 0)] + "…"
@@ -198,7 +198,7 @@ def _knee_note(s: SessionSummary) -> str:
 def format_comparison(sessions: Sequence[SessionSummary]) -> str:
     """The whole multi-session report text (no curves)."""
     out = ["sessions"]
-    for i, (s, wl) in enumerate(zip(sessions, workload_texts(sessions))):
+    for i, (s, wl) in enumerate(zip(sessions, workload_texts(sessions), strict=False)):
         where = str(s.path) if s.path is not None else "(live)"
         tparts = [str(s.target[k]) for k in ("url", "model") if s.target.get(k)]
         out.append(f"  {_letter(i)} {s.label}  {where}" + (f"  ({'  '.join(tparts)})" if tparts else "") + f"  workload: {wl}")
@@ -241,7 +241,7 @@ def format_targets_table(targets: Sequence[dict]) -> str:
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if j == 0 else c.rjust(w) if j < len(cells) - 1 else c
-                         for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                         for j, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
     gone = sum(1 for t in targets if t.get("gone"))
     out = [f"targets ({len(targets)}" + (f", {gone} gone at the end" if gone else "") + ")", line(TARGET_COLUMNS)]
@@ -290,7 +290,7 @@ def format_workers_table(workers: Sequence[dict]) -> str:
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if j < left else c.rjust(w) if j < len(cells) - 1 else c
-                         for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                         for j, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
     n_dead = sum(1 for w in workers if w.get("alive") is False)
     nodes = {str(w.get("node")) for w in workers if w.get("node")}

@@ -17,7 +17,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ...engine import api

@@ -32,7 +32,7 @@ def spark_top(values: Sequence[float | None], flagged: Sequence[bool] = ()) -> f
     all are flagged); None when there is no value."""
     flags = list(flagged)[-len(values):] if values else []
     flags = [False] * (len(values) - len(flags)) + flags
-    known = [v for v, f in zip(values, flags) if v is not None and not f]
+    known = [v for v, f in zip(values, flags, strict=False) if v is not None and not f]
     if not known:
         known = [v for v in values if v is not None]
     return max(known) if known else None

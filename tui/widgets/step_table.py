@@ -155,7 +155,7 @@ class StepTable(DataTable):
         if keys[: len(self._keys)] == self._keys:  # rows only added, or their figures changed
             for k in self._keys:
                 if plain[k] != self._cells[k]:
-                    for col, value in zip(self._columns, styled[k]):
+                    for col, value in zip(self._columns, styled[k], strict=False):
                         self.update_cell(k, col, value, update_width=True)
             for k in keys[len(self._keys) :]:
                 self.add_row(*styled[k], key=k)

@@ -89,7 +89,7 @@ def targets_text(targets: tuple[dict, ...] | list[dict], width: int, max_rows: i
     names = short_names([str(x.get("url", "")) for x in targets])
     name_w = max(NAME_MIN, min(NAME_MAX, max(cell_len(n) for n in names), width - figures - 1))
     hidden = max(len(targets) - max_rows, 0)
-    shown = list(zip(targets, names))[: len(targets) - hidden]
+    shown = list(zip(targets, names, strict=False))[: len(targets) - hidden]
     t.append("target".ljust(name_w) + "".join(h.rjust(w) for h, w in COLUMNS), style="dim")
     more = Text()
     if hidden:  # on the title line: the block keeps its height (the header counts the gone)
@@ -129,7 +129,7 @@ def _row(x: dict, name: str, name_w: int) -> Text:
         (num(x.get("running")), ""),
         (num(x.get("queued")), "bold yellow" if x.get("queued") else ""),
     )
-    for (text, style), (_, w) in zip(cells, COLUMNS):
+    for (text, style), (_, w) in zip(cells, COLUMNS, strict=False):
         pad = " " * max(w - cell_len(text), 1)
         r.append(pad)
         r.append(text, style=style)

@@ -113,7 +113,7 @@ def rows_text(workers: tuple[dict, ...] | list[dict], width: int, max_rows: int,
     nodes = [str(w.get("node") or "-") for w in workers]
     node_w = max(NODE_MIN, min(NODE_MAX, max(cell_len(n) for n in nodes) + 1, width - NAME_W - figures - 1))
     cols = ((("cap" if mode != "concurrency" else "C"), COLUMNS[0][1]),) + COLUMNS[1:]
-    shown = list(zip(workers, nodes))[: max(max_rows, 0)]
+    shown = list(zip(workers, nodes, strict=False))[: max(max_rows, 0)]
     hidden = workers[len(shown):]
     t.append("worker".ljust(NAME_W) + "node".ljust(node_w) + "".join(h.rjust(w) for h, w in cols), style="dim")
     if hidden:
@@ -140,7 +140,7 @@ def _row(w: dict, node: str, node_w: int) -> Text:
         ("-" if dead else ms(w.get("lag_p99_ms")), ""),
         ("-" if dead or w.get("cpu_pct") is None else f"{w['cpu_pct']:.0f}%", ""),
     )
-    for (text, style), (_, width) in zip(cells, COLUMNS):
+    for (text, style), (_, width) in zip(cells, COLUMNS, strict=False):
         r.append(" " * max(width - cell_len(text), 1))
         r.append(text, style=style)
     return r
