@@ -68,75 +68,26 @@ settings.load_profile("ci")  # `--hypothesis-profile=NAME` (hypothesis' own opti
 # cluster): under xdist (--dist loadgroup) their module's tests stay on one worker.
 MODULE_FIXTURES = frozenset({"compare_runs", "results", "capped_run", "ray_head"})
 
-# The few long end-to-end runs (knee searches, whole presets, a Ray cluster): marked `slow`
-# here, in one list, so that `-m 'not slow'` gives a quick pass; CI runs them all. A test id
-# without its parameters marks every parameter; SLOW_FIXTURES mark the tests that use them.
+# The few long end-to-end runs (knee searches, whole presets, a Ray cluster): `@pytest.mark.slow`
+# in their test files, so that `-m 'not slow'` gives a quick pass; CI runs them all.
+# SLOW_FIXTURES mark the tests that use them.
 SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/test_compare.py: two headless runs
-SLOW = frozenset({
-    "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",
-    "test_find_limit.py::test_search_finds_the_healthy_knee",
-    "test_find_limit.py::test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo",
-    "test_find_limit.py::test_a_guard_drops_the_load_when_the_fragile_server_starts_failing",
-    "test_load_shapes.py::test_a_knee_search_over_rate_measures_rate_steps",
-    "test_load_shapes.py::test_a_live_workload_change_is_a_step_in_summary_and_preset_from_replays_it",
-    "test_headless.py::test_healthy_breaks_by_plateau_near_saturation",
-    "test_headless.py::test_fragile_breaks_by_errors",
-    "test_preset_from.py::test_preset_from_replays_the_timeline",
-    "test_prefix_workload.py::test_step_reports_the_servers_prefix_hit_rate",
-    "test_ray.py::test_two_ray_actors_give_the_same_counts",
-    "test_knee_speed.py::test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock",
-    "test_long_outputs.py::test_the_search_on_the_slowing_server_finds_its_knee_and_its_slo_level",
-})
 
 
 # Tests that measure the machine's own timing (event-loop lag, wall-clock accuracy of sends and
 # timeline rows, latencies checked against the sim's clock, a knee read off a measured curve):
 # beside other tests on the same cores they read the other tests' load, as redline should.
-# Marked `timing` here; .ci/run runs them after the others, by themselves (one worker a core:
-# they mostly wait on their sims), and one that fails beside another again, alone.
+# Marked in their test files (`@pytest.mark.timing`, with why beside the mark, or a module's
+# `pytestmark`), so a renamed test keeps its mark; .ci/run runs them after the others, by
+# themselves (one worker a core: they mostly wait on their sims), and one that fails beside
+# another again, alone. TIMING_FIXTURES mark the tests that use them.
 TIMING_FIXTURES = frozenset({"capped_run"})  # tests/test_step_truth.py: one run read by its tests
-TIMING = frozenset({
-    "test_engine_telemetry.py::test_client_lag_warning_when_the_loop_stalls",
-    "test_load_shapes.py::test_a_trace_replays_at_its_recorded_times_over_speed",
-    "test_load_shapes.py::test_the_sim_sees_poisson_arrivals_at_the_rate",  # arrival gaps' CV at the sim
-    "test_load_shapes.py::test_ttft_counts_from_the_intended_send_time_when_the_cap_holds_sends",  # the sim's TTFT + the wait, within 15 ms
-    "test_step_truth.py::test_timeline_rows_cover_one_second_under_a_busy_loop",
-    "test_find_limit.py::test_search_finds_the_healthy_knee",
-    "test_find_limit.py::test_search_finds_the_pp_capped_cap_for_both_answers",
-    # a closing figure against the log's stamps: a request whose last byte arrived just before
-    # the close but was read after it (a loop behind, at two workers a core) is the record's,
-    # not the close's (66 for 67 once in CI); test_step_truth's shared run checks the same here
-    "test_find_limit.py::test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo",
-    "test_tui_newcomer.py::test_timeline_rows_are_one_second_apart_under_the_tui",
-    "test_tui.py::test_abort_probe_restore_pause",  # the abort key's effect within 2.5 s of the press (2.56 s in CI beside the server part)
-    "test_workers.py::test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process",
-    "test_headless.py::test_healthy_breaks_by_plateau_near_saturation",  # the sim's samples on time
-    "test_censoring.py::test_streams_that_stall_then_drop_stay_out_of_itl",  # ITL max < 100 ms
-    # a sim at a quarter time scale: its arrivals within 0.5 s of the sends, TTFTs within 20 %
-    # of its clock (beside the server part at two workers a core its loop fell 0.83 s behind)
-    "test_censoring.py::test_after_a_drain_the_overload_step_holds_the_servers_truth",
-    "test_trace_workers.py::test_a_trace_over_two_workers_sends_every_row_once_at_its_time",  # rows within 25 ms
-    "test_trace_workers.py::test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once",
-    "test_control_api.py::test_tui_shows_an_api_change_within_one_frame",  # one frame: 0.25 s
-    "test_workers.py::test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale",
-    "test_request_truth.py::test_a_consumer_behind_gets_each_read_with_its_own_arrival_time",  # 30 ms read gaps
-    "test_knee_speed.py::test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock",  # within 0.6 s
-    "test_token_path.py::test_bytes_that_keep_coming_are_not_a_read_timeout",  # 0.1 s gaps, 0.5 s timeout
-    "test_token_path.py::test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived",  # >= 0.39 s after the last send
-    "test_engine_faults.py::test_a_slow_disk_does_not_hold_the_loop",  # the loop's wake-ups within 150 ms (169 in CI beside the server part)
-    # 2048-token outputs at a quarter time scale: TTFTs within 30 ms and TPOT within 10 % of
-    # the sim's clock; the steps' steadiness on 2 s of a busy client
-    "test_long_outputs.py::test_2048_token_outputs_on_a_server_capped_at_32_break_at_the_plateau",
-    "test_long_outputs.py::test_the_probe_counts_only_what_ran_at_c1",  # a lone stream's TPOT within 15 %
-    "test_long_outputs.py::test_the_search_on_the_slowing_server_finds_its_knee_and_its_slo_level",  # a measured knee
-})
-_TIMING_FILES = frozenset(t.split("::")[0] for t in TIMING)
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
     """`-m timing` (.ci/run's last part, by itself on the machine) collects only the modules that
-    can hold a timing test: a module named in TIMING, or one that uses a TIMING_FIXTURES
-    fixture or writes `mark.timing` itself. Collecting the other ~50 (assertion rewriting and
+    can hold a timing test: one that writes `mark.timing` itself or uses a TIMING_FIXTURES
+    fixture. Collecting the other ~50 (assertion rewriting and
     imports, ~8 s on 2 cores) only to deselect them is time the serial part waits for. Any
     other -m expression, or a file named on the command line, collects as usual."""
     if (config.getoption("markexpr", "") or "").strip() != "timing":
@@ -145,8 +96,6 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     if not (name.startswith("test_") and name.endswith(".py")):
         return None
     if any(Path(a.split("::")[0]).is_file() for a in config.args):
-        return None
-    if name in _TIMING_FILES:
         return None
     text = collection_path.read_text(encoding="utf-8", errors="replace")
     if "mark.timing" in text or any(f in text for f in TIMING_FIXTURES):
@@ -172,10 +121,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cores * SERVER_WORKERS_PER_CORE if only_servers else cores
 
 
-def _listed(item: pytest.Item, ids: frozenset[str]) -> bool:
-    return f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in ids
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     server = pytest.mark.server
@@ -185,9 +130,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(server)
         if MODULE_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-        if SLOW_FIXTURES.intersection(names) or _listed(item, SLOW):
+        if SLOW_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.slow)
-        if TIMING_FIXTURES.intersection(names) or _listed(item, TIMING):
+        if TIMING_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.timing)
 
 

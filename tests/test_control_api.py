@@ -459,6 +459,7 @@ def test_after_the_fuzz_the_load_goes_on(fuzz_engine):
 
 
 # -- the TUI follows an API change within one frame ----------------------------------------------------
+@pytest.mark.timing  # one frame: 0.25 s
 async def test_tui_shows_an_api_change_within_one_frame(sim, tmp_path):
     from redline.tui.app import REFRESH_S, RedlineApp
     from redline.tui.widgets.header import StatusHeader

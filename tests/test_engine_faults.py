@@ -7,6 +7,8 @@ import asyncio
 import errno
 import time
 
+import pytest
+
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
 from redline.engine.session import writer as writer_mod
@@ -42,6 +44,7 @@ async def test_disk_full_is_shown_and_logged(healthy_sim, tmp_path, monkeypatch)
         await e.stop("quit")
 
 
+@pytest.mark.timing  # the loop's wake-ups within 150 ms (169 in CI beside the server part)
 async def test_a_slow_disk_does_not_hold_the_loop(healthy_sim, tmp_path, monkeypatch):
     """Session writes run on their own thread: a 300 ms write leaves the loop free."""
     e = Engine(EngineConfig(url=healthy_sim.url, concurrency=2, workload=WorkloadConfig(input_len=8, output_len=16), out_dir=tmp_path / "s", use_nvml=False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from helpers import sim_state_async as sim_state, until
 
 from redline.engine.core.config import EngineConfig
@@ -90,6 +91,7 @@ async def test_cap_detector_silent_on_healthy_below_its_cap(sim_factory):
         await e.stop()
 
 
+@pytest.mark.timing  # the loop's own lag, read on this machine
 async def test_client_lag_warning_when_the_loop_stalls(sim_factory):
     sim = sim_factory("healthy")
     e = await started(sim.url, 4)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
@@ -86,6 +87,8 @@ def assert_steps_match_sim(out, samples) -> None:
         assert abs(s.output_throughput - theirs) / theirs < 0.10, (s.concurrency, s.output_throughput, theirs)
 
 
+@pytest.mark.timing  # the sim's samples on time
+@pytest.mark.slow
 async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
     # a decode log every 8 iterations (SGLang's --decode-log-interval 8): at 40, C=224's 110 ms
     # steps write the running gauge once in 4.5 s, which a 4 s step may never see
@@ -107,6 +110,7 @@ async def test_healthy_breaks_by_plateau_near_saturation(sim_factory, tmp_path):
         assert key in summary["steps"][0]
 
 
+@pytest.mark.slow
 async def test_fragile_breaks_by_errors(sim_factory, tmp_path):
     """At C=64 the fragile server (503s from 48 in it, dies above 96) refuses requests but lives."""
     sim = sim_factory("fragile")

@@ -10,6 +10,7 @@ import random
 
 import httpx
 import polars as pl
+import pytest
 from helpers import run_preset_headless
 
 from redline.engine.core.config import EngineConfig
@@ -37,6 +38,8 @@ def _healthy(c: int) -> float:
     return b / max(0.04 + 0.0002 * b, b / 2000)
 
 
+@pytest.mark.timing  # within 0.6 s
+@pytest.mark.slow
 def test_a_search_point_measures_once_its_in_flight_turned_over_against_the_sims_clock(sim_factory, tmp_path):
     """warmup_s = 30 s, requests that live a fraction of a second: each point's warm-up ends
     when the last request sent at the previous load has ended (turnover), long before 30 s;

@@ -148,6 +148,7 @@ def _cfg(url: str, **kw) -> EngineConfig:
     return EngineConfig(url=url, workload=wl, use_nvml=False, **kw)
 
 
+@pytest.mark.timing  # arrival gaps' CV at the sim
 def test_the_sim_sees_poisson_arrivals_at_the_rate(sim_factory):
     sim = sim_factory("healthy")
     rate = 30.0
@@ -168,6 +169,7 @@ def test_the_sim_sees_poisson_arrivals_at_the_rate(sim_factory):
     assert 0.8 < _cv(gaps) < 1.2
 
 
+@pytest.mark.timing  # the sim's TTFT + the wait, within 15 ms
 def test_ttft_counts_from_the_intended_send_time_when_the_cap_holds_sends(sim_factory, tmp_path):
     """20 req/s against 2 slots of ~0.4 s: most sends wait. Each request's TTFT is the
     sim's own (arrival -> first chunk) plus its wait (intended -> actual send): the wait is
@@ -239,6 +241,7 @@ def test_multi_turn_prompts_carry_the_real_answers(sim_factory, tmp_path):
     assert [t["turn"] for t in by_turn_ttft][:2] == [1, 2] and by_turn_ttft[0]["requests"] >= 2
 
 
+@pytest.mark.timing  # sends' wall-clock times against the trace's rows
 def test_a_trace_replays_at_its_recorded_times_over_speed(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     rng = random.Random(11)
@@ -280,6 +283,7 @@ def test_workload_change_parsing_and_one_line_errors():
         assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_live_workload_change_is_a_step_in_summary_and_preset_from_replays_it(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     out = tmp_path / "s"
@@ -318,6 +322,7 @@ def test_as_search_of_a_rate_ramp_searches_rates():
     assert sp.rate_of(sp.start) == pytest.approx(2.0, rel=0.02) and sp.rate_of(sp.max) == pytest.approx(32.0)
 
 
+@pytest.mark.slow
 def test_a_knee_search_over_rate_measures_rate_steps(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     preset = parse_preset(

@@ -67,6 +67,9 @@ def _window_tpot(rec: dict, t_end: float) -> float | None:
     return None if n < 2 else (ts[-1] - ts[0]) / (n - 1) * 1000.0
 
 
+# 2048-token outputs at a quarter time scale: TTFTs within 30 ms and TPOT within 10 % of
+# the sim's clock; the steps' steadiness on 2 s of a busy client
+@pytest.mark.timing
 def test_2048_token_outputs_on_a_server_capped_at_32_break_at_the_plateau(sim_factory, tmp_path):
     sim = sim_factory("healthy", extra_args=("--set", "max_running_requests=32", *QUARTER))
     preset = steady_in(parse_preset({
@@ -131,6 +134,7 @@ def test_an_slo_judges_what_a_step_decoded_not_what_came_after(sim_factory, tmp_
     assert final[16]["mean_tpot_ms"] <= 10.0  # what it decoded itself, at b = 16
 
 
+@pytest.mark.timing  # a lone stream's TPOT within 15 %
 async def test_the_probe_counts_only_what_ran_at_c1(sim_factory):
     """A lone stream decodes at 12 ms a token (48 at a time: 40.8 ms): the probe held 4 s then
     back to C=48 reports the lone stream's TPOT, its E2E a bound, though its request finished
@@ -176,6 +180,8 @@ async def test_live_goodput_never_passes_live_throughput(sim_factory):
         await e.stop("test")
 
 
+@pytest.mark.timing  # a measured knee
+@pytest.mark.slow
 def test_the_search_on_the_slowing_server_finds_its_knee_and_its_slo_level(sim_factory, tmp_path):
     """The same server searched from C=8: the knee where tok/s flattens at the cap of 24 (22
     is within 5 % of it), and the largest C whose requests decode within 40 ms a token (b <=

@@ -443,6 +443,7 @@ def test_rate_window_spans_ten_seconds_skips_idle_and_restarts():
     assert idle.update(_counters(3.0, 20, 10)).prefix_hit_rate == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_step_reports_the_servers_prefix_hit_rate(sim_factory, tmp_path):
     """A step of a shared-prefix workload carries the hit rate the server's counters give over
     it, and the timeline has it per second; a random workload's step shows none hit. The step

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REDLINE = [sys.executable, "-m", "redline.tui"]
 
 
+@pytest.mark.slow
 async def test_preset_from_replays_the_timeline(healthy_sim, tmp_path):
     out = tmp_path / "s"
     e = Engine(EngineConfig(url=healthy_sim.url, concurrency=4, workload=WorkloadConfig(input_len=16, output_len=24), out_dir=out))

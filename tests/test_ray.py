@@ -60,6 +60,7 @@ def ray_head():
                 pass
 
 
+@pytest.mark.slow
 def test_two_ray_actors_give_the_same_counts(sim_factory, ray_head, tmp_path):
     sim = sim_factory("healthy")
     out = tmp_path / "s"

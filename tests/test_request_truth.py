@@ -74,6 +74,7 @@ def chat_chunk(delta: dict, **extra) -> dict:
 
 
 # -- timestamps where bytes arrive ----------------------------------------------------------------
+@pytest.mark.timing  # 30 ms read gaps
 async def test_a_consumer_behind_gets_each_read_with_its_own_arrival_time():
     sent: list[float] = []
 

@@ -163,6 +163,7 @@ def test_probe_measures_its_own_requests_until_one_answers(healthy_sim, tmp_path
     assert rows.height == rows.filter(pl.col("phase") == "probe").height == probe.requests_sent >= 1
 
 
+@pytest.mark.timing  # timeline rows' wall-clock spacing
 def test_timeline_rows_cover_one_second_under_a_busy_loop():
     """The ticker wakes on absolute deadlines: a loop held 120 ms at a time still gives
     rows one second apart, and a row after a longer stall says how long it covers."""

@@ -19,6 +19,7 @@ import asyncio
 import json
 import time
 
+import pytest
 from helpers import ThreadServer
 
 from redline.engine.client import sse as sse_mod
@@ -86,6 +87,7 @@ def streaming_handler(n: int, gap_s: float, sent: list[float], stall_after: int 
     return handler
 
 
+@pytest.mark.timing  # 0.1 s gaps, 0.5 s timeout
 async def test_bytes_that_keep_coming_are_not_a_read_timeout():
     sent: list[float] = []
     with ThreadServer(streaming_handler(12, 0.1, sent)) as srv:  # 1.2 s in all, 0.1 s gaps
@@ -101,6 +103,7 @@ async def test_bytes_that_keep_coming_are_not_a_read_timeout():
     assert all(s <= t for t, s in zip(rec.chunk_times, sent, strict=False))  # each chunk stamped at a read after its send
 
 
+@pytest.mark.timing  # >= 0.39 s after the last send
 async def test_a_stall_mid_stream_is_a_read_timeout_and_keeps_what_arrived():
     sent: list[float] = []
     credits: list[tuple[float, int]] = []

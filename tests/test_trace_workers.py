@@ -12,6 +12,7 @@ import time
 
 import httpx
 import polars as pl
+import pytest
 from helpers import run_preset_headless, until
 
 from redline.engine.core.config import EngineConfig
@@ -55,6 +56,7 @@ def test_fed_rows_move_with_the_replay_and_a_new_replay_drops_the_old_rows():
     assert f.t_next is None and f.popped == 0 and f.shift == 0.0
 
 
+@pytest.mark.timing  # rows within 25 ms
 def test_a_trace_over_two_workers_sends_every_row_once_at_its_time(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     path, rows = _trace(tmp_path, 40, 15.0)
@@ -83,6 +85,7 @@ def test_a_trace_over_two_workers_sends_every_row_once_at_its_time(sim_factory, 
     assert max(abs(g - w) for g, w in zip(gaps, want_gaps, strict=False)) < 0.002
 
 
+@pytest.mark.timing  # rows sent at their times around a wall-clock pause
 def test_a_paused_trace_over_workers_resumes_where_it_was_and_sends_each_row_once(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     path, rows = _trace(tmp_path, 40, 20.0, seed=3)

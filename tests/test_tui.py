@@ -93,6 +93,7 @@ async def _le(url: str, n: int) -> bool:
     return await running(url) <= n
 
 
+@pytest.mark.timing  # the abort key's effect within 2.5 s of the press (2.56 s in CI beside the server part)
 async def test_abort_probe_restore_pause(host, sim):
     url = sim.url
     app = RedlineApp(host, step=8)

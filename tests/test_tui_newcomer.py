@@ -229,6 +229,7 @@ async def test_server_gone_clears_the_overload_warning(sim_factory, tmp_path):
 
 
 # -- 8: one column and one timeline row a second ----------------------------------------------
+@pytest.mark.timing  # timeline rows' wall-clock spacing
 async def test_timeline_rows_are_one_second_apart_under_the_tui(sim_factory, tmp_path):
     sim = sim_factory("healthy", extra_args=FAST_SIM)
     out = tmp_path / "session"

@@ -32,6 +32,7 @@ def _ms(v: float) -> float:
     return round(v * 1000.0, 3)
 
 
+@pytest.mark.timing  # percentiles against one process's, on this machine's clock
 def test_two_workers_merge_counts_exactly_and_percentiles_equal_one_process(sim_factory, tmp_path):
     sim = sim_factory("healthy")
     out = tmp_path / "s"
@@ -130,6 +131,7 @@ def test_a_live_workload_change_reaches_every_worker(sim_factory, tmp_path):
     assert set(last["output_tokens"].to_list()) == {5} and set(last["worker"].to_list()) == {0, 1}
 
 
+@pytest.mark.timing  # percentiles against one process's, on this machine's clock
 def test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_every_scale(sim_factory, tmp_path):
     """Every session has the same shape (summary.json `workers`: one process is worker 0),
     and the same workload on the sim gives the same step figures in one process and with 2
