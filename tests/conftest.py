@@ -3,7 +3,8 @@
 Tests that start a server are marked `server`: automatically when they use one of the
 fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a test starts one
 itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
-formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers.py.
+formatting) alone, in seconds. Helpers shared by the test modules are in tests/helpers/ (a package: its __init__ says
+which module holds what).
 
 Parallel runs (pytest-xdist, `-n auto --dist loadgroup`): every server a test starts listens on
 a port the OS picks (port 0), so workers never collide; a module whose module-scoped fixture
@@ -15,7 +16,7 @@ real time), then the `timing` tests, which measure the machine's own timing, by 
 marks the few long end-to-end tests (kept in CI; `-m 'not slow'` for a quick pass).
 
 Hypothesis: the `ci` profile (the default) runs each fuzzer's examples as sized by
-`helpers.examples` (a quarter of the written count, at least hypothesis' own 100);
+`helpers.examples` (tests/helpers/fuzzing.py) (a quarter of the written count, at least hypothesis' own 100);
 `--hypothesis-profile=thorough` runs the counts as written. Neither has a deadline: a slow
 example on a loaded machine is not a failure (pytest-timeout bounds every test).
 """
@@ -28,9 +29,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-
-# Re-exported for the modules that import them from here.
-from helpers import sim_state, sim_state_async, until, wait_for  # noqa: F401
 from hypothesis import settings
 from textual import _wait as textual_wait
 

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import sim_state_async as state, until
-from helpers import CAP8_SIM
+from helpers import CAP8_SIM, sim_state_async as state, until
 
 from redline.engine.client.api_formats import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 from redline.engine.client.http import make_client

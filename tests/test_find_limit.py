@@ -87,7 +87,7 @@ def test_goodput_equals_a_hand_count_and_the_slo_rule_names_the_slo(sim_factory,
 
 def _search_preset(start, top, slo=None, out_len=24, **ramp):
     """Points of 2 s: each called steady on 2 whole seconds (of ~200 decode steps on FAST),
-    not STEADY_MIN_S = 4 (tests/helpers.py steady_in)."""
+    not STEADY_MIN_S = 4 (tests/helpers/redline.py steady_in)."""
     d = {"workload": {"input_len": 16, "output_len": out_len},
          "ramp": {"mode": "search", "start": start, "max": top, "warmup_s": 0.5, "hold_s": 2.0, "min_requests": 4, "resolution": 0.1, **ramp},
          "stop": {"plateau_gain": 0.05}}

@@ -81,7 +81,7 @@ def test_the_probe_lane_reads_its_queued_request_as_a_bound():
 
 
 async def test_the_live_ttft_of_a_capped_server_reads_the_queue_against_the_sims_clock(sim_factory):
-    """A cap of 8 (pp-capped's numbers without pp: tests/helpers.py CAP8_SIM), C=32, 2048-token answers: 8 answer at once, 24 wait in the
+    """A cap of 8 (pp-capped's numbers without pp: tests/helpers/sim.py CAP8_SIM), C=32, 2048-token answers: 8 answer at once, 24 wait in the
     server's queue for minutes. The live TTFT p50 is a bound, and it is their wait: within
     1.5 s (a snapshot is up to a second old) of the median of the 32 requests' TTFTs (first
     token, else age) on the sim's clock."""

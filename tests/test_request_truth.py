@@ -42,7 +42,7 @@ MODEL = "redline-sim-70b"
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 
 
-# -- a threaded HTTP/1.1 server on 127.0.0.1 (tests/helpers.py) ------------------------------
+# -- a threaded HTTP/1.1 server on 127.0.0.1 (tests/helpers/servers.py) ---------------------------
 Handler = ThreadHandler
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

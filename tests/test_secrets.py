@@ -2,7 +2,7 @@
 is never shown, logged or exported, even when the server echoes it back; TLS certificates are
 verified unless --insecure, which is warned about.
 
-Against MiniServer (tests/helpers.py): a small OpenAI-compatible server on 127.0.0.1
+Against MiniServer (tests/helpers/servers.py): a small OpenAI-compatible server on 127.0.0.1
 that records the Authorization header of every request it gets and can echo the key in its
 errors, as some servers do. The tests/test_session_signals.py check (the key against the sim,
 in files) is not repeated here.

@@ -1,5 +1,5 @@
 """redline's flush, profiler and admin key against a server that answers as SGLang 0.5.9 and
-0.5.23 do (tests/sglang_fixture.py, from the fixtures written from the wheels' code): issue 43
+0.5.23 do (tests/helpers/sglang.py, from the fixtures written from the wheels' code): issue 43
 cases 1, 3, 7 and 10, end to end through a preset run and its session."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sglang_fixture import SglangFixture
+from helpers import SglangFixture
 
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine

@@ -10,7 +10,7 @@ What each test proves, against what the server really sent:
   connection is closed, not put back in the pool;
 - an event past the SSE size limit stops reading: malformed, connection closed.
 
-Servers are threads on 127.0.0.1 (tests/helpers.py ThreadServer).
+Servers are threads on 127.0.0.1 (tests/helpers/servers.py ThreadServer).
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class RampSpec:
                                               doc_type="list of booleans")
     # whole measured seconds a step needs before it can be called steady (engine/measure/accumulator.py):
     # not a preset key; a program may shorten it (a test on a sim whose decode steps are 10-25
-    # ms, where 2 s hold a hundred or more of them: tests/helpers.py steady_in)
+    # ms, where 2 s hold a hundred or more of them: tests/helpers/redline.py steady_in)
     steady_min_s: int = STEADY_MIN_S
     # [ramp] num_requests = N: each step ends once N of its own requests completed, instead of a
     # hold (hold_s is then 0 and min_requests N; max_hold_s still caps it)

@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 from aiohttp import web
-from helpers import ThreadedServer
 
-SGLANG = Path(__file__).parent / "fixtures" / "sglang"
+from .paths import FIXTURES
+from .servers import ThreadedServer
+
+SGLANG = FIXTURES / "sglang"
 
 
 class SglangFixture(ThreadedServer):
