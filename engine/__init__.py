@@ -1,6 +1,6 @@
 """redline's engine: load generation, measurement, telemetry and session logging.
 
-Nothing in this package imports textual (tests/test_engine.py test_engine_never_imports_textual proves it).
+Nothing in this package imports textual (tests/integration/test_engine.py test_engine_never_imports_textual proves it).
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The engine's public surface for the UI: everything `tui/` uses to run a session.
 
-`tui/` reaches the engine through two modules only (tests/test_architecture.py counts them):
+`tui/` reaches the engine through two modules only (tests/unit/test_architecture.py counts them):
 this one (commands, the Snapshot types, the EngineConfig and the checks of every user value,
 starting an engine host or the built-in sim, the presets) and `engine/report/api.py` (the
 session tools of `redline report`, `export`, `preset-from` and the gates). Where a name lives

@@ -1,5 +1,11 @@
 """Shared fixtures: simulated servers the tests start themselves, on 127.0.0.1 only.
 
+The tests mirror the code (docs/architecture.md, "tests/"; tests/unit/test_layout.py holds it):
+tests/unit/<package>/ for each package of engine/ and tui/, tests/integration/ for what needs a
+server, tests/e2e/ for the TUI and the CLI as a user drives them. Every folder of test modules is
+a package (an __init__.py: one basename may sit in two folders); this folder is on sys.path, so
+`from helpers import ...` and `from e2e.test_screen import ...` work from any of them.
+
 Tests that start a server are marked `server`: automatically when they use one of the
 fixtures in SERVER_FIXTURES (below), explicitly (`pytest.mark.server`) when a test starts one
 itself. `python -m pytest -m 'not server'` runs the pure logic (parsers, histograms, rules,
@@ -41,9 +47,9 @@ SERVER_FIXTURES = frozenset({
     "sim_factory",  # here
     "healthy_sim",  # here
     "shared_sim",  # here: one sim per module
-    "compare_runs",  # tests/test_compare.py: two `redline run --headless` against built-in sims
-    "capped_run",  # tests/test_step_truth.py: a preset run against its own sim
-    "results",  # tests/test_cli_errors.py: redline processes against a listening socket
+    "compare_runs",  # tests/integration/test_compare.py: two `redline run --headless` against built-in sims
+    "capped_run",  # tests/integration/test_step_truth.py: a preset run against its own sim
+    "results",  # tests/e2e/test_cli_errors.py: redline processes against a listening socket
 })
 
 
@@ -69,7 +75,7 @@ MODULE_FIXTURES = frozenset({"compare_runs", "results", "capped_run", "ray_head"
 # The few long end-to-end runs (knee searches, whole presets, a Ray cluster): `@pytest.mark.slow`
 # in their test files, so that `-m 'not slow'` gives a quick pass; CI runs them all.
 # SLOW_FIXTURES mark the tests that use them.
-SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/test_compare.py: two headless runs
+SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/integration/test_compare.py: two headless runs
 
 
 # Tests that measure the machine's own timing (event-loop lag, wall-clock accuracy of sends and
@@ -79,7 +85,7 @@ SLOW_FIXTURES = frozenset({"compare_runs"})  # tests/test_compare.py: two headle
 # `pytestmark`), so a renamed test keeps its mark; .ci/run runs them after the others, by
 # themselves (one worker a core: they mostly wait on their sims), and one that fails beside
 # another again, alone. TIMING_FIXTURES mark the tests that use them.
-TIMING_FIXTURES = frozenset({"capped_run"})  # tests/test_step_truth.py: one run read by its tests
+TIMING_FIXTURES = frozenset({"capped_run"})  # tests/integration/test_step_truth.py: one run read by its tests
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
@@ -127,7 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if SERVER_FIXTURES.intersection(names):
             item.add_marker(server)
         if MODULE_FIXTURES.intersection(names):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))  # the module's path
         if SLOW_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.slow)
         if TIMING_FIXTURES.intersection(names):

@@ -328,7 +328,7 @@ class GenerateDecoder:
     the text grew); a chunk with a new token leaves its text's length to be counted when one
     must (``_settle``; the newest such chunk stands for the ones before it, its text holding
     theirs). The list is never parsed (counted by its commas for a text decoder, to
-    tell incremental output). Every other shape takes the full parse; tests/test_apis.py proves
+    tell incremental output). Every other shape takes the full parse; tests/unit/engine/client/test_api_formats.py proves
     both give the same Event and leave the same state.
     """
 

@@ -4,7 +4,7 @@ engine/client/_speedups.c does, one call per socket read, what engine/client/sse
 OpenAI decoder of engine/client/api_formats.py do per event, and hands back to them (in
 order) every event it does not read exactly as they would. It is built at install time where
 a C compiler is (setup.py, optional: a failed build installs without it); where it is not,
-every stream takes the Python road, which gives the same values (tests/test_speedups.py feeds
+every stream takes the Python road, which gives the same values (tests/unit/engine/client/test_speedups.py feeds
 both the same bytes). Only the plain OpenAI decoders have a C road: /generate, and a stream
 whose answer text is collected (multi-turn), stay in Python.
 

@@ -18,7 +18,7 @@ One module per job; this package re-exports the public names:
     builtin.py      the shipped presets (package data redline.presets), listed and found by name
 
 Adding a key: declare it on its spec field (spec.py `setting`: kind, default, meaning, flag,
-comment); parse.py reads it, preset_to_toml writes it, tests/test_preset_keys.py holds its row
+comment); parse.py reads it, preset_to_toml writes it, tests/unit/engine/preset/test_keys.py holds its row
 in docs/presets.md.
 
 A recorded session as a replay preset (`redline preset-from`) reads a session: it is

@@ -11,7 +11,7 @@ and one whose value lands elsewhere (a [stop] rule, the [ramp] form keys) is a `
 table's tuple (tables.py, ramp_forms.py). From these declarations come the reading of a table
 (`read_keys`, with its one-line errors), its writing (`write_keys`, toml_out.py), the keys a
 table accepts (parse.py), and the key tables of docs/presets.md (`markdown_rows`;
-tests/test_preset_keys.py holds the two equal).
+tests/unit/engine/preset/test_keys.py holds the two equal).
 
 Each kind checks a value through the typed getters of fields.py, so that its refusal reads
 `FILE: [TABLE].KEY: expected WHAT, got VALUE`; `describe()` is the type column of the docs' table.

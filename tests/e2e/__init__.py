@@ -1,0 +1,1 @@
+"""The TUI and the CLI as a user drives them (Pilot, `redline ...` processes)."""

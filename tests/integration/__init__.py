@@ -1,0 +1,1 @@
+"""Tests that need a server: a sim, an HTTP server, a redline process."""

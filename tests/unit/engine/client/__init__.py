@@ -1,0 +1,1 @@
+"""Unit tests of engine/client/ (redline.engine.client)."""

@@ -1,0 +1,1 @@
+"""Unit tests of engine/load/ (redline.engine.load)."""

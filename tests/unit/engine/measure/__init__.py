@@ -1,0 +1,1 @@
+"""Unit tests of engine/measure/ (redline.engine.measure)."""

@@ -1,0 +1,1 @@
+"""Unit tests of engine/preset/ (redline.engine.preset)."""

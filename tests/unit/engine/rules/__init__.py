@@ -1,0 +1,1 @@
+"""Unit tests of engine/rules/ (redline.engine.rules)."""

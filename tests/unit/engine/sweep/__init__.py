@@ -1,0 +1,1 @@
+"""Unit tests of engine/sweep/ (redline.engine.sweep)."""

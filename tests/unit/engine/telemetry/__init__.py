@@ -1,0 +1,1 @@
+"""Unit tests of engine/telemetry/ (redline.engine.telemetry)."""

@@ -1,0 +1,1 @@
+"""Unit tests of engine/workload/ (redline.engine.workload)."""

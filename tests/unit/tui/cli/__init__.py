@@ -1,0 +1,1 @@
+"""Unit tests of tui/cli/ (redline.tui.cli)."""
