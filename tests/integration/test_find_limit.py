@@ -97,6 +97,10 @@ def _search_preset(start, top, slo=None, out_len=24, **ramp):
     return steady_in(parse_preset(d, "search.toml"), 2)
 
 
+# a knee and an SLO level read off measured curves (conftest.py's id lists named this test by its
+# old name, test_search_finds_the_pp_capped_cap_for_both_answers, and lost it at the rename)
+@pytest.mark.timing
+@pytest.mark.slow
 def test_search_finds_a_cap_of_8_for_both_answers(sim_factory, tmp_path):
     """A server that runs 8 at a time (pp-capped's numbers without pp, CAP8_SIM): the throughput knee and the largest C whose requests get a
     first token within 400 ms are both 8. Its 8 decode in lockstep (same output length), so at
