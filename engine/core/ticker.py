@@ -28,6 +28,7 @@ from ..rules.guard import GuardWatch
 from ..telemetry.cap import CapDetector, cap_warning
 from ..telemetry.client_health import ClientHealth, LoopLagMonitor
 from ..telemetry.efficiency import total_power_w
+from ..telemetry.load_lag import LoadLag
 from ..telemetry.server_info import cache_report_hint
 from ..workload.prompts import is_prefix_spec
 from .replan import Replanned, Replanner
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ..telemetry.hub import TelemetryHub
     from ..telemetry.types import ClientHealthSample, ServerSample
     from .disk import Disk
+    from .held_load import HeldLoad
     from .lifetime import Lifetime
     from .measurements import Measurements
     from .steering import Driven
@@ -52,6 +54,7 @@ class Watched(Replanned, Protocol):
     measurements: Measurements
     disk: Disk
     life: Lifetime
+    load: HeldLoad
 
     @property
     def steering(self) -> Driven: ...
@@ -90,9 +93,18 @@ class Ticker:
         e = self.e
         self._lag = LoopLagMonitor()
         self._lag.start()
-        self._health_probe = ClientHealth(self._lag)
+        # the lag of the loops that hold the load: the workers' while they do (load_lag.py)
+        self._health_probe = ClientHealth(LoadLag(self._lag, self._workers_lag, self._lane_on))
         e.life.spawn(self._watch_health(), "redline-health")
         self.cap = CapDetector(e.target.info if e.target else None)
+
+    def _workers_lag(self) -> LoopLagMonitor | None:
+        pool = self.e.load.pool
+        return pool.loop_lag if pool is not None else None
+
+    def _lane_on(self) -> bool:
+        lane = self.e.load.lane
+        return lane is not None and lane.on
 
     async def stop(self) -> None:
         if self._lag is not None:

@@ -60,7 +60,7 @@ def _actor_class():
 
             self.w = Worker(spec, None)
             await self.w.warm()
-            self.w.ctl.start()
+            self.w.start()
             return platform.node()
 
         async def order(self, msg: Order | Feed) -> None:

@@ -44,6 +44,7 @@ from ..measure.histogram import LogHistogram
 from ..measure.hooks import RequestHooks
 from ..measure.own_requests import window_cut
 from ..measure.records import COALESCED, RequestRecord
+from ..telemetry.client_health import LoopLagMonitor
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
 from ..workload.trace import TracePrompts, TraceRow
@@ -283,6 +284,10 @@ class Worker:
                               on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
         self.ctl.pause()  # until the coordinator gives this worker its share
         self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)
+        # its loop's wake-ups, each in the next report: the loop that sends and stamps this
+        # worker's share (the client's health reads these, engine/telemetry/load_lag.py)
+        self.loop_lag = LoopLagMonitor()
+        self._lag_taken = -1.0
         self._trace_prompts: TracePrompts | None = None
 
     def _stamp(self, t: float | None = None) -> tuple[int, int, str]:
@@ -349,6 +354,17 @@ class Worker:
             except httpx.HTTPError:
                 pass
 
+    def start(self) -> None:
+        """Start the load (paused until the coordinator's first order) and the loop's watch."""
+        self.loop_lag.start()
+        self.ctl.start()
+
+    def _new_wakeups(self) -> list[tuple[float, float]]:
+        got = self.loop_lag.since(self._lag_taken)
+        if got:
+            self._lag_taken = got[-1][0]
+        return got
+
     def take(self, kind: str = "batch", seq: int = 0, cut: tuple[float, float, bool] | None = None) -> Report:
         """The report: what was measured since the last one, and this worker's state. `now`
         is this host's clock when it was taken (a coordinator on another host places the
@@ -361,7 +377,7 @@ class Worker:
             cut_at=cut[0] if cut is not None else None, cuts=cuts,
             backing_off=sum(t.sender.backing_off for t in self.targets),
             backlog=len(ctl.backlog), delayed=ctl.delayed, dropped=ctl.dropped,
-            fed=(self.feed.gen, self.feed.popped),
+            fed=(self.feed.gen, self.feed.popped), loop_lags=self._new_wakeups(),
             cpu_s=time.process_time(), now=time.perf_counter(),
         )
 
@@ -375,6 +391,7 @@ class Worker:
     async def close(self) -> int:
         """Stop sending, cancel what is in flight; returns how many were cancelled."""
         n = await self.ctl.stop()
+        await self.loop_lag.stop()
         await self._close_clients()
         return n
 
@@ -412,7 +429,7 @@ class Worker:
 
         read_pipe(self.conn, loop, on_msg, last=lambda msg: isinstance(msg, Ask) and msg.what == STOP, name="redline-worker-orders")
         await self.warm()
-        self.ctl.start()
+        self.start()
         self.conn.send(Ready(self.spec.index))
 
         async def flusher() -> None:
@@ -430,6 +447,7 @@ class Worker:
             n = await self.ctl.stop()
             self.report("stopped")
             self.conn.send(Done(STOP, 0, self.spec.index, n))
+            await self.loop_lag.stop()
             await self._close_clients()
 
 

@@ -130,6 +130,7 @@ class Report:
     delayed: int = 0
     dropped: int = 0
     fed: tuple[int, int] = (0, 0)  # (trace replay gen, rows taken)
+    loop_lags: list = field(default_factory=list)  # [(time, lag s)]: its event loop's wake-ups since the last report
     cpu_s: float = 0.0
     now: float = 0.0  # the worker host's perf_counter when taken
 
@@ -144,6 +145,7 @@ class Report:
             gaps=[(b + db, v) for b, v in self.gaps],
             held=[(dropped, t + d) for dropped, t in self.held],
             abandoned=[t + d for t in self.abandoned],
+            loop_lags=[(t + d, lag) for t, lag in self.loop_lags],
             ends=[x._replace(t_send=x.t_send + d, t_first=_opt(x.t_first, d), t_first_answer=_opt(x.t_first_answer, d),
                              t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps],
                              failed_tokens=None if x.failed_tokens is None else [(b + db, n) for b, n in x.failed_tokens])

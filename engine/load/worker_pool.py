@@ -35,6 +35,7 @@ from ..constants import TRACE_FEED_AHEAD_S
 from ..loop import read_pipe, wait_set, wait_within
 from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
+from ..telemetry.client_health import LoopLagMonitor
 from .controller import TRACE, LoadControl
 from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, unbucket_tokens, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
@@ -50,6 +51,7 @@ READY_TIMEOUT_S = 60.0
 GROWN_RID_BLOCK = 10**12  # a grown batch's request ids start a block of their own (unique in the session)
 SYNC_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 10.0
+MAX_LAG_LOOPS = 64  # the pool keeps the lag window of this many workers' loops
 
 
 def split(total: int, n: int) -> list[int]:
@@ -84,6 +86,9 @@ class WorkerPool(LoadControl):
         self.port = port  # the coordinator, as the load sees it (engine/load/port.py)
         self.n = workers
         self.states = [_WorkerState(i) for i in range(workers)]
+        # every worker's event-loop wake-ups, from its reports: the lag that can move the load's
+        # figures (engine/telemetry/load_lag.py)
+        self.loop_lag = LoopLagMonitor(loops=MAX_LAG_LOOPS)
         self._procs: list = []
         self._conns: list = []
         self._live: dict[int, tuple[int, RequestRecord]] = {}  # rid -> (target index, record)
@@ -452,6 +457,8 @@ class WorkerPool(LoadControl):
             port.on_gaps(gaps)
         if msg.cut_at is not None and msg.cuts:  # before the ends: a step's close reads them
             port.on_cuts(msg.cut_at, msg.cuts)
+        for t, lag in msg.loop_lags:
+            self.loop_lag.record(t, lag)
         lags = msg.lags
         if lags is not None:  # a histogram delta, binned as LiveMetrics.on_lag bins
             port.merge_lags(lags)

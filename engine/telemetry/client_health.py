@@ -149,13 +149,16 @@ class LoopLagMonitor:
         interval_s: float = LAG_INTERVAL_S,
         window_s: float = LAG_WINDOW_S,
         clock: Callable[[], float] = time.perf_counter,
+        loops: int = 1,
     ) -> None:
+        """`loops`: how many loops' wake-ups this one keeps (the window's worth of each): the
+        load workers' loops, recorded from their reports (engine/telemetry/load_lag.py)."""
         if interval_s <= 0 or window_s <= 0:
             raise ValueError(f"interval_s and window_s must be > 0, got {interval_s}, {window_s}")
         self.interval_s = interval_s
         self.window_s = window_s
         self.clock = clock
-        self._lags: deque[tuple[float, float]] = deque(maxlen=int(window_s / interval_s) + 64)
+        self._lags: deque[tuple[float, float]] = deque(maxlen=loops * (int(window_s / interval_s) + 64))
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self.thread_id: int | None = None  # native id of the thread that runs the loop
@@ -181,6 +184,11 @@ class LoopLagMonitor:
         """Add one observation (the task does this; exposed for tests and other sources)."""
         with self._lock:
             self._lags.append((t, max(0.0, lag_s)))
+
+    def since(self, since: float) -> list[tuple[float, float]]:
+        """The wake-ups recorded after `since`: (time, lag in seconds), oldest first."""
+        with self._lock:
+            return [(t, lag) for t, lag in self._lags if t > since]
 
     def max_since(self, since: float) -> float:
         """The worst lag (ms) recorded at or after `since` (0 when none)."""
@@ -400,6 +408,7 @@ def verdict(
     *,
     lag_threshold_ms: float = LAG_OVERLOAD_MS,
     cpu_threshold_pct: float = CPU_OVERLOAD_PCT,
+    in_workers: bool = False,
 ) -> tuple[str, str]:
     """(cause, one-line warning); ("", "") when the timings can be trusted.
 
@@ -407,18 +416,23 @@ def verdict(
     a saturated loop process (in the newest reading) is worth a word, whatever the machine
     does. With it, the readings of the window say why: the loop's own CPU (its busiest
     reading), the machine (any reading where it held the loop up), or neither (a stall).
+
+    ``in_workers``: the lag is the load workers' (engine/telemetry/load_lag.py): the
+    coordinator's own loop stamps nothing, so its CPU alone says nothing; a worker's lag is
+    explained by the busiest process of redline's tree (a worker, when one is saturated).
     """
     now = readings[-1] if readings else None
     loop_now = now.own.loop_pct if now is not None and now.own is not None else None
     if lag_p99_ms is None or lag_p99_ms <= lag_threshold_ms:
-        if loop_now is not None and loop_now > cpu_threshold_pct:
+        if loop_now is not None and loop_now > cpu_threshold_pct and not in_workers:
             return "client_cpu", (
                 f"client overloaded: redline's loop at {_fmt(loop_now)} CPU — latencies inflated "
                 "by redline itself"
             )
         return "", ""
-    lag_text = f"event-loop lag {lag_p99_ms:.0f} ms"
-    loops = [r.own.loop_pct for r in readings if r.own is not None]
+    who = "a load worker's " if in_workers else ""
+    lag_text = f"{who}event-loop lag {lag_p99_ms:.0f} ms"
+    loops = [r.own.busiest_pct if in_workers else r.own.loop_pct for r in readings if r.own is not None]
     loop = max(loops) if loops else None
     own_work = (
         f"client overloaded: redline's loop at {_fmt(loop or 0.0)} CPU, {lag_text} — latencies "
@@ -504,6 +518,7 @@ class ClientHealth:
             list(self._recent),
             lag_threshold_ms=self.lag_threshold_ms,
             cpu_threshold_pct=self.cpu_threshold_pct,
+            in_workers=bool(getattr(self.monitor, "in_workers", False)),
         )
         since, self._last_status = self._last_status, now
         return ClientHealthSample(
