@@ -9,7 +9,6 @@ import asyncio
 import time
 
 import pytest
-from helpers import until
 
 from redline.engine.core.config import EngineConfig
 from redline.engine.core.engine import Engine
@@ -25,6 +24,8 @@ from redline.engine.telemetry.client_health import (
 )
 from redline.engine.telemetry.load_lag import LoadLag
 from redline.engine.workload.prompts import WorkloadConfig
+
+from helpers import until
 
 WL = WorkloadConfig(input_len=16, output_len=64)
 
