@@ -10,7 +10,7 @@ stays open. Nothing changed closes it with nothing sent. Escape cancels.
 from __future__ import annotations
 
 import math
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -59,7 +59,7 @@ def build_change(before: dict[str, str], after: dict[str, str], current: dict | 
     """A WorkloadChange of the fields whose text changed; WorkloadError (one line naming the
     value and what is accepted) for a bad one. With `current` (Snapshot.workload), the change
     is tried on it too (the lengths' bounds, the dataset's form; the engine reads files)."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each key's value is checked below as WorkloadChange types it
     for key in KEYS:
         new = after.get(key, "").strip()
         if new == before.get(key, "").strip():
@@ -84,7 +84,7 @@ def build_change(before: dict[str, str], after: dict[str, str], current: dict | 
             if not 1 <= n <= MAX_LEN:
                 raise WorkloadError(f"{key} {new!r}: expected a whole number of tokens from 1 to {MAX_LEN}")
             values[key] = n
-    change = WorkloadChange(**values)  # type: ignore[arg-type]
+    change = WorkloadChange(**values)
     if current is not None and not change.empty:
         change.apply(_config(current))
     return change
