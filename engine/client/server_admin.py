@@ -15,6 +15,7 @@ drives them at the load redline holds, and says what SGLang answers when):
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
@@ -144,9 +145,11 @@ class ServerOps:
         return False
 
     def new_prefix(self) -> str:
-        """The profile_prefix of the next capture: its trace files start with it."""
+        """The profile_prefix of the next capture: its trace files start with it. The process
+        id keeps two redline sessions on one host apart when they capture in the same second
+        (the default /tmp is shared: each finds only its own files by the prefix)."""
         self._count += 1
-        return f"redline-{time.strftime('%H%M%S')}-{self._count}"
+        return f"redline-{time.strftime('%H%M%S')}-{os.getpid()}-{self._count}"
 
     async def start_profile(self, prefix: str = "") -> tuple[bool, str]:
         """(started, the server's answer)."""
