@@ -113,8 +113,8 @@ def test_mb64_is_better_than_mb8_with_intervals_and_holds_the_front(tmp_path):
 @pytest.mark.server
 @pytest.mark.slow
 def test_two_runs_of_one_server_read_no_clear_difference_over_seeds(tmp_path):
-    """`redline sweep --url U --url U --repeats 3` against one sim, three workload seeds: no
-    comparison (any load, any figure) is called either way (the 20-sweep rate:
+    """`redline sweep --url U --url U --repeats 3` against one sim, two workload seeds: no
+    comparison (any load, any figure) is called either way (the rate over 20 sweeps:
     benchmarks/same_server_twice.py)."""
     preset = tmp_path / "p.toml"
     preset.write_text(TINY.replace("[16, 256]", "[4, 16]"))  # one server twice: any loads, each figure measured
@@ -122,7 +122,7 @@ def test_two_runs_of_one_server_read_no_clear_difference_over_seeds(tmp_path):
     # time turned the sim's own loop jitter under the suite's load into an +8 % between blocks
     sim = spawn_sim_process("healthy", extra_args=["--set", "time_scale=0.5"])
     try:
-        for seed in (11, 22, 33):
+        for seed in (11, 22):
             out = tmp_path / f"s{seed}"
             r = _run(["sweep", "--url", sim.url, "--url", sim.url, "--repeats", "3", "--preset", str(preset), "--headless",
                       "--no-nvml", "--seed", str(seed), "--out", str(out)])
