@@ -165,26 +165,25 @@ class TargetSet:
         self.events.warn(f"server overloaded ({kind}): each failing slot backs off up to {OVERLOAD_BACKOFF_MAX_S:g} s", key="overloaded")
 
     def _gone(self, st: TargetState) -> None:
-        ev = self.events
         why = st.stats.watch.why if st.stats.watch is not None else ""
-        ev.clear(f"target not ready {st.index}")
-        if self.all_down:
-            if self.load.controller is not None:
-                self.load.controller.hold = True
-            ev.log("error", f"server gone: requests refused or broken and /health fails ({why}); holding load until it answers again")
-        elif len(self.states) > 1:
-            left = [t.target.url for t in self.states if not t.down]
-            ev.warn(f"target {st.target.url} gone (requests refused or broken, {why}): its share goes to {', '.join(left)}", key=f"target gone {st.index}")
+        self.events.clear(f"target not ready {st.index}")
+        self._down(st, f"server gone: requests refused or broken and /health fails ({why}); holding load until it answers again",
+                   f"target {st.target.url} gone (requests refused or broken, {why})", f"target gone {st.index}")
 
     def _not_ready(self, st: TargetState) -> None:
-        ev = self.events
+        self._down(st, f"server not ready: requests refused or broken and {st.target.url}/health answers 503; holding load until it answers 200",
+                   f"target {st.target.url} not ready (/health answers 503)", f"target not ready {st.index}")
+
+    def _down(self, st: TargetState, all_down: str, this_one: str, key: str) -> None:
+        """A target down: with every target down the load holds (an error line); else its share
+        goes to the others (a warning naming them)."""
         if self.all_down:
             if self.load.controller is not None:
                 self.load.controller.hold = True
-            ev.log("error", f"server not ready: requests refused or broken and {st.target.url}/health answers 503; holding load until it answers 200")
+            self.events.log("error", all_down)
         elif len(self.states) > 1:
             left = [t.target.url for t in self.states if not t.down]
-            ev.warn(f"target {st.target.url} not ready (/health answers 503): its share goes to {', '.join(left)}", key=f"target not ready {st.index}")
+            self.events.warn(f"{this_one}: its share goes to {', '.join(left)}", key=key)
 
     def _back(self, st: TargetState) -> None:
         ev = self.events
