@@ -403,6 +403,7 @@ async def run_request(
                      fast_path.splitter(api, text=rec.answer is not None))
     rec.spread_itl = api == GENERATE
     rec.t_send = stream.t = perf()
+    resp: httpx.Response | None = None
     try:
         async with client.stream("POST", url, json=body) as resp:
             rec.http_status = resp.status_code
@@ -443,10 +444,25 @@ async def run_request(
                 _fail(rec, records.ERR_MALFORMED, f"response is not an SSE stream: {stream.first_bytes!r}", client)
             else:
                 _fail(rec, records.ERR_DISCONNECT, "stream ended before [DONE]", client)
+    finally:
+        if resp is not None:
+            _unbind(resp)
     _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
     if rec.status == records.OK and rec.max_tokens > 0 and rec.output_tokens == 0:
         _fail(rec, records.ERR_EMPTY, f"the stream ended without an output token ({rec.max_tokens} asked for)", client)
     return rec
+
+
+_UNBOUND = httpx.ByteStream(b"")
+
+
+def _unbind(resp: httpx.Response) -> None:
+    """Break the reference cycle httpx leaves behind a closed response: its client binds the
+    response's stream to the response (BoundAsyncStream <-> Response), so the response, its
+    request, headers and URL (14 objects a request) outlive it until a full garbage collection.
+    At C=1024 two load workers piled up 24,000 of them in 10 s, and each collection held a
+    worker's loop 45-90 ms (benchmarks/scale_gap.py): the send stamps of TTFT carry that."""
+    resp.stream = _UNBOUND
 
 
 def _settle_tokens(rec: RequestRecord, completion_tokens: int | None, counted: int, on_tokens: TokensCallback) -> None:

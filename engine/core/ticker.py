@@ -22,6 +22,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from ..constants import HARVEST_INTERVAL_S, HISTORY_S, TIMELINE_INTERVAL_S
+from ..heap import HeapKeeper
 from ..load.controller import CONCURRENCY, LoadControl
 from ..measure.timeline import timeline_row
 from ..rules.guard import GuardWatch
@@ -84,6 +85,7 @@ class Ticker:
         self._health_probe: ClientHealth | None = None
         self._lag: LoopLagMonitor | None = None
         self._session_error: str | None = None
+        self.heap = HeapKeeper()  # the collector's walks: a second's objects, not the heap (engine/heap.py)
         self.replan = Replanner(engine)  # --workers auto while the run goes (engine/core/replan.py)
         self._cache_hint_done = False  # the cached-tokens hint was given, or is not to be given
 
@@ -170,6 +172,7 @@ class Ticker:
         self.timeline_row(now)
         if session is not None:
             e.disk.write(session.flush)
+        self.heap.tick(now, idle=e.in_flight == 0 and (ctl is None or ctl.paused))
 
     def _check_cache_report(self) -> None:
         """A workload that asks for cached tokens (shared prefixes, several turns) on a server

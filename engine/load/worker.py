@@ -37,6 +37,7 @@ import httpx
 from ..client.http import make_client
 from ..client.server_watch import ServerWatch
 from ..client.target import Target
+from ..heap import HeapKeeper
 from ..loop import new_event_loop, read_pipe
 from ..measure import records
 from ..measure.accumulator import new_gaps
@@ -291,6 +292,7 @@ class Worker:
         # worker's share (the client's health reads these, engine/telemetry/load_lag.py)
         self.loop_lag = LoopLagMonitor()
         self._lag_taken = -1.0
+        self.heap = HeapKeeper()  # the collector's walks: a second's objects, not the heap (engine/heap.py)
         self._trace_prompts: TracePrompts | None = None
 
     def _stamp(self, t: float | None = None) -> tuple[int, int, str]:
@@ -360,6 +362,7 @@ class Worker:
     def start(self) -> None:
         """Start the load (paused until the coordinator's first order) and the loop's watch."""
         self.loop_lag.start()
+        self.heap.tick(time.perf_counter())  # start-up is over: its objects leave the collector's walks
         self.ctl.start()
 
     def _new_wakeups(self) -> list[tuple[float, float]]:
@@ -441,6 +444,8 @@ class Worker:
                 nxt += FLUSH_S
                 await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
                 self.report()
+                ctl = self.ctl
+                self.heap.tick(time.perf_counter(), idle=ctl.paused and ctl.in_flight == 0)
 
         task = asyncio.create_task(flusher())
         try:

@@ -161,7 +161,7 @@ def test_the_counter_sees_absolute_relative_type_only_and_lazy_imports(tmp_path,
 # report and facade layers may import it). The root's leaf helpers are layer 0; its facades and
 # the engine host the top.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "constants", "fmt", "loop", "text", "child"),  # leaf helpers ("": engine/__init__, __version__)
+    ("", "constants", "fmt", "heap", "loop", "text", "child"),  # leaf helpers ("": engine/__init__, __version__)
     ("telemetry", "workload"),  # GPUs, server /metrics and what the server says; prompts, datasets, arrivals, traces
     ("measure",),  # records, percentiles, live metrics, steps, SLO, timeline
     ("rules", "session"),  # knee, steadiness, stop rules, guard, search, gate conditions; the session writer
@@ -241,7 +241,7 @@ def test_the_layer_check_fails_on_an_import_up():
 def test_the_engine_root_holds_the_facades_the_host_and_leaf_helpers_only():
     root = sorted(p.stem for p in ROOT_ENGINE.glob("*.py"))
     assert len(root) <= 10, root
-    assert set(root) <= {"__init__", "api", "host", "constants", "fmt", "loop", "text", "child"}, root
+    assert set(root) <= {"__init__", "api", "host", "constants", "fmt", "heap", "loop", "text", "child"}, root
 
 
 def test_the_command_line_never_imports_textual():
