@@ -15,8 +15,8 @@ collector's walks then cover what was made since, a second's worth: young cycles
 request's exception and its frames) are still collected as they die, and every object is still
 freed by its reference count. Cycles among objects older than FREEZE_S wait for ``reclaim``:
 a full collection of the whole heap, run where no figure can carry it, when the process holds
-no request (`idle`: its load paused and empty) and once each such pause, and at exit
-(engine/host.py `freeze_heap`).
+no request (`idle`: its load paused and empty) and once each such pause, and when the load
+stops (``stop``: the engine's stop, a worker's end).
 
 The engine's own process ticks from its second (engine/core/ticker.py), a load worker from its
 flusher (engine/load/worker.py).
@@ -61,11 +61,19 @@ class HeapKeeper:
             self._frozen_at = now
             self._held_since_reclaim = True
 
-    def reclaim(self) -> None:
+    def stop(self) -> None:
+        """The load is over (the engine stops): reclaim what froze while it ran, so that a
+        process that goes on (a test, a script that embeds the engine) keeps no old cycle."""
+        if self._held_since_reclaim:
+            self.reclaim(refreeze=False)
+        self._frozen_at = None
+
+    def reclaim(self, refreeze: bool = True) -> None:
         """One full collection of everything, the frozen objects too; then freeze again (the
-        modules and what is left live on)."""
+        modules and what is left live on), unless the load is over."""
         self.gc.unfreeze()
         self.gc.collect()
-        self.gc.freeze()
+        if refreeze:
+            self.gc.freeze()
         self._held_since_reclaim = False
         self.reclaims += 1

@@ -74,3 +74,16 @@ def test_a_full_collection_walks_only_what_was_made_since_and_the_reclaim_frees_
         assert gc.get_freeze_count() > 1000  # and the heap is frozen again
     finally:
         gc.unfreeze()
+
+
+def test_the_engines_stop_reclaims_and_leaves_the_collector_as_it_found_it():
+    fake = FakeGc()
+    k = HeapKeeper(fake)
+    k.stop()  # nothing froze: nothing to do
+    assert fake.calls == []
+    k.tick(0.0)
+    k.stop()
+    assert fake.calls == ["freeze", "unfreeze", "collect2"]  # not frozen again: the process goes on
+    k.stop()
+    assert fake.calls == ["freeze", "unfreeze", "collect2"]
+
