@@ -111,7 +111,7 @@ async def reference(url: str, c: int, seconds: float, output_len: int) -> dict:
 async def redline(url: str, c: int, seconds: float, output_len: int, transport: str) -> dict:
     from redline.engine.core.config import EngineConfig
     from redline.engine.core.engine import Engine
-    from redline.engine.host import freeze_heap
+    from redline.engine.heap import freeze_heap
     from redline.engine.workload.prompts import WorkloadConfig
 
     cfg = EngineConfig(url=url, concurrency=c, max_concurrency=max(c, 1024), transport=transport,
@@ -169,7 +169,8 @@ def worker_main(args: argparse.Namespace) -> None:
 
         res = uvloop.run(reference(args.url, args.c, args.seconds, args.output_len))
     else:
-        from redline.engine.host import freeze_heap, new_event_loop
+        from redline.engine.heap import freeze_heap
+        from redline.engine.host import new_event_loop
 
         transport = args.worker
         loop = new_event_loop()  # uvloop, as the engine runs under the TUI

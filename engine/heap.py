@@ -15,11 +15,13 @@ collector's walks then cover what was made since, a second's worth: young cycles
 request's exception and its frames) are still collected as they die, and every object is still
 freed by its reference count. Cycles among objects older than FREEZE_S wait for ``reclaim``:
 a full collection of the whole heap, run where no figure can carry it, when the process holds
-no request (`idle`: its load paused and empty) and once each such pause, and when the load
-stops (``stop``: the engine's stop, a worker's end).
+no request (`idle`: its load paused and empty) and once each such pause, and when the engine
+stops (``stop``, the last thing Engine.stop does: the log is complete by then). A load worker's
+process simply ends.
 
 The engine's own process ticks from its second (engine/core/ticker.py), a load worker from its
-flusher (engine/load/worker.py).
+flusher (engine/load/worker.py). ``freeze_heap`` is the one-off freeze of the engine's own
+process (engine/host.py): once started, and once stopped, right before the process ends.
 """
 
 from __future__ import annotations
@@ -27,9 +29,22 @@ from __future__ import annotations
 import gc
 from typing import Protocol
 
-__all__ = ["FREEZE_S", "HeapKeeper"]
+__all__ = ["FREEZE_S", "HeapKeeper", "freeze_heap"]
 
 FREEZE_S = 1.0  # objects alive this long leave the collector's walks
+
+
+def freeze_heap() -> None:
+    """Leave every object alive now out of later garbage collections (gc.freeze).
+
+    The engine's own process calls it twice. After start-up: the modules, the config and the
+    started engine (~35k objects) never become garbage, yet every full collection during the
+    run walked them all. And once the engine has stopped, right before the process ends: the
+    interpreter's final collections walked the whole heap again, 0.10-0.14 s of CPU after a
+    C=256 run on this 2-core VM, against 0.02 s with the heap frozen. Objects are still freed
+    by their reference counts as before; only cycles among frozen objects wait for the exit.
+    """
+    gc.freeze()
 
 
 class _Collector(Protocol):
@@ -62,7 +77,7 @@ class HeapKeeper:
             self._held_since_reclaim = True
 
     def stop(self) -> None:
-        """The load is over (the engine stops): reclaim what froze while it ran, so that a
+        """The engine has stopped: reclaim what froze while it ran, so that a
         process that goes on (a test, a script that embeds the engine) keeps no old cycle."""
         if self._held_since_reclaim:
             self.reclaim(refreeze=False)

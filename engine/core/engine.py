@@ -195,6 +195,7 @@ class Engine:
             await self.steering.control.close()
         await self.targets.close_clients()
         self.publish(now, done=True)
+        self.ticker.heap.stop()  # last: a full collection of the heap, once the log is complete
 
     # -- commands (call on the engine's loop) -------------------------------------------
     def execute(self, cmd: commands.Command) -> object:

@@ -111,7 +111,6 @@ class Ticker:
     async def stop(self) -> None:
         if self._lag is not None:
             await self._lag.stop()
-        self.heap.stop()
 
     async def _watch_health(self) -> None:
         """psutil scans /proc (several ms): keep it off the loop that stamps bytes."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import time
+import weakref
 
 import pytest
 
@@ -190,7 +192,6 @@ def test_engine_never_imports_textual():
     assert int(out.stdout.strip()) > 20
 
 
-
 class _Cycle:
     def __init__(self) -> None:
         self.me = self  # only the cyclic collector frees it
@@ -201,9 +202,6 @@ async def test_a_running_engine_freezes_its_heap_each_second_and_its_stop_reclai
     leaves the collector's walks (a full collection does not reach it); the stop collects
     everything and leaves nothing frozen (a process that embeds the engine goes on with its
     collector as before)."""
-    import gc
-    import weakref
-
     sim = sim_factory("healthy")
     enabled = gc.isenabled()
     gc.disable()  # no automatic collection: only the engine's freeze decides where the cycle goes
