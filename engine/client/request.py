@@ -40,7 +40,7 @@ from ..text import one_line
 from . import fast_path
 from .api_formats import GENERATE, Event, MalformedEvent, make_decoder
 from .sse import DONE, SSEDecoder, too_big
-from .transport import BODY_EXTENSION
+from .transport import BODY_EXTENSION, SENT_EXTENSION
 
 # a request's hooks as the per-read path fires them (engine/measure/hooks.py RequestHooks):
 # tokens(t, output_tokens) as tokens arrive (live throughput); lag(lag_s) with (receive wall
@@ -407,6 +407,9 @@ async def run_request(
     try:
         async with client.stream("POST", url, json=body) as resp:
             rec.http_status = resp.status_code
+            t_sent = resp.extensions.get(SENT_EXTENSION)
+            if t_sent is not None:
+                rec.send_wait = t_sent - rec.t_send
             if resp.status_code != 200:
                 text = b""
                 async for part in resp.aiter_raw():

@@ -17,7 +17,8 @@ bytes, the part that costs CPU per streamed token (docs/benchmarks.md).
 - The per-token path (engine/client/request.py) finds the body in the response's extensions
   (`BODY_EXTENSION`) and hands it a sink, `_Body.pump(sink)`: the reads go to the sink as
   (stamp, bytes) pairs from one loop callback per loop iteration for all connections, after
-  the loop read every ready socket, with no wake-up of the request's task per read.
+  the loop read every ready socket, with no wake-up of the request's task per read; and when
+  its last byte went to the kernel (`SENT_EXTENSION`: the client's own wait, `send_wait`).
 - A pooled keep-alive connection that the server closed while idle is not used: before
   reuse its socket is polled (an idle socket that is readable has an EOF, a reset or bytes
   nobody asked for). If one still fails before any byte of the request was written (the
@@ -38,7 +39,6 @@ Nothing here knows about SSE or LLMs.
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 from time import perf_counter
 from typing import Any, AsyncIterator, Callable
@@ -48,24 +48,22 @@ import httpx
 
 from ..loop import wait_within
 from . import kstamp
+from .lean_head import request_head
 from .lean_tls import close_opened, dropped as _dropped, ssl_context
 
-__all__ = ["BODY_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
+__all__ = ["BODY_EXTENSION", "SENT_EXTENSION", "LeanTransport", "Stamped", "ssl_context"]
 
 HIGH_WATER = 256 * 1024  # bytes buffered for a slow consumer before reading pauses (TCP backpressure)
 KEEPALIVE_EXPIRY_S = 4.0  # under uvicorn's 5 s keep-alive: never reuse what it may be closing
 IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"))
 DEFAULT_PORTS = {"http": 80, "https": 443}
-# RFC 9110 field names are tokens; a value may not hold CR, LF or NUL (header injection), as h11 checks.
-_NAME_OK = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+\Z")
-_VALUE_BAD = re.compile(rb"[\x00\r\n]")
 BODY_EXTENSION = "redline.body"  # Response.extensions key: the _Body, for pump()
+SENT_EXTENSION = "redline.sent"  # ... perf_counter() when the write of the request's last byte returned
 
 
 class Stamped(bytes):
-    """Body bytes of one socket read; `t` is when that read arrived, on the
-    time.perf_counter() clock (the kernel's receive time, or perf_counter() in
-    data_received before any parsing: see the module)."""
+    """Body bytes of one socket read; `t` is when that read arrived, on the time.perf_counter()
+    clock (the kernel's receive time, or perf_counter() in data_received: see the module)."""
 
     t: float
 
@@ -433,27 +431,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         key = (scheme, url.host, url.port or DEFAULT_PORTS[scheme])
         timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
         method = request.method.encode("ascii")
-        parts = [method, b" ", url.raw_path, b" HTTP/1.1\r\n"]
-        chunked = False
-        for name, value in request.headers.raw:
-            if _VALUE_BAD.search(value) or not _NAME_OK.match(name):
-                # never echo the value: it may be the API key
-                raise httpx.LocalProtocolError(
-                    f"refused to send header {name[:40].decode('latin-1')!r}: its name or value holds a character "
-                    "not allowed in HTTP headers (CR, LF, NUL or, in a name, a separator)"
-                )
-            parts += (name, b": ", value, b"\r\n")
-            if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        parts.append(b"\r\n")
-        try:
-            body: bytes | None = request.content
-        except httpx.RequestNotRead:
-            body = None  # a streamed request body
-        if body is not None and not chunked:
-            parts.append(body)
-            body = b""
-        head = b"".join(parts)
+        head, body, chunked = request_head(request, method)
 
         attempt = 0
         while True:
@@ -469,6 +447,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 await conn.write(head, timeouts.get("write"))
                 if body is None or body:  # streamed or chunked: frame as we go
                     await self._write_body(conn, request, body, chunked, timeouts.get("write"))
+                t_sent = perf_counter()
                 while not conn.headers_done:
                     if conn.exc is not None:
                         raise conn.exc
@@ -495,7 +474,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn.status,
             headers=conn.headers,
             stream=stream,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason, BODY_EXTENSION: stream},
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason, BODY_EXTENSION: stream, SENT_EXTENSION: t_sent},
         )
 
     async def aclose(self) -> None:

@@ -20,11 +20,11 @@ Here: the life cycle, the commands (a table, `COMMANDS`) and the parts, each own
 - the targets (their Senders, health watches, gone and back, the server's profiler and cache
   endpoints): targets.py, target_stats.py;
 - the load it holds (held_load.py), started in load_start.py, with workers through its port
-  (engine/load/port.py, engine_port.py); live steps: live_steps.py;
-- once a second (checks, the guard, the timeline row): ticker.py, with replan.py;
+  (engine/load/port.py, engine_port.py); live steps: live_steps.py; each second: ticker.py,
+  with replan.py (the checks, the guard, the timeline row);
 - the snapshot: publisher.py; the session's writes off the loop: disk.py (meta.json and
-  summary.json: summary.py, provenance.py); the engine's life and tasks: lifetime.py; who
-  steers it (the command table, the driver, the control API): steering.py.
+  summary.json: summary.py, provenance.py; a step's client_limited: judge_doubt); the engine's
+  life and tasks: lifetime.py; who steers it (the command table, the driver, the API): steering.py.
 Each part takes what it needs of the engine as a typed Protocol (or the parts themselves).
 """
 
@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Awaitable, Mapping
 
 from ..client.target import TargetUnreachable, validate_url
 from ..load.controller import PAUSED, PROBE, RATE, TRACE, Controller, LoadControl
 from ..load.probe_lane import ProbeLane
 from ..load.sender import Sender
+from ..load.worker_count import kernel_stamped
 from ..measure.accumulator import StepAccumulator
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock
@@ -49,6 +51,7 @@ from ..measure.timeline import tick
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import STEP_JUDGE
 from ..session import SessionWriter
+from ..telemetry.client_doubt import client_doubted
 from ..telemetry.hub import TelemetryHub
 from ..workload.arrivals import check_rate
 from ..workload.change import WorkloadChange
@@ -135,6 +138,7 @@ class Engine:
         self.measurements.lane_sender = lane_sender
         for url, w in zip(cfg.more_urls, weights[1:], strict=False):
             await targets.start_more(url, w)
+        self.judge_doubt()
         await prepare(self)
         if cfg.telemetry:
             self.telemetry = await start_telemetry(self, base)
@@ -384,6 +388,12 @@ class Engine:
         assert self.load.source is not None
         p = self.load.source.next()
         return p.text, p.max_tokens, p.expected_input_tokens
+
+    def judge_doubt(self, limits: Mapping[str, float] | None = None) -> None:
+        """A step's client_limited from now, judged against `limits` (engine/telemetry/client_doubt.py)."""
+        if self.disk.session is not None:
+            kernel = kernel_stamped([t.target.url for t in self.targets], self.config.transport)
+            self.disk.session.doubt = partial(client_doubted, limits=dict(limits or {}), kernel_stamped=kernel)
 
     def set_slo(self, slo: Slo | None, *, log: bool = True) -> None:
         """SLOs from now on: goodput live and for steps opened from now, and the SLO stop

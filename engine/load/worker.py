@@ -218,7 +218,7 @@ class _TargetListener:
         b.sends.append(Sent(self.ti, rec.rid, rec.phase, rec.step, rec.concurrency, rec.t_send, rec.t_intended, rec.expected_input_tokens, rec.max_tokens, rec.turn))
 
     def on_first(self, rec: RequestRecord) -> None:
-        self.b.firsts.append(First(rec.rid, rec.t_send, rec.t_first, rec.t_first_answer))
+        self.b.firsts.append(First(rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.send_wait))
 
     def on_tokens(self, t: float, n: int) -> None:
         self.b.tokens[(self.ti, int(t / BUCKET_S))] += n
@@ -234,7 +234,7 @@ class _TargetListener:
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
             rec.figures(), bucket_gaps(rec.gaps_from(1)) if failed else None,
-            rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None,
+            rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None, rec.send_wait,
         ))
 
 

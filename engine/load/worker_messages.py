@@ -72,6 +72,7 @@ class First(NamedTuple):
     t_send: float
     t_first: float | None
     t_first_answer: float | None
+    send_wait: float | None = None  # RequestRecord.send_wait (a duration: no clock to shift)
 
 
 class Ended(NamedTuple):
@@ -91,6 +92,7 @@ class Ended(NamedTuple):
     failed_gaps: list | None  # a failed request's gaps, bucketed: they leave the windows
     cached_tokens: int | None
     failed_tokens: list | None = None  # ... and its tokens, [(10 ms bucket, tokens)]: no throughput
+    send_wait: float | None = None  # RequestRecord.send_wait
 
 
 class Cut(NamedTuple):

@@ -441,11 +441,11 @@ class WorkerPool(LoadControl):
                                 max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
             live[rid] = (ti, rec)
             stats[ti].on_send(rec)
-        for rid, t_send, t_first, t_first_answer in msg.firsts:  # First
+        for rid, t_send, t_first, t_first_answer, send_wait in msg.firsts:  # First
             got = live.get(rid)
             if got is not None:
                 ti, rec = got
-                rec.t_send, rec.t_first, rec.t_first_answer = t_send, t_first, t_first_answer
+                rec.t_send, rec.t_first, rec.t_first_answer, rec.send_wait = t_send, t_first, t_first_answer, send_wait
                 stats[ti].on_first(rec)
         for (ti, b), n in msg.tokens:
             stats[ti].on_tokens((b + 0.5) * BUCKET_S, n)
@@ -471,7 +471,7 @@ class WorkerPool(LoadControl):
             rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end = x.t_send, x.t_first, x.t_first_answer, x.t_end
             rec.status, rec.http_status, rec.error_kind, rec.error_text = x.status, x.http_status, x.error_kind, x.error_text
             rec.input_tokens, rec.output_tokens, rec.usage_reported = x.input_tokens, x.output_tokens, x.usage_reported
-            rec.remote, rec.cached_tokens = x.figures, x.cached_tokens
+            rec.remote, rec.cached_tokens, rec.send_wait = x.figures, x.cached_tokens, x.send_wait
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
                 port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))

@@ -420,6 +420,7 @@ class StepAccumulator(OwnRequests):
         (ttft_mean, ttft_mean_b), (ttft_p50, ttft_p50_b), (ttft_p99, ttft_p99_b) = censored_quantiles(self.ttft, seen, c_ttft, (None, 0.5, 0.99))
         (e2e_p50, e2e_p50_b), (e2e_p99, e2e_p99_b) = censored_quantiles(self.e2e, (), c_e2e, (0.5, 0.99))
         extra = self._percentiles(seen, c_ttft, c_e2e)
+        shift = self._send_shift(at, c_ttft, c_e2e, (ttft_mean, ttft_p50, ttft_p99, e2e_p50, e2e_p99))
         mean_power = self._power_sum / self._power_n if self._power_n else None
         out_tps = self.out_tokens / dd if d > 0 else 0.0
         tpj = out_tps / mean_power if mean_power else None
@@ -463,6 +464,7 @@ class StepAccumulator(OwnRequests):
             output_throughput_se=round(se, 3) if se is not None else None,
             median_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.5)),
             coalesced_chunks=round(self.coalesced / self.chunks, 6) if self.chunks else None,
+            client_send_shift_ms=shift,
             p99_chunk_gap_ms=_ms(self.chunk_gap.quantile(0.99)),
             median_ttfat_ms=_ms(self.ttfat.quantile(0.5)),
             **self._goodput(d, out_tps, at),
@@ -485,6 +487,18 @@ class StepAccumulator(OwnRequests):
             ended_after_close=self.ended_after_close,
             final=self.closed and not self.outstanding,
         )
+
+    def _send_shift(self, at: float, c_ttft: list[float], c_e2e: list[float], figures: tuple[float | None, ...]) -> float | None:
+        """StepResult.client_send_shift_ms: `figures` (mean, median, p99 TTFT, median, p99 E2E, in
+        s) less the same figures of the observed values each less its request's send wait
+        (censored values as they are), the most of them; None where a wait is not known."""
+        seen = self.seen_net(at)
+        if seen is None or self.ttft_net.count != self.ttft.count or self.e2e_net.count != self.e2e.count:
+            return None
+        net = [v for v, _ in censored_quantiles(self.ttft_net, seen, c_ttft, (None, 0.5, 0.99))]
+        net += [v for v, _ in censored_quantiles(self.e2e_net, (), c_e2e, (0.5, 0.99))]
+        moves = [a - b for a, b in zip(figures, net, strict=True) if a is not None and b is not None]
+        return _ms(max(0.0, *moves)) if moves else None
 
     def _percentiles(self, seen: list[float], c_ttft: list[float], c_e2e: list[float]) -> dict:
         """The asked-for percentiles beyond the fixed p50/p99 fields, as bench_serving names

@@ -110,6 +110,11 @@ class OwnRequests:
         self.ttfat = Digest()
         self.e2e = Digest()
         self.tpot = Digest()
+        # ... their TTFTs and E2Es less each one's send wait (RequestRecord.send_wait): how far the
+        # client's own wait moved the step's figures (client_send_shift_ms), while every one's
+        # wait is known (not: a transport that does not tell, an open loop's sends)
+        self.ttft_net = Digest()
+        self.e2e_net = Digest()
         self._own: dict[int, RequestRecord] = {}  # own requests not ended yet
         self._held_t: list[float] = []  # intended send times of own sends still held at the cap
         self._stuck_ttft: list[float] = []  # cancelled own requests with no first token: their age then
@@ -334,6 +339,8 @@ class OwnRequests:
             if cut is None:
                 if rec.e2e is not None:
                     self.e2e.add(rec.e2e)
+                    if (w := _send_wait(rec)) is not None:
+                        self.e2e_net.add(rec.e2e - w)
                 if rec.tpot is not None:
                     self.tpot.add(rec.tpot)
                 if self.slo is not None and self.judge is not None:  # its whole record is the window's
@@ -350,6 +357,8 @@ class OwnRequests:
         if rec.ttft is None:
             return
         self.ttft.add(rec.ttft)
+        if (w := _send_wait(rec)) is not None:
+            self.ttft_net.add(rec.ttft - w)
         if rec.ttfat is not None:
             self.ttfat.add(rec.ttfat)
         if rec.turn:
@@ -357,6 +366,17 @@ class OwnRequests:
             if d is None:
                 d = self.ttft_turn[rec.turn] = Digest()
             d.add(rec.ttft)
+
+    def seen_net(self, now: float) -> list[float] | None:
+        """The TTFTs observed on own requests still in flight at `now` (censored()'s `seen`)
+        less each one's send wait; None when one's wait is not known."""
+        out = []
+        for rec in self._own.values():
+            if rec.t_first is not None and rec.t_first <= now:
+                if (w := _send_wait(rec)) is None:
+                    return None
+                out.append(rec.t_first - rec.t_start - w)
+        return out
 
     def censored(self, now: float) -> tuple[list[float], list[float], list[float]]:
         """(TTFTs observed on own requests still in flight, censored TTFTs, censored E2Es)
@@ -373,3 +393,10 @@ class OwnRequests:
             c_ttft.append(now - t)
             c_e2e.append(now - t)
         return seen, c_ttft, c_e2e
+
+
+def _send_wait(rec: RequestRecord) -> float | None:
+    """What the client itself held of `rec`'s latencies, where that is its send wait: None when
+    not known, or when sent later than meant (an open loop's latencies count from the intended
+    time, so a late client is in them beyond the wait)."""
+    return rec.send_wait if rec.t_intended is None else None

@@ -175,6 +175,10 @@ class RequestRecord:
     # its own step's, on what it did in that step's window; else on its whole record. What
     # attainment, goodput (every window's, live and per step) and the rest read; None: not judged
     slo_met: bool | None = None
+    # the send stamp to the write of its last byte (its connect, redline's own loop): what its
+    # TTFT and E2E hold of the client (docs/numbers.md, "the client's own health"); None: not
+    # known (a transport that does not tell: httpx's own, aiohttp)
+    send_wait: float | None = None
 
     # -- derived figures (docs/numbers.md) ----------------------------------
     @property

@@ -51,6 +51,11 @@ class StepResult:
     # brought with another of their stream's: they share its stamp, so their gaps are left out
     # of ITL and chunk gap (engine/measure/records.py COALESCED); None: no chunk in the window
     coalesced_chunks: float | None = None
+    # how far the client's own send waits (each request's send stamp to its last byte's write:
+    # its connect, redline's loop) moved the step's TTFT and E2E figures: the most any of mean,
+    # median and p99 TTFT, median and p99 E2E drops when each request's wait is taken out (ms);
+    # None: a wait not known (engine/telemetry/client_doubt.py reads the loop's lag instead)
+    client_send_shift_ms: float | None = None
     median_ttfat_ms: float | None = None  # time to the first answer token (reasoning models)
     # with SLOs (engine/measure/slo.py): own requests that met every per-request bound
     request_goodput: float | None = None  # req/s: completions in the window that met the SLO

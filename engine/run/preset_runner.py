@@ -24,12 +24,10 @@ from ..core import commands
 from ..core.config import EngineConfig
 from ..core.engine import COMMANDS as ENGINE_COMMANDS, Engine
 from ..core.steering import Handler
-from ..load.worker_count import kernel_stamped
 from ..preset import Preset
 from ..rules.breaks import Place, RampJudge
 from ..rules.step_text import format_step_line
 from ..rules.verdicts import StopRules
-from ..telemetry.client_doubt import client_doubted
 from .probe import run_probe
 from .ramp_record import RampRecord, RunOutcome
 from .run_watch import RunWatch
@@ -50,8 +48,7 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     book = engine.book
     book.break_result = book.cause = None
     book.rejudge = ramp.rejudge
-    if engine.session is not None:
-        engine.session.doubt = client_doubt(engine, preset)
+    engine.judge_doubt(doubt_limits(engine, preset))
     ctl = engine.controller
     if ctl is not None and preset.ramp.max_concurrency is not None:
         ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap
@@ -72,9 +69,9 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     return out
 
 
-def client_doubt(engine: Engine, preset: Preset) -> Callable[[dict, float | None], bool]:
-    """Whether the loop's lag over a step could matter to its figures, given this run's limits
-    ([stop] p99 TTFT / ITL, the SLO's p99 bounds) and its reads' stamps (engine/telemetry/client_doubt.py)."""
+def doubt_limits(engine: Engine, preset: Preset) -> dict[str, float]:
+    """The limits a step's client_limited is judged against (Engine.judge_doubt): this run's
+    [stop] p99 TTFT / ITL and its SLO's p99 bounds."""
     slo = engine.config.slo
     limits = {k: v for k, v in (("p99_ttft_ms", preset.stop.p99_ttft_ms), ("p99_itl_ms", preset.stop.p99_itl_ms),
                                 ("p99_e2e_latency_ms", slo.e2e_p99_ms if slo is not None else None)) if v is not None}
@@ -82,8 +79,7 @@ def client_doubt(engine: Engine, preset: Preset) -> Callable[[dict, float | None
         limits.setdefault("p99_ttft_ms", slo.ttft_p99_ms)
     if slo is not None and slo.itl_p99_ms is not None:
         limits.setdefault("p99_itl_ms", slo.itl_p99_ms)
-    kernel = kernel_stamped([t.target.url for t in engine.targets], engine.config.transport)
-    return lambda step, lag: client_doubted(step, lag, limits, kernel)
+    return limits
 
 
 async def _ramp(engine: Engine, preset: Preset, ramp: RampRecord, watch: RunWatch, out: RunOutcome, on_line: Callable[[str], None]) -> None:

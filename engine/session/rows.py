@@ -37,6 +37,7 @@ REQUESTS_COLUMNS: dict[str, str] = {
     "worker": "int",
     "t_send": "float",
     "schedule_lag_ms": "float",
+    "send_wait_ms": "float",
     "turn": "int",
     "ttft_ms": "float",
     "e2e_ms": "float",
@@ -174,6 +175,8 @@ def request_row(
         "worker": rec.worker,
         "t_send": round(clock.wall(rec.t_send), 6),
         "schedule_lag_ms": _ms(rec.schedule_lag),
+        # its send stamp to its last byte's write: the client's own share of its TTFT and E2E (None: not known)
+        "send_wait_ms": _ms(rec.send_wait),
         "turn": rec.turn,
         "ttft_ms": _ms(ttft),
         "e2e_ms": _ms(e2e),
