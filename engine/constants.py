@@ -62,6 +62,10 @@ DEFAULT_TRANSPORT = "lean"
 # 55-93 ms median (benchmarks/send_burst.py, docs/benchmarks.md), the rise itself slower
 # (1.5-3 s against 0.6-1 s on 2 cores: reads go on between batches).
 SEND_BATCH = 8
+# Before a closed loop's rise starts its requests, the connections they need are opened (no
+# request's clock running: engine/client/transport.py preopen), waiting at most this long; what
+# is not open by then each request opens itself, inside its TTFT.
+PREOPEN_TIMEOUT_S = 2.0
 ABORT_WAIT_S = 2.0  # how long abort() waits for cancelled requests to unwind
 ERROR_BODY_BYTES = 2000  # how much of an error response body is read for its text
 ERROR_TEXT_CHARS = 200

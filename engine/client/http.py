@@ -14,7 +14,7 @@ from collections.abc import Generator
 
 import httpx
 
-from ..constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT, TRANSPORTS
+from ..constants import CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TRANSPORT, PREOPEN_TIMEOUT_S, TRANSPORTS
 from ..workload.request_shape import Headers, secret_values
 
 
@@ -95,3 +95,11 @@ def make_client(
     return httpx.AsyncClient(
         headers=client_headers, auth=auth, timeout=timeout, transport=AiohttpTransport(client=session)
     )
+
+
+async def preopen(client: httpx.AsyncClient, url: str, n: int) -> int:
+    """Have `n` connections to `url`'s origin open and idle in `client`'s pool before `n` requests
+    start (engine/client/transport.py LeanTransport.preopen): how many it opened. Another
+    transport opens its own when a request needs one (0)."""
+    opener = getattr(getattr(client, "_transport", None), "preopen", None)  # httpx keeps the transport it was given there
+    return 0 if opener is None else await opener(url, n, PREOPEN_TIMEOUT_S)

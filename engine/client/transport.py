@@ -41,13 +41,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 from time import perf_counter
-from typing import Any, AsyncIterator, Callable
+from typing import Any, Callable
 
 import httptools
 import httpx
 
 from ..loop import wait_within
 from . import kstamp
+from .lean_body import Body as _Body, Stamped
 from .lean_head import request_head
 from .lean_tls import close_opened, dropped as _dropped, ssl_context
 
@@ -59,13 +60,6 @@ IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 BODY_EXTENSION = "redline.body"  # Response.extensions key: the _Body, for pump()
 SENT_EXTENSION = "redline.sent"  # ... perf_counter() when the write of the request's last byte returned
-
-
-class Stamped(bytes):
-    """Body bytes of one socket read; `t` is when that read arrived, on the time.perf_counter()
-    clock (the kernel's receive time, or perf_counter() in data_received: see the module)."""
-
-    t: float
 
 
 class _Conn(asyncio.Protocol):
@@ -333,73 +327,6 @@ class _Conn(asyncio.Protocol):
                 raise httpx.WriteError("connection closed while the request was being sent")
 
 
-class _Body(httpx.AsyncByteStream):
-    """The response body: one Stamped item per socket read, in order; or, through pump(),
-    the reads handed to a sink as they arrive."""
-
-    __slots__ = ("_conn", "_done")
-
-    def __init__(self, conn: _Conn) -> None:
-        self._conn = conn
-        self._done = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        c = self._conn
-        while True:
-            if c.reads:
-                for t, data in c.take():
-                    item = Stamped(data)
-                    item.t = t
-                    yield item
-                continue
-            self._check_end()
-            if self._done:
-                return
-            await c.wait()
-
-    def _check_end(self) -> None:
-        """At the end of the body: release the connection (and raise what ended it, if an error)."""
-        c = self._conn
-        if c.exc is not None or (c.closed and not c.complete):  # closed under us: no error, no end
-            exc = c.exc or httpx.ReadError("connection closed")
-            self._release()
-            raise exc
-        if c.complete:
-            self._release()
-
-    async def pump(self, sink: Callable[[list[tuple[float, bytes]]], bool]) -> bool:
-        """Hand the body to `sink(reads)` as it arrives: a list of (stamp, bytes) pairs, one per
-        socket read (stamp: when the read arrived, on the perf_counter() clock), in order, each read once.
-        `sink` returns False to stop reading. Returns at the end of the body (True) or when the
-        sink stopped (False); raises the transport's error (or what the sink raised). Use
-        either this or the iterator, once."""
-        c = self._conn
-        c.sink = sink
-        c.stopped = False
-        try:
-            while True:
-                if c.reads and not c.stopped and not sink(c.take()):
-                    c.stopped = True
-                if c.stopped:
-                    if isinstance(c.stopped, BaseException):
-                        raise c.stopped  # what the sink raised in _deliver
-                    return False
-                self._check_end()
-                if self._done:
-                    return True
-                await c.wait()
-        finally:
-            c.sink = None
-
-    async def aclose(self) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        if not self._done:
-            self._done = True
-            self._conn.owner._release(self._conn)
-
-
 class LeanTransport(httpx.AsyncBaseTransport):
     """httpx transport: HTTP/1.1 keep-alive pools on asyncio.Protocol + httptools."""
 
@@ -413,6 +340,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._ssl: ssl.SSLContext | None = None
         self._keepalive_expiry = keepalive_expiry
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._keys: dict[str, tuple[str, str, int]] = {}  # preopen's URLs, parsed once
         self._conns: set[_Conn] = set()
         self._ready: list[_Conn] = []  # connections with reads for their sink, in arrival order
         self._draining = False  # a _drain callback is scheduled
@@ -476,6 +404,37 @@ class LeanTransport(httpx.AsyncBaseTransport):
             stream=stream,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason, BODY_EXTENSION: stream, SENT_EXTENSION: t_sent},
         )
+
+    async def preopen(self, url: str, n: int, timeout: float | None) -> int:
+        """Open connections to `url`'s origin until `n` are idle, before requests need them (a rise
+        in C): their connects then wait in no request's TTFT. Returns how many it opened. One that
+        fails or is not open within `timeout` is left: the request that needs it connects itself."""
+        key = self._keys.get(url)
+        if key is None:
+            u = httpx.URL(url)
+            if u.scheme not in DEFAULT_PORTS:
+                return 0
+            key = self._keys[url] = (u.scheme, u.host, u.port or DEFAULT_PORTS[u.scheme])
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= n or self._closed:
+            return 0
+        need = n - sum(1 for c in idle if not c.closed)
+        if need <= 0:
+            return 0
+        tasks = [asyncio.ensure_future(self._connect(key, timeout)) for _ in range(need)]
+        try:
+            await asyncio.wait(tasks, timeout=timeout)
+        finally:
+            opened = 0
+            for t in tasks:
+                if not t.done():
+                    t.cancel()  # (one that opens after it is closed: _connect's wait_within)
+                elif not t.cancelled() and t.exception() is None:
+                    conn = t.result()
+                    conn.idle_since = conn.loop.time()
+                    idle.append(conn)
+                    opened += 1
+        return opened
 
     async def aclose(self) -> None:
         self._closed = True

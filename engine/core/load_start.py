@@ -105,7 +105,7 @@ async def make_load(e: Starting, c0: int) -> LoadControl:
         if cfg.workers_why:  # --workers auto measured, and one process holds it
             e.log("notice", cfg.workers_why)
         load.holder = LoadHolder(e.targets.states, load.source, cfg.workload, load.trace.prompt if load.trace is not None else None)
-        ctl = Controller(load.holder.one, c0, cfg.max_concurrency, on_held=e.note_held, on_abandon=e.book.abandon_held,
+        ctl = Controller(load.holder.one, c0, cfg.max_concurrency, prepare=load.holder.prepare, on_held=e.note_held, on_abandon=e.book.abandon_held,
                          arrival=arrival, seed=seed)
         ctl.budget = cfg.num_requests  # --num-requests: only this process holds the load (checked before the start)
         return ctl

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Coroutine, Protocol, TypedDict
+from typing import TYPE_CHECKING, Awaitable, Callable, Coroutine, Protocol, TypedDict
 
 from ..constants import ABORT_WAIT_S, DEFAULT_MAX_CONCURRENCY, SEND_BATCH
 from ..loop import wait_set
@@ -262,9 +262,13 @@ class Controller(LoadControl):
     request (closed loop: `launch(None, None)`); its tasks are the requests in flight."""
 
     def __init__(self, launch: Callable[[float | None, object], Coroutine[object, None, object]], concurrency: int,
-                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY, **kw: Unpack[LoadOptions]) -> None:
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+                 prepare: Callable[[int], Awaitable[object]] | None = None, **kw: Unpack[LoadOptions]) -> None:
         super().__init__(concurrency, max_concurrency, **kw)
         self._launch = launch
+        # the closed loop awaits prepare(n) before it starts n requests (their connections
+        # opened before their clocks start: engine/load/holder.py LoadHolder.prepare)
+        self._prepare = prepare
         self._tasks: set[asyncio.Task] = set()
         # a fixed-size run (`--num-requests N`): launches left (None: no limit); `drained` is
         # set once they are all launched and every one of them has ended
@@ -296,6 +300,11 @@ class Controller(LoadControl):
             if self.open_loop:
                 await self._open_step()
                 continue
+            want = self.concurrency - len(self._tasks)
+            if want > 0 and self._prepare is not None and not self.paused and not self.hold and self._may_start():
+                await self._prepare(want if self.budget is None else min(want, self.budget))
+                if self.stopped or self.open_loop:
+                    continue
             started = 0
             while not self.paused and not self.hold and len(self._tasks) < self.concurrency and not self.stopped and self._may_start():
                 self._start(None, None)
@@ -365,6 +374,8 @@ class Controller(LoadControl):
         """No new requests, cancel the in-flight ones, end the loop."""
         self.stopped = True
         self._wake.set()
+        if self._runner is not None:
+            self._runner.cancel()  # (it may wait on its connections: prepare)
         n = await self.abort()
         if self._runner is not None:
             await asyncio.wait([self._runner], timeout=ABORT_WAIT_S)

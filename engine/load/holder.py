@@ -12,6 +12,7 @@ the same class: a Controller (engine/load/controller.py) launches `LoadHolder.on
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from .one_request import one_request
@@ -68,6 +69,14 @@ class LoadHolder:
         every one is gone: the load is held meanwhile)."""
         t = pick(self.targets) if len(self.targets) > 1 else None
         return (t or self.targets[0]).sender
+
+    async def prepare(self, n: int) -> None:
+        """Before a closed loop starts `n` requests: each target not down its share of `n`
+        connections open (Sender.preopen), so their connects wait in no TTFT."""
+        live = [t for t in self.targets if not t.down] or list(self.targets[:1])
+        total = sum(t.weight for t in live)
+        for t in live:
+            await t.sender.preopen(n if len(live) == 1 or total <= 0 else math.ceil(n * t.weight / total))
 
     async def one(self, t_intended: float | None = None, item: object = None) -> None:
         await one_request(self.pick(), self.source, self.workload, t_intended, item, self.row_prompt)

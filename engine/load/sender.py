@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import httpx
 
 from ..client.api_formats import PATHS, build_body
+from ..client.http import preopen
 from ..client.request import run_request
 from ..client.target import Target
 from ..constants import OVERLOAD_BACKOFF_MAX_S
@@ -133,6 +134,11 @@ class Sender:
             self.in_flight.pop(rec.rid, None)
             self.cursor.pop(rec.rid, None)
         return rec
+
+    async def preopen(self, n: int) -> int:
+        """`n` connections to the target open and idle before `n` requests start (a closed loop's
+        rise): no TTFT of theirs waits on a connect (engine/client/http.py preopen)."""
+        return await preopen(self.client, self.target.url, n)
 
     async def slot_request(self, prompt: str, max_tokens: int, expected: int, *, turn: int = 0, messages: list[dict] | None = None) -> RequestRecord:
         """One request of the closed-loop pool, then this slot's pause when it failed (see

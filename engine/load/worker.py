@@ -284,7 +284,7 @@ class Worker:
         # pick, one request's path); the worker keeps its workload and prompts current
         self.holder = LoadHolder(self.targets, self._source(spec.workload), spec.workload, self._row_prompt)
         b = self.batch
-        self.ctl = Controller(self.holder.one, 1, 1_000_000, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
+        self.ctl = Controller(self.holder.one, 1, 1_000_000, prepare=self.holder.prepare, arrival=parse_arrival(spec.arrival), seed=spec.seed * 1009 + spec.index,
                               on_held=lambda dropped, t: b.held.append((dropped, t)), on_abandon=lambda ts: b.abandoned.extend(ts))
         self.ctl.pause()  # until the coordinator gives this worker its share
         self.feed = FedSchedule()  # its rows of a trace replay (the coordinator's schedule)

@@ -280,16 +280,18 @@ class SessionWriter:
         return dict(self._meta)
 
     def client_limited(self, t_start: float | None, duration_s: float | None, step: dict | None = None) -> bool:
-        """Whether a timeline row of [t_start, t_start + duration_s] (epoch seconds, a step's
-        measured window) said redline's own timings were suspect (docs/numbers.md, the client's
-        own health) and, given the step's figures, whether the loop's lag then could matter to
-        them (`doubt`: engine/telemetry/client_doubt.py)."""
+        """Whether the client's own delay could matter to a step's figures (`doubt`:
+        engine/telemetry/client_doubt.py): the loop's lag where a timeline row of [t_start,
+        t_start + duration_s] (epoch seconds, its measured window) said redline's timings were
+        suspect (docs/numbers.md, the client's own health), and its send waits either way."""
         if t_start is None:
             return False
         t_end = t_start + (duration_s or 0.0)
         lags = [lag for a, b, lag in list(self._suspect) if a < t_end and b > t_start]
-        if not lags or step is None:
+        if step is None:
             return bool(lags)
+        if not lags:  # no second suspect: what the step itself measured of the client (its send waits)
+            return self.doubt(step, 0.0)
         known = [x for x in lags if x is not None]
         return self.doubt(step, max(known) if len(known) == len(lags) else None)
 

@@ -43,14 +43,15 @@ def client_doubted(step: Mapping[str, Any], lag_ms: float | None, limits: Mappin
     """Could the client's own delay move one of `step`'s figures (summary.json's names, in ms)
     by more than its distance to its limit in `limits` ({"p99_ttft_ms": 10000, ...}), or by more
     than DOUBT_SHARE of it? `lag_ms`: the most the loop lagged over the step's window (None: not
-    known). (See the module docstring.)"""
+    known; 0: no second was suspect, the send waits are then all that is judged). (See the module
+    docstring.)"""
     limits = limits or {}
     shift = _number(step.get("client_send_shift_ms"))
     moves: list[tuple[Sequence[str], float | None]] = [(SEND_STAMPED, shift if shift is not None else lag_ms)]
     if not kernel_stamped:
         moves.append((READ_STAMPED, lag_ms))
-    elif (_number(step.get("coalesced_chunks")) or 0.0) > COALESCED_DOUBT:
-        return True
+    elif (lag_ms is None or lag_ms > 0) and (_number(step.get("coalesced_chunks")) or 0.0) > COALESCED_DOUBT:
+        return True  # (reads coalesced where the loop never lagged came so: a server's, a proxy's)
     for names, move in moves:
         if move is None:
             return True
