@@ -76,3 +76,69 @@ async def test_a_rise_of_hundreds_starts_at_most_a_batch_per_loop_turn():
 async def test_a_small_rise_starts_at_once():
     per_turn, in_flight = await _rise(1, 1 + SEND_BATCH)
     assert in_flight == 1 + SEND_BATCH and len(per_turn) == 1, per_turn
+
+
+# -- a rise's connections open before its requests start (prepare) -----------------------------
+async def test_a_rise_prepares_its_connections_before_any_of_its_requests_starts_and_a_stop_ends_a_wait_on_them():
+    """prepare(n) is awaited, whole, before the n requests of a rise start (their connects then
+    wait in no TTFT); a refill asks for what it starts; the stop cancels a prepare that hangs."""
+    log: list[tuple[str, int]] = []
+    release = asyncio.Event()
+    opened = asyncio.Event()
+
+    async def prepare(n: int) -> None:
+        log.append(("prepare", n))
+        await asyncio.sleep(0.02)  # the connects
+        log.append(("prepared", n))
+        opened.set()
+
+    async def launch(t_intended: float | None, item: object) -> None:
+        log.append(("start", 1))
+        await release.wait()
+
+    c = Controller(launch, 4, max_concurrency=4096, prepare=prepare)
+    c.start()
+    try:
+        for _ in range(400):
+            if sum(1 for k, _ in log if k == "start") >= 4:
+                break
+            await asyncio.sleep(0.005)
+        assert log[:2] == [("prepare", 4), ("prepared", 4)] and [k for k, _ in log[2:]] == ["start"] * 4
+        del log[:]
+        c.set_concurrency(20)
+        for _ in range(400):
+            if sum(1 for k, _ in log if k == "start") >= 16:
+                break
+            await asyncio.sleep(0.005)
+        assert log[:2] == [("prepare", 16), ("prepared", 16)] and [k for k, _ in log[2:]] == ["start"] * 16
+    finally:
+        release.set()
+        await c.stop()
+
+    async def hangs(n: int) -> None:
+        await asyncio.Event().wait()  # a connect that never answers
+
+    c = Controller(launch, 4, max_concurrency=4096, prepare=hangs)
+    c.start()
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(c.stop(), 1.0)  # not held by the hung prepare
+    assert c._runner is not None and c._runner.done()
+
+
+async def test_a_fixed_size_run_prepares_no_more_than_its_budget():
+    asked: list[int] = []
+
+    async def prepare(n: int) -> None:
+        asked.append(n)
+
+    async def launch(t_intended: float | None, item: object) -> None:
+        pass
+
+    c = Controller(launch, 64, max_concurrency=4096, prepare=prepare)
+    c.budget = 5
+    c.start()
+    try:
+        await asyncio.wait_for(c.drained.wait(), 2.0)
+    finally:
+        await c.stop()
+    assert asked and asked[0] == 5 and max(asked) == 5
