@@ -830,3 +830,59 @@ async def test_post_not_retried_once_written():
         finally:
             await client.aclose()
     assert srv.connections == 1 and [b for _, _, b in srv.requests] == [b"1", b"2"]
+
+
+# -- connections opened before a rise's requests (preopen) ---------------------------------------
+@pytest.mark.server
+async def test_preopen_opens_what_a_rise_needs_and_its_requests_connect_no_more(fast_sim):
+    """Six connections opened ahead (the server accepts six), then six requests at once: none
+    connects (the transport opens no seventh), so none of their send waits holds a connect; a
+    second preopen finds them idle again and opens nothing; a closed port opens nothing and the
+    request that needs it then fails by itself, as before."""
+    from redline.engine.client.http import preopen
+
+    client = lean()
+    try:
+        assert await preopen(client, fast_sim.url, 6) == 6 and opened(client) == 6
+        recs = await asyncio.gather(*(one(client, fast_sim.url) for _ in range(6)))
+        assert [r.status for r in recs] == [records.OK] * 6
+        assert opened(client) == 6  # every request took a connection opened ahead
+        assert all(r.send_wait is not None and 0 <= r.send_wait < r.ttft for r in recs)
+        assert await preopen(client, fast_sim.url, 6) == 0  # back in the pool, idle
+        assert await preopen(client, "http://127.0.0.1:9", 2) == 0
+        rec = await one(client, "http://127.0.0.1:9")
+        assert rec.status == records.FAILED and rec.error_kind == records.ERR_CONNECT
+    finally:
+        await client.aclose()
+    other = make_client(transport="httpx")
+    try:
+        assert await preopen(other, fast_sim.url, 4) == 0  # another transport opens its own, as requests need them
+    finally:
+        await other.aclose()
+
+
+@pytest.mark.server
+async def test_a_preopen_cancelled_leaves_no_connection_behind_and_keeps_those_it_opened():
+    """A preopen cancelled (the load stopped while it connects) leaves nothing half-open: what it
+    had opened is idle in the pool (closed with the client), the rest never opens. The server
+    never accepts, and its queue holds one: the kernel answers no further SYN, those connects hang."""
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(0)
+    url = f"http://127.0.0.1:{lsock.getsockname()[1]}"
+    client = lean()
+    t = client._transport
+    try:
+        task = asyncio.ensure_future(t.preopen(url, 4, 5.0))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # some connects hang
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)  # the cancelled connects unwind
+        idle = {c for v in t._idle.values() for c in v}
+        assert 1 <= len(idle) == t.connections_opened < 4 and set(t._conns) == idle
+    finally:
+        await client.aclose()
+        lsock.close()
+    assert not t._conns
