@@ -195,11 +195,16 @@ def test_event_log_calls_on_warning_once_per_episode():
 
 
 @pytest.mark.server
-def test_headless_prints_client_health_warning_once_and_flags_steps(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("transport", ["httpx", "lean"])
+def test_headless_prints_client_health_warning_once_and_flags_steps(tmp_path, monkeypatch, capsys, transport):
     """A headless run on a machine too busy to measure: the warning is printed once (not
-    once per episode), and every step measured under it says so in summary.json and the table.
-    Each step closes at 2.5 s (max_hold_s, was 4: the steps waited to be steady, which the
-    flags do not need); the run still spans several episodes (a new one every 3 s)."""
+    once per episode), and every step measured under it says so in summary.json and the table,
+    where the 80 ms lag the health reports could be in its figures: on httpx's own transport
+    (neither its send waits nor its reads' stamps known). On the lean one each request's send
+    wait is measured (small: the lag here is the health's word, not the loop's) and plain
+    http:// reads carry the kernel's stamps, so no step is marked. Each step closes at 2.5 s
+    (max_hold_s); the run still spans several episodes (a new one every 3 s)."""
+    from redline.engine.client import kstamp
     from redline.engine.telemetry import client_health
     from redline.engine.telemetry.types import ClientHealthSample
     from redline.tui import cli
@@ -218,7 +223,7 @@ def test_headless_prints_client_health_warning_once_and_flags_steps(tmp_path, mo
     preset.write_text('name = "p"\n[workload]\ninput_len = 16\noutput_len = 16\n'
                       '[ramp]\nconcurrency = [2, 4]\nwarmup_s = 0.5\nhold_s = 2.5\nmin_requests = 1\nmax_hold_s = 2.5\n')
     out = tmp_path / "s"
-    rc = cli.main(["run", str(preset), "--headless", "--out", str(out)])
+    rc = cli.main(["run", str(preset), "--headless", "--out", str(out), "--transport", transport])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     warned = [ln for ln in cap.err.splitlines() if "machine busy" in ln]
@@ -226,5 +231,11 @@ def test_headless_prints_client_health_warning_once_and_flags_steps(tmp_path, mo
     events = [json.loads(ln) for ln in (out / "events.ndjson").read_text().splitlines()]
     assert sum(1 for e in events if e["kind"] == "warning" and "machine busy" in e["text"]) >= 2  # episodes, printed once
     steps = json.loads((out / "summary.json").read_text())["steps"]
+    if transport == "lean" and kstamp.ENABLED:
+        assert steps and not any(s["client_limited"] for s in steps), steps
+        assert all(isinstance(s["client_send_shift_ms"], float) and s["client_send_shift_ms"] < 0.1 * s["median_ttft_ms"] for s in steps)
+        assert "(client-limited)" not in cap.out
+        return
     assert steps and all(s["client_limited"] for s in steps)
+    assert transport == "lean" or all(s["client_send_shift_ms"] is None for s in steps)
     assert "(client-limited)" in cap.out
