@@ -226,3 +226,37 @@ async def test_a_running_engine_freezes_its_heap_each_second_and_its_stop_reclai
         gc.unfreeze()
         if enabled:
             gc.enable()
+
+
+@pytest.mark.server
+async def test_a_rise_in_c_opens_its_connections_before_its_requests_clocks_start(sim_factory, monkeypatch):
+    """C=2 -> 48 against the sim: every connection the rise opened was open before the first of
+    its requests was stamped (so no TTFT of theirs holds a connect), and the 46 requests that
+    started then took those connections (none opened its own). Send waits are recorded for all."""
+    from redline.engine.client.transport import LeanTransport
+
+    sim = sim_factory("healthy")
+    opened_at: list[float] = []
+    real = LeanTransport._connect
+
+    async def connect(self, key, timeout):
+        conn = await real(self, key, timeout)
+        opened_at.append(time.perf_counter())  # the engine's own clock: its send stamps'
+        return conn
+
+    monkeypatch.setattr(LeanTransport, "_connect", connect)
+    e = await started(sim.url, 2, telemetry=False, workload=WorkloadConfig(input_len=32, output_len=400))
+    try:
+        sender = e.measurements.load_sender
+        assert await until(lambda: _true(len(sender.in_flight) == 2), 10.0) is not None
+        sent: list[RequestRecord] = []
+        sender.hooks.sent.add(sent.append)
+        n0 = len(opened_at)
+        e.set_concurrency(48)
+        assert await until(lambda: _true(len(sent) >= 46), 10.0) is not None
+        rise, during = sent[:46], opened_at[n0:]
+        assert len(during) == 46  # one each, as before: no more, no fewer
+        assert max(during) <= min(r.t_send for r in rise)  # all open before the first stamp
+        assert await until(lambda: _true(all(r.send_wait is not None for r in rise)), 10.0) is not None
+    finally:
+        await e.stop()

@@ -154,6 +154,11 @@ def test_one_process_is_worker_0_and_the_same_load_gives_the_same_figures_at_eve
         workers = summaries[n]["workers"]
         assert [w["worker"] for w in workers] == list(range(n)) and all(w["alive"] and w["node"] for w in workers)
         assert sum(w["requests"] for w in workers) == load.height
+        # each request's send wait comes back from the process that sent it (First, Ended)
+        answered = load.filter(pl.col("ttft_ms").is_not_null())
+        assert answered.height and answered["send_wait_ms"].null_count() == 0
+        assert (answered["send_wait_ms"] >= 0).all() and (answered["send_wait_ms"] < answered["ttft_ms"]).all()
+        assert isinstance(summaries[n]["steps"][0]["client_send_shift_ms"], float)
     one, two = steps[1], steps[2]
     assert abs(two.output_throughput - one.output_throughput) <= 0.15 * one.output_throughput
     assert abs(two.median_ttft_ms - one.median_ttft_ms) <= max(0.25 * one.median_ttft_ms, 10.0)
