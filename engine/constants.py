@@ -123,3 +123,8 @@ MAX_TURNS = 1000  # [workload] turns
 MAX_SEED = 2**63 - 1  # [workload] seed, --seed
 RATE_SEARCH_LEVELS = 1000  # a rate search bisects on max/1000 req/s
 TRACE_TAIL_S = 60.0  # what the time estimate of a trace step allows for its last answers
+
+# The C helpers (engine/client/_speedups.c, engine/measure/_bins.c): this variable set to one of
+# these turns them off, read once at import (every path then runs in Python, to the same values)
+SPEEDUPS_ENV = "REDLINE_SPEEDUPS"
+SPEEDUPS_OFF = ("0", "off", "no", "false")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..constants import SPEEDUPS_ENV, SPEEDUPS_OFF
 from . import sse
 from .api_formats import CHAT, COMPLETIONS
 
@@ -27,7 +28,7 @@ except ImportError:  # not built (no compiler at install): the Python road
 __all__ = ["AVAILABLE", "ENABLED", "recv_stamped", "splitter"]
 
 AVAILABLE = _speedups is not None
-ENABLED = AVAILABLE and os.environ.get("REDLINE_SPEEDUPS", "1").strip().lower() not in ("0", "off", "no", "false")
+ENABLED = AVAILABLE and os.environ.get(SPEEDUPS_ENV, "1").strip().lower() not in SPEEDUPS_OFF
 _MODES = {CHAT: 0, COMPLETIONS: 1}
 
 if _speedups is not None:

@@ -51,6 +51,7 @@ from .log_bins import (
     bin_value,
     binned_quantiles,
     clamp_q,
+    count_bins_dicts,
     quantile,
 )
 
@@ -316,15 +317,18 @@ class RollingDigest:
         s = secs[-1]
         bins, total = s.bins, self._total
         lmin, lr, mn = LOG_MIN, LOG_RATIO, HIST_MIN_S
-        for v in vals:  # bin_index, inlined
-            if v <= mn:
-                b = 0
-            else:
-                b = int((_log(v) - lmin) / lr) + 1
-                if b >= NBINS:
-                    b = LAST_BIN
-            bins[b] = bins.get(b, 0) + 1
-            total[b] = total.get(b, 0) + 1
+        if count_bins_dicts is not None:
+            count_bins_dicts(bins, total, vals, mn, lmin, lr, NBINS)
+        else:
+            for v in vals:  # bin_index, inlined
+                if v <= mn:
+                    b = 0
+                else:
+                    b = int((_log(v) - lmin) / lr) + 1
+                    if b >= NBINS:
+                        b = LAST_BIN
+                bins[b] = bins.get(b, 0) + 1
+                total[b] = total.get(b, 0) + 1
         lo, hi = min(vals), max(vals)
         if lo < s.vmin:
             s.vmin = lo
