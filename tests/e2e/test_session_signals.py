@@ -59,8 +59,12 @@ def test_signal_stops_load_and_completes_log(healthy_sim, tmp_path, sig):
     reqs = read_table(out, "requests")
     st = sim_state(healthy_sim.url)
     assert reqs.height == st["received"]
-    assert (reqs["status"] == "ok").sum() == st["completed"]
-    assert (reqs["status"] == "cancelled").sum() == st["aborted"]
+    ok, cancelled = (reqs["status"] == "ok").sum(), (reqs["status"] == "cancelled").sum()
+    assert ok + cancelled == st["completed"] + st["aborted"]
+    # a request whose [DONE] the sim wrote as the stop came, but which redline had not yet read,
+    # is cancelled for redline and completed for the sim: never the other way, and at most the
+    # 12 that were in flight
+    assert st["completed"] - 12 <= ok <= st["completed"]
 
 
 def test_a_signal_while_the_engine_starts_says_nothing_was_recorded(tmp_path):
