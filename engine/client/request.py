@@ -395,7 +395,7 @@ async def run_request(
     `wall_offset` = time.time() - time.perf_counter(), to compare with the server's stamps.
     """
     perf = time.perf_counter
-    on_tokens: TokensCallback = hooks.tokens.fire
+    on_tokens: TokensCallback = hooks.tokens.sink
     on_lag: LagCallback | None = hooks.lag.fire if hooks.lag else None
     on_first: FirstCallback | None = hooks.first_token.fire if hooks.first_token else None
     decode = make_decoder(api) if rec.answer is None else make_decoder(api, text=True)

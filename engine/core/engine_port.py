@@ -50,7 +50,9 @@ class Replay:
         self._hooks.first_token.fire(rec)
 
     def on_tokens(self, t: float, n: int) -> None:
-        self._hooks.tokens.fire(t, n)
+        tokens = self._hooks.tokens
+        tokens.fire(t, n)
+        tokens.flush()  # a report's tokens count now (a step may close on them next)
 
     def on_remote_end(self, rec: RequestRecord) -> None:
         self._stats.judge_remote_end(rec)  # a failure that may mean the server died asks its watch

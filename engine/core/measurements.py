@@ -31,6 +31,7 @@ from ..measure.run_totals import RunTotals
 from ..measure.step_book import StepBook
 
 if TYPE_CHECKING:
+    from ..measure.hooks import TokensHook
     from ..session import SessionWriter
     from .event_log import EventLog
 
@@ -87,6 +88,9 @@ class Measurements:
         # rule, engine/run/run_watch.py, watches the count: worker processes report it late)
         self.tokens_received = 0
         self.last_token_t: float | None = None
+        # every load Sender's tokens hook (engine/core/wiring.py load_hooks): this is batched on
+        # them, and flush_tokens hands what they hold to every batched listener
+        self.token_hooks: list[TokensHook] = []
 
     # -- the load's requests' hooks -----------------------------------------------------------
     def on_send(self, rec: RequestRecord) -> None:
@@ -107,6 +111,21 @@ class Measurements:
         self.tokens_received += n
         if self.last_token_t is None or t > self.last_token_t:
             self.last_token_t = t
+
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        """on_tokens of each read of a batch (engine/measure/hooks.py TokensHook.flush)."""
+        self.metrics.on_token_reads(ts, ns)
+        self.book.on_token_reads(ts, ns)
+        self.tokens_received += sum(ns)
+        t = max(ts)
+        if self.last_token_t is None or t > self.last_token_t:
+            self.last_token_t = t
+
+    def flush_tokens(self) -> None:
+        """The reads' tokens every load Sender's hook holds, to its listeners now (this one
+        and each target's TargetStats): before a harvest, a step's close, a snapshot."""
+        for hook in self.token_hooks:
+            hook.flush()
 
     def on_end(self, rec: RequestRecord) -> None:
         self.harvest(rec)
@@ -158,6 +177,7 @@ class Measurements:
         go in together, one call per histogram rather than one per request: at C=256 a
         harvest every 0.05 s finds a chunk or two per request, and the per-call cost was most
         of its time (the loop is held meanwhile)."""
+        self.flush_tokens()
         load: list = []
         for sender in (self.load_sender, self.lane_sender):
             if sender is not None:

@@ -86,6 +86,7 @@ def _server(st: TargetState) -> dict[str, float | None]:
 
 
 def build_snapshot(engine: Pictured, now: float, done: bool = False) -> Snapshot:
+    engine.measurements.flush_tokens()  # the tokens read since the last harvest count in it
     m = engine.metrics
     out, inp, req, err = m.rates(now)
     good_req, good_tok = m.goodput(now)

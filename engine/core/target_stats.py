@@ -87,6 +87,11 @@ class TargetStats:
         self.out_tokens.add(t, n)
         self.out_tokens_total += n
 
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        """on_tokens of each read of a batch (engine/measure/hooks.py TokensHook.flush)."""
+        self.out_tokens.add_many(ts, ns)
+        self.out_tokens_total += sum(ns)
+
     def on_end(self, rec: RequestRecord) -> None:
         watch = self.watch
         if rec.phase != "calibration":

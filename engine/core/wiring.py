@@ -42,6 +42,7 @@ def load_hooks(stats: TargetStats, measurements: Measurements, on_lag: Callable[
     """One target's load Sender's hooks: its TargetStats first, then the Measurements."""
     hooks = RequestHooks(lag=on_lag).subscribe(stats).subscribe(measurements)
     hooks.overloaded.add(overloaded)
+    measurements.token_hooks.append(hooks.tokens)  # both take its tokens batched: flushed there
     return hooks
 
 

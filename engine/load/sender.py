@@ -130,7 +130,10 @@ class Sender:
             if watch is not None and rec.status == records.FAILED:
                 await watch.judge(rec)  # connect / disconnect: server_gone if the server died
         finally:
-            hooks.ended.fire(rec)
+            try:
+                hooks.tokens.flush()  # its last tokens (and every other's so far) are in before its end
+            finally:
+                hooks.ended.fire(rec)
             self.in_flight.pop(rec.rid, None)
             self.cursor.pop(rec.rid, None)
         return rec

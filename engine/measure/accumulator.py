@@ -254,6 +254,26 @@ class StepAccumulator(OwnRequests):
             ps.append(0)
         ps[i] += n
 
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        """on_tokens of each read of a batch; one inside the window and one second of it
+        (most batches: a flush holds 50 ms at most) in one add."""
+        t0 = self.t0
+        if t0 is None or not ts:
+            return
+        lo, hi = min(ts), max(ts)
+        t_end = self.t_end
+        if lo < t0 or (t_end is not None and hi > t_end) or int(lo - t0) != int(hi - t0):
+            for t, n in zip(ts, ns, strict=True):
+                self.on_tokens(t, n)
+            return
+        n = sum(ns)
+        self.out_tokens += n
+        i = int(hi - t0)
+        ps = self.per_second
+        while len(ps) <= i:
+            ps.append(0)
+        ps[i] += n
+
     def remove_tokens(self, credits: Sequence[tuple[float, int]]) -> None:
         """A request failed: its tokens that arrived in the window (RequestRecord.credits) move
         from output tok/s (and its per-second series) to failed_output_tok_s."""

@@ -49,6 +49,18 @@ class RateWindow:
         self._val += v
         self.total += v
 
+    def add_many(self, ts: Sequence[float], vs: Sequence[float]) -> None:
+        """add() of each (ts[i], vs[i]); a batch inside one bucket (most: a flush holds 50 ms
+        at most) in one add."""
+        if not ts:
+            return
+        hi = max(ts)
+        if int(min(ts) / BUCKET_S) == int(hi / BUCKET_S):
+            self.add(hi, sum(vs))
+            return
+        for t, v in zip(ts, vs, strict=True):
+            self.add(t, v)
+
     def remove_many(self, items: Sequence[tuple[float, float]]) -> None:
         """Take back values added before, (time, value) each (a failed request's tokens): from
         their buckets while those are still held (never below zero), from `total` always.
@@ -190,6 +202,13 @@ class LiveMetrics:
     # -- feeding ---------------------------------------------------------------------
     def on_tokens(self, t: float, n: int) -> None:
         self.out_tokens.add(t, n)
+        self.output_tokens_total += n
+        self._sec["out"] += n
+
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        """on_tokens of each read of a batch (engine/measure/hooks.py TokensHook.flush)."""
+        n = sum(ns)
+        self.out_tokens.add_many(ts, ns)
         self.output_tokens_total += n
         self._sec["out"] += n
 

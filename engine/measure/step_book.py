@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..constants import MIN_LIVE_STEP_S
 from ..telemetry.types import ServerSample
@@ -103,6 +103,10 @@ class StepBook:
     def on_tokens(self, t: float, n: int) -> None:
         for acc in self.open:
             acc.on_tokens(t, n)
+
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        for acc in self.open:
+            acc.on_token_reads(ts, ns)
 
     def on_gaps(self, gaps: Gaps) -> None:
         for acc in self.open:
