@@ -94,7 +94,7 @@ def test_the_hook_hands_batches_in_order_and_tells_per_read_subscribers_at_once(
     heard: list[tuple[float, int]] = []
     batches: list[list[tuple[float, int]]] = []
     hook = TokensHook(lambda t, n: heard.append((t, n)))
-    hook.add_batched(lambda ts, ns: batches.append(list(zip(ts, ns))))
+    hook.add_batched(lambda ts, ns: batches.append(list(zip(ts, ns, strict=True))))
     assert hook.sink == hook.fire  # a per-read subscriber: every read goes through fire
     hook.sink(1.0, 2)
     hook.sink(1.5, 1)
@@ -105,7 +105,7 @@ def test_the_hook_hands_batches_in_order_and_tells_per_read_subscribers_at_once(
     hook.flush()
     assert batches == [[(1.0, 2), (1.5, 1)], [(2.0, 3)]]
     only = TokensHook()
-    only.add_batched(lambda ts, ns: batches.append(list(zip(ts, ns))))
+    only.add_batched(lambda ts, ns: batches.append(list(zip(ts, ns, strict=True))))
     put = only.sink
     assert put != only.fire  # batched alone: the two appends
     put(3.0, 4)
