@@ -43,6 +43,7 @@ from ..measure import records
 if TYPE_CHECKING:
     from ..core.engine import Engine
     from ..core.snapshot import Snapshot
+    from ..measure.gap_batch import GapBatch
     from ..measure.records import RequestRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -169,9 +170,9 @@ class PromMetrics:
         key = (rec.target,) if self.itl_labels and rec is not None else ("",) if self.itl_labels else ()
         _get(self.itl, key).observe_many(itls)
 
-    def on_gaps(self, gaps: Sequence[tuple]) -> None:
-        """A worker's gaps (engine/load/worker_pool.py): (arrival, ITLs, chunk gap) entries."""
-        self.on_itls(None, [v for _, vs, _ in gaps for v in vs])
+    def on_gaps(self, gaps: GapBatch) -> None:
+        """A worker's gaps (engine/load/worker_pool.py)."""
+        self.on_itls(None, gaps.itl)
 
     def freeze(self) -> Frozen:
         """A copy of every figure now (on the engine's loop: microseconds), to be rendered

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..load.port import TargetReplay
+    from ..measure.gap_batch import GapBatch
     from ..measure.histogram import LogHistogram
     from ..measure.hooks import RequestHooks
     from ..measure.live_metrics import LiveMetrics
@@ -89,10 +90,10 @@ class EnginePort:
     def abandon_held(self, times: list[float]) -> None:
         self._e.book.abandon_held(times)
 
-    def on_gaps(self, gaps: list) -> None:
+    def on_gaps(self, gaps: GapBatch) -> None:
         self._e.measurements.on_remote_gaps(gaps)
 
-    def unmeasure_gaps(self, gaps: list) -> None:
+    def unmeasure_gaps(self, gaps: GapBatch) -> None:
         self._e.measurements.unmeasure_gaps(gaps)
 
     def on_cuts(self, t: float, cuts: list) -> None:

@@ -17,7 +17,6 @@ harvest's gaps here, ended requests subscribed beside) and the session log (engi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -25,6 +24,7 @@ from ..load.probe_lane import LaneStats, is_lane
 from ..load.sender import Sender
 from ..measure import records
 from ..measure.accumulator import new_gaps
+from ..measure.gap_batch import GapBatch
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock, RequestRecord
 from ..measure.run_totals import RunTotals
@@ -41,7 +41,7 @@ class GapExport(Protocol):
     PromMetrics, with --control)."""
 
     def on_itls(self, rec: RequestRecord | None, itls: Sequence[float]) -> None: ...
-    def on_gaps(self, gaps: Sequence[tuple]) -> None: ...
+    def on_gaps(self, gaps: GapBatch) -> None: ...
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Measurements:
         # failed requests stay out of every latency figure; a cancelled one (the client's abort,
         # the run's end) keeps what the server served it
         if rec.status == records.FAILED and not is_lane(rec):
-            self.unmeasure_gaps(rec.gaps_from(1))
+            self.unmeasure_gaps(GapBatch.of_record(rec))
             if rec.phase != "calibration":
                 self.metrics.unmeasure_first(rec)
             # ... and its tokens are no throughput: they move to failed_output_tok_s
@@ -151,38 +151,38 @@ class Measurements:
             self.events.failed(rec.error_kind, rec.error_text)  # its target's watch: TargetStats.on_end
 
     # -- gaps ---------------------------------------------------------------------------------
-    def unmeasure_gaps(self, gaps: list) -> None:
+    def unmeasure_gaps(self, gaps: GapBatch) -> None:
         """A failed request's gaps leave the live window and the steps' ITL."""
         if not gaps:
             return
-        for t, itls in _itls_by_second(gaps):
+        for t, itls in gaps.by_second():
             self.metrics.unmeasure_gaps(t, itls)
         self.book.remove_gaps(gaps)
 
-    def on_remote_gaps(self, gaps: list) -> None:
+    def on_remote_gaps(self, gaps: GapBatch) -> None:
         """Gaps measured in a worker (engine/load/worker_pool.py), by the arrival of their closing chunk."""
         self._feed_load(gaps)
         if self.prom is not None:
             self.prom.on_gaps(gaps)
 
-    def _feed_load(self, gaps: list) -> None:
+    def _feed_load(self, gaps: GapBatch) -> None:
         """The load's gaps, from any number of requests, into the live window (one call per
         second they arrived in) and the open steps (one call)."""
-        for t, itls in _itls_by_second(gaps):
+        for t, itls in gaps.by_second():
             self.metrics.on_gaps(t, itls)
         self.book.on_gaps(gaps)
 
     def harvest_all(self) -> None:
         """Feed every in-flight request's gaps that arrived since the last harvest. The load's
-        go in together, one call per histogram rather than one per request: at C=256 a
-        harvest every 0.05 s finds a chunk or two per request, and the per-call cost was most
-        of its time (the loop is held meanwhile)."""
+        go in together (engine/measure/gap_batch.py), one call per histogram rather than one
+        per request: at C=256 a harvest every 0.05 s finds a chunk or two per request, and the
+        per-call cost was most of its time (the loop is held meanwhile)."""
         self.flush_tokens()
-        load: list = []
+        load = GapBatch()
         for sender in (self.load_sender, self.lane_sender):
             if sender is not None:
                 for rec in list(sender.in_flight.values()):
-                    self._route(rec, self._take(rec, sender), load)
+                    self._take(rec, sender, load)
         if load:
             self._feed_load(load)
 
@@ -190,36 +190,35 @@ class Measurements:
         """Feed the gaps of `rec` that arrived since the last harvest (by arrival time)."""
         sender = sender or self.load_sender
         assert sender is not None
-        load: list = []
-        self._route(rec, self._take(rec, sender), load)
+        load = GapBatch()
+        self._take(rec, sender, load)
         if load:
             self._feed_load(load)
 
-    def _route(self, rec: RequestRecord, gaps: list, load: list) -> None:
-        """A probe's gaps go to the lane now; the load's join `load`, which the caller feeds
-        (and Prometheus, with its target, now)."""
-        if not gaps:
-            return
-        if is_lane(rec):
-            self._feed_lane(gaps)
-            return
-        load += gaps
-        if self.prom is not None:
-            self.prom.on_itls(rec, [v for _, vs, _ in gaps for v in vs])
-
-    @staticmethod
-    def _take(rec: RequestRecord, sender: Sender) -> list:
-        """`rec`'s gaps since its cursor; the cursor moves past them."""
+    def _take(self, rec: RequestRecord, sender: Sender, load: GapBatch) -> None:
+        """`rec`'s gaps since its cursor (the cursor moves past them): a probe's to the lane
+        now; the load's into `load`, which the caller feeds (and Prometheus, with its
+        target, now)."""
         cursor = sender.cursor
         start = cursor.get(rec.rid, 0)
         if start == len(rec.chunk_times):
-            return []  # nothing new (most requests, most harvests)
-        nxt, gaps = new_gaps(rec, start)
-        cursor[rec.rid] = nxt
-        return gaps
+            return  # nothing new (most requests, most harvests)
+        if is_lane(rec) or self.prom is not None:
+            cursor[rec.rid], gaps = new_gaps(rec, start)
+            if not gaps:
+                return
+            if is_lane(rec):
+                self._feed_lane(gaps)
+                return
+            load.extend(gaps)
+            if self.prom is not None:
+                self.prom.on_itls(rec, gaps.itl)
+            return
+        cursor[rec.rid] = load.take(rec, start)
 
-    def _feed_lane(self, gaps: list) -> None:
-        self.lane_stats.itl.add_many(gaps[-1][0], [v for _, vs, _ in gaps for v in vs])
+    def _feed_lane(self, gaps: GapBatch) -> None:
+        if gaps.itl:
+            self.lane_stats.itl.add_many(gaps.itl_t[-1], gaps.itl)
         self.book.on_lane_gaps(gaps)
 
 
@@ -254,18 +253,3 @@ class LaneListener:
             r.lane_stats.failed += 1
         if r.session is not None:
             r.session.add_record(rec, r.clock)
-
-
-def _itls_by_second(gaps: list) -> list[tuple[float, list[float]]]:
-    """(arrival, ITLs, chunk gap) entries as (an arrival time, ITLs) per whole second of
-    arrival, oldest first: the live window keeps values by their second (histogram.py)."""
-    by_s: dict[int, tuple[float, list[float]]] = {}
-    for t, itls, _ in gaps:
-        if itls:
-            sec = math.floor(t)
-            got = by_s.get(sec)
-            if got is None:
-                by_s[sec] = (t, list(itls))
-            else:
-                got[1].extend(itls)
-    return [by_s[k] for k in sorted(by_s)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
+    from ..measure.gap_batch import GapBatch
     from ..measure.histogram import LogHistogram
     from ..measure.records import RequestRecord
     from ..workload.prompts import WorkloadConfig
@@ -61,10 +62,10 @@ class LoadPort(Protocol):
     def abandon_held(self, times: list[float]) -> None:
         """Held sends that will never go: their steps censor them."""
 
-    def on_gaps(self, gaps: list) -> None:
+    def on_gaps(self, gaps: GapBatch) -> None:
         """(arrival, ITLs, chunk gap) entries measured in a worker."""
 
-    def unmeasure_gaps(self, gaps: list) -> None:
+    def unmeasure_gaps(self, gaps: GapBatch) -> None:
         """A failed request's gaps leave every figure that counted them."""
 
     def on_cuts(self, t: float, cuts: list) -> None:

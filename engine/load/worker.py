@@ -30,7 +30,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Sequence
+from typing import Sequence
 
 import httpx
 
@@ -41,10 +41,11 @@ from ..heap import HeapKeeper
 from ..loop import new_event_loop, read_pipe
 from ..measure import records
 from ..measure.accumulator import new_gaps
+from ..measure.gap_batch import GapBatch
 from ..measure.histogram import LogHistogram
 from ..measure.hooks import RequestHooks
 from ..measure.own_requests import window_cut
-from ..measure.records import COALESCED, RequestRecord
+from ..measure.records import RequestRecord
 from ..telemetry.client_health import LoopLagMonitor
 from ..workload.arrivals import parse_arrival
 from ..workload.prompts import Calibration, Prompt, PromptSource, WorkloadConfig
@@ -86,19 +87,23 @@ class WorkerSpec:
     wall_offset: float
 
 
-def bucket_gaps(gaps: list) -> list[tuple[int, tuple[list[float], list[float], int]]]:
+def bucket_gaps(gaps: GapBatch) -> list[tuple[int, tuple[list[float], list[float], int]]]:
     """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps,
     chunks read coalesced: engine/measure/records.py COALESCED, counted, no gap))."""
     out: dict[int, list] = {}
-    for t, itls, raw in gaps:
-        slot = out.get(b := int(t / BUCKET_S))
-        if slot is None:
-            slot = out[b] = [[], [], 0]
-        if itls is COALESCED:
-            slot[2] += 1
-            continue
-        slot[0].extend(itls)
-        slot[1].append(raw)
+
+    def slot(t: float) -> list:
+        got = out.get(b := int(t / BUCKET_S))
+        if got is None:
+            got = out[b] = [[], [], 0]
+        return got
+
+    for t, v in zip(gaps.itl_t, gaps.itl, strict=True):
+        slot(t)[0].append(v)
+    for t, g in zip(gaps.chunk_t, gaps.gap, strict=True):
+        slot(t)[1].append(g)
+    for t in gaps.merged_t:
+        slot(t)[2] += 1
     return [(b, tuple(v)) for b, v in sorted(out.items())]
 
 
@@ -117,17 +122,18 @@ def unbucket_tokens(buckets: Sequence[tuple[int, int]]) -> list[tuple[float, int
     return [((b + 0.5) * BUCKET_S, n) for b, n in buckets]
 
 
-def unbucket_gaps(buckets: Sequence[tuple[int, tuple]]) -> list[tuple[float, Sequence[float], float]]:
-    """The coordinator's side of bucket_gaps: (arrival, ITLs, chunk gap) entries."""
-    gaps: list[tuple[float, Any, float]] = []
+def unbucket_gaps(buckets: Sequence[tuple[int, tuple]]) -> GapBatch:
+    """The coordinator's side of bucket_gaps: each bucket's gaps at its middle."""
+    gaps = GapBatch()
     for b, slot in buckets:
         itls, raws = slot[0], slot[1]
         t = (b + 0.5) * BUCKET_S
-        if raws:
-            gaps.append((t, itls, raws[0]))
-            gaps.extend((t, [], g) for g in raws[1:])
+        gaps.itl_t.extend([t] * len(itls))
+        gaps.itl.extend(itls)
+        gaps.chunk_t.extend([t] * len(raws))
+        gaps.gap.extend(raws)
         if len(slot) > 2 and slot[2]:
-            gaps.extend((t, COALESCED, 0.0) for _ in range(slot[2]))
+            gaps.merged_t.extend([t] * slot[2])
     return gaps
 
 
@@ -233,7 +239,7 @@ class _TargetListener:
         b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            rec.figures(), bucket_gaps(rec.gaps_from(1)) if failed else None,
+            rec.figures(), bucket_gaps(GapBatch.of_record(rec)) if failed else None,
             rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None, rec.send_wait,
         ))
 

@@ -48,26 +48,25 @@ from ..constants import STEADY_MIN_S
 from ..telemetry.server_view import ServerStepView
 from ..telemetry.types import ServerSample
 from . import records
+from .gap_batch import GapBatch
 from .histogram import Digest, censored_quantiles
 from .own_requests import PROBE, WARMUP, OwnRequests, StepJudge, WindowCut, window_cut
-from .records import COALESCED, Clock, RequestRecord
+from .records import Clock, RequestRecord
 from .slo import Slo
 from .step_result import DEFAULT_PERCENTILES, StepResult, percentile_key
 
 NOT_OWN = (WARMUP, "calibration", "lane")  # the probe lane's requests are never the load's
-__all__ = ["NOT_OWN", "PROBE", "WARMUP", "Gaps", "StepAccumulator", "StepJudge", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
+__all__ = ["NOT_OWN", "PROBE", "WARMUP", "StepAccumulator", "StepJudge", "WindowCut", "new_gaps", "per_second_noise", "window_cut"]
 
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1000.0, 3)
 
 
-Gaps = list[tuple[float, Sequence[float], float]]  # RequestRecord.gaps_from: (arrival, ITLs, chunk gap)
-
-
-def new_gaps(rec: RequestRecord, start: int) -> tuple[int, Gaps]:
+def new_gaps(rec: RequestRecord, start: int) -> tuple[int, GapBatch]:
     """The gaps of `rec` closed by chunks from index `start` on, and the next start."""
-    return len(rec.chunk_times), rec.gaps_from(start)
+    b = GapBatch()
+    return b.take(rec, start), b
 
 
 def per_second_noise(per_second: Sequence[float]) -> float | None:
@@ -287,40 +286,35 @@ class StepAccumulator(OwnRequests):
             if i < len(ps):
                 ps[i] = max(0, ps[i] - n)
 
-    def _inside(self, gaps: Gaps) -> Gaps:
-        """The gaps whose closing chunk arrived in the window (`_in_window`, one pass)."""
-        t0, t_end = self.t0, self.t_end
-        if t0 is None:
-            return []
-        if t_end is None:
-            return [x for x in gaps if x[0] >= t0]
-        return [x for x in gaps if t0 <= x[0] <= t_end]
+    def _inside(self, gaps: GapBatch) -> GapBatch | None:
+        """The gaps whose closing chunk arrived in the window (`_in_window`)."""
+        return None if self.t0 is None else gaps.window(self.t0, self.t_end)
 
-    def on_gaps(self, gaps: Gaps) -> None:
+    def on_gaps(self, gaps: GapBatch) -> None:
         inside = self._inside(gaps)
         if inside:
-            self.itl.add_many([v for _, vs, _ in inside for v in vs])
-            raws = [g for _, vs, g in inside if vs is not COALESCED]  # a chunk read coalesced: counted, no gap
-            self.chunk_gap.add_many(raws)
-            self.chunks += len(inside)
-            self.coalesced += len(inside) - len(raws)
+            self.itl.add_many(inside.itl)
+            self.chunk_gap.add_many(inside.gap)  # a chunk read coalesced: counted, no gap
+            self.chunks += inside.chunks
+            self.coalesced += len(inside.merged_t)
 
-    def remove_gaps(self, gaps: Gaps) -> None:
+    def remove_gaps(self, gaps: GapBatch) -> None:
         """A request failed: its gaps that were counted here go back out."""
         inside = self._inside(gaps)
         if inside:
-            self.itl.remove_many([v for _, vs, _ in inside for v in vs])
-            raws = [g for _, vs, g in inside if vs is not COALESCED]
-            self.chunk_gap.remove_many(raws)
-            self.chunks -= len(inside)
-            self.coalesced -= len(inside) - len(raws)
+            self.itl.remove_many(inside.itl)
+            self.chunk_gap.remove_many(inside.gap)
+            self.chunks -= inside.chunks
+            self.coalesced -= len(inside.merged_t)
 
     def on_lane_first(self, rec: RequestRecord) -> None:
         if rec.t_first is not None and rec.ttft is not None and self._in_window(rec.t_first):
             self.lane_ttft.add(rec.ttft)
 
-    def on_lane_gaps(self, gaps: Gaps) -> None:
-        self.lane_itl.add_many([v for t, vs, _ in gaps if self._in_window(t) for v in vs])
+    def on_lane_gaps(self, gaps: GapBatch) -> None:
+        inside = self._inside(gaps)
+        if inside:
+            self.lane_itl.add_many(inside.itl)
 
     def on_end(self, rec: RequestRecord) -> None:
         t_end = rec.t_end if rec.t_end is not None else rec.t_send

@@ -247,7 +247,7 @@ class LiveMetrics:
         if rec.ttft is not None and rec.t_first is not None:
             self._ttft.add(rec.t_first, rec.ttft)
 
-    def on_gaps(self, t: float, itls: list[float]) -> None:
+    def on_gaps(self, t: float, itls: Sequence[float]) -> None:
         if itls:
             self._itl.add_many(t, itls)
 
@@ -256,7 +256,7 @@ class LiveMetrics:
         if rec.ttft is not None and rec.t_first is not None:
             self._ttft.remove_many(rec.t_first, (rec.ttft,))
 
-    def unmeasure_gaps(self, t: float, itls: list[float]) -> None:
+    def unmeasure_gaps(self, t: float, itls: Sequence[float]) -> None:
         """... and so do its gaps (by the arrival of the chunk that closed them)."""
         if itls:
             self._itl.remove_many(t, itls)

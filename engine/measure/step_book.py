@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 from ..constants import MIN_LIVE_STEP_S
 from ..telemetry.types import ServerSample
 from . import records
-from .accumulator import WARMUP, Gaps, StepAccumulator, StepJudge
+from .accumulator import WARMUP, StepAccumulator, StepJudge
+from .gap_batch import GapBatch
 from .hooks import StepHooks
 from .own_requests import whole_verdict
 from .records import Clock, RequestRecord
@@ -108,11 +109,11 @@ class StepBook:
         for acc in self.open:
             acc.on_token_reads(ts, ns)
 
-    def on_gaps(self, gaps: Gaps) -> None:
+    def on_gaps(self, gaps: GapBatch) -> None:
         for acc in self.open:
             acc.on_gaps(gaps)
 
-    def remove_gaps(self, gaps: Gaps) -> None:
+    def remove_gaps(self, gaps: GapBatch) -> None:
         """A request failed: its gaps leave every window that counted them."""
         for acc in self._fed():
             acc.remove_gaps(gaps)
@@ -152,7 +153,7 @@ class StepBook:
         for acc in self.open:
             acc.on_lane_first(rec)
 
-    def on_lane_gaps(self, gaps: Gaps) -> None:
+    def on_lane_gaps(self, gaps: GapBatch) -> None:
         for acc in self.open:
             acc.on_lane_gaps(gaps)
 

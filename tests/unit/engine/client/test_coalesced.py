@@ -22,6 +22,7 @@ from redline.engine.client.request import run_request
 from redline.engine.load.worker import bucket_gaps, unbucket_gaps
 from redline.engine.measure import records
 from redline.engine.measure.accumulator import StepAccumulator
+from redline.engine.measure.gap_batch import GapBatch
 from redline.engine.measure.hooks import RequestHooks
 from redline.engine.measure.records import COALESCED, Clock, RequestRecord
 from redline.engine.measure.step_result import StepResult
@@ -107,10 +108,10 @@ def test_generate_spread_restarts_from_the_coalesced_reads_stamp():
 def test_a_worker_report_carries_the_coalesced_count_through_its_buckets():
     gaps = [(1.001, [0.03], 0.03), (1.002, COALESCED, 0.0), (1.003, COALESCED, 0.06), (1.051, [0.02, 0.02], 0.04),
             (1.052, COALESCED, 0.0)]
-    back = unbucket_gaps(bucket_gaps(gaps))
-    assert sum(1 for _, vs, _ in back if vs is COALESCED) == 3
-    assert sorted(v for _, vs, _ in back for v in vs) == [0.02, 0.02, 0.03]
-    assert sorted(g for _, vs, g in back if vs is not COALESCED) == [0.03, 0.04]  # no coalesced chunk gap travels
+    back = unbucket_gaps(bucket_gaps(GapBatch.of(gaps)))
+    assert len(back.merged_t) == 3 and back.chunks == 5
+    assert sorted(back.itl) == [0.02, 0.02, 0.03]
+    assert sorted(back.gap) == [0.03, 0.04]  # no coalesced chunk gap travels
 
 
 def _step() -> StepAccumulator:
@@ -123,19 +124,19 @@ def test_a_step_says_what_share_it_read_coalesced_and_keeps_those_gaps_out_of_it
     acc = _step()
     good = [(1.0 + i * 0.01, [0.030], 0.030) for i in range(96)]
     merged = [(2.0, COALESCED, 0.0), (2.0, COALESCED, 0.0), (2.0, COALESCED, 0.120), (2.0, COALESCED, 0.0)]
-    acc.on_gaps(good + merged)
+    acc.on_gaps(GapBatch.of(good + merged))
     res = acc.result(3.0)
     assert res.coalesced_chunks == 0.04
     assert res.p99_itl_ms == 30.0 and res.p99_chunk_gap_ms == 30.0  # the 120 ms and the zeros are not in them
     assert StepResult.from_dict(res.to_dict()).coalesced_chunks == 0.04
-    acc.remove_gaps(merged[:2])  # a failed request's gaps leave, its coalesced chunks with them
+    acc.remove_gaps(GapBatch.of(merged[:2]))  # a failed request's gaps leave, its coalesced chunks with them
     assert acc.result(3.0).coalesced_chunks == round(2 / 98, 6)
 
 
 def test_a_step_with_no_coalesced_read_says_zero_and_one_without_chunks_says_nothing():
     acc = _step()
     assert acc.result(1.0).coalesced_chunks is None
-    acc.on_gaps([(0.5, [0.02], 0.02)])
+    acc.on_gaps(GapBatch.of([(0.5, [0.02], 0.02)]))
     assert acc.result(1.0).coalesced_chunks == 0.0
 
 

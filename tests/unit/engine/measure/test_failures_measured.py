@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from redline.engine.measure import records
+from redline.engine.measure.gap_batch import GapBatch
 from redline.engine.measure.live_metrics import LiveMetrics
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.slo import Slo
@@ -49,7 +50,7 @@ def _end(book: StepBook, rec: RequestRecord, t_end: float, status: str = records
     rec.status = status
     if status == records.FAILED:
         rec.error_kind = records.ERR_DISCONNECT
-        book.remove_gaps(rec.gaps_from(1))
+        book.remove_gaps(GapBatch.of_record(rec))
         book.remove_tokens(rec.credits())
         if metrics is not None:
             metrics.unmeasure_tokens(rec.credits())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from redline.engine.measure import records
+from redline.engine.measure.gap_batch import GapBatch
 from redline.engine.measure.records import Clock, RequestRecord
 from redline.engine.measure.slo import Slo
 from redline.engine.measure.step_book import StepBook
@@ -56,7 +57,7 @@ def _run(requests: list[Spec], slo: Slo) -> tuple[StepResult, StepResult]:
     def end(r: RequestRecord, s: Spec) -> None:
         if s.failed:
             r.status, r.error_kind = records.FAILED, records.ERR_DISCONNECT
-            book.remove_gaps(r.gaps_from(1))
+            book.remove_gaps(GapBatch.of_record(r))
             book.remove_tokens(r.credits())
         book.on_end(r)
 
