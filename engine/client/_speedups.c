@@ -449,6 +449,10 @@ typedef struct {
     char *data;          /* the event's data lines so far, joined with \n */
     Py_ssize_t data_len, data_cap;
     Py_ssize_t data_lines;
+    /* the usage of the reads feed_tokens answered with their tokens alone (the latest of each,
+       -1: none since the last full answer): the next full answer carries it, or usage() */
+    long long pend_prompt, pend_completion, pend_cached;
+    Py_ssize_t pend_events;  /* ... and how many events they held */
 } Splitter;
 
 static PyObject *frombytes_name;
@@ -482,6 +486,8 @@ static int Splitter_init(Splitter *self, PyObject *args, PyObject *kw) {
     self->mode = mode;
     self->max_event = max_event;
     self->buf_len = self->data_len = self->data_lines = 0;
+    self->pend_prompt = self->pend_completion = self->pend_cached = -1;
+    self->pend_events = 0;
     return 0;
 }
 
@@ -596,8 +602,10 @@ static int line(Splitter *self, read_t *rd, const char *p, Py_ssize_t n) {
     return 0;  /* comments (:...) and other fields: ignored */
 }
 
-static PyObject *Splitter_feed(Splitter *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* feed(data, t, counted, times, tokens) -> (new, events, flags, prompt, completion, cached, lags, rest) */
+static PyObject *do_feed(Splitter *self, PyObject *const *args, Py_ssize_t nargs, int brief) {
+    /* feed(data, t, counted, times, tokens) -> (new, events, flags, prompt, completion, cached, lags, rest);
+       brief (feed_tokens): `new` alone where that is all the read says to Python (no [DONE], no
+       lag, nothing left to the Python road), its usage kept for the next full answer */
     if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "feed(data, t, counted, times, tokens)"); return NULL; }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
@@ -648,10 +656,40 @@ static PyObject *Splitter_feed(Splitter *self, PyObject *const *args, Py_ssize_t
         self->buf_len = self->data_len = self->data_lines = 0;
         rd.flags |= F_TOO_BIG;
     }
+    if (brief && !(rd.flags & (F_DONE | F_TOO_BIG)) && !rd.lags && !rd.rest) {
+        if (rd.prompt_tokens >= 0) self->pend_prompt = rd.prompt_tokens;
+        if (rd.completion_tokens >= 0) self->pend_completion = rd.completion_tokens;
+        if (rd.cached_tokens >= 0) self->pend_cached = rd.cached_tokens;
+        self->pend_events += rd.events;
+        return PyLong_FromLongLong(rd.new_tokens);
+    }
+    /* a full answer: the usage of brief reads before it, where this read's own says none */
+    if (rd.prompt_tokens < 0) rd.prompt_tokens = self->pend_prompt;
+    if (rd.completion_tokens < 0) rd.completion_tokens = self->pend_completion;
+    if (rd.cached_tokens < 0) rd.cached_tokens = self->pend_cached;
+    rd.events += self->pend_events;
+    self->pend_prompt = self->pend_completion = self->pend_cached = -1;
+    self->pend_events = 0;
     PyObject *lags = rd.lags ? rd.lags : Py_NewRef(Py_None);
     PyObject *rest = rd.rest ? rd.rest : Py_NewRef(Py_None);
     return Py_BuildValue("(LniLLLNN)", rd.new_tokens, rd.events, rd.flags, rd.prompt_tokens, rd.completion_tokens,
                          rd.cached_tokens, lags, rest);
+}
+
+static PyObject *Splitter_feed(Splitter *self, PyObject *const *args, Py_ssize_t nargs) {
+    return do_feed(self, args, nargs, 0);
+}
+
+static PyObject *Splitter_feed_tokens(Splitter *self, PyObject *const *args, Py_ssize_t nargs) {
+    return do_feed(self, args, nargs, 1);
+}
+
+static PyObject *Splitter_usage(Splitter *self, PyObject *Py_UNUSED(unused)) {
+    /* the usage brief reads kept (the latest since the last full answer), and forget it */
+    PyObject *out = Py_BuildValue("(LLLn)", self->pend_prompt, self->pend_completion, self->pend_cached, self->pend_events);
+    self->pend_prompt = self->pend_completion = self->pend_cached = -1;
+    self->pend_events = 0;
+    return out;
 }
 
 static PyObject *Splitter_close(Splitter *self, PyObject *Py_UNUSED(unused)) {
@@ -682,6 +720,10 @@ static PyObject *Splitter_pending(Splitter *self, PyObject *Py_UNUSED(unused)) {
 static PyMethodDef Splitter_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Splitter_feed, METH_FASTCALL,
      "feed(data, t, counted, times, tokens) -> (new, events, flags, prompt_tokens, completion_tokens, cached_tokens, lags, rest)"},
+    {"feed_tokens", (PyCFunction)(void (*)(void))Splitter_feed_tokens, METH_FASTCALL,
+     "feed_tokens(data, t, counted, times, tokens) -> the read's new tokens (int) where that is all it says, else feed()'s tuple"},
+    {"usage", (PyCFunction)Splitter_usage, METH_NOARGS,
+     "usage() -> (prompt_tokens, completion_tokens, cached_tokens, events) of the brief reads since the last full answer (-1: none)"},
     {"close", (PyCFunction)Splitter_close, METH_NOARGS, "close() -> the payloads of an unfinished event (for Python to decode)"},
     {"pending", (PyCFunction)Splitter_pending, METH_NOARGS, "pending() -> bytes held for the next read"},
     {NULL, NULL, 0, NULL},

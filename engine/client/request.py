@@ -255,11 +255,23 @@ class _Stream:
         error, an odd shape: in order, from the first such event on) takes the Python road."""
         rec = self.rec
         times, tokens = rec.chunk_times, rec.chunk_tokens
-        feed = self.fast.feed
+        fast = self.fast
+        # once its first answer token is in, most reads say only their tokens (and usage, which
+        # the splitter keeps: the next full answer or take_usage brings it): feed_tokens says
+        # those with a bare int, no tuple to build and take apart
+        feed = fast.feed if rec.t_first_answer is None else fast.feed_tokens
         for t, data in reads:
             self.t = t
             n0 = len(times)
-            new, events, flags, pt, ct, cached, lags, rest = feed(data, t, self.counted, times, tokens)
+            got = feed(data, t, self.counted, times, tokens)
+            if got.__class__ is int:
+                if len(times) - n0 > 1:
+                    _coalesced(rec, n0, len(times))
+                if got:
+                    self.counted += got
+                    self.on_tokens(t, got)
+                continue
+            new, events, flags, pt, ct, cached, lags, rest = got
             if flags & fast_path.TOO_BIG:  # as the Python road: this read's events are not taken
                 del times[n0:], tokens[n0:]
                 _fail(rec, records.ERR_MALFORMED, str(too_big()), self.client)
@@ -294,6 +306,23 @@ class _Stream:
                 self.counted += new
                 self.on_tokens(t, new)
         return True
+
+    def take_usage(self) -> None:
+        """The usage the C road's brief reads kept (feed_tokens), onto the record (its last
+        report, as every event's usage lands on the Python road), and their events counted:
+        at the stream's end, before anything reads them."""
+        if self.fast is None:
+            return
+        pt, ct, cached, events = self.fast.usage()
+        self.events += events
+        rec = self.rec
+        if pt >= 0:
+            rec.input_tokens = pt
+            rec.usage_reported = True
+        if cached >= 0:
+            rec.cached_tokens = cached
+        if ct >= 0:
+            self.completion_tokens = ct
 
     def _lag(self, t: float, sim_t: float) -> None:
         lag = t + self.wall_offset - sim_t
@@ -435,6 +464,7 @@ async def run_request(
     except asyncio.CancelledError:
         rec.t_end = perf()
         rec.status = records.CANCELLED
+        stream.take_usage()
         _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
         raise
     except Exception as exc:  # noqa: BLE001 - run_request never raises: every failure is counted
@@ -450,6 +480,7 @@ async def run_request(
     finally:
         if resp is not None:
             _unbind(resp)
+    stream.take_usage()
     _settle_tokens(rec, stream.completion_tokens, stream.counted, on_tokens)
     if rec.status == records.OK and rec.max_tokens > 0 and rec.output_tokens == 0:
         _fail(rec, records.ERR_EMPTY, f"the stream ended without an output token ({rec.max_tokens} asked for)", client)

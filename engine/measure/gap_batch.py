@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from operator import sub
 from typing import TYPE_CHECKING
@@ -84,14 +85,21 @@ class GapBatch:
         start = max(start, 1)
         if start >= n:
             return n
-        co = rec.coalesced
-        if rec.spread_itl or (co and co[-1] >= start):
+        if rec.spread_itl:
             for t, vs, raw in rec.gaps_from(start):
                 self._add(t, vs, raw)
             return n
-        # one gap, one ITL, per chunk (an OpenAI stream read chunk by chunk): the arrays whole
+        # one gap, one ITL, per chunk (an OpenAI stream): the arrays whole, less the chunks
+        # read coalesced (the chunk after one still closes a measured gap: from its stamp)
         seg = ts[start:n]
         g = array("d", map(sub, seg, ts[start - 1 : n - 1]))
+        co = rec.coalesced
+        if co and co[-1] >= start:
+            merged = [i - start for i in co[bisect_left(co, start):] if i < n]
+            self.merged_t.extend([seg[j] for j in merged])
+            for j in reversed(merged):
+                del seg[j]
+                del g[j]
         self.itl_t += seg
         self.chunk_t += seg
         self.itl += g

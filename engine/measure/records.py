@@ -281,6 +281,9 @@ class RequestRecord:
 
     def itls(self) -> list[float]:
         """The request's inter-token latencies (see gaps_from)."""
+        if not self.spread_itl and not self.coalesced:  # one per chunk: the chunk gaps
+            ts = self.chunk_times
+            return list(map(sub, ts[1:], ts[:-1]))
         return [v for _, vs, _ in self.gaps_from(1) for v in vs]
 
     def figures(self) -> RequestFigures:

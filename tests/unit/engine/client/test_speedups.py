@@ -148,6 +148,7 @@ def _run(api: str, pieces: list[bytes], fast) -> tuple:
             s.close()
     except OverflowError as exc:  # a count past 2**63 in a chunk: run_request calls it `other` (both roads alike)
         reading = type(exc).__name__
+    s.take_usage()  # as run_request, before its end is told
     return (list(rec.chunk_times), list(rec.chunk_tokens), rec.coalesced, rec.t_first, rec.t_first_answer, rec.input_tokens, rec.http_status,
             rec.usage_reported, rec.cached_tokens, rec.status, rec.error_kind, rec.error_text, rec.max_lag_s,
             s.counted, s.completion_tokens, s.done, s.events, s.first_bytes, reading,
