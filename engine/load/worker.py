@@ -43,7 +43,7 @@ from ..measure import records
 from ..measure.accumulator import new_gaps
 from ..measure.gap_batch import GapBatch
 from ..measure.histogram import LogHistogram
-from ..measure.hooks import RequestHooks
+from ..measure.hooks import RequestHooks, TokensHook
 from ..measure.own_requests import window_cut
 from ..measure.records import RequestRecord
 from ..telemetry.client_health import LoopLagMonitor
@@ -144,6 +144,7 @@ class Batch:
         self.in_flight: dict[int, RequestRecord] = {}
         self.cursor: dict[int, int] = {}
         self.recent: deque[RequestRecord] = deque()  # ended lately (RECENT_S), chunk times and all
+        self._token_hooks: list[TokensHook] = []  # each Sender's: flushed before a take
         self._reset()
 
     def _reset(self) -> None:
@@ -164,7 +165,9 @@ class Batch:
     def hooks(self, ti: int) -> RequestHooks:
         """The hooks of target `ti`'s Sender, and the worker's one subscription to them:
         this batch (its sends, first tokens, tokens by bucket, ends, chunk lags)."""
-        return RequestHooks(lag=self.on_lag).subscribe(_TargetListener(self, ti))
+        hooks = RequestHooks(lag=self.on_lag).subscribe(_TargetListener(self, ti))
+        self._token_hooks.append(hooks.tokens)
+        return hooks
 
     def harvest(self, rec: RequestRecord) -> None:
         nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
@@ -191,7 +194,9 @@ class Batch:
         return out
 
     def take(self) -> dict:
-        """Everything since the last take (gaps of requests in flight harvested first)."""
+        """Everything since the last take (tokens kept and gaps of requests in flight first)."""
+        for hook in self._token_hooks:
+            hook.flush()
         for rec in list(self.in_flight.values()):
             self.harvest(rec)
         recent, old = self.recent, time.perf_counter() - RECENT_S
@@ -228,6 +233,12 @@ class _TargetListener:
 
     def on_tokens(self, t: float, n: int) -> None:
         self.b.tokens[(self.ti, int(t / BUCKET_S))] += n
+
+    def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
+        """on_tokens of each read of a batch (engine/measure/hooks.py TokensHook.flush)."""
+        tokens, ti = self.b.tokens, self.ti
+        for t, n in zip(ts, ns, strict=True):
+            tokens[(ti, int(t / BUCKET_S))] += n
 
     def on_end(self, rec: RequestRecord) -> None:
         b = self.b

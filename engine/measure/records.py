@@ -281,9 +281,13 @@ class RequestRecord:
 
     def itls(self) -> list[float]:
         """The request's inter-token latencies (see gaps_from)."""
-        if not self.spread_itl and not self.coalesced:  # one per chunk: the chunk gaps
+        if not self.spread_itl:  # one per chunk: the chunk gaps, less those of chunks read coalesced
             ts = self.chunk_times
-            return list(map(sub, ts[1:], ts[:-1]))
+            g = list(map(sub, ts[1:], ts[:-1]))
+            for i in reversed(self.coalesced or ()):
+                if i > 0:
+                    del g[i - 1]
+            return g
         return [v for _, vs, _ in self.gaps_from(1) for v in vs]
 
     def figures(self) -> RequestFigures:

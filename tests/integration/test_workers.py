@@ -125,9 +125,16 @@ def test_a_live_workload_change_reaches_every_worker(sim_factory, tmp_path):
             await asyncio.sleep(2.0)
         finally:
             await e.stop()
+        counted["live"] = e.metrics.output_tokens_total + e.metrics.failed_output_tokens_total
+        counted["received"] = e.measurements.tokens_received
 
+    counted: dict[str, int] = {}
     asyncio.run(go())
-    rows = pl.read_ndjson(out / "requests.ndjson").filter((pl.col("status") == "ok") & (pl.col("phase") != "calibration"))
+    every = pl.read_ndjson(out / "requests.ndjson")
+    # every token a worker read reached the engine's figures (kept in batches, flushed before
+    # each report and each request's end), those of the requests the stop cancelled too
+    assert counted["live"] == counted["received"] == every["output_tokens"].sum() > 0
+    rows = every.filter((pl.col("status") == "ok") & (pl.col("phase") != "calibration"))
     last = rows.sort("t_send").tail(8)
     assert set(last["output_tokens"].to_list()) == {5} and set(last["worker"].to_list()) == {0, 1}
 
