@@ -437,15 +437,9 @@ def bench_child_main(config, conn, result_path: str, with_reads: bool = False) -
             ticks.append(t)
             ticks.append(time.perf_counter() - t)
 
-    def on_gaps(self, gaps):  # (arrival of the closing chunk, its ITLs, raw chunk gap) entries
-        for t, vs, _ in gaps:  # kept cheap: it runs inside the engine's once-a-second harvest
-            if len(vs) == 1:  # OpenAI APIs: one ITL per content chunk
-                times.append(t)
-                itls.append(vs[0])
-            else:
-                for v in vs:
-                    times.append(t)
-                    itls.append(v)
+    def on_gaps(self, gaps):  # a GapBatch (engine/measure/gap_batch.py): each ITL and its chunk's arrival
+        times.extend(gaps.itl_t)  # kept cheap: it runs inside the engine's harvest
+        itls.extend(gaps.itl)
         return orig_on_gaps(self, gaps)
 
     async def stop(self, reason="quit"):

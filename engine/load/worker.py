@@ -7,11 +7,12 @@ every FLUSH_S, or at once when the coordinator asks (a step closing):
 
 - sends and first tokens of its requests (rid, step, phase, send / intended / first-token times),
 - output tokens counted in 10 ms buckets of arrival time,
-- inter-token latencies and chunk gaps, grouped in 10 ms buckets of the arrival of the chunk
-  that closes them (the values themselves: merged percentiles equal one process's),
+- inter-token latencies and chunk gaps with the arrival of the chunk that closes each, as
+  arrays (engine/measure/gap_batch.py: the values themselves, merged percentiles equal one
+  process's, each counted in the window its chunk arrived in),
 - the chunks' lags behind the server's send stamps (the sim's), as a histogram delta,
 - one summary per ended request (its figures and outcome; never its chunk timestamps; a
-  failed one's gaps and tokens in their buckets, to leave the windows that counted them);
+  failed one's gaps and its tokens in their buckets, to leave the windows that counted them);
 - at a step's close (asked), the window figures of each request out at it (`Cut`: its TPOT,
   own ITL p99 and tokens by the close), so that outputs that outlive their step are judged on
   TPOT and ITL as in one process.
@@ -40,7 +41,6 @@ from ..client.target import Target
 from ..heap import HeapKeeper
 from ..loop import new_event_loop, read_pipe
 from ..measure import records
-from ..measure.accumulator import new_gaps
 from ..measure.gap_batch import GapBatch
 from ..measure.histogram import LogHistogram
 from ..measure.hooks import RequestHooks, TokensHook
@@ -87,26 +87,6 @@ class WorkerSpec:
     wall_offset: float
 
 
-def bucket_gaps(gaps: GapBatch) -> list[tuple[int, tuple[list[float], list[float], int]]]:
-    """Gaps as they travel: (10 ms bucket of the closing chunk's arrival, (ITLs, chunk gaps,
-    chunks read coalesced: engine/measure/records.py COALESCED, counted, no gap))."""
-    out: dict[int, list] = {}
-
-    def slot(t: float) -> list:
-        got = out.get(b := int(t / BUCKET_S))
-        if got is None:
-            got = out[b] = [[], [], 0]
-        return got
-
-    for t, v in zip(gaps.itl_t, gaps.itl, strict=True):
-        slot(t)[0].append(v)
-    for t, g in zip(gaps.chunk_t, gaps.gap, strict=True):
-        slot(t)[1].append(g)
-    for t in gaps.merged_t:
-        slot(t)[2] += 1
-    return [(b, tuple(v)) for b, v in sorted(out.items())]
-
-
 def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
     """A failed request's tokens as they travel: (10 ms bucket of their arrival, tokens), the
     buckets its tokens were counted in (`_TargetListener.on_tokens`)."""
@@ -120,21 +100,6 @@ def bucket_tokens(credits: list[tuple[float, int]]) -> list[tuple[int, int]]:
 def unbucket_tokens(buckets: Sequence[tuple[int, int]]) -> list[tuple[float, int]]:
     """The coordinator's side: (arrival, tokens) at each bucket's middle, where it counted them."""
     return [((b + 0.5) * BUCKET_S, n) for b, n in buckets]
-
-
-def unbucket_gaps(buckets: Sequence[tuple[int, tuple]]) -> GapBatch:
-    """The coordinator's side of bucket_gaps: each bucket's gaps at its middle."""
-    gaps = GapBatch()
-    for b, slot in buckets:
-        itls, raws = slot[0], slot[1]
-        t = (b + 0.5) * BUCKET_S
-        gaps.itl_t.extend([t] * len(itls))
-        gaps.itl.extend(itls)
-        gaps.chunk_t.extend([t] * len(raws))
-        gaps.gap.extend(raws)
-        if len(slot) > 2 and slot[2]:
-            gaps.merged_t.extend([t] * slot[2])
-    return gaps
 
 
 class Batch:
@@ -151,8 +116,7 @@ class Batch:
         self.sends: list[Sent] = []
         self.firsts: list[First] = []
         self.tokens: dict[tuple[int, int], int] = defaultdict(int)  # (target, bucket) -> tokens
-        # bucket -> (ITLs, chunk gaps, [chunks read coalesced])
-        self.gaps: dict[int, tuple[list[float], list[float], list[int]]] = {}
+        self.gaps = GapBatch()  # every request's, since the last take
         self.ends: list[Ended] = []
         self.held: list[tuple[bool, float]] = []  # (dropped?, intended time) of sends held at the cap
         self.abandoned: list[float] = []  # intended times of held sends given up (their step censors them)
@@ -170,15 +134,10 @@ class Batch:
         return hooks
 
     def harvest(self, rec: RequestRecord) -> None:
-        nxt, gaps = new_gaps(rec, self.cursor.get(rec.rid, 0))
-        self.cursor[rec.rid] = nxt
-        for b, (itls, raws, merged) in bucket_gaps(gaps):
-            slot = self.gaps.get(b)
-            if slot is None:
-                slot = self.gaps[b] = ([], [], [0])
-            slot[0].extend(itls)
-            slot[1].extend(raws)
-            slot[2][0] += merged
+        cursor = self.cursor
+        start = cursor.get(rec.rid, 0)
+        if start < len(rec.chunk_times):
+            cursor[rec.rid] = self.gaps.take(rec, start)
 
     def cuts(self, t: float, with_itl: bool) -> list[Cut]:
         """At a step's close `t` (this host's clock): the window figures of every request sent
@@ -206,7 +165,7 @@ class Batch:
             "sends": self.sends,
             "firsts": self.firsts,
             "tokens": list(self.tokens.items()),
-            "gaps": [(b, (itls, raws, merged[0])) for b, (itls, raws, merged) in sorted(self.gaps.items())],
+            "gaps": self.gaps,
             "ends": self.ends,
             "held": self.held,
             "abandoned": self.abandoned,
@@ -250,7 +209,7 @@ class _TargetListener:
         b.ends.append(Ended(
             rec.rid, rec.t_send, rec.t_first, rec.t_first_answer, rec.t_end, rec.status, rec.http_status,
             rec.error_kind, rec.error_text, rec.input_tokens, rec.output_tokens, rec.usage_reported,
-            rec.figures(), bucket_gaps(GapBatch.of_record(rec)) if failed else None,
+            rec.figures(), GapBatch.of_record(rec) if failed else None,
             rec.cached_tokens, bucket_tokens(rec.credits()) if failed else None, rec.send_wait,
         ))
 

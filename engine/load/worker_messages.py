@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from ..measure.gap_batch import GapBatch
 from ..measure.records import RequestFigures
 
 FLUSH = "flush"
@@ -89,7 +90,7 @@ class Ended(NamedTuple):
     output_tokens: int
     usage_reported: bool
     figures: RequestFigures
-    failed_gaps: list | None  # a failed request's gaps, bucketed: they leave the windows
+    failed_gaps: GapBatch | None  # a failed request's gaps: they leave the windows
     cached_tokens: int | None
     failed_tokens: list | None = None  # ... and its tokens, [(10 ms bucket, tokens)]: no throughput
     send_wait: float | None = None  # RequestRecord.send_wait
@@ -119,7 +120,7 @@ class Report:
     sends: list[Sent] = field(default_factory=list)
     firsts: list[First] = field(default_factory=list)
     tokens: list = field(default_factory=list)  # [((target, 10 ms bucket), tokens)]
-    gaps: list = field(default_factory=list)  # [(10 ms bucket, (ITLs, chunk gaps, chunks read coalesced))]
+    gaps: GapBatch = field(default_factory=GapBatch)  # every request's since the last report
     ends: list[Ended] = field(default_factory=list)
     held: list = field(default_factory=list)  # [(dropped?, intended time)] of sends held at the cap
     abandoned: list = field(default_factory=list)  # intended times of held sends given up
@@ -137,19 +138,19 @@ class Report:
     now: float = 0.0  # the worker host's perf_counter when taken
 
     def shifted(self, d: float, bucket_s: float) -> Report:
-        """This report with every time moved by `d` seconds (buckets by whole buckets)."""
+        """This report with every time moved by `d` seconds (buckets by whole buckets, gaps exactly)."""
         db = round(d / bucket_s)
         return replace(
             self,
             sends=[x._replace(t_send=x.t_send + d, t_intended=_opt(x.t_intended, d)) for x in self.sends],
             firsts=[x._replace(t_send=x.t_send + d, t_first=_opt(x.t_first, d), t_first_answer=_opt(x.t_first_answer, d)) for x in self.firsts],
             tokens=[((ti, b + db), n) for (ti, b), n in self.tokens],
-            gaps=[(b + db, v) for b, v in self.gaps],
+            gaps=self.gaps.shifted(d),
             held=[(dropped, t + d) for dropped, t in self.held],
             abandoned=[t + d for t in self.abandoned],
             loop_lags=[(t + d, lag) for t, lag in self.loop_lags],
             ends=[x._replace(t_send=x.t_send + d, t_first=_opt(x.t_first, d), t_first_answer=_opt(x.t_first_answer, d),
-                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else [(b + db, v) for b, v in x.failed_gaps],
+                             t_end=_opt(x.t_end, d), failed_gaps=None if x.failed_gaps is None else x.failed_gaps.shifted(d),
                              failed_tokens=None if x.failed_tokens is None else [(b + db, n) for b, n in x.failed_tokens])
                   for x in self.ends],
         )

@@ -37,7 +37,7 @@ from ..measure.histogram import LogHistogram
 from ..measure.records import RequestRecord
 from ..telemetry.client_health import LoopLagMonitor
 from .controller import TRACE, LoadControl
-from .worker import BUCKET_S, WorkerSpec, unbucket_gaps, unbucket_tokens, worker_main
+from .worker import BUCKET_S, WorkerSpec, unbucket_tokens, worker_main
 from .worker_messages import ABORT, FLUSH, STOP, Ask, Done, Feed, Order, Ready, Report
 
 if TYPE_CHECKING:
@@ -452,7 +452,7 @@ class WorkerPool(LoadControl):
             st.tokens += n
         if msg.abandoned:
             port.abandon_held(msg.abandoned)
-        gaps = unbucket_gaps(msg.gaps)
+        gaps = msg.gaps
         if gaps:
             port.on_gaps(gaps)
         if msg.cut_at is not None and msg.cuts:  # before the ends: a step's close reads them
@@ -474,7 +474,7 @@ class WorkerPool(LoadControl):
             rec.remote, rec.cached_tokens, rec.send_wait = x.figures, x.cached_tokens, x.send_wait
             st.requests += 1
             if x.failed_gaps is not None:  # failed: its gaps leave the windows
-                port.unmeasure_gaps(unbucket_gaps(x.failed_gaps))
+                port.unmeasure_gaps(x.failed_gaps)
             if x.failed_tokens is not None:  # ... and its tokens the throughput (the engine's Measurements takes them out)
                 rec.remote_credits = unbucket_tokens(x.failed_tokens)
                 st.tokens -= sum(n for _, n in x.failed_tokens)

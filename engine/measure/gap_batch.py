@@ -113,6 +113,15 @@ class GapBatch:
         self.gap += other.gap
         self.merged_t += other.merged_t
 
+    def shifted(self, d: float) -> GapBatch:
+        """A copy with every arrival moved by `d` seconds (a worker on another host's clock)."""
+        out = GapBatch()
+        out.itl_t = array("d", [t + d for t in self.itl_t])
+        out.chunk_t = array("d", [t + d for t in self.chunk_t])
+        out.merged_t = array("d", [t + d for t in self.merged_t])
+        out.itl, out.gap = array("d", self.itl), array("d", self.gap)
+        return out
+
     @property
     def chunks(self) -> int:
         """Chunks closing a gap, coalesced ones too."""

@@ -14,12 +14,13 @@ gaps never enter ITL or chunk gap; the gaps measured around them stay the server
 
 from __future__ import annotations
 
+import pickle
 import time
 
 from redline.engine.client.api_formats import CHAT, PATHS
 from redline.engine.client.http import make_client
 from redline.engine.client.request import run_request
-from redline.engine.load.worker import bucket_gaps, unbucket_gaps
+from redline.engine.load.worker_messages import Report
 from redline.engine.measure import records
 from redline.engine.measure.accumulator import StepAccumulator
 from redline.engine.measure.gap_batch import GapBatch
@@ -105,10 +106,10 @@ def test_generate_spread_restarts_from_the_coalesced_reads_stamp():
     assert [vs is COALESCED for _, vs, _ in rec.gaps_from(1)] == [False, True, True, False]
 
 
-def test_a_worker_report_carries_the_coalesced_count_through_its_buckets():
+def test_a_worker_report_carries_the_coalesced_count():
     gaps = [(1.001, [0.03], 0.03), (1.002, COALESCED, 0.0), (1.003, COALESCED, 0.06), (1.051, [0.02, 0.02], 0.04),
             (1.052, COALESCED, 0.0)]
-    back = unbucket_gaps(bucket_gaps(GapBatch.of(gaps)))
+    back = pickle.loads(pickle.dumps(Report("batch", 0, 0, gaps=GapBatch.of(gaps)))).gaps  # as the pipe carries it
     assert len(back.merged_t) == 3 and back.chunks == 5
     assert sorted(back.itl) == [0.02, 0.02, 0.03]
     assert sorted(back.gap) == [0.03, 0.04]  # no coalesced chunk gap travels

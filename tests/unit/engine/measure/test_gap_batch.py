@@ -1,15 +1,17 @@
 """A harvest's gaps as arrays (engine/measure/gap_batch.py) hold what RequestRecord.gaps_from's
 tuples hold, value for value: harvested in any pieces, OpenAI streams (one ITL a chunk, the
 arrays' road) and /generate's spread, with chunks read coalesced; cut to a step's window; split
-by the second the live window keeps them in; and through a worker's buckets."""
+by the second the live window keeps them in; and through a worker's report."""
 
 from __future__ import annotations
 
 import math
+import pickle
 
 from hypothesis import given, settings, strategies as st
 
-from redline.engine.load.worker import BUCKET_S, bucket_gaps, unbucket_gaps
+from redline.engine.load.worker import BUCKET_S
+from redline.engine.load.worker_messages import Report
 from redline.engine.measure.gap_batch import GapBatch
 from redline.engine.measure.records import COALESCED, RequestRecord
 
@@ -93,12 +95,13 @@ def test_by_second_groups_each_itl_by_the_second_it_arrived_in(chunks, spread):
 
 
 @settings(max_examples=60, deadline=None)
-@given(chunk_lists, st.booleans())
-def test_a_workers_buckets_carry_every_value_to_its_buckets_middle(chunks, spread):
+@given(chunk_lists, st.booleans(), st.floats(-5.0, 5.0))
+def test_a_workers_report_carries_every_value_and_its_time(chunks, spread, d):
     rec = _record(chunks, spread)
     b = GapBatch.of_record(rec)
-    back = unbucket_gaps(bucket_gaps(b))
-    mid = [(int(t / BUCKET_S) + 0.5) * BUCKET_S for t in b.chunk_t]
-    assert sorted(back.itl) == sorted(b.itl) and sorted(back.gap) == sorted(b.gap)
-    assert sorted(back.chunk_t) == sorted(mid)
-    assert len(back.merged_t) == len(b.merged_t) and back.chunks == b.chunks
+    back = pickle.loads(pickle.dumps(Report("batch", 0, 0, gaps=b))).gaps  # the pipe to the coordinator
+    assert _as_flat(back) == _as_flat(b)
+    moved = Report("batch", 0, 0, gaps=b).shifted(d, BUCKET_S).gaps  # another host's clock
+    assert list(moved.itl) == list(b.itl) and list(moved.gap) == list(b.gap)
+    assert list(moved.chunk_t) == [t + d for t in b.chunk_t] and list(moved.merged_t) == [t + d for t in b.merged_t]
+    assert list(moved.itl_t) == [t + d for t in b.itl_t]
