@@ -288,13 +288,7 @@ class _Stream:
                         self.on_first(rec)
                 if flags & fast_path.ANSWER and rec.t_first_answer is None:
                     rec.t_first_answer = t
-            if pt >= 0:
-                rec.input_tokens = pt
-                rec.usage_reported = True
-            if cached >= 0:
-                rec.cached_tokens = cached
-            if ct >= 0:
-                self.completion_tokens = ct
+            self._usage(pt, ct, cached)
             if lags is not None and self.on_lag is not None:
                 for sim_t in lags:
                     self._lag(t, sim_t)
@@ -315,6 +309,10 @@ class _Stream:
             return
         pt, ct, cached, events = self.fast.usage()
         self.events += events
+        self._usage(pt, ct, cached)
+
+    def _usage(self, pt: int, ct: int, cached: int) -> None:
+        """A usage report from the C road (-1: not said) onto the record."""
         rec = self.rec
         if pt >= 0:
             rec.input_tokens = pt

@@ -246,12 +246,15 @@ class StepAccumulator(OwnRequests):
         t0 = self.t0
         if t0 is None or not self._in_window(t):
             return
+        self._count(int(t - t0), n)
+
+    def _count(self, second: int, n: int) -> None:
+        """n output tokens in the window's second `second` (from 0)."""
         self.out_tokens += n
-        i = int(t - t0)
         ps = self.per_second
-        while len(ps) <= i:
+        while len(ps) <= second:
             ps.append(0)
-        ps[i] += n
+        ps[second] += n
 
     def on_token_reads(self, ts: Sequence[float], ns: Sequence[int]) -> None:
         """on_tokens of each read of a batch; one inside the window and one second of it
@@ -265,13 +268,7 @@ class StepAccumulator(OwnRequests):
             for t, n in zip(ts, ns, strict=True):
                 self.on_tokens(t, n)
             return
-        n = sum(ns)
-        self.out_tokens += n
-        i = int(hi - t0)
-        ps = self.per_second
-        while len(ps) <= i:
-            ps.append(0)
-        ps[i] += n
+        self._count(int(hi - t0), sum(ns))
 
     def remove_tokens(self, credits: Sequence[tuple[float, int]]) -> None:
         """A request failed: its tokens that arrived in the window (RequestRecord.credits) move
