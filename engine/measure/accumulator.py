@@ -246,9 +246,9 @@ class StepAccumulator(OwnRequests):
         t0 = self.t0
         if t0 is None or not self._in_window(t):
             return
-        self._count(int(t - t0), n)
+        self._add_tokens(int(t - t0), n)
 
-    def _count(self, second: int, n: int) -> None:
+    def _add_tokens(self, second: int, n: int) -> None:
         """n output tokens in the window's second `second` (from 0)."""
         self.out_tokens += n
         ps = self.per_second
@@ -268,7 +268,7 @@ class StepAccumulator(OwnRequests):
             for t, n in zip(ts, ns, strict=True):
                 self.on_tokens(t, n)
             return
-        self._count(int(hi - t0), sum(ns))
+        self._add_tokens(int(hi - t0), sum(ns))
 
     def remove_tokens(self, credits: Sequence[tuple[float, int]]) -> None:
         """A request failed: its tokens that arrived in the window (RequestRecord.credits) move
