@@ -14,7 +14,8 @@ the engine's event log (engine/core/event_log.py) is another thing.
 
 Each is a `Hook`: its subscribers, called in the order they were added, each with the hook's
 payload; a subscriber that raises stops the hook there (run_request then fails the
-request, as a bug of the listener's). Subscriptions are made in one place: the engine's in
+request, as a bug of the listener's; a batched `tokens` subscriber raises where its batch is
+flushed instead). Subscriptions are made in one place: the engine's in
 engine/core/wiring.py, a worker process's in engine/load/worker.py (its Batch).
 """
 
@@ -63,7 +64,7 @@ class TokensHook:
     Two kinds of subscriber. Per read (`add`): called at each read, on the loop that read it.
     Batched (`add_batched`): the reads are kept in two arrays (times, tokens) and handed over
     together by `flush`, one call per batch where a chain of calls per read cost ~1.2 us (the
-    engine's own listeners, a quarter of an unpaced token's CPU). A batched subscriber reads
+    engine's own listeners: a tenth of an unpaced token's CPU). A batched subscriber reads
     the arrays during its call only (they are cleared after). Its figures are behind by what
     is not flushed yet, so whoever reads them flushes first: the Sender before a request's
     `ended` (engine/load/sender.py), the engine's harvest twenty times a second and every
