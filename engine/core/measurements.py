@@ -203,18 +203,15 @@ class Measurements:
         start = cursor.get(rec.rid, 0)
         if start == len(rec.chunk_times):
             return  # nothing new (most requests, most harvests)
-        if is_lane(rec) or self.prom is not None:
+        if is_lane(rec):
             cursor[rec.rid], gaps = new_gaps(rec, start)
-            if not gaps:
-                return
-            if is_lane(rec):
+            if gaps:
                 self._feed_lane(gaps)
-                return
-            load.extend(gaps)
-            if self.prom is not None:
-                self.prom.on_itls(rec, gaps.itl)
             return
+        n0 = len(load.itl)
         cursor[rec.rid] = load.take(rec, start)
+        if self.prom is not None and len(load.itl) > n0:
+            self.prom.on_itls(rec, load.itl[n0:])
 
     def _feed_lane(self, gaps: GapBatch) -> None:
         if gaps.itl:

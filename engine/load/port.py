@@ -63,7 +63,7 @@ class LoadPort(Protocol):
         """Held sends that will never go: their steps censor them."""
 
     def on_gaps(self, gaps: GapBatch) -> None:
-        """(arrival, ITLs, chunk gap) entries measured in a worker."""
+        """Gaps measured in a worker (engine/measure/gap_batch.py)."""
 
     def unmeasure_gaps(self, gaps: GapBatch) -> None:
         """A failed request's gaps leave every figure that counted them."""

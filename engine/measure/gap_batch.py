@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from operator import sub
 from typing import TYPE_CHECKING
 
-from .records import COALESCED
+from .records import COALESCED, chunk_gaps
 
 if TYPE_CHECKING:
     from .records import RequestRecord
 
 __all__ = ["GapBatch"]
-
-
-def _all_inside(ts: array[float], lo: float, hi: float | None) -> bool:
-    return not ts or (min(ts) >= lo and (hi is None or max(ts) <= hi))
 
 
 def _keep(ts: array[float], vs: array[float] | None, lo: float, hi: float | None) -> tuple[array[float], array[float] | None]:
@@ -89,17 +83,8 @@ class GapBatch:
             for t, vs, raw in rec.gaps_from(start):
                 self._add(t, vs, raw)
             return n
-        # one gap, one ITL, per chunk (an OpenAI stream): the arrays whole, less the chunks
-        # read coalesced (the chunk after one still closes a measured gap: from its stamp)
-        seg = ts[start:n]
-        g = array("d", map(sub, seg, ts[start - 1 : n - 1]))
-        co = rec.coalesced
-        if co and co[-1] >= start:
-            merged = [i - start for i in co[bisect_left(co, start):] if i < n]
-            self.merged_t.extend([seg[j] for j in merged])
-            for j in reversed(merged):
-                del seg[j]
-                del g[j]
+        seg, g, merged_t = chunk_gaps(ts, start, rec.coalesced)  # one ITL per chunk: the arrays whole
+        self.merged_t.extend(merged_t)
         self.itl_t += seg
         self.chunk_t += seg
         self.itl += g
@@ -130,10 +115,18 @@ class GapBatch:
     def __bool__(self) -> bool:
         return bool(self.chunk_t or self.merged_t)
 
+    def span(self) -> tuple[float, float] | None:
+        """The first and last arrival of a chunk closing a gap (an ITL's is its chunk's), or None."""
+        ts = [a for a in (self.chunk_t, self.merged_t) if a]
+        if not ts:
+            return None
+        return min(min(a) for a in ts), max(max(a) for a in ts)
+
     def window(self, lo: float, hi: float | None) -> GapBatch:
         """The gaps whose closing chunk arrived in [lo, hi] (hi None: open): this batch itself
         where all did (a harvest inside an open step: most)."""
-        if _all_inside(self.chunk_t, lo, hi) and _all_inside(self.itl_t, lo, hi) and _all_inside(self.merged_t, lo, hi):
+        span = self.span()
+        if span is None or (span[0] >= lo and (hi is None or span[1] <= hi)):
             return self
         out = GapBatch()
         out.itl_t, itl = _keep(self.itl_t, self.itl, lo, hi)
@@ -147,11 +140,11 @@ class GapBatch:
         """The ITLs as (an arrival time, ITLs) per whole second of arrival, oldest first: the
         live window keeps values by their second (histogram.py RollingDigest)."""
         ts = self.itl_t
-        if not ts:
+        span = self.span()
+        if not ts or span is None:
             return []
-        lo, hi = min(ts), max(ts)
-        if math.floor(lo) == math.floor(hi):
-            return [(lo, self.itl)]
+        if math.floor(span[0]) == math.floor(span[1]):
+            return [(ts[0], self.itl)]
         by_s: dict[int, tuple[float, array[float]]] = {}
         for t, v in zip(ts, self.itl, strict=True):
             sec = math.floor(t)

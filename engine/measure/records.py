@@ -88,6 +88,23 @@ class _Coalesced(tuple):
 COALESCED: tuple[float, ...] = _Coalesced()
 
 
+def chunk_gaps(ts: array[float], start: int, coalesced: list[int] | None) -> tuple[array[float], array[float], list[float]]:
+    """RequestRecord.gaps_from of an OpenAI stream (one ITL a chunk: its chunk gap) from chunk
+    `start` (>= 1) on, as arrays: the measured chunks' arrivals and their gaps, and the arrivals
+    of the chunks read coalesced, cut out (the chunk after one is measured from its stamp)."""
+    n = len(ts)
+    seg = ts[start:n]
+    gaps = array("d", map(sub, seg, ts[start - 1 : n - 1]))
+    if not coalesced or coalesced[-1] < start:
+        return seg, gaps, []
+    merged = [i - start for i in coalesced[bisect_left(coalesced, start):] if i < n]
+    merged_t = [seg[j] for j in merged]
+    for j in reversed(merged):
+        del seg[j]
+        del gaps[j]
+    return seg, gaps, merged_t
+
+
 class RequestFigures(NamedTuple):
     """One request's chunk figures: content chunks, ITL mean (first to last chunk over the
     gaps), the largest chunk gap, the p99 of its inter-token latencies (None below 2 chunks)."""
@@ -282,12 +299,7 @@ class RequestRecord:
     def itls(self) -> list[float]:
         """The request's inter-token latencies (see gaps_from)."""
         if not self.spread_itl:  # one per chunk: the chunk gaps, less those of chunks read coalesced
-            ts = self.chunk_times
-            g = list(map(sub, ts[1:], ts[:-1]))
-            for i in reversed(self.coalesced or ()):
-                if i > 0:
-                    del g[i - 1]
-            return g
+            return chunk_gaps(self.chunk_times, 1, self.coalesced)[1].tolist()
         return [v for _, vs, _ in self.gaps_from(1) for v in vs]
 
     def figures(self) -> RequestFigures:
