@@ -65,7 +65,7 @@ def run_sweep_tui(args: argparse.Namespace, spec: SweepSpec, configs: list[Sweep
             keep = k < spec.repeats and not spec.restart_each  # the server stays up for the next repeat
             if launch:
                 cs.launch()  # here, on the main thread (ConfigServer.launch); the app's start thread waits for it
-            cfg = make_config(c, cs.begin(k), None, k)
+            cfg = make_config(cs.config, cs.begin(k), None, k)  # its port: picked again at launch if taken
 
             def on_hard_exit(cs: ConfigServer = cs, i: int = i) -> None:
                 """SIGHUP: the app leaves with os._exit once its host stopped (the server with it)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from .resume import resume_sweep_file, sweep_head
-from .server_proc import ServerProcess, Started, free_port, wait_port_free
+from .server_proc import ServerProcess, Started, free_port, port_free, wait_port_free
 from .spec import Config, SweepSpec
 from .sweep_file import COMPLETED, FAILED_TO_START, RUNNING, STOPPED, SweepFile, entry, loss_why
 
@@ -138,16 +138,30 @@ class ConfigServer:
         return self.current
 
     async def start(self) -> bool:
-        """Launch and wait until ready; False when it failed to start (`failed_entry`)."""
+        """Launch and wait until ready; False when it failed to start (`failed_entry`). A server
+        that exited while another process holds the port redline picked for it (it lost the race
+        for it: a client's connection took it as its own end) is launched once more, on another."""
+        self.launch()
+        if await self.ready():
+            return True
+        port = self.config.port
+        if not self.config.port_picked or port is None or self.server is None or self.server.exited() is None or port_free(port):
+            return False
+        self.say(f"port {port} was taken by another process as it started: once more on another port")
+        await asyncio.to_thread(self.server.stop)  # it exited: its sentinel released
+        self.server = None
         self.launch()
         return await self.ready()
 
     def launch(self) -> None:
         """Start the server's process group. From a thread that outlives the server (the main
-        one): its leader dies with the thread that launched it (PR_SET_PDEATHSIG)."""
-        config = self.config
-        if not config.command or self.server is not None:
+        one): its leader dies with the thread that launched it (PR_SET_PDEATHSIG). A port redline
+        picked that another process took since (picked before the sweep began) is picked again."""
+        if not self.config.command or self.server is not None:
             return
+        if self.config.port_picked and self.config.port is not None and not port_free(self.config.port):
+            self.config = self.config.on_port(free_port())
+        config = self.config
         self.server = ServerProcess(config.command, self.session / SERVER_LOG)
         self.say(f"starting {config.describe()}")
         self.server.launch()
@@ -234,7 +248,7 @@ async def _one(config: Config, i: int, sf: SweepFile, out: Path, spec: SweepSpec
             if spec.repeats > 1:
                 say(f"repeat {k} of {spec.repeats}, {clock.text(i, k)}")
             t0 = time.monotonic()
-            rc = await run_one(config, cs.begin(k), cs.startup_s, k)
+            rc = await run_one(cs.config, cs.begin(k), cs.startup_s, k)
             sf.set(i, cs.run_entry(rc))
             if rc >= 128:
                 return rc  # a signal ended the run (its session is saved)

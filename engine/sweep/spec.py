@@ -27,7 +27,7 @@ import itertools
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -54,9 +54,23 @@ class Config:
     command: tuple[str, ...] = ()  # empty: a server already running (--url)
     url: str = ""
     port: int | None = None
+    # the templates its command and URL came from, when its port was picked (free_port), not
+    # given: `on_port` renders them again with another port (ConfigServer.launch)
+    serve: str = ""
+    url_template: str = ""
 
     def describe(self) -> str:
         return " ".join(shlex.quote(a) for a in self.command) if self.command else self.url
+
+    @property
+    def port_picked(self) -> bool:
+        """Its port is redline's pick, not the operator's (`--port`): another is as good."""
+        return bool(self.serve) and self.port is not None
+
+    def on_port(self, port: int) -> Config:
+        """The same configuration on another picked port."""
+        command, url = render(self.serve, self.url_template, {**self.values, "port": str(port)})
+        return replace(self, command=command, url=url, port=port)
 
 
 @dataclass
@@ -145,19 +159,24 @@ class SweepSpec:
             return [Config({"url": u}, label_of({"url": u}, i), (), u.rstrip("/")) for i, u in enumerate(self.urls)]
         out = []
         seen: dict[str, int] = {}
+        url_template = self.url_template or "http://127.0.0.1:{port}"
         for values in self.value_sets():
-            port = self.port if self.port is not None else (free_port() if "{port}" in self.serve else None)
-            fill = {**values, **({"port": str(port)} if port is not None else {})}
-            command = tuple(shlex.split(PLACEHOLDER.sub(lambda m: fill[m.group(1)], self.serve)))  # noqa: B023 (sub calls it at once)
-            url = (self.url_template or "http://127.0.0.1:{port}")
-            url = PLACEHOLDER.sub(lambda m: fill.get(m.group(1), m.group(0)), url)  # noqa: B023 (sub calls it at once)
+            picked = self.port is None and "{port}" in self.serve
+            port = self.port if self.port is not None else (free_port() if picked else None)
+            command, url = render(self.serve, url_template, {**values, **({"port": str(port)} if port is not None else {})})
             label = label_of(values, 0)
             n = seen.get(label, 0)
             seen[label] = n + 1
             if n:
                 label = f"{label}-{n + 1}"
-            out.append(Config(dict(values), label, command, url, port))
+            out.append(Config(dict(values), label, command, url, port, *((self.serve, url_template) if picked else ())))
         return out
+
+
+def render(serve: str, url_template: str, fill: dict[str, str]) -> tuple[tuple[str, ...], str]:
+    """A configuration's command and URL from the templates and its values (and port)."""
+    command = tuple(shlex.split(PLACEHOLDER.sub(lambda m: fill[m.group(1)], serve)))
+    return command, PLACEHOLDER.sub(lambda m: fill.get(m.group(1), m.group(0)), url_template)
 
 
 def label_of(values: dict[str, str], index: int) -> str:

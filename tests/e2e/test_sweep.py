@@ -99,6 +99,60 @@ def test_dry_run_prints_the_commands_and_starts_nothing(capsys, tmp_path):
     assert "not a built-in preset" in capsys.readouterr().err
 
 
+
+def _client_end_on_a_port() -> tuple[list, int]:
+    """A connected client socket: its own end holds a port nothing listens on (what a client's
+    connection in another process does to a port a sweep picked before it began)."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    client = socket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+    return [srv, client, peer], client.getsockname()[1]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("when", ["before_launch", "as_it_starts"])
+def test_a_picked_port_another_process_took_is_picked_again(tmp_path, monkeypatch, when):
+    """A port redline picked for a configuration, taken by another process's connection since
+    (before its launch: picked again; between the check and the server's bind: the server exits
+    with "address already in use" and is launched once more on another port): the configuration
+    starts, and its command, URL and entry name the port it serves on. A port the operator gave
+    (--port) is never changed."""
+    import asyncio
+
+    from redline.engine.sweep import runner
+    from redline.engine.sweep.runner import ConfigServer
+    from redline.engine.sweep.sweep_file import COMPLETED
+
+    socks, taken = _client_end_on_a_port()
+    try:
+        spec = spec_from_args(["n=1"], serve="redline sim --port {port} --sim-profile healthy --set time_scale={n}")
+        (config,) = spec.expand(lambda: taken)
+        assert config.port == taken and config.port_picked
+        if when == "as_it_starts":  # the check at launch sees it free: the server's own bind fails
+            real, calls = runner.port_free, []
+            monkeypatch.setattr(runner, "port_free", lambda p: calls.append(p) is None and (len(calls) == 1 or real(p)))
+        cs = ConfigServer(config, tmp_path / config.label, 60.0)
+        try:
+            assert asyncio.run(cs.start()), cs.started
+            port = cs.config.port
+            assert port is not None and port != taken
+            assert cs.config.url == f"http://127.0.0.1:{port}" and cs.config.command[3] == str(port)
+            e = cs.run_entry(0)
+            assert e["status"] == COMPLETED and e["url"] == cs.config.url and str(port) in e["command"]
+            log = (tmp_path / config.label / "server.log").read_text()
+            assert ("address already in use" in log) == (when == "as_it_starts"), log
+        finally:
+            asyncio.run(cs.stop())
+        given = spec_from_args(["n=1"], serve="redline sim --port {port} --set time_scale={n}", port=taken).expand(lambda: 1)[0]
+        assert not given.port_picked and given.on_port(5).port == 5  # on_port is the caller's choice alone
+    finally:
+        for s in socks:
+            s.close()
+
 # -- whole sweeps against the sim -------------------------------------------------------------
 
 def _tag(tmp_path: Path) -> str:
@@ -133,7 +187,7 @@ def test_a_capped_and_an_uncapped_server_and_a_bad_flag(tmp_path):
     bad, capped, free = doc["configurations"]
     assert bad["status"] == "failed_to_start" and bad["log_tail"] and "pp_max_micro_batch_size" in " ".join(bad["log_tail"])
     assert "exited with status" in bad["why"]
-    assert capped["status"] == free["status"] == "completed"
+    assert capped["status"] == free["status"] == "completed", [(e["status"], e.get("why"), e.get("log_tail")) for e in (capped, free)]
     assert capped["knee_concurrency"] == 64 and free["knee_concurrency"] is None, (capped, free)
     assert free["max_output_throughput"] > 1.3 * capped["max_output_throughput"]
     assert 0 < capped["startup_s"] < 30 and 0 < free["startup_s"] < 30

@@ -112,6 +112,9 @@ def test_mb64_is_better_than_mb8_with_intervals_and_holds_the_front(tmp_path):
 
 @pytest.mark.server
 @pytest.mark.slow
+# timing: one configuration's three repeats run before the other's, so a change in the machine's
+# load between the blocks reads as a difference of the server (-8.3 % once in CI beside the server part)
+@pytest.mark.timing
 def test_two_runs_of_one_server_read_no_clear_difference_over_seeds(tmp_path):
     """`redline sweep --url U --url U --repeats 3` against one sim, two workload seeds: no
     comparison (any load, any figure) is called either way (the rate over 20 sweeps:
@@ -133,7 +136,7 @@ def test_two_runs_of_one_server_read_no_clear_difference_over_seeds(tmp_path):
             rows = doc["comparisons"]
             assert len(rows) == 6 and all(r["ci_pct"] for r in rows)  # 2 loads x 3 figures, each with its interval
             called = [r for r in rows if r["verdict"] != "no clear difference"]
-            assert not called, (seed, called)
+            assert not called, (seed, called, [(c["label"], c.get("points")) for c in (a, b)])
             assert all(r["ci_pct"][0] <= 0 <= r["ci_pct"][1] for r in rows)
     finally:
         sim.stop()
