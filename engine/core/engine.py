@@ -177,7 +177,7 @@ class Engine:
         if self.load.lane is not None:
             await self.load.lane.stop()
         if self.load.controller is not None:
-            cancelled = await self.load.controller.stop()
+            cancelled = await self.load.controller.stop() + await self.load.cancel_draining(stop=True)
         await self.live.settle()  # every report is in: the steps closed before now are recorded
         now = time.perf_counter()
         self.book.close_live(now)
@@ -342,14 +342,14 @@ class Engine:
         self.resume() if self._ctl.paused else self.pause()
 
     async def abort(self) -> int:
-        n = await self._ctl.abort()
+        n = await self._ctl.abort() + await self.load.cancel_draining()
         self.log("key", f"aborted {n} in-flight requests")
         return n
 
     async def probe(self) -> int:
         """Abort everything in flight, then hold C=1 (remembering the previous C)."""
         ctl = self._ctl
-        n = await ctl.probe()
+        n = await ctl.probe() + await self.load.cancel_draining()
         was = f"rate {ctl.previous_rate:g} req/s" if ctl.previous_rate is not None else f"C={ctl.previous}"
         self.events.clear("held at cap")
         self.log("probe", f"abort + C=1 probe ({n} in-flight requests cancelled; previous {was})")
@@ -549,13 +549,13 @@ class Engine:
         ctl = self.load.controller
         if ctl is None:
             return 0
-        return max(0, ctl.in_flight - self.backing_off)
+        return max(0, ctl.in_flight + self.load.draining_in_flight - self.backing_off)
 
     @property
     def backing_off(self) -> int:
         """Load slots waiting after an overload answer, over every target."""
-        if self.load.pool is not None:
-            return self.load.pool.backing_off
+        if self.load.pool is not None:  # and what still drains here after a move
+            return self.load.pool.backing_off + (self.targets.backing_off if self.load.draining is not None else 0)
         return self.targets.backing_off
 
     @property

@@ -2,7 +2,9 @@
 controller.py in this process, a WorkerPool or RayPool with workers), what sends it here (the
 one LoadHolder, engine/load/holder.py), the prompts and the trace it sends, the calibration
 they were cut with, the probe lane beside it, and the open loop's last rate. Filled at the
-start (engine/core/load_start.py); the engine's commands change it."""
+start (engine/core/load_start.py); the engine's commands change it. A load that moved from
+this process to worker processes (engine/core/load_move.py) drains here meanwhile (`draining`):
+an abort, a probe and the stop cancel it too."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..workload.prompts import DEFAULT_CALIBRATION, Calibration
 
 if TYPE_CHECKING:
-    from ..load.controller import LoadControl
+    from ..load.controller import Controller, LoadControl
     from ..load.holder import LoadHolder
     from ..load.probe_lane import ProbeLane
     from ..load.trace_replay import TraceReplay
@@ -31,3 +33,16 @@ class HeldLoad:
     calibration: Calibration = DEFAULT_CALIBRATION  # tokens per word, as measured at the start
     lane: ProbeLane | None = None  # the probe lane: one request at a time beside the load
     last_rate: float | None = None  # the open loop's last rate, for the mode key
+    draining: Controller | None = None  # moving to workers: this process's load, sending no more, until its last request ends
+    moved: dict[str, object] | None = None  # moved: this process as summary.json's worker 0, as it was when its last request ended
+
+    @property
+    def draining_in_flight(self) -> int:
+        return self.draining.in_flight if self.draining is not None else 0
+
+    async def cancel_draining(self, stop: bool = False) -> int:
+        """What still drains in this process after a move, cancelled (an abort, a probe; the stop)."""
+        d = self.draining
+        if d is None:
+            return 0
+        return await (d.stop() if stop else d.abort())

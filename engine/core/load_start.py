@@ -125,13 +125,14 @@ async def make_load(e: Starting, c0: int) -> LoadControl:
     return pool
 
 
-def worker_spec(e: Starting) -> WorkerSpec:
-    """What every worker needs to send its share (its index set by the pool)."""
+def worker_spec(e: Starting, workers: int | None = None) -> WorkerSpec:
+    """What every worker of `workers` (default: the config's) needs to send its share (its
+    index set by the pool)."""
     from ..load.worker import WorkerSpec
 
     cfg, sender = e.config, e.targets.sender
     return WorkerSpec(
-        index=0, workers=cfg.workers, targets=tuple(t.target for t in e.targets),
+        index=0, workers=cfg.workers if workers is None else workers, targets=tuple(t.target for t in e.targets),
         weights=tuple(t.weight for t in e.targets), workload=cfg.workload, calibration=e.load.calibration,
         transport=cfg.transport, insecure=cfg.insecure, api_key=cfg.api_key, request_timeout=cfg.request_timeout,
         continuous_usage=sender.continuous_usage, arrival=cfg.arrival, seed=cfg.seed,
@@ -160,7 +161,9 @@ async def fixed_size(e: Starting) -> None:
         life.finished = f"{cfg.num_requests} requests sent and ended"
     else:
         life.finished = f"{cfg.duration_s:g} s"
-    ctl.pause()  # no more load; what is in flight ends with the session
+    # no more load; what is in flight ends with the session (the load may have moved to worker
+    # processes since the start: engine/core/load_move.py)
+    (e.load.controller or ctl).pause()
     e.log("notice", f"fixed-size run done: {life.finished}")
     life.done.set()
     e.publish(time.perf_counter())

@@ -9,8 +9,11 @@ in flight) is more than the current processes hold:
 - worker processes started by `--workers auto` get more beside them (WorkerPool.grow), one line
   in the log saying why (`--workers auto: 3 worker processes now (were 2): ...`), at most one
   growth at a time and none for GROW_PAUSE_S after one (the new figures settle first);
-- otherwise (the load in the engine's own process, `--workers N` given, Ray actors, no core
-  free) the warning `crowded` says so while it lasts, with what would help.
+- a load `--workers auto` started in the engine's own process moves to worker processes
+  (engine/core/load_move.py: no more than C in flight during the hand-over), on the same terms;
+- otherwise (`--workers N` given, Ray actors, no core free, a load that cannot move now: a
+  preset's run, an open loop, load_move.may_move) the warning `crowded` says so while it lasts,
+  with what would help.
 
 The warning clears when the load is back within what the processes hold.
 """
@@ -23,21 +26,20 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..constants import PESSIMISTIC_TOKEN_S
 from ..load.worker_count import CROWDED_KEY, Plan, crowded, crowded_warning, kernel_stamped, live_plan, per_process
-from .load_start import Starting, worker_spec
+from .load_move import Moved, may_move, move_to_workers
+from .load_start import worker_spec
 
 if TYPE_CHECKING:
     from ..telemetry.types import ClientHealthSample
-    from .event_log import EventLog
 
 GROW_PAUSE_S = 5.0  # after a growth, the figures of the new processes settle before the next judgement
 MIN_TOK_S = 1000.0  # below, a second's CPU per token is mostly the engine's own idle work: not judged
+MOVE_TRIES = 3  # a move whose workers did not start is tried this often, then the load stays (warned)
 WARN_MARGIN = 1.15  # warned only past 15 % over what the processes hold (a measure moves a little)
 
 
-class Replanned(Starting, Protocol):
-    """What the re-plan reads of the engine (and what a grown pool's workers are given)."""
-
-    events: EventLog
+class Replanned(Moved, Protocol):
+    """What the re-plan reads of the engine (and what a grown pool's workers are given, and a move changes)."""
 
     @property
     def in_flight(self) -> int: ...
@@ -50,6 +52,7 @@ class Replanner:
         self._growing: asyncio.Task | None = None
         self._grown_at: float | None = None
         self.last: Plan | None = None  # the last live plan (tests, the log)
+        self._moves_failed = 0  # moves to worker processes whose workers did not start
 
     def processes(self) -> int:
         pool = self.e.load.pool
@@ -86,9 +89,11 @@ class Replanner:
         if not crowded(streams, n, p.per_process):
             ev.clear(CROWDED_KEY)
             return
-        if self._can_grow() and p.processes > n:
+        movable = e.load.pool is None and p.processes > 1 and self._moves_failed < MOVE_TRIES and not may_move(e)
+        if (movable or self._can_grow()) and p.processes > n:
             if self._growing is None and (self._grown_at is None or now - self._grown_at >= GROW_PAUSE_S):
-                self._growing = asyncio.create_task(self._grow(p, n), name="redline-workers-grow")
+                work = self._move(p) if movable else self._grow(p, n)
+                self._growing = e.life.spawn(work, "redline-workers-move" if movable else "redline-workers-grow")
             return
         if not crowded(streams, n, int(p.per_process * WARN_MARGIN)):
             return  # within the margin: neither grown nor warned (it holds what it warned of)
@@ -106,12 +111,20 @@ class Replanner:
     def _why_not(self) -> str:
         e = self.e
         if e.load.pool is None:
-            return "the load started in this process and stays in it"
+            return may_move(e) or (f"its worker processes did not start ({self._moves_failed} tries)" if self._moves_failed >= MOVE_TRIES else "")
         if e.config.ray is not None:
             return "Ray actors are fixed at start"
         if not e.config.workers_auto:
             return f"--workers {e.config.workers} was given"
         return ""
+
+    async def _move(self, p: Plan) -> None:
+        try:
+            if await move_to_workers(self.e, p.processes, p.why.split(": ", 1)[-1]) is None:
+                self._moves_failed += 1
+        finally:
+            self._growing = None
+            self._grown_at = time.perf_counter()
 
     async def _grow(self, p: Plan, n: int) -> None:
         e = self.e

@@ -86,7 +86,7 @@ def summary_doc(e: Summarized) -> dict[str, Any]:
         **({"search": b.search} if b.search is not None else {}),
         **({"slo": cfg.slo.to_dict()} if cfg.slo is not None else {}),
         "targets": [st.stats.summary(time.perf_counter() - e.life.t0) for st in e.targets],
-        "workers": e.load.pool.summary() if e.load.pool is not None else [_this_process(e)],
+        "workers": workers_doc(e),
         # the whole run at once, as bench_serving reports it (engine/measure/run_totals.py)
         "run": e.measurements.totals.summary(cfg.percentiles),
     }
@@ -103,17 +103,38 @@ def step_doc(s: StepResult, slo: Slo | None) -> dict[str, Any]:
     return d
 
 
-def _this_process(e: Summarized) -> dict[str, Any]:
-    """The load held in this process, as one worker (the same shape as --workers N)."""
-    d = max(time.perf_counter() - e.life.t0, 1e-9)
+def workers_doc(e: Summarized) -> list[dict[str, Any]]:
+    """summary.json's workers: this process as worker 0 (the load in it), or the pool's; a
+    load that moved to worker processes (engine/core/load_move.py): both, this one as it was
+    when its last request ended."""
+    pool, moved = e.load.pool, e.load.moved
+    if pool is None:
+        return [this_process(e)]
+    return ([moved] if moved is not None else []) + pool.summary()
+
+
+def this_process(e: Summarized, held_until: float | None = None) -> dict[str, Any]:
+    """The load held in this process, as one worker (the same shape as --workers N); with
+    `held_until` (a move's end: perf seconds), what it held until then, less what the pool
+    took since, and `held_until_s` (seconds into the run)."""
+    now = time.perf_counter() if held_until is None else held_until
+    d = max(now - e.life.t0, 1e-9)
     lag = e.metrics.lag.quantile(0.99) if e.metrics.lag.count else None
-    return {
-        "worker": 0, "node": _node(), "alive": True,
-        "share": e.live.concurrency() if e.load.controller is not None else 0,
-        "requests": e.measurements.ended, "output_tok_s": round(e.metrics.output_tokens_total / d, 3),
+    requests, tokens = e.measurements.ended, e.metrics.output_tokens_total
+    pool = e.load.pool
+    if held_until is not None and pool is not None:
+        requests -= sum(s.requests for s in pool.states)
+        tokens -= sum(s.tokens for s in pool.states)
+    row: dict[str, Any] = {
+        "worker": 0, "node": _node(), "alive": held_until is None,
+        "share": e.live.concurrency() if e.load.controller is not None and held_until is None else 0,
+        "requests": requests, "output_tok_s": round(tokens / d, 3),
         "lag_p99_ms": None if lag is None else round(lag * 1000.0, 3),
         "cpu_pct": round(100.0 * (time.process_time() - e.life.cpu0) / d, 1),
     }
+    if held_until is not None:
+        row["held_until_s"] = round(d, 3)
+    return row
 
 
 def _node() -> str:

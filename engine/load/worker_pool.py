@@ -28,7 +28,7 @@ import functools
 import platform
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..child import reap, spawn_child
 from ..constants import TRACE_FEED_AHEAD_S
@@ -103,6 +103,11 @@ class WorkerPool(LoadControl):
         self._fed_times: deque[float] = deque()  # intended times of the rows fed lately
         self._next_worker = 0
         self._batches = 0  # batches of workers added while running (grow)
+        # a load moved here from the engine's own process (engine/core/load_move.py): what is
+        # still in flight there, which C leaves out of the shares while it drains; and the
+        # number of the pool's first worker in rows and the summary (the engine's process is 0)
+        self.lent: Callable[[], int] = lambda: 0
+        self.first_index = 0
 
     # -- start / stop ---------------------------------------------------------------------
     async def launch(self, spec: WorkerSpec) -> None:
@@ -273,7 +278,7 @@ class WorkerPool(LoadControl):
         n = self.n
         alive = [s.index for s in self.states if s.alive]
         k = len(alive) or 1
-        c = 1 if self.probing else self.concurrency
+        c = 1 if self.probing else max(0, self.concurrency - self.lent())
         cs = dict(zip(alive, split(c, k), strict=False))
         caps = dict(zip(alive, split(max(self.max_concurrency, k), k), strict=False))
         stamp = self.port.stamp()
@@ -438,7 +443,7 @@ class WorkerPool(LoadControl):
             # stamp of up to ORDER_POLL_S before
             step, _, phase = port.stamp_at(conc, t_int if t_int is not None else t_send)
             rec = RequestRecord(rid=rid, phase=phase, step=step, concurrency=conc, t_send=t_send, expected_input_tokens=exp,
-                                max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w)
+                                max_tokens=max_tokens, t_intended=t_int, turn=turn, target=urls[ti], worker=w + self.first_index)
             live[rid] = (ti, rec)
             stats[ti].on_send(rec)
         for rid, t_send, t_first, t_first_answer, send_wait in msg.firsts:  # First
@@ -496,7 +501,7 @@ class WorkerPool(LoadControl):
         if not st.alive or self.stopped:
             return
         st.alive = False
-        lost = [rid for rid, (_, rec) in self._live.items() if rec.worker == i]
+        lost = [rid for rid, (_, rec) in self._live.items() if rec.worker == i + self.first_index]
         for rid in lost:  # its requests in flight: they will never report
             self._live.pop(rid, None)
         self.port.forget(lost)
@@ -508,7 +513,7 @@ class WorkerPool(LoadControl):
                 if not fut.done():
                     fut.set_result(replies)
         left = sum(1 for s in self.states if s.alive)
-        self.port.warn(f"worker {i} died with {st.in_flight} requests in flight ({len(lost)} unreported); {left} workers carry the load", key=f"worker {i} died")
+        self.port.warn(f"worker {i + self.first_index} died with {st.in_flight} requests in flight ({len(lost)} unreported); {left} workers carry the load", key=f"worker {i} died")
         st.in_flight = st.backlog = st.backing_off = 0
         self._wake.set()  # the others get their new shares
 
@@ -520,7 +525,7 @@ class WorkerPool(LoadControl):
             d = max(now - s.t0, 1e-9)
             p99 = s.lag.quantile(0.99) if s.lag.count else None
             out.append({
-                "worker": s.index, "node": s.node, "alive": s.alive, "share": s.share,
+                "worker": s.index + self.first_index, "node": s.node, "alive": s.alive, "share": s.share,
                 "requests": s.requests, "output_tok_s": round(s.tokens / d, 3),
                 "lag_p99_ms": None if p99 is None else round(p99 * 1000.0, 3),
                 "cpu_pct": round(100.0 * s.cpu_s / d, 1),
