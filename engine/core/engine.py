@@ -177,7 +177,7 @@ class Engine:
         if self.load.lane is not None:
             await self.load.lane.stop()
         if self.load.controller is not None:
-            cancelled = await self.load.controller.stop() + await self.load.cancel_draining(stop=True)
+            cancelled = await self.load.with_draining(self.load.controller.stop(), stop=True)
         await self.live.settle()  # every report is in: the steps closed before now are recorded
         now = time.perf_counter()
         self.book.close_live(now)
@@ -342,14 +342,14 @@ class Engine:
         self.resume() if self._ctl.paused else self.pause()
 
     async def abort(self) -> int:
-        n = await self._ctl.abort() + await self.load.cancel_draining()
+        n = await self.load.with_draining(self._ctl.abort())
         self.log("key", f"aborted {n} in-flight requests")
         return n
 
     async def probe(self) -> int:
         """Abort everything in flight, then hold C=1 (remembering the previous C)."""
         ctl = self._ctl
-        n = await ctl.probe() + await self.load.cancel_draining()
+        n = await self.load.with_draining(ctl.probe())
         was = f"rate {ctl.previous_rate:g} req/s" if ctl.previous_rate is not None else f"C={ctl.previous}"
         self.events.clear("held at cap")
         self.log("probe", f"abort + C=1 probe ({n} in-flight requests cancelled; previous {was})")

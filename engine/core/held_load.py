@@ -8,8 +8,9 @@ an abort, a probe and the stop cancel it too."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable
 
 from ..workload.prompts import DEFAULT_CALIBRATION, Calibration
 
@@ -40,9 +41,11 @@ class HeldLoad:
     def draining_in_flight(self) -> int:
         return self.draining.in_flight if self.draining is not None else 0
 
-    async def cancel_draining(self, stop: bool = False) -> int:
-        """What still drains in this process after a move, cancelled (an abort, a probe; the stop)."""
+    async def with_draining(self, cancels: Awaitable[int], stop: bool = False) -> int:
+        """`cancels` (the load's abort, probe or stop) and, at the same time, what still drains in
+        this process after a move cancelled with it; how many requests were cancelled in all."""
         d = self.draining
         if d is None:
-            return 0
-        return await (d.stop() if stop else d.abort())
+            return await cancels
+        got = await asyncio.gather(cancels, d.stop() if stop else d.abort())
+        return sum(got)

@@ -97,9 +97,13 @@ async def move_to_workers(e: Moved, n: int, why: str) -> bool | None:
         swapped = True
         e.publish(time.perf_counter())
         t0 = time.perf_counter()
-        while old.in_flight and not old.stopped:
-            await asyncio.sleep(DRAIN_POLL_S)
-        load.moved = this_process(e, time.perf_counter())
+        try:
+            while old.in_flight and not old.stopped:
+                await asyncio.sleep(DRAIN_POLL_S)
+        finally:  # drained, or the engine's stop cut it (and cancels this task): worker 0 as it ended
+            load.moved = this_process(e, time.perf_counter())
+        if old.stopped:  # the engine stopped: nothing more to hand over
+            return True
         await old.stop()  # nothing in flight: its loop ends
         load.draining = None
         pool.lent = lambda: 0

@@ -151,3 +151,34 @@ def test_a_load_that_cannot_move_stays_and_says_why(sim_factory, tmp_path, fixed
 
     text = asyncio.run(go())
     assert ("--workers 1 was given" if why == "workers given" else "an open loop (a rate or a trace) stays") in text, text
+
+
+def test_a_stop_during_the_hand_over_leaves_no_load_and_loses_no_row(sim_factory, tmp_path, fixed_measure):
+    """The session ends (q, a signal: the engine's stop) while this process's requests drain:
+    they are cancelled with the pool's, no worker process is left, and every request the sim
+    received is one row."""
+    sim = sim_factory("healthy")
+    out = tmp_path / "s"
+
+    async def go() -> Engine:
+        e = _engine(sim.url, out, output_len=400)
+        await e.start()
+        try:
+            assert await until(lambda: e.in_flight == 8, 10) is not None
+            e.set_concurrency(24)
+            assert await until(lambda: e.load.draining is not None, 30) is not None
+            assert e.load.draining_in_flight == 24
+        finally:
+            await e.stop()
+        return e
+
+    e = asyncio.run(go())
+    assert e.pool is not None and not any(p.is_alive() for p in e.pool._procs)
+    assert e.load.draining_in_flight == 0
+    truth = httpx.get(sim.url + "/sim/requests", timeout=30).json()
+    rows = pl.read_ndjson(out / "requests.ndjson")
+    assert rows.height == len(truth) and rows["rid"].n_unique() == rows.height
+    load = rows.filter(pl.col("phase") != "calibration")
+    assert (load.filter(pl.col("worker") == 0)["status"] == "cancelled").sum() == 24  # the stop cut what drained here
+    w0 = json.loads((out / "summary.json").read_text())["workers"][0]
+    assert w0["worker"] == 0 and not w0["alive"] and w0["requests"] == 24  # kept, though the stop cut the drain
