@@ -168,7 +168,7 @@ def _config(argv: list[str], monkeypatch, cores: int = 16, token_s: float = 15 *
     (["run", "quick"], 1, 256),  # steps up to 256
     (["run", "doubling"], 2, 1024),  # up to 1024
     (["run", "quick", "--search", "--max-concurrency", "4096"], 7, 4096),  # a search grows to its max
-    (["--rate", "5"], 1, None),  # in-flight unknown before the run: re-planned as it grows
+    (["--rate", "5"], 1, None),  # in-flight unknown before the run: one process, warned of if it outgrows it
     (["--rate", "5", "--max-concurrency", "3000"], 5, 3000),  # a cap given: sized for it
 ])
 def test_auto_sizes_for_the_most_the_run_is_set_to_reach(argv, workers, reach, monkeypatch, tmp_path):
