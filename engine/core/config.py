@@ -47,6 +47,7 @@ class EngineConfig:
     workers: int = 1  # --workers N: the load in N worker processes (engine/load/worker_pool.py); 1 = this process
     workers_why: str = ""  # --workers auto chose them: why, in words (with the start notice)
     workers_auto: bool = False  # --workers auto (the CLI's default): the run may add worker processes (engine/core/replan.py)
+    workers_peak: int = 0  # the most in flight --workers auto sized them for at start (a preset's run past it re-sizes: load_move.py)
     ray: str | None = None  # --ray auto|ADDRESS: the workers as Ray actors on that cluster (engine/load/ray_pool.py)
     # --control [HOST:]PORT: the control API in the engine's process (engine/control/http_api.py),
     # an engine.control.ControlAddress; its bearer token never printed, logged or written

@@ -15,8 +15,9 @@ The hand-over never has more than C requests in flight, and loses none:
    on through the move: each request is measured where it was sent, into the same steps.
 
 The pool's processes are workers 1, 2, ... in the rows and the summary (this process was 0).
-`may_move` says why a load stays where it is (the `crowded` warning says it): a preset's run,
-an open loop, a fixed request count, a probe or a pause, `--workers N`, Ray.
+`may_move` says why a load stays where it is (the `crowded` warning says it): a preset's run
+under way, an open loop, a fixed request count, a probe, `--workers N`, Ray. A preset's run
+started on a load in this process moves it first when its peak needs workers (`fit_for_run`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from ..load.controller import CONCURRENCY, Controller
+from ..load.worker_count import auto_plan, kernel_stamped
 from .engine_port import EnginePort
 from .load_start import Starting, worker_spec
 from .summary import Summarized, this_process
 
 if TYPE_CHECKING:
+    from ..load.worker_pool import WorkerPool
     from .event_log import EventLog
     from .steering import Driven
 
@@ -46,8 +49,9 @@ class Moved(Starting, Summarized, Protocol):
     def steering(self) -> Driven: ...
 
 
-def may_move(e: Moved) -> str:
-    """'' when the load in this process may move to worker processes now; else why it stays."""
+def may_move(e: Moved, for_run: bool = False) -> str:
+    """'' when the load in this process may move to worker processes now; else why it stays.
+    `for_run`: a preset's run about to start (its driver is the caller)."""
     cfg, load, ctl = e.config, e.load, e.load.controller
     if cfg.ray is not None:
         return "Ray actors are fixed at start"
@@ -59,16 +63,29 @@ def may_move(e: Moved) -> str:
         return "--num-requests is counted in this process"
     if load.trace is not None or ctl.mode != CONCURRENCY:
         return "an open loop (a rate or a trace) stays in the process it started in"
-    if e.steering.driving:
-        return "a preset's run keeps the load in this process until it ends"
-    if ctl.probing or ctl.paused or ctl.hold:
-        return "the load is probed, paused or held"
+    if e.steering.driving and not for_run:
+        return "a preset's run keeps the load in the processes it started with"
+    if ctl.probing or ctl.hold:
+        return "the load is probed or held"
     return ""
 
 
-async def move_to_workers(e: Moved, n: int, why: str) -> bool | None:
-    """The load in this process, moved to `n` worker processes (see the module docstring);
-    False when it stays because the load changed while they started, None when they did not start."""
+async def fit_for_run(e: Moved, peak: int) -> None:
+    """Before a preset's run (engine/run/preset_runner.py: the TUI's `p` on a session started
+    at a small C): a load in this process moves now when the run's peak needs worker processes,
+    sized as at start (engine/load/worker_count.py auto_plan)."""
+    if peak <= max(1, e.config.workers_peak) or may_move(e, for_run=True):
+        return  # sized for it at start (a headless `redline run`), or it cannot move
+    kernel = kernel_stamped((t.target.url for t in e.targets), e.config.transport)
+    p = await asyncio.to_thread(auto_plan, peak, kernel)  # its measure (~30 ms, a core) off the loop
+    if p.processes > 1:
+        await move_to_workers(e, p.processes, p.why.split(": ", 1)[-1], for_run=True)
+
+
+async def move_to_workers(e: Moved, n: int, why: str, for_run: bool = False) -> bool | None:
+    """The load in this process, moved to `n` worker processes (see the module docstring):
+    True once the pool holds it (what drains here ends in a task of the engine's), False when
+    it stays because the load changed while they started, None when they did not start."""
     from ..load.worker_pool import WorkerPool  # worker processes' code: imported only when there are workers
 
     old, load = e.load.controller, e.load
@@ -83,33 +100,38 @@ async def move_to_workers(e: Moved, n: int, why: str) -> bool | None:
         except RuntimeError as exc:
             e.log("warning", f"--workers auto: the load stays in this process: {exc}")
             return None
-        stays = may_move(e)
+        stays = may_move(e, for_run)
         if stays or load.controller is not old:
             e.log("notice", f"--workers auto: the load stays in this process: {stays or 'it changed while the workers started'}")
             return False
         # the swap: nothing awaited from the check above to the pool's start
+        pool.concurrency, pool.max_concurrency, pool.paused = old.concurrency, old.max_concurrency, old.paused
         old.pause()
-        pool.concurrency, pool.max_concurrency = old.concurrency, old.max_concurrency
         pool.lent = lambda: old.in_flight
         load.draining, load.controller, load.pool = old, pool, pool
         e.config.workers = n
         pool.start()
         swapped = True
+        e.life.spawn(_drain(e, old, pool), "redline-workers-drain")
         e.publish(time.perf_counter())
-        t0 = time.perf_counter()
-        try:
-            while old.in_flight and not old.stopped:
-                await asyncio.sleep(DRAIN_POLL_S)
-        finally:  # drained, or the engine's stop cut it (and cancels this task): worker 0 as it ended
-            load.moved = this_process(e, time.perf_counter())
-        if old.stopped:  # the engine stopped: nothing more to hand over
-            return True
-        await old.stop()  # nothing in flight: its loop ends
-        load.draining = None
-        pool.lent = lambda: 0
-        pool.poke()  # the shares of all of C go out now
-        e.log("notice", f"--workers auto: the load is in {n} worker processes now (this process's last request ended {time.perf_counter() - t0:.1f} s after the move)")
         return True
     finally:
         if not swapped:
             await pool.stop()  # the workers never held any load
+
+
+async def _drain(e: Moved, old: Controller, pool: WorkerPool) -> None:
+    """Until the last request in this process ended: then the pool holds all of C."""
+    load, t0 = e.load, time.perf_counter()
+    try:
+        while old.in_flight and not old.stopped:
+            await asyncio.sleep(DRAIN_POLL_S)
+    finally:  # drained, or the engine's stop cut it (and cancels this task): worker 0 as it ended
+        load.moved = this_process(e, time.perf_counter())
+    if old.stopped:  # the engine stopped: nothing more to hand over
+        return
+    await old.stop()  # nothing in flight: its loop ends
+    load.draining = None
+    pool.lent = lambda: 0
+    pool.poke()  # the shares of all of C go out now
+    e.log("notice", f"--workers auto: the load is in {pool.n} worker processes now (this process's last request ended {time.perf_counter() - t0:.1f} s after the move)")

@@ -291,6 +291,17 @@ class Preset:
         "([Repeats and intervals](comparing.md#repeats-and-intervals-is-a-difference-real)); `--repeats N` overrides "
         "it", flag="--repeats", comment="repeats: the whole ramp run this many times (redline run, a sweep's configurations)")
 
+    def peak(self, cap: int = 0) -> int:
+        """The most requests in flight the run is set to reach (what `--workers auto` sizes
+        for): a closed loop's top step, a search's max; an open loop's in-flight cap
+        ([ramp].max_concurrency, else `cap`, one given at the command line), or 0: its
+        in-flight is the rate times the latency, unknown before the run."""
+        r = self.ramp
+        if r.search is not None:
+            return cap if r.search.rate_unit is not None else r.search.max
+        open_loop = r.rate is not None or r.speed is not None
+        return max(max(r.concurrency, default=0), (r.max_concurrency or cap) if open_loop else 0)
+
     def duration_bounds(self) -> tuple[float, float]:
         """(shortest, longest) wall time of ramp + probe if no stop rule fires (a search:
         its first point only; it chooses the others as results come)."""

@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
+from ..constants import DEFAULT_MAX_CONCURRENCY
 from ..core import commands
 from ..core.config import EngineConfig
 from ..core.engine import COMMANDS as ENGINE_COMMANDS, Engine
+from ..core.load_move import fit_for_run
 from ..core.steering import Handler
 from ..preset import Preset
 from ..rules.breaks import Place, RampJudge
@@ -49,6 +51,8 @@ async def run_preset(engine: Engine, preset: Preset, on_line: Callable[[str], No
     book.break_result = book.cause = None
     book.rejudge = ramp.rejudge
     engine.judge_doubt(doubt_limits(engine, preset))
+    cap = engine.config.max_concurrency if engine.config.max_concurrency != DEFAULT_MAX_CONCURRENCY else 0
+    await fit_for_run(engine, preset.peak(cap))  # a load kept in this process moves to workers when the run needs them
     ctl = engine.controller
     if ctl is not None and preset.ramp.max_concurrency is not None:
         ctl.max_concurrency = preset.ramp.max_concurrency  # the open loop's in-flight cap

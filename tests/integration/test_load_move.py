@@ -69,7 +69,7 @@ def test_raised_past_one_process_the_load_moves_to_workers_with_no_more_than_c_i
             def moved() -> bool:
                 seen.append(e.in_flight)
                 return e.pool is not None and e.load.draining is None and e.in_flight == 24
-            assert await until(moved, 30) is not None, [ln.text for ln in e.events.recent(20)]
+            assert await until(moved, 30) is not None, ([ln.text for ln in e.events.recent(20)], e.in_flight, e.load.draining_in_flight, e.pool and e.pool.in_flight)
             assert e.pool.n == 3 and [s.share for s in e.pool.states] == [8, 8, 8]
             assert e.load.moved is not None and not e.events.active(CROWDED_KEY)
             texts = [ln.text for ln in e.events.recent(50)]
@@ -182,3 +182,43 @@ def test_a_stop_during_the_hand_over_leaves_no_load_and_loses_no_row(sim_factory
     assert (load.filter(pl.col("worker") == 0)["status"] == "cancelled").sum() == 24  # the stop cut what drained here
     w0 = json.loads((out / "summary.json").read_text())["workers"][0]
     assert w0["worker"] == 0 and not w0["alive"] and w0["requests"] == 24  # kept, though the stop cut the drain
+
+
+def test_a_preset_started_on_a_small_load_moves_it_first_when_its_steps_need_workers(sim_factory, tmp_path, monkeypatch):
+    """The TUI's `p` on a session started at C=8 (auto sized one process for 8): a staircase to
+    C=24, where (by a fixed start measure) 3 processes are needed, moves the load before its
+    first step; its steps run on the pool, each request one row."""
+    from redline.engine.core import load_move
+    from redline.engine.preset import parse_toml
+    from redline.engine.run.preset_runner import COMMANDS, start_preset
+
+    peaks: list[int] = []
+    monkeypatch.setattr(load_move, "auto_plan", lambda peak, kernel=True: peaks.append(peak) or Plan(3, 3, HOLDS, f"--workers auto: 3 worker processes for {peak} streams"))
+    preset = parse_toml('name = "p"\n[workload]\ninput_len = 16\noutput_len = 12\n'
+                        '[ramp]\nconcurrency = [12, 24]\nwarmup_s = 0.3\nhold_s = 1\nmin_requests = 2\nmax_hold_s = 3\n'
+                        '[after]\nprobe_s = 0\n', "p.toml")
+    sim = sim_factory("healthy")
+    out = tmp_path / "s"
+
+    async def go() -> Engine:
+        cfg = EngineConfig(url=sim.url, workers=1, workers_auto=True, workers_peak=8, concurrency=8, use_nvml=False, out_dir=out,
+                           workload=WorkloadConfig(input_len=16, output_len=12))
+        e = Engine(cfg, COMMANDS)
+        await e.start()
+        try:
+            assert await until(lambda: e.in_flight == 8, 10) is not None
+            start_preset(e, preset)
+            assert await until(lambda: not e.steering.driving, 60) is not None
+            assert e.pool is not None and e.pool.n == 3 and [s.concurrency for s in e.steps][-2:] == [12, 24]
+        finally:
+            await e.stop()
+        return e
+
+    e = asyncio.run(go())
+    assert peaks == [24]
+    assert not any(p.is_alive() for p in e.pool._procs)
+    rows = pl.read_ndjson(out / "requests.ndjson")
+    truth = httpx.get(sim.url + "/sim/requests", timeout=30).json()
+    assert rows.height == len(truth) and rows["rid"].n_unique() == rows.height
+    measured = rows.filter(pl.col("phase") == "measure")
+    assert measured.height > 0 and set(measured["worker"].to_list()) <= {1, 2, 3}  # the steps' own requests: the pool's

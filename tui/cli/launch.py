@@ -74,6 +74,7 @@ def checked_config(args: argparse.Namespace, preset: Preset | None = None) -> En
     cfg.weights = target_weights(args, len(urls))
     cfg.workers, cfg.workers_why = worker_count(args, cfg, preset)
     cfg.workers_auto = (getattr(args, "workers", "auto") or "auto") == "auto"
+    cfg.workers_peak = planned_peak(args, cfg, preset) if cfg.workers_auto else 0
     cfg.ray = ray_address(args, cfg)
     cfg.slo, cfg.guard = limits(args, preset)
     cfg.control, cfg.control_token = control(args)
@@ -135,11 +136,7 @@ def planned_peak(args: argparse.Namespace, cfg: EngineConfig, preset: Preset | N
     cap = given if given != engine_api.DEFAULT_MAX_CONCURRENCY else 0
     if preset is None:
         return cap if cfg.rate is not None else cfg.concurrency
-    r = preset.ramp
-    if r.search is not None:
-        return cap if r.search.rate_unit is not None else r.search.max
-    open_loop = r.rate is not None or r.speed is not None
-    return max(max(r.concurrency, default=0), (r.max_concurrency or cap) if open_loop else 0)
+    return preset.peak(cap)
 
 
 def ray_address(args: argparse.Namespace, cfg: EngineConfig) -> str | None:
