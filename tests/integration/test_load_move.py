@@ -41,6 +41,15 @@ def _engine(url: str, out, output_len: int = 40, **kw) -> Engine:
     return Engine(EngineConfig(url=url, workload=WorkloadConfig(input_len=16, output_len=output_len), **cfg))
 
 
+async def _raise_until_draining(e: Engine) -> None:
+    """C=8 in this process raised to 24: once the pool holds the load, all 24 of this process's
+    requests (1000-token outputs: 20 s each) still drain here."""
+    assert await until(lambda: e.in_flight == 8, 10) is not None
+    e.set_concurrency(24)
+    assert await until(lambda: e.load.draining is not None, 30) is not None
+    assert e.load.draining_in_flight == 24
+
+
 def _most_at_once(truth: list[dict]) -> int:
     """The most requests the sim held at once, from its own arrival and end times."""
     edges = sorted([(r["t_arrive"], 1) for r in truth] + [(r["t_end"], -1) for r in truth if r["t_end"] is not None],
@@ -108,13 +117,10 @@ def test_a_probe_during_the_hand_over_cancels_what_drains_here_too(sim_factory, 
     out = tmp_path / "s"
 
     async def go() -> None:
-        e = _engine(sim.url, out, output_len=400)
+        e = _engine(sim.url, out, output_len=1000)
         await e.start()
         try:
-            assert await until(lambda: e.in_flight == 8, 10) is not None
-            e.set_concurrency(24)
-            assert await until(lambda: e.load.draining is not None, 30) is not None
-            assert e.load.draining.in_flight > 0
+            await _raise_until_draining(e)
             n = await e.probe()
             assert n >= 1 and e.load.draining_in_flight == 0
             assert await until(lambda: e.load.draining is None and e.in_flight == 1, 10) is not None
@@ -161,13 +167,10 @@ def test_a_stop_during_the_hand_over_leaves_no_load_and_loses_no_row(sim_factory
     out = tmp_path / "s"
 
     async def go() -> Engine:
-        e = _engine(sim.url, out, output_len=400)
+        e = _engine(sim.url, out, output_len=1000)
         await e.start()
         try:
-            assert await until(lambda: e.in_flight == 8, 10) is not None
-            e.set_concurrency(24)
-            assert await until(lambda: e.load.draining is not None, 30) is not None
-            assert e.load.draining_in_flight == 24
+            await _raise_until_draining(e)
         finally:
             await e.stop()
         return e
