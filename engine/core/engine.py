@@ -39,7 +39,6 @@ from ..client.target import TargetUnreachable, validate_url
 from ..load.controller import PAUSED, PROBE, RATE, TRACE, Controller, LoadControl
 from ..load.probe_lane import ProbeLane
 from ..load.sender import Sender
-from ..load.worker_count import kernel_stamped
 from ..measure.accumulator import StepAccumulator
 from ..measure.live_metrics import LiveMetrics
 from ..measure.records import Clock
@@ -392,7 +391,7 @@ class Engine:
     def judge_doubt(self, limits: Mapping[str, float] | None = None) -> None:
         """A step's client_limited from now, judged against `limits` (engine/telemetry/client_doubt.py)."""
         if self.disk.session is not None:
-            kernel = kernel_stamped([t.target.url for t in self.targets], self.config.transport)
+            kernel = self.targets.kernel_stamped()
             self.disk.session.doubt = partial(client_doubted, limits=dict(limits or {}), kernel_stamped=kernel)
 
     def set_slo(self, slo: Slo | None, *, log: bool = True) -> None:

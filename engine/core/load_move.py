@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from ..load.controller import CONCURRENCY, Controller
-from ..load.worker_count import auto_plan, kernel_stamped
+from ..load.worker_count import auto_plan
 from .engine_port import EnginePort
 from .load_start import Starting, worker_spec
 from .summary import Summarized, this_process
@@ -76,7 +76,7 @@ async def fit_for_run(e: Moved, peak: int) -> None:
     sized as at start (engine/load/worker_count.py auto_plan)."""
     if peak <= max(1, e.config.workers_peak) or may_move(e, for_run=True):
         return  # sized for it at start (a headless `redline run`), or it cannot move
-    kernel = kernel_stamped((t.target.url for t in e.targets), e.config.transport)
+    kernel = e.targets.kernel_stamped()
     p = await asyncio.to_thread(auto_plan, peak, kernel)  # its measure (~30 ms, a core) off the loop
     if p.processes > 1:
         await move_to_workers(e, p.processes, p.why.split(": ", 1)[-1], for_run=True)

@@ -25,7 +25,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from ..constants import PESSIMISTIC_TOKEN_S
-from ..load.worker_count import CROWDED_KEY, Plan, crowded, crowded_warning, kernel_stamped, live_plan, per_process
+from ..load.worker_count import CROWDED_KEY, Plan, crowded, crowded_warning, live_plan, per_process
 from .load_move import Moved, may_move, move_to_workers
 from .load_start import worker_spec
 
@@ -71,7 +71,7 @@ class Replanner:
         e = self.e
         ev = e.events
         if self._kernel is None:
-            self._kernel = kernel_stamped((t.target.url for t in e.targets), e.config.transport)
+            self._kernel = e.targets.kernel_stamped()
         streams, n = self.streams(), self.processes()
         interval = e.metrics.percentiles.itl.p50
         tok_s = e.metrics.rates(now)[0]

@@ -22,6 +22,7 @@ from ..client.server_watch import ServerWatch
 from ..client.target import Target, detect, validate_url
 from ..constants import OVERLOAD_BACKOFF_MAX_S
 from ..load.sender import Sender, Stamp
+from ..load.worker_count import kernel_stamped
 from ..telemetry.hub import TelemetryHub
 from .target_stats import TargetState, TargetStats
 from .wiring import load_hooks
@@ -145,6 +146,11 @@ class TargetSet:
         no token meanwhile (a silence of redline's own making, not a stall)."""
         ops = self._ops
         return ops is not None and ops.capture is not None and ops.capture.t_end is not None
+
+    def kernel_stamped(self) -> bool:
+        """Whether every read of the load on these targets carries the kernel's receive time
+        (engine/load/worker_count.py: what `--workers auto` sizes by, what client_limited judges)."""
+        return kernel_stamped((t.target.url for t in self), self.config.transport)
 
     # -- gone and back -------------------------------------------------------------------------
     @property
