@@ -834,6 +834,9 @@ async def test_post_not_retried_once_written():
 
 # -- connections opened before a rise's requests (preopen) ---------------------------------------
 @pytest.mark.server
+# timing: a send wait is stamped by the loop once the write returned, TTFT's first read by the
+# kernel; a loop that lags beside the suite stamps the wait past a fast sim's first token (CI once)
+@pytest.mark.timing
 async def test_preopen_opens_what_a_rise_needs_and_its_requests_connect_no_more(fast_sim):
     """Six connections opened ahead (the server accepts six), then six requests at once: none
     connects (the transport opens no seventh), so none of their send waits holds a connect; a
